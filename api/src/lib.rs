@@ -1,0 +1,128 @@
+//! The `watcher.dev/v1alpha1` custom resources and the names that the webhook, the controllers
+//! and the CRD generator share.
+
+// `#[kube(printcolumn(type_ = ..), printcolumn(type_ = ..))]` repeats keys across columns by design.
+#![allow(clippy::duplicated_attributes)]
+
+mod at;
+mod condition;
+mod podset;
+mod watcher;
+
+pub use at::{At, AtPhase, AtSpec, AtStatus, DEFAULT_AT_IMAGE};
+pub use condition::{Condition, condition, set_condition};
+pub use podset::{DEFAULT_PODSET_IMAGE, PodSet, PodSetSpec, PodSetStatus};
+pub use watcher::{
+    NativeSidecar, PodCounts, UpdatePolicy, UpdatePolicyType, Watcher, WatcherSpec, WatcherStatus, config_map_name,
+};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// The API group of every resource of this operator.
+pub const GROUP: &str = "watcher.dev";
+/// The field manager of every server-side apply this operator makes.
+pub const FIELD_MANAGER: &str = "watcher-operator";
+
+/// Pod annotation: comma-separated names of the Watchers (of the pod's namespace) a pod asks for.
+pub const INJECT_ANNOTATION: &str = "watcher.dev/inject";
+/// Pod annotation written by the webhook: `name@specHash` of every Watcher injected.
+pub const INJECTED_ANNOTATION: &str = "watcher.dev/injected";
+/// Namespace label: `watcher.dev/injection=disabled` turns injection off for the namespace.
+pub const INJECTION_LABEL: &str = "watcher.dev/injection";
+/// The value of [`INJECTION_LABEL`] that turns injection off.
+pub const INJECTION_DISABLED: &str = "disabled";
+/// Label on every pod of a PodSet: the PodSet's name.
+pub const PODSET_LABEL: &str = "watcher.dev/podset";
+/// Label on every pod of a PodSet: the hash of the template it was made from.
+pub const POD_TEMPLATE_HASH_LABEL: &str = "watcher.dev/pod-template-hash";
+/// Label on the pod of an At: the At's name.
+pub const AT_LABEL: &str = "watcher.dev/at";
+/// `app.kubernetes.io/managed-by` value on every object this operator creates.
+pub const MANAGED_BY: &str = "watcher-operator";
+
+/// Every CRD of this operator, in the order `watcher-operator crds` prints them.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![Watcher::crd(), At::crd(), PodSet::crd()]
+}
+
+/// A short, stable hash (8 hex digits) of a JSON-serialisable value.
+///
+/// FNV-1a over the value's JSON form: struct fields serialise in declaration order and maps
+/// are `BTreeMap`s, so equal values hash equally in every process and every release.
+pub fn stable_hash<T: serde::Serialize>(value: &T) -> String {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{:08x}", (hash ^ (hash >> 32)) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stable_hash_is_fixed_across_releases() {
+        // A changed value here would make every injected pod look outdated after an upgrade.
+        assert_eq!(stable_hash(&"log-watcher"), stable_hash(&"log-watcher"));
+        assert_eq!(stable_hash(&serde_json::json!({"a": 1})), "f3f46a6c");
+        assert_ne!(stable_hash(&"a"), stable_hash(&"b"));
+    }
+
+    /// The rules kube-apiserver checks for a structural schema that a generator can get wrong.
+    fn structural_problems(schema: &serde_json::Value, path: &str, problems: &mut Vec<String>) {
+        let Some(node) = schema.as_object() else { return };
+        for key in ["$ref", "$defs", "definitions", "$schema"] {
+            if node.contains_key(key) {
+                problems.push(format!("{path}: has {key}"));
+            }
+        }
+        let untyped_ok = node.contains_key("x-kubernetes-int-or-string")
+            || node.contains_key("x-kubernetes-preserve-unknown-fields");
+        if !node.contains_key("type") && !untyped_ok {
+            problems.push(format!("{path}: no type"));
+        }
+        for key in ["anyOf", "oneOf", "allOf"] {
+            for branch in node.get(key).and_then(|b| b.as_array()).into_iter().flatten() {
+                if branch.get("type").is_some() || branch.get("description").is_some() {
+                    problems.push(format!("{path}: {key} branch with type or description"));
+                }
+            }
+        }
+        for (name, child) in node.get("properties").and_then(|p| p.as_object()).into_iter().flatten() {
+            structural_problems(child, &format!("{path}.{name}"), problems);
+        }
+        for key in ["items", "additionalProperties"] {
+            if let Some(child) = node.get(key).filter(|c| c.is_object()) {
+                structural_problems(child, &format!("{path}[{key}]"), problems);
+            }
+        }
+    }
+
+    #[test]
+    fn crd_schemas_are_structural() {
+        for crd in crds() {
+            let schema = serde_json::to_value(&crd.spec.versions[0].schema).expect("serialises");
+            let mut problems = Vec::new();
+            structural_problems(&schema["openAPIV3Schema"], &crd.spec.names.plural, &mut problems);
+            assert_eq!(problems, Vec::<String>::new());
+        }
+    }
+
+    #[test]
+    fn crds_are_namespaced_in_the_watcher_group() {
+        let crds = crds();
+        let names: Vec<_> = crds.iter().map(|c| c.metadata.name.clone().unwrap_or_default()).collect();
+        assert_eq!(names, ["watchers.watcher.dev", "ats.watcher.dev", "podsets.watcher.dev"]);
+        for crd in &crds {
+            assert_eq!(crd.spec.group, GROUP);
+            assert_eq!(crd.spec.scope, "Namespaced");
+            let version = &crd.spec.versions[0];
+            assert_eq!(version.name, "v1alpha1");
+            assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
+        }
+    }
+}

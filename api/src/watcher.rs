@@ -1,0 +1,240 @@
+//! `Watcher`: a sidecar container (with optional volume, config data and pull secret) that
+//! the webhook injects into the pods that ask for it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Container, LocalObjectReference, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::Condition;
+
+/// A sidecar injected into pods of its namespace at creation.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "watcher.dev",
+    version = "v1alpha1",
+    kind = "Watcher",
+    namespaced,
+    status = "WatcherStatus",
+    shortname = "wt",
+    category = "watcher",
+    derive = "PartialEq",
+    doc = "A Watcher names a sidecar container that watcher-operator injects into pods of its namespace.",
+    printcolumn(name = "Container", type_ = "string", json_path = ".spec.container.name"),
+    printcolumn(name = "Matched", type_ = "integer", json_path = ".status.pods.matched"),
+    printcolumn(name = "UpToDate", type_ = "integer", json_path = ".status.pods.upToDate"),
+    printcolumn(name = "Missing", type_ = "integer", json_path = ".status.pods.missing"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WatcherSpec {
+    /// The sidecar: a full core/v1 Container, added to every pod that asks for this Watcher.
+    pub container: Container,
+
+    /// A volume added to the pod unless the pod already has a volume of that name.
+    // Boxed: a `Volume` is 3 KiB inline, and most Watchers in the cache have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<Box<Volume>>,
+
+    /// String data of the ConfigMap `<name>-config` that the sidecar gets as environment
+    /// (`envFrom`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_data: Option<BTreeMap<String, String>>,
+
+    /// Binary data (base64) of the ConfigMap `<name>-config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "binary_data_schema")]
+    pub config_binary_data: Option<BTreeMap<String, ByteString>>,
+
+    /// An image pull secret added to the pod unless the pod already lists it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_secrets: Option<LocalObjectReference>,
+
+    /// Pods of this namespace whose labels match are injected without asking by annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+
+    /// How the sidecar is added: `Always` as a native sidecar (an init container with
+    /// `restartPolicy: Always`), `Never` as a regular container, `Auto` (default) as a native
+    /// sidecar when the API server supports it (Kubernetes 1.29 or later).
+    #[serde(default)]
+    pub native_sidecar: NativeSidecar,
+
+    /// What happens to pods injected with an older spec, or not injected at all.
+    #[serde(default)]
+    pub update_policy: UpdatePolicy,
+}
+
+/// Whether the sidecar is added as a native sidecar (init container, `restartPolicy: Always`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum NativeSidecar {
+    /// A native sidecar when the API server supports it, a regular container otherwise.
+    #[default]
+    Auto,
+    /// Always a native sidecar.
+    Always,
+    /// Always a regular container.
+    Never,
+}
+
+/// What the pod reconciler does about pods that are missing this Watcher or carry an old spec.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdatePolicy {
+    /// `Report` (default) only counts them in `status.pods`; `Recreate` evicts those that a
+    /// ReplicaSet, StatefulSet or DaemonSet controls, so their owner recreates them injected.
+    #[serde(default, rename = "type")]
+    pub type_: UpdatePolicyType,
+
+    /// With `Recreate`: how many pods per Watcher may be evicted or terminating at once.
+    #[serde(default = "default_max_unavailable")]
+    #[schemars(range(min = 1))]
+    pub max_unavailable: i32,
+}
+
+impl Default for UpdatePolicy {
+    fn default() -> Self {
+        Self { type_: UpdatePolicyType::default(), max_unavailable: default_max_unavailable() }
+    }
+}
+
+fn default_max_unavailable() -> i32 {
+    1
+}
+
+/// See [`UpdatePolicy::type_`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum UpdatePolicyType {
+    /// Count missing and outdated pods in `status.pods`.
+    #[default]
+    Report,
+    /// Count them, and evict the controller-owned ones.
+    Recreate,
+}
+
+/// The observed state of a Watcher.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WatcherStatus {
+    /// Name of the owned ConfigMap; absent when the Watcher has no config data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_name: Option<String>,
+
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Hash of everything injection uses; injected pods carry it in `watcher.dev/injected`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_hash: Option<String>,
+
+    /// Pods of the namespace that ask for this Watcher, and how far they are injected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<PodCounts>,
+
+    /// `Ready`: the ConfigMap and status are reconciled to the current generation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Injection counts over the pods that ask for a Watcher.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCounts {
+    /// Pods that ask for the Watcher by annotation or match its selector.
+    pub matched: i32,
+    /// Matched pods injected with the Watcher (any spec hash).
+    pub injected: i32,
+    /// Injected pods that carry the current spec hash.
+    pub up_to_date: i32,
+    /// Matched pods not injected with the Watcher.
+    pub missing: i32,
+}
+
+/// `{key: base64}`, as ConfigMap `binaryData` is: the API server checks the encoding.
+fn binary_data_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": {"type": "string", "format": "byte"}
+    })
+}
+
+/// Name of the ConfigMap that holds a Watcher's config data.
+pub fn config_map_name(watcher_name: &str) -> String {
+    format!("{watcher_name}-config")
+}
+
+impl WatcherSpec {
+    /// Whether the Watcher has a ConfigMap (any `configData` or `configBinaryData` key).
+    pub fn has_config(&self) -> bool {
+        self.config_data.as_ref().is_some_and(|d| !d.is_empty())
+            || self.config_binary_data.as_ref().is_some_and(|d| !d.is_empty())
+    }
+
+    /// Hash of everything injection uses: the container, volume, pull secret, sidecar mode and
+    /// whether the container gets the ConfigMap. Config values are not part of it: they reach the
+    /// sidecar through the ConfigMap, not through the pod.
+    pub fn spec_hash(&self) -> String {
+        crate::stable_hash(&(
+            &self.container,
+            &self.volume,
+            &self.image_pull_secrets,
+            self.native_sidecar,
+            self.has_config(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> WatcherSpec {
+        serde_json::from_value(serde_json::json!({
+            "container": {"name": "log-watcher", "image": "busybox:1.36"}
+        }))
+        .expect("minimal spec")
+    }
+
+    #[test]
+    fn defaults_of_a_minimal_spec() {
+        let spec = spec();
+        assert_eq!(spec.native_sidecar, NativeSidecar::Auto);
+        assert_eq!(spec.update_policy, UpdatePolicy { type_: UpdatePolicyType::Report, max_unavailable: 1 });
+        assert!(!spec.has_config());
+    }
+
+    #[test]
+    fn spec_hash_follows_what_injection_uses() {
+        let base = spec();
+        let mut image = base.clone();
+        image.container.image = Some("busybox:1.37".into());
+        assert_ne!(base.spec_hash(), image.spec_hash());
+
+        let mut config = base.clone();
+        config.config_data = Some([("LEVEL".to_owned(), "debug".to_owned())].into());
+        assert_ne!(base.spec_hash(), config.spec_hash(), "envFrom appears with config data");
+
+        let mut other_value = config.clone();
+        other_value.config_data = Some([("LEVEL".to_owned(), "info".to_owned())].into());
+        assert_eq!(config.spec_hash(), other_value.spec_hash(), "values reach pods via the ConfigMap");
+
+        let mut selector = base.clone();
+        selector.selector = Some(LabelSelector::default());
+        assert_eq!(base.spec_hash(), selector.spec_hash(), "who is injected is not what is injected");
+    }
+
+    #[test]
+    fn empty_config_maps_count_as_no_config() {
+        let mut spec = spec();
+        spec.config_data = Some(BTreeMap::new());
+        assert!(!spec.has_config());
+        spec.config_binary_data = Some([("blob".to_owned(), ByteString(b"hi".to_vec()))].into());
+        assert!(spec.has_config());
+    }
+}

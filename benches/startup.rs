@@ -1,0 +1,89 @@
+//! Start-up and memory of the real binary with many Watchers in the cache.
+//!
+//! `cargo bench --bench startup [-- WATCHERS]` starts a fake API server that lists WATCHERS
+//! (default 1,000) Watchers with config data, runs `watcher-operator run` against it, and
+//! reports the time from process start to `/readyz` 200, the time and CPU to reconcile every
+//! Watcher once (ConfigMap apply + status patch each), and the resident memory.
+
+#[path = "support/fake_apiserver.rs"]
+mod fake_apiserver;
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use fake_apiserver::{FakeApiServer, cpu_ticks, kubeconfig, rss_kib, watchers};
+
+#[tokio::main]
+async fn main() {
+    let count: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(1000);
+    let (server, addr) = FakeApiServer::default()
+        .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", watchers(count))
+        .start()
+        .await;
+    let dir = std::env::temp_dir().join(format!("watcher-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port");
+    let webhook = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port");
+
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
+        .args(["run", "--leader-election=false", "--controllers=watcher", "--namespace=bench"])
+        .arg(format!("--metrics-addr={metrics}"))
+        .arg(format!("--webhook-addr={webhook}"))
+        .env("KUBECONFIG", kubeconfig(&dir, addr))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("binary starts");
+    let pid = child.id();
+
+    let ready_after = loop {
+        if readyz(metrics).await {
+            break started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "not ready within 30 s");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let (rss_ready, _) = rss_kib(pid).expect("/proc");
+    let ticks_ready = cpu_ticks(pid).expect("/proc");
+
+    while server.status_writes.load(Ordering::Relaxed) < count as u64 {
+        assert!(started.elapsed() < Duration::from_secs(120), "reconciles did not finish within 120 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let reconciled_after = started.elapsed();
+    let ticks = cpu_ticks(pid).expect("/proc") - ticks_ready;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (rss, peak) = rss_kib(pid).expect("/proc");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    println!("watchers in cache:            {count}");
+    println!("start → /readyz 200:          {:.0} ms   (target ≤ 1000 ms)", ready_after.as_secs_f64() * 1e3);
+    println!("RSS at ready:                 {:.1} MB", rss_ready as f64 / 1024.0);
+    println!(
+        "all reconciled after start:   {:.0} ms   ({} writes)",
+        reconciled_after.as_secs_f64() * 1e3,
+        server.writes.load(Ordering::Relaxed)
+    );
+    println!(
+        "CPU per reconcile:            {:.0} µs   (GET + apply + status patch)",
+        ticks as f64 * 1e4 / count as f64
+    );
+    println!("RSS after reconciling:        {:.1} MB", rss as f64 / 1024.0);
+    println!("peak RSS:                     {:.1} MB   (target ≤ 25 MB)", peak as f64 / 1024.0);
+}
+
+async fn readyz(addr: std::net::SocketAddr) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else { return false };
+    let request = format!("GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response).await;
+    response.starts_with("HTTP/1.1 200")
+}

@@ -1,0 +1,155 @@
+//! A minimal in-process kube-apiserver for benchmarks of the real binary: it lists a fixed set
+//! of objects, keeps watches open without events, answers writes by echoing them, and counts
+//! the writes it sees. Plain HTTP on 127.0.0.1, reached through a generated kubeconfig.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// Objects served by list path (e.g. `/apis/watcher.dev/v1alpha1/watchers`).
+#[derive(Default)]
+pub(crate) struct FakeApiServer {
+    lists: HashMap<String, (String, Vec<Value>)>,
+    /// Writes seen (PATCH, POST, PUT, DELETE), by the last path segment's resource kind.
+    pub(crate) writes: AtomicU64,
+    /// Status patches seen.
+    pub(crate) status_writes: AtomicU64,
+}
+
+impl FakeApiServer {
+    /// Serves `items` as the list of kind `list_kind` at `path`.
+    pub(crate) fn with_list(mut self, path: &str, list_kind: &str, items: Vec<Value>) -> Self {
+        self.lists.insert(path.to_owned(), (list_kind.to_owned(), items));
+        self
+    }
+
+    /// The listed object at `/…/namespaces/{ns}/{resource}/{name}`.
+    fn find(&self, object_path: &str) -> Option<&Value> {
+        let (prefix, rest) = object_path.split_once("/namespaces/")?;
+        let mut parts = rest.split('/');
+        let (namespace, resource, name) = (parts.next()?, parts.next()?, parts.next()?);
+        let (_, items) = self.lists.get(&format!("{prefix}/{resource}"))?;
+        items.iter().find(|item| item["metadata"]["name"] == name && item["metadata"]["namespace"] == namespace)
+    }
+
+    /// Starts serving on 127.0.0.1 and returns the address.
+    pub(crate) async fn start(self) -> (Arc<Self>, SocketAddr) {
+        let state = Arc::new(self);
+        let router = Router::new().fallback(handle).with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        (state, addr)
+    }
+}
+
+async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: Uri, body: Bytes) -> Response {
+    let path = uri.path();
+    let query: HashMap<&str, &str> =
+        uri.query().unwrap_or("").split('&').filter_map(|pair| pair.split_once('=')).collect();
+    if method == Method::GET && path == "/version" {
+        return json_response(StatusCode::OK, &json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0"}));
+    }
+    if method == Method::GET {
+        if let Some((kind, items)) = server.lists.get(path) {
+            if query.get("watch").is_some_and(|w| *w == "true" || *w == "1") {
+                // An open watch that never sends an event: the objects do not change.
+                return Response::builder()
+                    .header("content-type", "application/json")
+                    .body(Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>()))
+                    .expect("response");
+            }
+            let limit = query.get("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(usize::MAX);
+            let start = query.get("continue").and_then(|c| c.parse::<usize>().ok()).unwrap_or(0);
+            let end = start.saturating_add(limit).min(items.len());
+            let cont = if end < items.len() { end.to_string() } else { String::new() };
+            let list = json!({"apiVersion": "v1", "kind": kind,
+                              "metadata": {"resourceVersion": "1", "continue": cont},
+                              "items": items[start.min(end)..end]});
+            return json_response(StatusCode::OK, &list);
+        }
+        if query.contains_key(&"watch") || path.ends_with('s') && !path.contains("/namespaces/") {
+            return json_response(
+                StatusCode::OK,
+                &json!({"apiVersion": "v1", "kind": "List",
+                                                         "metadata": {"resourceVersion": "1"}, "items": []}),
+            );
+        }
+        return not_found(path);
+    }
+    server.writes.fetch_add(1, Ordering::Relaxed);
+    if path.ends_with("/status") {
+        server.status_writes.fetch_add(1, Ordering::Relaxed);
+    }
+    if let Some(object) = path.strip_suffix("/status").and_then(|object_path| server.find(object_path)) {
+        return json_response(StatusCode::OK, object);
+    }
+    let object: Value = serde_json::from_slice(&body).unwrap_or_else(|_| json!({}));
+    match object.get("kind") {
+        Some(_) => json_response(StatusCode::OK, &object),
+        None => json_response(StatusCode::OK, &json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})),
+    }
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response {
+    (status, [("content-type", "application/json")], value.to_string()).into_response()
+}
+
+fn not_found(path: &str) -> Response {
+    let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                        "code": 404, "message": format!("{path} not found")});
+    json_response(StatusCode::NOT_FOUND, &status)
+}
+
+/// Writes a kubeconfig for `addr` into `dir` and returns its path.
+pub(crate) fn kubeconfig(dir: &Path, addr: SocketAddr) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    let config = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\n\
+         contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: bench\n\
+         users:\n- name: fake\n  user:\n    token: fake\n"
+    );
+    std::fs::write(&path, config).expect("kubeconfig written");
+    path
+}
+
+/// `count` Watchers with config data, spread over 10 namespaces.
+pub(crate) fn watchers(count: usize) -> Vec<Value> {
+    (0..count)
+        .map(|i| {
+            json!({
+                "apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+                "metadata": {"name": format!("watcher-{i}"), "namespace": format!("team-{}", i % 10),
+                             "uid": format!("00000000-0000-4000-8000-{i:012}"), "generation": 1,
+                             "resourceVersion": "1"},
+                "spec": {"container": {"name": format!("watcher-{i}"), "image": "busybox:1.36",
+                                       "command": ["sh", "-c", "tail -F /var/log/app.log"]},
+                         "configData": {"LEVEL": "debug"}},
+            })
+        })
+        .collect()
+}
+
+/// Resident set size now and at its peak, in KiB, from `/proc/<pid>/status`.
+pub(crate) fn rss_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field =
+        |name: &str| status.lines().find(|l| l.starts_with(name))?.split_whitespace().nth(1)?.parse::<u64>().ok();
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// User plus system CPU time of a process, in clock ticks (1/100 s on Linux).
+pub(crate) fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}

@@ -1,0 +1,77 @@
+//! What every reconciler shares: the client, the metrics and per-object retry backoff.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::controller::Action;
+
+use crate::Metrics;
+
+/// Shared state of the reconcilers.
+pub struct Context {
+    /// Kubernetes API client.
+    pub client: Client,
+    /// Reconcile metrics.
+    pub metrics: Metrics,
+    backoff: Backoff,
+}
+
+impl Context {
+    /// A context over `client` that counts into `metrics`.
+    pub fn new(client: Client, metrics: Metrics) -> Self {
+        Self { client, metrics, backoff: Backoff::default() }
+    }
+
+    /// The action after a failed reconcile of `key`: counted, logged by the caller, and retried
+    /// after a delay that doubles with every consecutive failure (5 s up to 5 min).
+    pub fn retry_after_error(&self, controller: &'static str, key: String, error: &crate::Error) -> Action {
+        self.metrics.error(controller, error);
+        Action::requeue(self.backoff.next(key))
+    }
+
+    /// Forgets the failures of `key` after a successful reconcile.
+    pub fn reconciled(&self, key: &str) {
+        self.backoff.reset(key);
+    }
+}
+
+/// Consecutive failures per object.
+#[derive(Default)]
+struct Backoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+const BACKOFF_BASE: Duration = Duration::from_secs(5);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+impl Backoff {
+    fn next(&self, key: String) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = failures.entry(key).or_insert(0);
+        *count = count.saturating_add(1);
+        BACKOFF_BASE.saturating_mul(1 << (*count - 1).min(6)).min(BACKOFF_MAX)
+    }
+
+    fn reset(&self, key: &str) {
+        let mut failures = self.failures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Only the failing objects are kept, so a healthy cluster holds an empty map.
+        failures.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_five_minutes_and_resets() {
+        let backoff = Backoff::default();
+        let delays: Vec<_> = (0..9).map(|_| backoff.next("ns/a".into()).as_secs()).collect();
+        assert_eq!(delays, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(backoff.next("ns/b".into()).as_secs(), 5, "objects back off independently");
+        backoff.reset("ns/a");
+        assert_eq!(backoff.next("ns/a".into()).as_secs(), 5);
+    }
+}

@@ -1,0 +1,23 @@
+//! The reconcilers of watcher-operator. Each module holds one controller: its `run`, its
+//! `reconcile` and the pure functions that decide what it writes.
+
+mod context;
+mod error;
+mod metrics;
+pub mod watcher;
+
+#[cfg(test)]
+mod fixtures;
+
+pub use context::Context;
+pub use error::{Error, Result};
+pub use metrics::Metrics;
+
+/// Settings shared by every controller: a bounded number of reconciles in flight, so a burst
+/// (a fresh start with thousands of objects) costs neither thousands of connections nor memory.
+fn controller_config() -> kube::runtime::controller::Config {
+    kube::runtime::controller::Config::default().concurrency(CONCURRENCY)
+}
+
+/// Reconciles in flight per controller.
+const CONCURRENCY: u16 = 16;

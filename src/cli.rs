@@ -1,0 +1,168 @@
+//! The command line: `run` (default), `crds`, `inject`, `certs`.
+
+use std::net::SocketAddr;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+use crate::telemetry::LogFormat;
+
+/// Injects Watcher sidecars into pods and reconciles Watcher, At and PodSet resources.
+#[derive(Debug, Parser)]
+#[command(name = "watcher-operator", version, about, args_conflicts_with_subcommands = true)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the admission webhook and run the controllers (the default).
+    Run(RunArgs),
+    /// Print the CustomResourceDefinitions as YAML.
+    Crds,
+}
+
+/// Flags of `watcher-operator run`; each also reads the environment variable shown.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct RunArgs {
+    /// Address of the HTTPS admission webhook.
+    #[arg(long, env = "WATCHER_WEBHOOK_ADDR", default_value = "0.0.0.0:8443")]
+    pub(crate) webhook_addr: SocketAddr,
+
+    /// Address of the plain-HTTP /healthz, /readyz and /metrics endpoints.
+    #[arg(long, env = "WATCHER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub(crate) metrics_addr: SocketAddr,
+
+    /// The operator's namespace: its TLS Secret and leader Lease live here, and its pods are
+    /// never injected. Default: the namespace of the pod it runs in, else the kubeconfig's.
+    #[arg(long, env = "WATCHER_NAMESPACE")]
+    pub(crate) namespace: Option<String>,
+
+    /// The Service in front of the webhook; the webhook configuration points at it.
+    #[arg(long, env = "WATCHER_SERVICE_NAME", default_value = "watcher-operator")]
+    pub(crate) service_name: String,
+
+    /// Register the webhook by URL instead of by Service (for running outside the cluster),
+    /// e.g. `https://127.0.0.1:8443/mutate`.
+    #[arg(long, env = "WATCHER_WEBHOOK_URL", value_parser = parse_webhook_url)]
+    pub(crate) webhook_url: Option<String>,
+
+    /// Controllers to run, comma-separated.
+    #[arg(long, env = "WATCHER_CONTROLLERS", value_delimiter = ',', default_value = "watcher")]
+    pub(crate) controllers: Vec<ControllerName>,
+
+    /// Run the controllers only in the replica that holds Lease `watcher-operator`.
+    /// `--leader-election=false` runs them in every replica: use it with one replica only.
+    #[arg(long, env = "WATCHER_LEADER_ELECTION", default_value_t = true, action = ArgAction::Set)]
+    pub(crate) leader_election: bool,
+
+    /// Log format. The level comes from `RUST_LOG` (default `info`).
+    #[arg(long, env = "WATCHER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+}
+
+/// A controller that `--controllers` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ControllerName {
+    /// Watcher → owned ConfigMap and status.
+    Watcher,
+}
+
+/// `https://HOST[:PORT]/PATH`: kube-apiserver calls webhooks over HTTPS only.
+fn parse_webhook_url(value: &str) -> Result<String, String> {
+    let uri: http::Uri = value.parse().map_err(|error| format!("not a URL: {error}"))?;
+    if uri.scheme_str() != Some("https") {
+        return Err("the webhook URL must start with https://".into());
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err("the webhook URL needs a host".into());
+    }
+    Ok(value.to_owned())
+}
+
+impl Cli {
+    /// The log format for this invocation (only `run` has the flag; the others log as text).
+    pub(crate) fn log_format(&self) -> LogFormat {
+        match &self.command {
+            Some(Command::Run(args)) => args.log_format,
+            None => self.run.log_format,
+            Some(_) => LogFormat::Text,
+        }
+    }
+
+    /// Runs the chosen command.
+    pub(crate) async fn execute(self) -> anyhow::Result<()> {
+        match self.command {
+            None => crate::run::run(self.run).await,
+            Some(Command::Run(args)) => crate::run::run(args).await,
+            Some(Command::Crds) => print_crds(),
+        }
+    }
+}
+
+fn print_crds() -> anyhow::Result<()> {
+    print!("{}", crds_yaml()?);
+    Ok(())
+}
+
+/// Every CRD as one multi-document YAML stream: exactly the content of `deploy/crds/crds.yaml`.
+pub(crate) fn crds_yaml() -> anyhow::Result<String> {
+    let mut out = String::new();
+    for crd in watcher_api::crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_subcommand_means_run_with_documented_defaults() {
+        let cli = Cli::try_parse_from(["watcher-operator"]).expect("parses");
+        assert!(cli.command.is_none());
+        let run = cli.run;
+        assert_eq!(run.webhook_addr, "0.0.0.0:8443".parse().expect("addr"));
+        assert_eq!(run.metrics_addr, "0.0.0.0:8080".parse().expect("addr"));
+        assert_eq!(run.service_name, "watcher-operator");
+        assert!(run.leader_election);
+        assert_eq!(run.controllers, [ControllerName::Watcher]);
+    }
+
+    #[test]
+    fn flags_parse_and_bad_values_are_refused() {
+        let cli = Cli::try_parse_from([
+            "watcher-operator",
+            "run",
+            "--controllers=watcher",
+            "--leader-election=false",
+            "--webhook-url=https://127.0.0.1:9443/mutate",
+        ])
+        .expect("parses");
+        let Some(Command::Run(run)) = cli.command else { panic!("run subcommand") };
+        assert_eq!(run.controllers, [ControllerName::Watcher]);
+        assert!(!run.leader_election);
+        assert_eq!(run.webhook_url.as_deref(), Some("https://127.0.0.1:9443/mutate"));
+
+        for bad in [
+            &["watcher-operator", "--controllers=watcher,nope"][..],
+            &["watcher-operator", "--webhook-url=http://127.0.0.1/mutate"],
+            &["watcher-operator", "--webhook-addr=localhost"],
+            &["watcher-operator", "--leader-election=maybe"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn crds_yaml_is_three_documents() {
+        let yaml = crds_yaml().expect("serialises");
+        assert_eq!(yaml.matches("---\n").count(), 3);
+        assert!(yaml.contains("name: watchers.watcher.dev"));
+    }
+}

@@ -1,0 +1,18 @@
+//! `watcher-operator`: the admission webhook and the controllers, in one process.
+
+mod cli;
+mod run;
+mod telemetry;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    // One crypto backend for the webhook's TLS and kube's client, chosen before either starts.
+    rustls::crypto::ring::default_provider()
+        .install_default()
+        .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
+    let cli = cli::Cli::parse();
+    telemetry::init_tracing(cli.log_format())?;
+    cli.execute().await
+}

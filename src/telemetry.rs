@@ -1,0 +1,155 @@
+//! Logs, metrics and health: tracing set-up and the plain-HTTP `/healthz`, `/readyz`,
+//! `/metrics` server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use clap::ValueEnum;
+use prometheus_client::registry::Registry;
+use tracing_subscriber::EnvFilter;
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The default filter: our own crates at `info`, the chatty libraries only when they warn.
+const DEFAULT_FILTER: &str = "info,kube=warn,kube_runtime=warn,kube_client=warn,hyper=warn,rustls=warn,tower=warn";
+
+/// Logs to stderr (stdout is for command output such as `crds`); `RUST_LOG` overrides the level.
+pub(crate) fn init_tracing(format: LogFormat) -> anyhow::Result<()> {
+    let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(DEFAULT_FILTER))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let result = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+    };
+    result.map_err(|error| anyhow::anyhow!("cannot start logging: {error}"))
+}
+
+/// Named readiness gates; `/readyz` answers 200 once every gate is open.
+#[derive(Clone, Default)]
+pub(crate) struct Readiness {
+    gates: Vec<(&'static str, Arc<AtomicBool>)>,
+}
+
+impl Readiness {
+    /// Adds a closed gate called `name` and returns the switch that opens it.
+    pub(crate) fn gate(&mut self, name: &'static str) -> Arc<AtomicBool> {
+        let gate = Arc::new(AtomicBool::new(false));
+        self.gates.push((name, gate.clone()));
+        gate
+    }
+
+    /// The names of the gates still closed.
+    fn waiting_for(&self) -> Vec<&'static str> {
+        self.gates.iter().filter(|(_, open)| !open.load(Ordering::Acquire)).map(|(name, _)| *name).collect()
+    }
+}
+
+struct AdminState {
+    registry: Registry,
+    readiness: Readiness,
+}
+
+/// The router of the metrics port.
+fn admin_router(registry: Registry, readiness: Readiness) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(Arc::new(AdminState { registry, readiness }))
+}
+
+async fn readyz(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
+    let waiting = state.readiness.waiting_for();
+    if waiting.is_empty() {
+        (StatusCode::OK, "ok\n".to_owned())
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("waiting for: {}\n", waiting.join(", ")))
+    }
+}
+
+async fn metrics(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            body,
+        )
+            .into_response(),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+    }
+}
+
+/// Binds the metrics port now (so a taken port fails start-up) and returns the server future.
+pub(crate) async fn serve_admin(
+    addr: SocketAddr,
+    registry: Registry,
+    readiness: Readiness,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<impl Future<Output = std::io::Result<()>>> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|error| anyhow::anyhow!("cannot listen on --metrics-addr {addr}: {error}"))?;
+    tracing::info!(%addr, "serving /healthz, /readyz and /metrics");
+    let router = admin_router(registry, readiness);
+    Ok(async move { axum::serve(listener, router).with_graceful_shutdown(shutdown).await })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    async fn get(router: &Router, path: &str) -> (StatusCode, String) {
+        let request = Request::get(path).body(Body::empty()).expect("request");
+        let response = router.clone().oneshot(request).await.expect("infallible");
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("body");
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test]
+    async fn readyz_waits_for_every_gate() {
+        let mut readiness = Readiness::default();
+        let cache = readiness.gate("watcher-cache");
+        let tls = readiness.gate("webhook-tls");
+        let router = admin_router(Registry::default(), readiness);
+
+        assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
+        assert_eq!(
+            get(&router, "/readyz").await,
+            (StatusCode::SERVICE_UNAVAILABLE, "waiting for: watcher-cache, webhook-tls\n".into())
+        );
+        cache.store(true, Ordering::Release);
+        assert_eq!(get(&router, "/readyz").await.1, "waiting for: webhook-tls\n");
+        tls.store(true, Ordering::Release);
+        assert_eq!(get(&router, "/readyz").await, (StatusCode::OK, "ok\n".into()));
+    }
+
+    #[tokio::test]
+    async fn metrics_are_prometheus_text() {
+        let mut registry = Registry::default();
+        let metrics = watcher_controller::Metrics::register(&mut registry);
+        drop(metrics.reconcile("watcher"));
+        let (status, body) = get(&admin_router(registry, Readiness::default()), "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("watcher_reconcile_total{controller=\"watcher\"} 1"), "{body}");
+        assert!(body.contains("watcher_reconcile_duration_seconds_count{controller=\"watcher\"} 1"), "{body}");
+        assert!(body.ends_with("# EOF\n"));
+    }
+}
