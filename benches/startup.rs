@@ -32,17 +32,18 @@ async fn main() {
         .arg(format!("--metrics-addr={metrics}"))
         .arg(format!("--webhook-addr={webhook}"))
         .env("KUBECONFIG", kubeconfig(&dir, addr))
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(Stdio::null())
         .spawn()
         .expect("binary starts");
     let pid = child.id();
+    let _guard = KillOnDrop(&mut child);
 
     let ready_after = loop {
         if readyz(metrics).await {
             break started.elapsed();
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "not ready within 30 s");
+        assert!(started.elapsed() < Duration::from_secs(30), "not ready within 30 s: {}", readyz_body(metrics).await);
         tokio::time::sleep(Duration::from_millis(2)).await;
     };
     let (rss_ready, _) = rss_kib(pid).expect("/proc");
@@ -56,8 +57,7 @@ async fn main() {
     let ticks = cpu_ticks(pid).expect("/proc") - ticks_ready;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (rss, peak) = rss_kib(pid).expect("/proc");
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(_guard);
     let _ = std::fs::remove_dir_all(&dir);
 
     println!("watchers in cache:            {count}");
@@ -77,13 +77,27 @@ async fn main() {
 }
 
 async fn readyz(addr: std::net::SocketAddr) -> bool {
+    readyz_body(addr).await.starts_with("HTTP/1.1 200")
+}
+
+async fn readyz_body(addr: std::net::SocketAddr) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else { return false };
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else { return String::new() };
     let request = format!("GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     if stream.write_all(request.as_bytes()).await.is_err() {
-        return false;
+        return String::new();
     }
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response).await;
-    response.starts_with("HTTP/1.1 200")
+    response
+}
+
+/// Stops the operator however the benchmark ends, a failed assertion included.
+struct KillOnDrop<'a>(&'a mut std::process::Child);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -1,9 +1,11 @@
 //! The command line: `run` (default), `crds`, `inject`, `certs`.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+use crate::offline;
 use crate::telemetry::LogFormat;
 
 /// Injects Watcher sidecars into pods and reconciles Watcher, At and PodSet resources.
@@ -23,6 +25,50 @@ enum Command {
     Run(RunArgs),
     /// Print the CustomResourceDefinitions as YAML.
     Crds,
+    /// Show a pod as the webhook would admit it (no cluster needed): prints the mutated pod(s)
+    /// as YAML, warnings on stderr.
+    Inject(InjectArgs),
+    /// Write a CA and a serving certificate for the webhook Service (for manual TLS setups).
+    Certs(CertsArgs),
+}
+
+/// Flags of `watcher-operator inject`.
+#[derive(Debug, Args)]
+pub(crate) struct InjectArgs {
+    /// Pod manifest(s), YAML, several documents allowed; `-` reads stdin.
+    #[arg(short = 'f', long = "filename")]
+    pods: PathBuf,
+    /// Watcher manifest(s), YAML; repeat the flag for more files. Watchers without a namespace
+    /// stand for Watchers of the pod's namespace.
+    #[arg(long = "watcher", required = true)]
+    watchers: Vec<PathBuf>,
+    /// Namespace of pods that name none (default `default`).
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Whether the cluster runs native sidecars (Kubernetes 1.29 or later); decides
+    /// `nativeSidecar: Auto`.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    native_sidecars: bool,
+}
+
+/// Flags of `watcher-operator certs`.
+#[derive(Debug, Args)]
+pub(crate) struct CertsArgs {
+    /// The webhook Service's name.
+    #[arg(long, default_value = "watcher-operator")]
+    service: String,
+    /// The webhook Service's namespace.
+    #[arg(long, default_value = "watcher-system")]
+    namespace: String,
+    /// Directory to write ca.crt, ca.key, tls.crt and tls.key into.
+    #[arg(long)]
+    out_dir: PathBuf,
+    /// More names (DNS names or IP addresses) the serving certificate covers.
+    #[arg(long = "host")]
+    hosts: Vec<String>,
+    /// Serving certificate lifetime in days (the CA lives twice as long).
+    #[arg(long, default_value_t = 365)]
+    days: u32,
 }
 
 /// Flags of `watcher-operator run`; each also reads the environment variable shown.
@@ -58,6 +104,15 @@ pub(crate) struct RunArgs {
     /// `--leader-election=false` runs them in every replica: use it with one replica only.
     #[arg(long, env = "WATCHER_LEADER_ELECTION", default_value_t = true, action = ArgAction::Set)]
     pub(crate) leader_election: bool,
+
+    /// Serve this certificate (PEM chain) instead of self-managed ones, reloading it when the
+    /// file changes (cert-manager). Needs `--tls-key-file`.
+    #[arg(long, env = "WATCHER_TLS_CERT_FILE", requires = "tls_key_file")]
+    pub(crate) tls_cert_file: Option<PathBuf>,
+
+    /// The private key (PEM) of `--tls-cert-file`.
+    #[arg(long, env = "WATCHER_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub(crate) tls_key_file: Option<PathBuf>,
 
     /// Log format. The level comes from `RUST_LOG` (default `info`).
     #[arg(long, env = "WATCHER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -98,24 +153,20 @@ impl Cli {
         match self.command {
             None => crate::run::run(self.run).await,
             Some(Command::Run(args)) => crate::run::run(args).await,
-            Some(Command::Crds) => print_crds(),
+            Some(Command::Crds) => {
+                print!("{}", offline::crds_yaml()?);
+                Ok(())
+            }
+            Some(Command::Inject(args)) => {
+                let namespace = args.namespace.as_deref();
+                print!("{}", offline::inject_preview(&args.pods, &args.watchers, namespace, args.native_sidecars)?);
+                Ok(())
+            }
+            Some(Command::Certs(args)) => {
+                offline::write_certs(&args.service, &args.namespace, &args.hosts, &args.out_dir, args.days)
+            }
         }
     }
-}
-
-fn print_crds() -> anyhow::Result<()> {
-    print!("{}", crds_yaml()?);
-    Ok(())
-}
-
-/// Every CRD as one multi-document YAML stream: exactly the content of `deploy/crds/crds.yaml`.
-pub(crate) fn crds_yaml() -> anyhow::Result<String> {
-    let mut out = String::new();
-    for crd in watcher_api::crds() {
-        out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(&crd)?);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -160,8 +211,32 @@ mod tests {
     }
 
     #[test]
+    fn tls_files_come_in_pairs_and_subcommands_parse() {
+        assert!(Cli::try_parse_from(["watcher-operator", "--tls-cert-file=/x.crt"]).is_err());
+        assert!(Cli::try_parse_from(["watcher-operator", "--tls-cert-file=/x.crt", "--tls-key-file=/x.key"]).is_ok());
+        assert!(
+            Cli::try_parse_from(["watcher-operator", "inject", "-f", "pod.yaml"]).is_err(),
+            "--watcher is required"
+        );
+        let cli = Cli::try_parse_from([
+            "watcher-operator",
+            "inject",
+            "-f",
+            "-",
+            "--watcher",
+            "a.yaml",
+            "--watcher",
+            "b.yaml",
+        ])
+        .expect("parses");
+        let Some(Command::Inject(args)) = cli.command else { panic!("inject") };
+        assert_eq!(args.watchers.len(), 2);
+        assert!(Cli::try_parse_from(["watcher-operator", "certs"]).is_err(), "--out-dir is required");
+    }
+
+    #[test]
     fn crds_yaml_is_three_documents() {
-        let yaml = crds_yaml().expect("serialises");
+        let yaml = offline::crds_yaml().expect("serialises");
         assert_eq!(yaml.matches("---\n").count(), 3);
         assert!(yaml.contains("name: watchers.watcher.dev"));
     }

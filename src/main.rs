@@ -1,13 +1,27 @@
 //! `watcher-operator`: the admission webhook and the controllers, in one process.
 
 mod cli;
+mod offline;
 mod run;
 mod telemetry;
 
 use clap::Parser;
 
+use std::process::ExitCode;
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // One line with every cause, for people and for `kubectl logs` alike.
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     // One crypto backend for the webhook's TLS and kube's client, chosen before either starts.
     rustls::crypto::ring::default_provider()
         .install_default()

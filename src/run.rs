@@ -5,15 +5,16 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use futures::{FutureExt, StreamExt, future};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Api, Client, ResourceExt};
+use futures::{FutureExt, future};
+use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::{info, warn};
-use watcher_api::Watcher;
-use watcher_controller::{Context, Metrics};
+use watcher_certs::secret::{Lifetimes, Registration, SelfManaged};
+use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
+use watcher_controller::{Context, Metrics, WatcherCache};
+use watcher_webhook::{InjectOptions, Reviewer, router, serve_tls, supports_native_sidecars};
 
 use crate::cli::{ControllerName, RunArgs};
 use crate::telemetry::{Readiness, serve_admin};
@@ -25,6 +26,11 @@ const LEASE_SECONDS: u64 = 15;
 const LEASE_GRACE_SECONDS: u64 = 5;
 /// How long in-flight work may take to finish after SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
+/// After SIGTERM the webhook reports unready this long before it stops accepting connections,
+/// so the Service's endpoints drop this pod first.
+const ENDPOINT_DRAIN: Duration = Duration::from_secs(3);
+/// How often `--tls-cert-file`/`--tls-key-file` are checked for a new certificate.
+const CERT_FILE_CHECK: Duration = Duration::from_secs(10);
 /// Where a pod finds its own namespace.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -47,26 +53,61 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut readiness = Readiness::default();
     let metrics = Metrics::register(&mut registry);
 
-    // Every replica keeps the Watchers in memory: the webhook answers from this cache.
+    // Every replica keeps the Watchers in memory, once: the webhook answers from this cache and
+    // the leader's controllers read it too.
     let cache_synced = readiness.gate("watcher-cache");
-    let (watchers, writer) = reflector::store::<Watcher>();
-    let watcher_stream = watcher(Api::<Watcher>::all(client.clone()), watcher::Config::default().any_semantic())
-        .default_backoff()
-        .modify(|watcher| watcher.managed_fields_mut().clear())
-        .reflect(writer)
-        .for_each(|_| future::ready(()));
+    let (watcher_cache, fill) = WatcherCache::new(client.clone());
     let cache_shutdown = shutdown();
     let cache = tokio::spawn(async move {
         tokio::select! {
-            () = watcher_stream => {},
+            () = fill => warn!("the watcher cache stream ended"),
             () = cache_shutdown => {},
         }
     });
+    let watchers = watcher_cache.store.clone();
     let ready_watchers = watchers.clone();
+    // The only task that waits on the store: kube's `Store::wait_until_ready` wakes just one of
+    // several concurrent waiters, so the controllers (which wait on it too) start after this.
+    let (cache_ready_tx, cache_ready) = watch::channel(false);
     tokio::spawn(async move {
-        if ready_watchers.wait_until_ready().await.is_ok() {
-            info!(watchers = ready_watchers.len(), "watcher cache synced");
-            cache_synced.store(true, Ordering::Release);
+        match ready_watchers.wait_until_ready().await {
+            Ok(()) => {
+                info!(watchers = ready_watchers.len(), "watcher cache synced");
+                cache_synced.store(true, Ordering::Release);
+                let _ = cache_ready_tx.send(true);
+            }
+            Err(error) => warn!(%error, "the watcher cache stopped before it synced"),
+        }
+    });
+
+    // The webhook: every replica serves it, from the Watcher cache.
+    let tls_ready = readiness.gate("webhook-tls");
+    let webhook_metrics = watcher_webhook::Metrics::register(&mut registry);
+    let certs = start_certificates(&args, &client, &namespace).await?;
+    let listener = tokio::net::TcpListener::bind(args.webhook_addr)
+        .await
+        .with_context(|| format!("cannot listen on --webhook-addr {}", args.webhook_addr))?;
+    let options = InjectOptions {
+        excluded_namespaces: vec![namespace.clone()],
+        native_sidecars: native_sidecars_supported(&client).await,
+    };
+    let app = router(Reviewer::new(watchers.clone(), options), webhook_metrics);
+    let tls_config = Arc::new(server_config(certs.clone())?);
+    let (webhook_stop_tx, webhook_stop_rx) = watch::channel(false);
+    let webhook = tokio::spawn({
+        let tls_ready = tls_ready.clone();
+        async move {
+            let mut stop = webhook_stop_rx;
+            while !certs.is_loaded() {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {},
+                    _ = stop.wait_for(|stop| *stop) => return,
+                }
+            }
+            serve_tls(listener, tls_config, app, tls_ready, async move {
+                let _ = stop.wait_for(|stop| *stop).await;
+            })
+            .await;
         }
     });
 
@@ -79,18 +120,73 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespace,
         args.controllers.clone(),
         args.leader_election,
-        ctx,
+        Controllers { ctx, cache: watcher_cache, cache_ready },
         shutdown(),
     ));
 
     shutdown_signal().await;
-    info!("shutting down");
+    info!("shutting down: webhook unready, draining");
+    tls_ready.store(false, Ordering::Release);
+    tokio::time::sleep(ENDPOINT_DRAIN).await;
+    let _ = webhook_stop_tx.send(true);
+    let _ = webhook.await; // in-flight admissions finish first
     let _ = shutdown_tx.send(true);
     let stopped = future::join3(cache, admin, controllers);
     if tokio::time::timeout(SHUTDOWN_GRACE, stopped).await.is_err() {
         warn!("work still in flight after {SHUTDOWN_GRACE:?}; exiting anyway");
     }
     Ok(())
+}
+
+/// Loads the serving certificate from files, or starts the self-managed certificates; the
+/// returned store is (or soon becomes) loaded.
+async fn start_certificates(args: &RunArgs, client: &Client, namespace: &str) -> anyhow::Result<Arc<CertStore>> {
+    let store = Arc::new(CertStore::default());
+    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_key_file) {
+        let files = CertFiles { cert: cert.clone(), key: key.clone() };
+        files.load_into(&store).context("cannot serve --tls-cert-file/--tls-key-file")?;
+        info!(cert = %cert.display(), "serving the certificate from files, reloaded when they change");
+        tokio::spawn(files.watch(store.clone(), CERT_FILE_CHECK));
+        return Ok(store);
+    }
+    let mut hosts = service_hosts(&args.service_name, namespace);
+    let registration = match &args.webhook_url {
+        Some(url) => {
+            hosts.extend(url_host(url));
+            Registration::Url(url.clone())
+        }
+        None => Registration::CaBundleOnly,
+    };
+    let manager = SelfManaged {
+        client: client.clone(),
+        namespace: namespace.to_owned(),
+        hosts,
+        registration,
+        lifetimes: Lifetimes::default(),
+    };
+    tokio::spawn(manager.run(store.clone()));
+    Ok(store)
+}
+
+/// The host of a webhook URL, without the brackets of an IPv6 address.
+fn url_host(url: &str) -> Option<String> {
+    let uri: http::Uri = url.parse().ok()?;
+    Some(uri.host()?.trim_start_matches('[').trim_end_matches(']').to_owned())
+}
+
+/// Asks the API server its version once: native sidecars need Kubernetes 1.29 or later.
+async fn native_sidecars_supported(client: &Client) -> bool {
+    match client.apiserver_version().await {
+        Ok(info) => {
+            let supported = supports_native_sidecars(&info.major, &info.minor);
+            info!(version = info.git_version, native_sidecars = supported, "API server version");
+            supported
+        }
+        Err(error) => {
+            warn!(%error, "cannot read the API server version; injecting sidecars as regular containers");
+            false
+        }
+    }
 }
 
 /// The namespace of the pod this runs in, else the kubeconfig context's.
@@ -130,13 +226,13 @@ async fn run_controllers_while_leader(
     namespace: String,
     names: Vec<ControllerName>,
     leader_election: bool,
-    ctx: Arc<Context>,
+    controllers: Controllers,
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let mut shutdown = std::pin::pin!(shutdown.fuse());
     if !leader_election {
         tokio::select! {
-            () = run_controllers(&names, ctx) => {},
+            () = controllers.run(&names) => {},
             () = &mut shutdown => {},
         }
         return;
@@ -164,7 +260,7 @@ async fn run_controllers_while_leader(
         }
         info!(lease = LEASE_NAME, namespace, "became leader: starting controllers");
         tokio::select! {
-            () = run_controllers(&names, ctx.clone()) => break,
+            () = controllers.run(&names) => break,
             lost = leader.wait_for(|is_leader| !*is_leader) => {
                 warn!(lease = LEASE_NAME, "lost the lease: controllers stopped");
                 if lost.is_err() { break }
@@ -185,10 +281,35 @@ async fn run_controllers_while_leader(
     }
 }
 
-/// Runs the named controllers until they all stop (on SIGTERM).
-async fn run_controllers(names: &[ControllerName], ctx: Arc<Context>) {
-    let runs = names.iter().map(|name| match name {
-        ControllerName::Watcher => watcher_controller::watcher::run(ctx.clone()).boxed(),
-    });
-    future::join_all(runs).await;
+/// What the controllers share: the context and the Watcher cache.
+struct Controllers {
+    ctx: Arc<Context>,
+    cache: WatcherCache,
+    cache_ready: watch::Receiver<bool>,
+}
+
+impl Controllers {
+    /// Runs the named controllers, once the Watcher cache has synced, until they all stop
+    /// (on SIGTERM).
+    async fn run(&self, names: &[ControllerName]) {
+        if self.cache_ready.clone().wait_for(|ready| *ready).await.is_err() {
+            return;
+        }
+        let runs = names.iter().map(|name| match name {
+            ControllerName::Watcher => watcher_controller::watcher::run(self.ctx.clone(), self.cache.clone()).boxed(),
+        });
+        future::join_all(runs).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_hosts_are_dns_names_or_bare_ips() {
+        assert_eq!(url_host("https://127.0.0.1:8443/mutate").as_deref(), Some("127.0.0.1"));
+        assert_eq!(url_host("https://[::1]:8443/mutate").as_deref(), Some("::1"));
+        assert_eq!(url_host("https://webhook.example.com/mutate").as_deref(), Some("webhook.example.com"));
+    }
 }

@@ -4,11 +4,13 @@
 // `#[kube(printcolumn(type_ = ..), printcolumn(type_ = ..))]` repeats keys across columns by design.
 #![allow(clippy::duplicated_attributes)]
 
+mod annotations;
 mod at;
 mod condition;
 mod podset;
 mod watcher;
 
+pub use annotations::{injected_annotation_value, injected_watchers, requested_watchers};
 pub use at::{At, AtPhase, AtSpec, AtStatus, DEFAULT_AT_IMAGE};
 pub use condition::{Condition, condition, set_condition};
 pub use podset::{DEFAULT_PODSET_IMAGE, PodSet, PodSetSpec, PodSetStatus};

@@ -53,6 +53,9 @@ impl FakeApiServer {
 }
 
 async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: Uri, body: Bytes) -> Response {
+    if std::env::var_os("FAKE_LOG").is_some() {
+        eprintln!("fake: {method} {uri}");
+    }
     let path = uri.path();
     let query: HashMap<&str, &str> =
         uri.query().unwrap_or("").split('&').filter_map(|pair| pair.split_once('=')).collect();
@@ -60,14 +63,14 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
         return json_response(StatusCode::OK, &json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0"}));
     }
     if method == Method::GET {
+        if query.get("watch").is_some_and(|w| *w == "true" || *w == "1") {
+            // An open watch that never sends an event: the objects do not change.
+            return Response::builder()
+                .header("content-type", "application/json")
+                .body(Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>()))
+                .expect("response");
+        }
         if let Some((kind, items)) = server.lists.get(path) {
-            if query.get("watch").is_some_and(|w| *w == "true" || *w == "1") {
-                // An open watch that never sends an event: the objects do not change.
-                return Response::builder()
-                    .header("content-type", "application/json")
-                    .body(Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>()))
-                    .expect("response");
-            }
             let limit = query.get("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(usize::MAX);
             let start = query.get("continue").and_then(|c| c.parse::<usize>().ok()).unwrap_or(0);
             let end = start.saturating_add(limit).min(items.len());
@@ -77,7 +80,7 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
                               "items": items[start.min(end)..end]});
             return json_response(StatusCode::OK, &list);
         }
-        if query.contains_key(&"watch") || path.ends_with('s') && !path.contains("/namespaces/") {
+        if path.ends_with('s') && !path.contains("/namespaces/") {
             return json_response(
                 StatusCode::OK,
                 &json!({"apiVersion": "v1", "kind": "List",

@@ -1,6 +1,7 @@
 //! The reconcilers of watcher-operator. Each module holds one controller: its `run`, its
 //! `reconcile` and the pure functions that decide what it writes.
 
+mod cache;
 mod context;
 mod error;
 mod metrics;
@@ -9,6 +10,7 @@ pub mod watcher;
 #[cfg(test)]
 mod fixtures;
 
+pub use cache::{Change, WatcherCache};
 pub use context::Context;
 pub use error::{Error, Result};
 pub use metrics::Metrics;

@@ -15,7 +15,7 @@ use serde_json::json;
 use tracing::{debug, info, instrument, warn};
 use watcher_api::{FIELD_MANAGER, MANAGED_BY, Watcher, WatcherStatus, condition, config_map_name, set_condition};
 
-use crate::{Context, Error, Result};
+use crate::{Context, Error, Result, WatcherCache};
 
 const CONTROLLER: &str = "watcher";
 /// Label on every owned ConfigMap, so the controller watches only its own.
@@ -27,12 +27,13 @@ const RESYNC: Duration = Duration::from_secs(30 * 60);
 /// A ConfigMap held by someone else is looked at again this often.
 const CONFLICT_RETRY: Duration = Duration::from_secs(60);
 
-/// Runs the Watcher controller until shutdown.
-pub async fn run(ctx: Arc<Context>) {
-    let watchers = Api::<Watcher>::all(ctx.client.clone());
+/// Runs the Watcher controller until shutdown, on the Watchers of the shared cache.
+pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
     let config_maps = Api::<ConfigMap>::all(ctx.client.clone());
     let owned = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    Controller::new(watchers, watcher::Config::default().any_semantic())
+    let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
+    Controller::for_shared_stream(triggers, cache.store.clone())
+        .reconcile_all_on(resyncs)
         .owns(config_maps, owned)
         .with_config(crate::controller_config())
         .shutdown_on_signal()

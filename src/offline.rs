@@ -1,0 +1,219 @@
+//! Commands that need no cluster: `crds`, `inject` (the webhook's mutation, offline) and
+//! `certs` (a CA and serving certificate for manual setups).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use watcher_api::Watcher;
+use watcher_certs::{Authority, service_hosts};
+use watcher_webhook::{InjectOptions, inject};
+
+/// Every CRD as one multi-document YAML stream: exactly the content of `deploy/crds/crds.yaml`.
+pub(crate) fn crds_yaml() -> anyhow::Result<String> {
+    let mut out = String::new();
+    for crd in watcher_api::crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
+/// `watcher-operator inject`: every pod of `pods` as the webhook would admit it, as YAML.
+/// Warnings and skip reasons go to stderr, as kubectl shows admission warnings.
+pub(crate) fn inject_preview(
+    pods: &Path,
+    watchers: &[PathBuf],
+    namespace: Option<&str>,
+    native: bool,
+) -> anyhow::Result<String> {
+    let mut all_watchers: Vec<Watcher> = Vec::new();
+    for path in watchers {
+        for document in documents(path)? {
+            let watcher = parse_kind::<Watcher>(&document, "Watcher", path)?;
+            all_watchers.push(watcher);
+        }
+    }
+    let options = InjectOptions { excluded_namespaces: Vec::new(), native_sidecars: native };
+    let mut out = String::new();
+    for document in documents(pods)? {
+        let pod = parse_kind::<Pod>(&document, "Pod", pods)?;
+        let namespace = pod.namespace().or(namespace.map(str::to_owned)).unwrap_or_else(|| "default".into());
+        // Watcher files usually carry no namespace: they stand for Watchers of the pod's.
+        let in_namespace: Vec<Watcher> = all_watchers
+            .iter()
+            .cloned()
+            .map(|mut w| {
+                w.metadata.namespace.get_or_insert_with(|| namespace.clone());
+                w
+            })
+            .collect();
+        let refs: Vec<&Watcher> = in_namespace.iter().collect();
+        let injection = inject(&pod, &namespace, &refs, &options);
+        let name = pod.metadata.name.as_deref().or(pod.metadata.generate_name.as_deref()).unwrap_or("<unnamed>");
+        for warning in &injection.warnings {
+            eprintln!("Warning: pod {namespace}/{name}: {warning}");
+        }
+        if let Some(reason) = &injection.skipped {
+            eprintln!("pod {namespace}/{name} not injected: {reason}");
+        }
+        let mut value = serde_json::to_value(&pod)?;
+        json_patch::patch(&mut value, &injection.patch).context("the injection patch does not apply")?;
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&value)?);
+    }
+    Ok(out)
+}
+
+/// The YAML documents of a file (`-` is stdin), as JSON values; empty documents are skipped.
+fn documents(path: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut text = String::new();
+    if path == Path::new("-") {
+        std::io::stdin().read_to_string(&mut text).context("cannot read stdin")?;
+    } else {
+        text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    }
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).with_context(|| format!("{} is not valid YAML", path.display()))?;
+    let documents: Vec<_> = documents.into_iter().filter(|d| !d.is_null()).collect();
+    if documents.is_empty() {
+        bail!("{} holds no object", path.display());
+    }
+    Ok(documents)
+}
+
+fn parse_kind<T: serde::de::DeserializeOwned>(value: &serde_json::Value, kind: &str, path: &Path) -> anyhow::Result<T> {
+    let found = value.get("kind").and_then(|k| k.as_str()).unwrap_or("<no kind>");
+    if found != kind {
+        bail!("{}: expected a {kind}, found {found}", path.display());
+    }
+    serde_json::from_value(value.clone()).with_context(|| format!("{}: not a valid {kind}", path.display()))
+}
+
+/// `watcher-operator certs`: writes `ca.crt`, `ca.key`, `tls.crt`, `tls.key` into `out_dir`.
+pub(crate) fn write_certs(
+    service: &str,
+    namespace: &str,
+    extra_hosts: &[String],
+    out_dir: &Path,
+    days: u32,
+) -> anyhow::Result<()> {
+    if days == 0 {
+        bail!("--days must be at least 1");
+    }
+    let lifetime = std::time::Duration::from_secs(u64::from(days) * 24 * 3600);
+    let (ca, ca_pem) = Authority::generate(lifetime * 2)?;
+    let mut hosts = service_hosts(service, namespace);
+    hosts.extend(extra_hosts.iter().cloned());
+    let serving = ca.issue(&hosts, lifetime)?;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    write_file(&out_dir.join("ca.crt"), &ca_pem.cert_pem, false)?;
+    write_file(&out_dir.join("ca.key"), &ca_pem.key_pem, true)?;
+    write_file(&out_dir.join("tls.crt"), &serving.cert_pem, false)?;
+    write_file(&out_dir.join("tls.key"), &serving.key_pem, true)?;
+    eprintln!(
+        "wrote ca.crt, ca.key, tls.crt, tls.key to {} for {}; serve with\n  --tls-cert-file {}/tls.crt --tls-key-file {}/tls.key\nand put ca.crt (base64) into the webhook configuration's caBundle.",
+        out_dir.display(),
+        hosts.join(", "),
+        out_dir.display(),
+        out_dir.display()
+    );
+    Ok(())
+}
+
+fn write_file(path: &Path, contents: &str, private: bool) -> anyhow::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    #[cfg(not(unix))]
+    let _ = private;
+    use std::io::Write;
+    let mut file = options.open(path).with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(contents.as_bytes()).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_file(name: &str, contents: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("watcher-offline-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(name);
+        std::fs::write(&path, contents).expect("written");
+        path
+    }
+
+    #[test]
+    fn preview_injects_the_samples() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = inject_preview(
+            &root.join("deploy/samples/pod.yaml"),
+            &[root.join("deploy/samples/watcher.yaml")],
+            None,
+            true,
+        )
+        .expect("preview");
+        let pod: serde_json::Value = serde_saphyr::from_str(out.trim_start_matches("---\n")).expect("YAML out");
+        assert_eq!(pod["spec"]["initContainers"][0]["name"], "log-watcher");
+        assert_eq!(pod["spec"]["initContainers"][0]["envFrom"][0]["configMapRef"]["name"], "log-watcher-config");
+        assert!(
+            pod["metadata"]["annotations"]["watcher.dev/injected"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("log-watcher@"))
+        );
+    }
+
+    #[test]
+    fn preview_handles_several_pods_and_refuses_wrong_kinds() {
+        let pods = temp_file(
+            "pods.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a, annotations: {watcher.dev/inject: w}}\nspec: {containers: [{name: app}]}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: app}]}\n",
+        );
+        let watcher = temp_file(
+            "w.yaml",
+            "apiVersion: watcher.dev/v1alpha1\nkind: Watcher\nmetadata: {name: w}\nspec: {container: {name: w, image: x}}\n",
+        );
+        let out = inject_preview(&pods, std::slice::from_ref(&watcher), Some("team-a"), false).expect("preview");
+        assert_eq!(out.matches("---\n").count(), 2);
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&out).expect("YAML");
+        assert_eq!(docs[0]["spec"]["containers"][1]["name"], "w");
+        assert_eq!(docs[1]["spec"]["containers"].as_array().map(Vec::len), Some(1), "b asked for nothing");
+
+        let error =
+            inject_preview(&watcher, std::slice::from_ref(&watcher), None, true).expect_err("a Watcher is not a Pod");
+        assert!(error.to_string().contains("expected a Pod, found Watcher"), "{error}");
+        let broken = temp_file("broken.yaml", "kind: Pod\nspec: [unclosed\n");
+        assert!(inject_preview(&broken, std::slice::from_ref(&watcher), None, true).is_err());
+        let missing = inject_preview(Path::new("/nonexistent/pod.yaml"), &[watcher], None, true).expect_err("missing");
+        assert!(missing.to_string().contains("cannot read /nonexistent/pod.yaml"), "{missing}");
+    }
+
+    #[test]
+    fn certs_are_written_and_valid_for_the_service() {
+        let dir = std::env::temp_dir().join(format!("watcher-certs-cmd-{}", std::process::id()));
+        write_certs("svc", "ns", &["127.0.0.1".into()], &dir, 30).expect("written");
+        let cert = std::fs::read_to_string(dir.join("tls.crt")).expect("tls.crt");
+        let info = watcher_certs::CertInfo::from_pem(&cert).expect("parses");
+        assert!(info.covers(&["svc.ns.svc".into(), "127.0.0.1".into()]));
+        let store = watcher_certs::CertStore::default();
+        let key = std::fs::read(dir.join("tls.key")).expect("tls.key");
+        assert!(store.load_pem(cert.as_bytes(), &key).expect("a matching pair"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.join("tls.key")).expect("meta").permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        assert!(write_certs("svc", "ns", &[], &dir, 0).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

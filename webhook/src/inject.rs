@@ -1,0 +1,246 @@
+//! The mutation itself: a pod and the Watchers of its namespace in, JSON-patch operations out.
+//! Pure and synchronous; the admission handler and `watcher-operator inject` both call it.
+
+use std::collections::BTreeMap;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation};
+use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, Pod};
+use kube::ResourceExt;
+use serde_json::Value;
+use watcher_api::{
+    INJECTED_ANNOTATION, NativeSidecar, Watcher, config_map_name, injected_annotation_value, injected_watchers,
+    requested_watchers,
+};
+
+/// Namespaces that are never injected, whatever the pods in them ask for.
+pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+/// What `inject` needs to know about the cluster besides the pod.
+#[derive(Clone, Debug, Default)]
+pub struct InjectOptions {
+    /// Namespaces never injected besides [`SYSTEM_NAMESPACES`]: the operator's own.
+    pub excluded_namespaces: Vec<String>,
+    /// Whether the API server runs native sidecars (Kubernetes 1.29 or later).
+    pub native_sidecars: bool,
+}
+
+/// Whether a kube-apiserver of this version runs native sidecars (init containers with
+/// `restartPolicy: Always`, on by default since Kubernetes 1.29). `minor` may carry a vendor
+/// suffix such as `29+`.
+pub fn supports_native_sidecars(major: &str, minor: &str) -> bool {
+    let number = |s: &str| s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>().ok();
+    match (number(major), number(minor)) {
+        (Some(major), Some(minor)) => (major, minor) >= (1, 29),
+        _ => false,
+    }
+}
+
+/// The outcome of [`inject`].
+#[derive(Debug, Default, PartialEq)]
+pub struct Injection {
+    /// JSON-patch operations, in order; empty when the pod is left as it is.
+    pub patch: Vec<PatchOperation>,
+    /// Names of the Watchers injected by this patch.
+    pub injected: Vec<String>,
+    /// Problems to show the user (the pod is still allowed).
+    pub warnings: Vec<String>,
+    /// Why nothing was injected, when `patch` is empty.
+    pub skipped: Option<String>,
+}
+
+/// Injects into `pod` (created in `namespace`) every Watcher of that namespace that it asks for
+/// by annotation or that selects it, unless already injected.
+///
+/// `watchers` may hold Watchers of any namespace: only those of `namespace` are used.
+pub fn inject(pod: &Pod, namespace: &str, watchers: &[&Watcher], options: &InjectOptions) -> Injection {
+    let mut injection = Injection::default();
+    if SYSTEM_NAMESPACES.contains(&namespace) || options.excluded_namespaces.iter().any(|ns| ns == namespace) {
+        injection.skipped = Some(format!("namespace {namespace} is never injected"));
+        return injection;
+    }
+    if pod.spec.as_ref().is_none_or(|spec| spec.containers.is_empty()) {
+        // Not a valid pod: the API server rejects it after admission, and a patch could not apply.
+        injection.skipped = Some("the pod has no containers".into());
+        return injection;
+    }
+    let annotations = pod.annotations();
+    let in_namespace = |w: &&&Watcher| w.metadata.namespace.as_deref() == Some(namespace);
+
+    // Requested by annotation, in the order written, then selected, by name.
+    let mut wanted: Vec<&Watcher> = Vec::new();
+    for name in requested_watchers(annotations) {
+        match watchers.iter().filter(in_namespace).find(|w| w.name_any() == name) {
+            Some(watcher) => wanted.push(watcher),
+            None => injection.warnings.push(format!("Watcher {name} not found in namespace {namespace}")),
+        }
+    }
+    let mut selected: Vec<&Watcher> =
+        watchers.iter().filter(in_namespace).filter(|w| w.selects(pod.labels())).copied().collect();
+    selected.sort_by_key(|w| w.name_any());
+    for watcher in selected {
+        if !wanted.iter().any(|w| w.name_any() == watcher.name_any()) {
+            wanted.push(watcher);
+        }
+    }
+    if wanted.is_empty() {
+        if injection.warnings.is_empty() {
+            injection.skipped = Some("the pod asks for no Watcher".into());
+        } else {
+            injection.skipped = Some("no requested Watcher exists".into());
+        }
+        return injection;
+    }
+
+    let already: Vec<(&str, &str)> = injected_watchers(annotations);
+    let mut patch = PodPatch::new(pod);
+    let mut entries: Vec<(String, String)> = already.iter().map(|(n, h)| ((*n).to_owned(), (*h).to_owned())).collect();
+    for watcher in wanted {
+        let name = watcher.name_any();
+        if already.iter().any(|(injected, _)| *injected == name) {
+            continue; // reinvocation, or a pod copied from an injected one: nothing to do
+        }
+        let container_name = watcher.spec.container.name.as_str();
+        if patch.container_names.iter().any(|n| n == container_name) {
+            injection
+                .warnings
+                .push(format!("Watcher {name} not injected: the pod already has a container named {container_name}"));
+            continue;
+        }
+        let native = match watcher.spec.native_sidecar {
+            NativeSidecar::Always => {
+                if !options.native_sidecars {
+                    injection.warnings.push(format!(
+                        "Watcher {name} asks for a native sidecar, which this API server does not support \
+                         (Kubernetes 1.29 or later)"
+                    ));
+                }
+                true
+            }
+            NativeSidecar::Auto => options.native_sidecars,
+            NativeSidecar::Never => false,
+        };
+        patch.add_container(sidecar(watcher, native), native);
+        if let Some(volume) = &watcher.spec.volume {
+            patch.add_volume(volume.name.clone(), to_value(volume.as_ref()));
+        }
+        if let Some(secret) = &watcher.spec.image_pull_secrets {
+            patch.add_pull_secret(secret.name.clone(), to_value(secret));
+        }
+        entries.push((name.clone(), watcher.spec.spec_hash()));
+        injection.injected.push(name);
+    }
+
+    if injection.injected.is_empty() {
+        injection.skipped = Some("every Watcher the pod asks for is injected or cannot be".into());
+        return injection;
+    }
+    let value = injected_annotation_value(entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
+    patch.set_annotation(pod, INJECTED_ANNOTATION, value);
+    injection.patch = patch.ops;
+    injection
+}
+
+/// The Watcher's container as it goes into the pod.
+fn sidecar(watcher: &Watcher, native: bool) -> Container {
+    let mut container = watcher.spec.container.clone();
+    if watcher.spec.has_config() {
+        container.env_from.get_or_insert_with(Vec::new).push(EnvFromSource {
+            config_map_ref: Some(ConfigMapEnvSource { name: config_map_name(&watcher.name_any()), optional: None }),
+            ..EnvFromSource::default()
+        });
+    }
+    if native {
+        container.restart_policy = Some("Always".into());
+    }
+    container
+}
+
+fn to_value<T: serde::Serialize>(value: &T) -> Value {
+    // Serialising k8s-openapi types to a Value cannot fail: they are plain data with string keys.
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+/// Patch operations against one pod, tracking which lists exist and which names are taken so
+/// every path is valid for the pod as the earlier operations leave it.
+struct PodPatch {
+    ops: Vec<PatchOperation>,
+    container_names: Vec<String>,
+    volume_names: Vec<String>,
+    secret_names: Vec<String>,
+    has_containers: bool,
+    has_init_containers: bool,
+    has_volumes: bool,
+    has_pull_secrets: bool,
+}
+
+impl PodPatch {
+    fn new(pod: &Pod) -> Self {
+        let spec = pod.spec.as_ref();
+        let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+        let init = spec.and_then(|s| s.init_containers.as_deref());
+        let volumes = spec.and_then(|s| s.volumes.as_deref());
+        let secrets = spec.and_then(|s| s.image_pull_secrets.as_deref());
+        Self {
+            ops: Vec::new(),
+            container_names: containers.iter().chain(init.unwrap_or_default()).map(|c| c.name.clone()).collect(),
+            volume_names: volumes.unwrap_or_default().iter().map(|v| v.name.clone()).collect(),
+            secret_names: secrets.unwrap_or_default().iter().map(|s| s.name.clone()).collect(),
+            has_containers: !containers.is_empty(),
+            has_init_containers: init.is_some(),
+            has_volumes: volumes.is_some(),
+            has_pull_secrets: secrets.is_some(),
+        }
+    }
+
+    fn add_container(&mut self, container: Container, native: bool) {
+        self.container_names.push(container.name.clone());
+        let value = to_value(&container);
+        if native {
+            append(&mut self.ops, &mut self.has_init_containers, "initContainers", value);
+        } else {
+            append(&mut self.ops, &mut self.has_containers, "containers", value);
+        }
+    }
+
+    fn add_volume(&mut self, name: String, volume: Value) {
+        if !self.volume_names.contains(&name) {
+            self.volume_names.push(name);
+            append(&mut self.ops, &mut self.has_volumes, "volumes", volume);
+        }
+    }
+
+    fn add_pull_secret(&mut self, name: String, secret: Value) {
+        if !self.secret_names.contains(&name) {
+            self.secret_names.push(name);
+            append(&mut self.ops, &mut self.has_pull_secrets, "imagePullSecrets", secret);
+        }
+    }
+
+    fn set_annotation(&mut self, pod: &Pod, key: &str, value: String) {
+        if pod.metadata.annotations.is_some() {
+            // `add` on an existing member replaces it.
+            self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations", key]), Value::String(value)));
+        } else {
+            let annotations = BTreeMap::from([(key.to_owned(), value)]);
+            self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations"]), to_value(&annotations)));
+        }
+    }
+}
+
+/// Appends `value` to `/spec/<list>`, creating the list when the pod has none.
+fn append(ops: &mut Vec<PatchOperation>, exists: &mut bool, list: &str, value: Value) {
+    if *exists {
+        ops.push(add(PointerBuf::from_tokens(["spec", list, "-"]), value));
+    } else {
+        ops.push(add(PointerBuf::from_tokens(["spec", list]), Value::Array(vec![value])));
+        *exists = true;
+    }
+}
+
+fn add(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path, value })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,322 @@
+use k8s_openapi::api::core::v1::Pod;
+use rstest::rstest;
+use serde_json::{Value, json};
+use watcher_api::Watcher;
+
+use super::{InjectOptions, Injection, inject, supports_native_sidecars};
+
+fn watcher(name: &str, namespace: &str, spec: Value) -> Watcher {
+    serde_json::from_value(json!({
+        "apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }))
+    .expect("valid Watcher")
+}
+
+/// A Watcher with every optional part: config, volume, pull secret.
+fn full_watcher(native: &str) -> Watcher {
+    watcher(
+        "log-watcher",
+        "team-a",
+        json!({
+            "container": {"name": "log-watcher", "image": "busybox:1.36", "command": ["sh", "-c", "tail -F /x"]},
+            "volume": {"name": "logs", "emptyDir": {}},
+            "configData": {"LEVEL": "debug"},
+            "imagePullSecrets": {"name": "regcred"},
+            "nativeSidecar": native,
+        }),
+    )
+}
+
+fn pod(metadata: Value, spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+}
+
+fn annotated(names: &str) -> Value {
+    pod(
+        json!({"name": "app", "annotations": {"watcher.dev/inject": names}}),
+        json!({"containers": [{"name": "app", "image": "nginx"}]}),
+    )
+}
+
+fn options(native_sidecars: bool) -> InjectOptions {
+    InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars }
+}
+
+/// Runs `inject` and applies its patch: the patch must apply cleanly to the pod it was made for.
+fn run(pod: &Value, watchers: &[Watcher], options: &InjectOptions) -> (Injection, Value) {
+    run_in("team-a", pod, watchers, options)
+}
+
+fn run_in(namespace: &str, pod: &Value, watchers: &[Watcher], options: &InjectOptions) -> (Injection, Value) {
+    let typed: Pod = serde_json::from_value(pod.clone()).expect("valid Pod");
+    let refs: Vec<&Watcher> = watchers.iter().collect();
+    let injection = inject(&typed, namespace, &refs, options);
+    let mut patched = pod.clone();
+    json_patch::patch(&mut patched, &injection.patch).expect("patch applies");
+    (injection, patched)
+}
+
+fn ops(injection: &Injection) -> Value {
+    serde_json::to_value(&injection.patch).expect("patch serialises")
+}
+
+fn sidecar(native: bool) -> Value {
+    let mut container = json!({
+        "name": "log-watcher", "image": "busybox:1.36", "command": ["sh", "-c", "tail -F /x"],
+        "envFrom": [{"configMapRef": {"name": "log-watcher-config"}}],
+    });
+    if native {
+        container["restartPolicy"] = json!("Always");
+    }
+    container
+}
+
+fn injected_value(watcher: &Watcher) -> String {
+    format!("log-watcher@{}", watcher.spec.spec_hash())
+}
+
+#[test]
+fn annotated_pod_gets_container_config_volume_secret_and_annotation() {
+    let watcher = full_watcher("Never");
+    let (injection, patched) = run(&annotated("log-watcher"), std::slice::from_ref(&watcher), &options(true));
+    assert_eq!(
+        ops(&injection),
+        json!([
+            {"op": "add", "path": "/spec/containers/-", "value": sidecar(false)},
+            {"op": "add", "path": "/spec/volumes", "value": [{"name": "logs", "emptyDir": {}}]},
+            {"op": "add", "path": "/spec/imagePullSecrets", "value": [{"name": "regcred"}]},
+            {"op": "add", "path": "/metadata/annotations/watcher.dev~1injected", "value": injected_value(&watcher)},
+        ])
+    );
+    assert_eq!(injection.injected, ["log-watcher"]);
+    assert!(injection.warnings.is_empty() && injection.skipped.is_none());
+    assert_eq!(patched["spec"]["containers"][1]["name"], "log-watcher");
+    assert_eq!(patched["metadata"]["annotations"]["watcher.dev/inject"], "log-watcher");
+    assert_eq!(patched["metadata"]["annotations"]["watcher.dev/injected"], injected_value(&watcher));
+}
+
+#[rstest]
+#[case::auto_on_a_new_server("Auto", true, true, 0)]
+#[case::auto_on_an_old_server("Auto", false, false, 0)]
+#[case::always_on_a_new_server("Always", true, true, 0)]
+#[case::always_on_an_old_server_warns("Always", false, true, 1)]
+#[case::never("Never", true, false, 0)]
+fn native_sidecar_modes(
+    #[case] mode: &str,
+    #[case] server_supports: bool,
+    #[case] expect_native: bool,
+    #[case] warnings: usize,
+) {
+    let (injection, patched) = run(&annotated("log-watcher"), &[full_watcher(mode)], &options(server_supports));
+    let first = &ops(&injection)[0];
+    if expect_native {
+        assert_eq!(first, &json!({"op": "add", "path": "/spec/initContainers", "value": [sidecar(true)]}));
+        assert_eq!(patched["spec"]["initContainers"][0]["restartPolicy"], "Always");
+        assert_eq!(patched["spec"]["containers"].as_array().map(Vec::len), Some(1));
+    } else {
+        assert_eq!(first, &json!({"op": "add", "path": "/spec/containers/-", "value": sidecar(false)}));
+        assert!(patched["spec"].get("initContainers").is_none());
+    }
+    assert_eq!(injection.warnings.len(), warnings, "{:?}", injection.warnings);
+}
+
+#[test]
+fn native_sidecar_appends_to_existing_init_containers() {
+    let pod = pod(
+        json!({"name": "app", "annotations": {"watcher.dev/inject": "log-watcher"}}),
+        json!({"initContainers": [{"name": "setup", "image": "busybox"}], "containers": [{"name": "app"}]}),
+    );
+    let (injection, patched) = run(&pod, &[full_watcher("Always")], &options(true));
+    assert_eq!(ops(&injection)[0], json!({"op": "add", "path": "/spec/initContainers/-", "value": sidecar(true)}));
+    assert_eq!(patched["spec"]["initContainers"][0]["name"], "setup");
+    assert_eq!(patched["spec"]["initContainers"][1]["name"], "log-watcher");
+}
+
+#[test]
+fn reinvocation_is_a_no_op() {
+    let watchers = [full_watcher("Auto")];
+    let (first, patched) = run(&annotated("log-watcher"), &watchers, &options(true));
+    assert_eq!(first.injected, ["log-watcher"]);
+    let (second, unchanged) = run(&patched, &watchers, &options(true));
+    assert!(second.patch.is_empty());
+    assert!(second.warnings.is_empty(), "our own sidecar is not a collision: {:?}", second.warnings);
+    assert_eq!(second.skipped.as_deref(), Some("every Watcher the pod asks for is injected or cannot be"));
+    assert_eq!(unchanged, patched);
+}
+
+#[test]
+fn selector_injects_without_annotation_and_creates_annotations() {
+    let selected = watcher(
+        "metrics",
+        "team-a",
+        json!({"container": {"name": "metrics", "image": "m:1"}, "selector": {"matchLabels": {"app": "web"}}}),
+    );
+    let other = watcher(
+        "db",
+        "team-a",
+        json!({"container": {"name": "db", "image": "d:1"}, "selector": {"matchLabels": {"app": "db"}}}),
+    );
+    let pod = pod(
+        json!({"generateName": "web-7d876db474-", "labels": {"app": "web"}}),
+        json!({"containers": [{"name": "app"}]}),
+    );
+    let (injection, patched) = run(&pod, &[selected.clone(), other], &options(false));
+    assert_eq!(
+        ops(&injection),
+        json!([
+            {"op": "add", "path": "/spec/containers/-", "value": {"name": "metrics", "image": "m:1"}},
+            {"op": "add", "path": "/metadata/annotations",
+             "value": {"watcher.dev/injected": format!("metrics@{}", selected.spec.spec_hash())}},
+        ])
+    );
+    assert_eq!(patched["spec"]["containers"][1]["name"], "metrics");
+}
+
+#[test]
+fn annotation_order_first_then_selected_by_name_and_lists_created_once() {
+    let spec = |name: &str, selector: Value| {
+        json!({"container": {"name": name, "image": "x"}, "volume": {"name": format!("v-{name}"), "emptyDir": {}},
+               "selector": selector})
+    };
+    let watchers = [
+        watcher("zeta", "team-a", spec("zeta", json!({"matchLabels": {"app": "web"}}))),
+        watcher("alpha", "team-a", spec("alpha", json!({"matchLabels": {"app": "web"}}))),
+        watcher("requested", "team-a", spec("requested", Value::Null)),
+    ];
+    let pod = pod(
+        json!({"name": "p", "labels": {"app": "web"}, "annotations": {"watcher.dev/inject": "requested,zeta"}}),
+        json!({"containers": [{"name": "app"}]}),
+    );
+    let (injection, patched) = run(&pod, &watchers, &options(false));
+    assert_eq!(injection.injected, ["requested", "zeta", "alpha"]);
+    let paths: Vec<_> = injection.patch.iter().map(|op| op.path().to_string()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/spec/containers/-",
+            "/spec/volumes",
+            "/spec/containers/-",
+            "/spec/volumes/-",
+            "/spec/containers/-",
+            "/spec/volumes/-",
+            "/metadata/annotations/watcher.dev~1injected"
+        ]
+    );
+    let volumes: Vec<_> =
+        patched["spec"]["volumes"].as_array().expect("volumes").iter().map(|v| v["name"].clone()).collect();
+    assert_eq!(volumes, [json!("v-requested"), json!("v-zeta"), json!("v-alpha")]);
+}
+
+#[test]
+fn container_name_collision_is_a_warning_not_a_patch() {
+    let pod = pod(
+        json!({"name": "p", "annotations": {"watcher.dev/inject": "log-watcher"}}),
+        json!({"containers": [{"name": "app"}, {"name": "log-watcher", "image": "mine"}]}),
+    );
+    let (injection, patched) = run(&pod, &[full_watcher("Never")], &options(true));
+    assert!(injection.patch.is_empty());
+    assert_eq!(
+        injection.warnings,
+        ["Watcher log-watcher not injected: the pod already has a container named log-watcher"]
+    );
+    assert_eq!(patched, pod);
+}
+
+#[test]
+fn two_watchers_with_one_container_name_inject_the_first_only() {
+    let twin = watcher("twin", "team-a", json!({"container": {"name": "log-watcher", "image": "other"}}));
+    let (injection, _) = run(&annotated("log-watcher,twin"), &[full_watcher("Never"), twin], &options(true));
+    assert_eq!(injection.injected, ["log-watcher"]);
+    assert_eq!(injection.warnings, ["Watcher twin not injected: the pod already has a container named log-watcher"]);
+}
+
+#[test]
+fn missing_watcher_is_a_warning_and_the_others_still_inject() {
+    let (injection, patched) = run(&annotated("nope,log-watcher"), &[full_watcher("Never")], &options(true));
+    assert_eq!(injection.warnings, ["Watcher nope not found in namespace team-a"]);
+    assert_eq!(injection.injected, ["log-watcher"]);
+    assert_eq!(patched["spec"]["containers"][1]["name"], "log-watcher");
+
+    let (only_missing, _) = run(&annotated("nope"), &[full_watcher("Never")], &options(true));
+    assert!(only_missing.patch.is_empty());
+    assert_eq!(only_missing.skipped.as_deref(), Some("no requested Watcher exists"));
+    assert_eq!(only_missing.warnings.len(), 1);
+}
+
+#[test]
+fn watchers_of_other_namespaces_are_never_used() {
+    let elsewhere = watcher("log-watcher", "team-b", json!({"container": {"name": "log-watcher"}, "selector": {}}));
+    let (injection, _) = run(&annotated("log-watcher"), &[elsewhere], &options(true));
+    assert!(injection.patch.is_empty());
+    assert_eq!(injection.warnings, ["Watcher log-watcher not found in namespace team-a"]);
+}
+
+#[rstest]
+#[case::kube_system("kube-system")]
+#[case::kube_public("kube-public")]
+#[case::kube_node_lease("kube-node-lease")]
+#[case::operator_namespace("watcher-system")]
+fn excluded_namespaces_are_never_injected(#[case] namespace: &str) {
+    let everywhere = watcher("log-watcher", namespace, json!({"container": {"name": "log-watcher"}, "selector": {}}));
+    let (injection, _) = run_in(namespace, &annotated("log-watcher"), &[everywhere], &options(true));
+    assert!(injection.patch.is_empty());
+    assert_eq!(injection.skipped, Some(format!("namespace {namespace} is never injected")));
+}
+
+#[test]
+fn existing_volume_and_pull_secret_are_not_duplicated() {
+    let pod = pod(
+        json!({"name": "p", "annotations": {"watcher.dev/inject": "log-watcher"}}),
+        json!({"containers": [{"name": "app"}], "volumes": [{"name": "logs", "hostPath": {"path": "/var/log"}}],
+               "imagePullSecrets": [{"name": "regcred"}]}),
+    );
+    let (injection, patched) = run(&pod, &[full_watcher("Never")], &options(true));
+    let paths: Vec<_> = injection.patch.iter().map(|op| op.path().to_string()).collect();
+    assert_eq!(paths, ["/spec/containers/-", "/metadata/annotations/watcher.dev~1injected"]);
+    assert_eq!(patched["spec"]["volumes"], json!([{"name": "logs", "hostPath": {"path": "/var/log"}}]));
+}
+
+#[test]
+fn earlier_injections_are_kept_in_the_annotation() {
+    let pod = pod(
+        json!({"name": "p", "annotations": {"watcher.dev/inject": "first,log-watcher", "watcher.dev/injected": "first@abc"}}),
+        json!({"containers": [{"name": "app"}, {"name": "first"}]}),
+    );
+    let first = watcher("first", "team-a", json!({"container": {"name": "first"}}));
+    let watcher = full_watcher("Never");
+    let (injection, patched) = run(&pod, &[first, watcher.clone()], &options(true));
+    assert_eq!(injection.injected, ["log-watcher"]);
+    assert_eq!(
+        patched["metadata"]["annotations"]["watcher.dev/injected"],
+        format!("first@abc,{}", injected_value(&watcher))
+    );
+}
+
+#[test]
+fn a_pod_that_asks_for_nothing_is_skipped() {
+    let pod = pod(json!({"name": "p", "labels": {"app": "web"}}), json!({"containers": [{"name": "app"}]}));
+    let (injection, _) = run(&pod, &[full_watcher("Never")], &options(true));
+    assert_eq!(injection, Injection { skipped: Some("the pod asks for no Watcher".into()), ..Injection::default() });
+}
+
+#[test]
+fn a_pod_without_containers_is_skipped() {
+    let pod = pod(json!({"name": "p", "annotations": {"watcher.dev/inject": "log-watcher"}}), json!({}));
+    let (injection, _) = run(&pod, &[full_watcher("Never")], &options(true));
+    assert!(injection.patch.is_empty());
+    assert_eq!(injection.skipped.as_deref(), Some("the pod has no containers"));
+}
+
+#[rstest]
+#[case("1", "29", true)]
+#[case("1", "33", true)]
+#[case("1", "30+", true)]
+#[case("1", "28", false)]
+#[case("1", "", false)]
+#[case("2", "0", true)]
+#[case("x", "y", false)]
+fn native_sidecar_support_by_server_version(#[case] major: &str, #[case] minor: &str, #[case] expected: bool) {
+    assert_eq!(supports_native_sidecars(major, minor), expected);
+}

@@ -1,0 +1,59 @@
+//! Admission metrics.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// How an admission request ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are lower case
+pub enum AdmissionResult {
+    /// A patch was returned.
+    injected,
+    /// The pod was allowed unchanged.
+    skipped,
+    /// The request could not be read, or was denied.
+    error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: AdmissionResult,
+}
+
+/// `watcher_admission_requests_total{result}` and `watcher_admission_duration_seconds`.
+#[derive(Clone)]
+pub struct Metrics {
+    requests: Family<ResultLabels, Counter>,
+    duration: Histogram,
+}
+
+impl Metrics {
+    /// Metrics registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            requests: Family::default(),
+            duration: Histogram::new([0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25]),
+        };
+        registry.register("watcher_admission_requests", "Admission requests answered", metrics.requests.clone());
+        registry.register(
+            "watcher_admission_duration_seconds",
+            "Time to answer an admission request",
+            metrics.duration.clone(),
+        );
+        metrics
+    }
+
+    /// Counts one answered request that took `seconds`.
+    pub fn observe(&self, result: AdmissionResult, seconds: f64) {
+        self.requests.get_or_create(&ResultLabels { result }).inc();
+        self.duration.observe(seconds);
+    }
+
+    /// Requests counted so far with `result`.
+    pub fn count(&self, result: AdmissionResult) -> u64 {
+        self.requests.get_or_create(&ResultLabels { result }).get()
+    }
+}

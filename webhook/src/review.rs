@@ -1,0 +1,196 @@
+//! AdmissionReview in, AdmissionReview out: decoding, the call to [`inject`], and every way a
+//! request can be wrong mapped to a clear answer.
+
+use std::sync::Arc;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+use kube::runtime::reflector::Store;
+use serde::Serialize;
+use tracing::{info, warn};
+use watcher_api::Watcher;
+
+use crate::metrics::AdmissionResult;
+use crate::{InjectOptions, Injection, inject};
+
+/// A request that cannot be answered with an AdmissionReview (HTTP 400): there is no uid to echo.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// The body is not an `admission.k8s.io/v1` AdmissionReview.
+    #[error("not an AdmissionReview: {0}")]
+    Decode(String),
+    /// The AdmissionReview has no `request`.
+    #[error("the AdmissionReview has no request")]
+    NoRequest,
+}
+
+/// Where the webhook finds the Watchers of a namespace.
+pub trait WatcherSource: Send + Sync {
+    /// The Watchers of `namespace`.
+    fn watchers_in(&self, namespace: &str) -> Vec<Arc<Watcher>>;
+}
+
+impl WatcherSource for Store<Watcher> {
+    fn watchers_in(&self, namespace: &str) -> Vec<Arc<Watcher>> {
+        self.state().into_iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).collect()
+    }
+}
+
+/// Answers AdmissionReviews from the Watchers in `source`.
+pub struct Reviewer<S> {
+    source: S,
+    options: InjectOptions,
+}
+
+impl<S: WatcherSource> Reviewer<S> {
+    /// A reviewer reading Watchers from `source`.
+    pub fn new(source: S, options: InjectOptions) -> Self {
+        Self { source, options }
+    }
+
+    /// The answer to one AdmissionReview body, and how it ended.
+    pub fn review(&self, body: &[u8]) -> Result<(Answer, AdmissionResult), ReviewError> {
+        let request: AdmissionRequest<Pod> = match serde_json::from_slice::<AdmissionReview<Pod>>(body) {
+            Ok(review) => review.try_into().map_err(|_| ReviewError::NoRequest)?,
+            Err(pod_error) => return unreadable_object(body, &pod_error),
+        };
+        Ok(self.respond(&request))
+    }
+
+    fn respond(&self, request: &AdmissionRequest<Pod>) -> (Answer, AdmissionResult) {
+        let uid = request.uid.clone();
+        if !is_pod(&request.kind.group, &request.kind.kind) {
+            let message = format!("watcher-operator mutates pods only, not {}", request.kind.kind);
+            return (Answer::deny(uid, message), AdmissionResult::error);
+        }
+        if request.operation != Operation::Create {
+            return (Answer::allow(uid), AdmissionResult::skipped);
+        }
+        let Some(pod) = request.object.as_ref() else {
+            return (Answer::deny(uid, "the request has no pod".into()), AdmissionResult::error);
+        };
+        // Pods made from generateName have no name yet, and the object may omit its namespace:
+        // the request's namespace is the one the pod is created in.
+        let Some(namespace) = request.namespace.clone().or_else(|| pod.namespace()) else {
+            return (Answer::deny(uid, "the request has no namespace".into()), AdmissionResult::error);
+        };
+        let watchers = self.source.watchers_in(&namespace);
+        let refs: Vec<&Watcher> = watchers.iter().map(Arc::as_ref).collect();
+        let injection = inject(pod, &namespace, &refs, &self.options);
+        let pod_name = pod.metadata.name.as_deref().or(pod.metadata.generate_name.as_deref()).unwrap_or_default();
+        log_injection(request, &namespace, pod_name, &injection);
+        Answer::from_injection(uid, injection)
+    }
+}
+
+/// A body that is not a review of a Pod: deny with a reason when there is a uid to answer.
+fn unreadable_object(body: &[u8], pod_error: &serde_json::Error) -> Result<(Answer, AdmissionResult), ReviewError> {
+    let review = serde_json::from_slice::<AdmissionReview<DynamicObject>>(body)
+        .map_err(|_| ReviewError::Decode(pod_error.to_string()))?;
+    let request: AdmissionRequest<DynamicObject> = review.try_into().map_err(|_| ReviewError::NoRequest)?;
+    let message = if is_pod(&request.kind.group, &request.kind.kind) {
+        format!("cannot read the pod: {pod_error}")
+    } else {
+        format!("watcher-operator mutates pods only, not {}", request.kind.kind)
+    };
+    warn!(uid = request.uid, namespace = request.namespace, %message, "admission request denied");
+    Ok((Answer::deny(request.uid, message), AdmissionResult::error))
+}
+
+fn is_pod(group: &str, kind: &str) -> bool {
+    group.is_empty() && kind == "Pod"
+}
+
+fn log_injection(request: &AdmissionRequest<Pod>, namespace: &str, pod: &str, injection: &Injection) {
+    if injection.patch.is_empty() {
+        info!(uid = request.uid, namespace, pod, dry_run = request.dry_run, reason = injection.skipped.as_deref(),
+              warnings = ?injection.warnings, "pod not injected");
+    } else {
+        info!(uid = request.uid, namespace, pod, dry_run = request.dry_run, watchers = ?injection.injected,
+              warnings = ?injection.warnings, "pod injected");
+    }
+}
+
+/// An `admission.k8s.io/v1` AdmissionReview carrying the response.
+///
+/// Written here rather than with kube's `AdmissionResponse`, which serialises `patch` as an array
+/// of numbers: the API documents (and its maintainers require) base64, which is also a quarter
+/// of the size.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Answer {
+    api_version: &'static str,
+    kind: &'static str,
+    response: AnswerResponse,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AnswerResponse {
+    uid: String,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<AnswerStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<ByteString>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct AnswerStatus {
+    status: &'static str,
+    code: u16,
+    reason: &'static str,
+    message: String,
+}
+
+impl Answer {
+    fn new(response: AnswerResponse) -> Self {
+        Self { api_version: "admission.k8s.io/v1", kind: "AdmissionReview", response }
+    }
+
+    fn allow(uid: String) -> Self {
+        Self::new(AnswerResponse { uid, allowed: true, status: None, patch: None, patch_type: None, warnings: vec![] })
+    }
+
+    fn deny(uid: String, message: String) -> Self {
+        let status = AnswerStatus { status: "Failure", code: 400, reason: "BadRequest", message };
+        Self::new(AnswerResponse {
+            uid,
+            allowed: false,
+            status: Some(status),
+            patch: None,
+            patch_type: None,
+            warnings: vec![],
+        })
+    }
+
+    fn from_injection(uid: String, injection: Injection) -> (Self, AdmissionResult) {
+        let mut answer = Self::allow(uid);
+        answer.response.warnings = injection.warnings;
+        if injection.patch.is_empty() {
+            return (answer, AdmissionResult::skipped);
+        }
+        match serde_json::to_vec(&injection.patch) {
+            Ok(patch) => {
+                answer.response.patch = Some(ByteString(patch));
+                answer.response.patch_type = Some("JSONPatch");
+                (answer, AdmissionResult::injected)
+            }
+            // Cannot happen for JSON values; allow the pod unchanged rather than block it.
+            Err(error) => {
+                warn!(%error, "cannot serialise the patch");
+                (answer, AdmissionResult::error)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

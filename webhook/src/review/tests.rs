@@ -1,0 +1,294 @@
+//! The router, in-process, with AdmissionReview bodies captured from kube-apiserver v1.36.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use k8s_openapi::ByteString;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::Event;
+use prometheus_client::registry::Registry;
+use rstest::rstest;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use watcher_api::Watcher;
+
+use crate::{AdmissionResult, InjectOptions, Metrics, Reviewer, router};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/admission-review/");
+
+fn fixture(name: &str) -> Value {
+    let text = std::fs::read_to_string(format!("{FIXTURES}{name}")).expect("fixture exists");
+    serde_json::from_str(&text).expect("fixture is JSON")
+}
+
+fn watcher(name: &str, spec: Value) -> Watcher {
+    serde_json::from_value(json!({
+        "apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+        "metadata": {"name": name, "namespace": "team-a"}, "spec": spec,
+    }))
+    .expect("valid Watcher")
+}
+
+fn log_watcher() -> Watcher {
+    watcher(
+        "log-watcher",
+        json!({"container": {"name": "log-watcher", "image": "busybox:1.36"},
+               "volume": {"name": "logs", "emptyDir": {}}, "configData": {"LEVEL": "debug"},
+               "imagePullSecrets": {"name": "regcred"}}),
+    )
+}
+
+fn store(watchers: Vec<Watcher>) -> Store<Watcher> {
+    let (reader, mut writer) = reflector::store();
+    for watcher in watchers {
+        writer.apply_watcher_event(&Event::Apply(watcher));
+    }
+    reader
+}
+
+fn app(watchers: Vec<Watcher>) -> (axum::Router, Metrics) {
+    let metrics = Metrics::register(&mut Registry::default());
+    let options = InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+    (router(Reviewer::new(store(watchers), options), metrics.clone()), metrics)
+}
+
+async fn post(app: &axum::Router, body: impl Into<Body>) -> (StatusCode, Value, String) {
+    let request = Request::post("/mutate?timeout=10s")
+        .header("content-type", "application/json")
+        .body(body.into())
+        .expect("request");
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let bytes = response.into_body().collect().await.expect("body").to_bytes();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null), text)
+}
+
+/// The response's patch, decoded, and applied to the request's pod.
+fn patched_pod(request: &Value, response: &Value) -> (Vec<Value>, Value) {
+    let encoded = response["response"]["patch"].clone();
+    let bytes: ByteString = serde_json::from_value(encoded).expect("base64 patch");
+    let ops: Vec<Value> = serde_json::from_slice(&bytes.0).expect("JSON patch");
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.clone())).expect("valid ops");
+    let mut pod = request["request"]["object"].clone();
+    json_patch::patch(&mut pod, &patch).expect("patch applies to the real pod");
+    (ops, pod)
+}
+
+#[tokio::test]
+async fn named_annotated_pod_is_injected() {
+    let (app, metrics) = app(vec![log_watcher()]);
+    let request = fixture("pod-create-named-annotated.json");
+    let (status, review, _) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (review["apiVersion"].as_str(), review["kind"].as_str()),
+        (Some("admission.k8s.io/v1"), Some("AdmissionReview"))
+    );
+    let response = &review["response"];
+    assert_eq!(response["uid"], "39a859b2-1366-467b-80f2-70a009723439");
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["patchType"], "JSONPatch");
+    assert!(response.get("warnings").is_none());
+
+    let (ops, pod) = patched_pod(&request, &review);
+    let paths: Vec<_> = ops.iter().map(|op| op["path"].as_str().unwrap_or_default()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/spec/initContainers",
+            "/spec/volumes/-",
+            "/spec/imagePullSecrets",
+            "/metadata/annotations/watcher.dev~1injected"
+        ]
+    );
+    let sidecar = &pod["spec"]["initContainers"][0];
+    assert_eq!(sidecar["name"], "log-watcher");
+    assert_eq!(sidecar["restartPolicy"], "Always");
+    assert_eq!(sidecar["envFrom"], json!([{"configMapRef": {"name": "log-watcher-config"}}]));
+    let volumes: Vec<_> =
+        pod["spec"]["volumes"].as_array().expect("volumes").iter().map(|v| v["name"].clone()).collect();
+    assert_eq!(volumes, [json!("data"), json!("kube-api-access-jzvlc"), json!("logs")]);
+    assert_eq!(pod["spec"]["imagePullSecrets"], json!([{"name": "regcred"}]));
+    assert_eq!(
+        pod["metadata"]["annotations"]["watcher.dev/injected"],
+        format!("log-watcher@{}", log_watcher().spec.spec_hash())
+    );
+    assert_eq!(metrics.count(AdmissionResult::injected), 1);
+}
+
+#[rstest]
+#[case::dry_run("pod-create-dry-run.json", json!({"matchLabels": {"run": "dry"}}), "4845950a-f383-4954-afd0-572ab9002979")]
+#[case::generate_name(
+    "pod-create-from-replicaset-generatename.json",
+    json!({"matchLabels": {"app": "web"}}),
+    "108fe1e6-94e4-438f-867f-e81d25946438"
+)]
+#[tokio::test]
+async fn selected_pods_are_injected(#[case] file: &str, #[case] selector: Value, #[case] uid: &str) {
+    let selecting = watcher("metrics", json!({"container": {"name": "metrics", "image": "m:1"}, "selector": selector}));
+    let hash = selecting.spec.spec_hash();
+    let (app, _) = app(vec![selecting]);
+    let request = fixture(file);
+    let (status, review, _) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(review["response"]["uid"], uid);
+    assert_eq!(review["response"]["allowed"], true);
+    let (_, pod) = patched_pod(&request, &review);
+    assert_eq!(pod["spec"]["initContainers"][0]["name"], "metrics");
+    assert_eq!(pod["metadata"]["annotations"]["watcher.dev/injected"], format!("metrics@{hash}"));
+}
+
+#[tokio::test]
+async fn existing_container_name_is_allowed_with_a_warning() {
+    let everyone = watcher("watcher", json!({"container": {"name": "watcher", "image": "w:1"}, "selector": {}}));
+    let (app, metrics) = app(vec![everyone]);
+    let (status, review, _) =
+        post(&app, fixture("pod-create-init-and-existing-watcher-container.json").to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    let response = &review["response"];
+    assert_eq!(response["uid"], "1c260c5f-204a-4aa8-90c2-9a8366fc4f9d");
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none());
+    assert_eq!(
+        response["warnings"],
+        json!(["Watcher watcher not injected: the pod already has a container named watcher"])
+    );
+    assert_eq!(metrics.count(AdmissionResult::skipped), 1);
+}
+
+#[tokio::test]
+async fn missing_watcher_is_allowed_with_a_warning() {
+    let (app, _) = app(vec![]);
+    let (status, review, _) = post(&app, fixture("pod-create-named-annotated.json").to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(review["response"]["allowed"], true);
+    assert!(review["response"].get("patch").is_none());
+    assert_eq!(review["response"]["warnings"], json!(["Watcher log-watcher not found in namespace team-a"]));
+}
+
+#[tokio::test]
+async fn pods_of_the_operator_namespace_are_not_injected() {
+    let mut request = fixture("pod-create-named-annotated.json");
+    request["request"]["namespace"] = json!("watcher-system");
+    request["request"]["object"]["metadata"]["namespace"] = json!("watcher-system");
+    let (app, _) = app(vec![log_watcher()]);
+    let (status, review, _) = post(&app, request.to_string()).await;
+    assert_eq!((status, review["response"]["allowed"].clone()), (StatusCode::OK, json!(true)));
+    assert!(review["response"].get("patch").is_none());
+}
+
+/// Bodies that are not a usable review: a 4xx with a reason, never a 5xx or a panic.
+#[rstest]
+#[case::empty("", StatusCode::BAD_REQUEST, "not an AdmissionReview")]
+#[case::invalid_json("{\"kind\": ", StatusCode::BAD_REQUEST, "not an AdmissionReview")]
+#[case::empty_object("{}", StatusCode::BAD_REQUEST, "")]
+#[case::no_request(
+    r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#,
+    StatusCode::BAD_REQUEST,
+    "no request"
+)]
+#[case::array("[1,2]", StatusCode::BAD_REQUEST, "not an AdmissionReview")]
+#[tokio::test]
+async fn unreadable_bodies_get_400(#[case] body: &str, #[case] status: StatusCode, #[case] message: &str) {
+    let (app, metrics) = app(vec![log_watcher()]);
+    let (got, _, text) = post(&app, body.to_owned()).await;
+    assert_eq!(got, status, "{text}");
+    assert!(text.contains(message), "{text}");
+    assert_eq!(metrics.count(AdmissionResult::error), 1);
+}
+
+#[tokio::test]
+async fn missing_uid_gets_400() {
+    let mut request = fixture("pod-create-named-annotated.json");
+    request["request"].as_object_mut().expect("object").remove("uid");
+    let (app, _) = app(vec![log_watcher()]);
+    let (status, _, text) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(text.contains("uid"), "{text}");
+}
+
+#[rstest]
+#[case::not_a_pod(
+    json!({"group": "apps", "version": "v1", "kind": "Deployment"}),
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}}),
+    "mutates pods only, not Deployment"
+)]
+#[case::pod_with_an_unreadable_spec(
+    json!({"group": "", "version": "v1", "kind": "Pod"}),
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": "nginx"}}),
+    "cannot read the pod"
+)]
+#[tokio::test]
+async fn unusable_objects_are_denied_with_the_uid(#[case] kind: Value, #[case] object: Value, #[case] message: &str) {
+    let mut request = fixture("pod-create-named-annotated.json");
+    request["request"]["kind"] = kind;
+    request["request"]["object"] = object;
+    let (app, _) = app(vec![log_watcher()]);
+    let (status, review, text) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(review["response"]["uid"], "39a859b2-1366-467b-80f2-70a009723439");
+    assert_eq!(review["response"]["allowed"], false);
+    assert!(review["response"]["status"]["message"].as_str().is_some_and(|m| m.contains(message)), "{text}");
+    assert!(review["response"].get("patch").is_none());
+}
+
+#[tokio::test]
+async fn a_pod_without_containers_is_allowed_unchanged() {
+    let mut request = fixture("pod-create-named-annotated.json");
+    request["request"]["object"]["spec"] = json!({});
+    let (app, _) = app(vec![log_watcher()]);
+    let (status, review, text) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(review["response"]["uid"], "39a859b2-1366-467b-80f2-70a009723439");
+    assert_eq!(review["response"]["allowed"], true);
+    assert!(review["response"].get("patch").is_none());
+}
+
+#[tokio::test]
+async fn oversize_bodies_get_413() {
+    let (app, _) = app(vec![log_watcher()]);
+    let mut request = fixture("pod-create-named-annotated.json");
+    request["request"]["object"]["metadata"]["annotations"]["padding"] = json!("x".repeat(4 * 1024 * 1024));
+    let (status, _, _) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test]
+async fn updates_are_allowed_unchanged() {
+    let mut request = fixture("pod-create-named-annotated.json");
+    request["request"]["operation"] = json!("UPDATE");
+    let (app, _) = app(vec![log_watcher()]);
+    let (status, review, _) = post(&app, request.to_string()).await;
+    assert_eq!((status, review["response"]["allowed"].clone()), (StatusCode::OK, json!(true)));
+    assert!(review["response"].get("patch").is_none());
+}
+
+#[tokio::test]
+async fn only_post_is_served() {
+    let (app, _) = app(vec![]);
+    let request = Request::get("/mutate").body(Body::empty()).expect("request");
+    let response = app.oneshot(request).await.expect("infallible");
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+}
+
+/// The copies in this crate are the files kube-apiserver sent, unchanged.
+#[test]
+fn fixtures_are_the_shared_captures() {
+    let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/admission-review/");
+    let Ok(entries) = std::fs::read_dir(shared) else { return }; // a checkout without shared/
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = std::fs::read(format!("{FIXTURES}{name}")).unwrap_or_default();
+        assert_eq!(ours, std::fs::read(entry.path()).expect("readable"), "{name} differs from shared/");
+    }
+}
+
+#[test]
+fn reviewer_is_shareable() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Reviewer<Store<Watcher>>>();
+    let _ = Arc::new(());
+}
