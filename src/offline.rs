@@ -5,11 +5,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use watcher_api::Watcher;
 use watcher_certs::{Authority, service_hosts};
-use watcher_webhook::{InjectOptions, inject};
+use watcher_webhook::{InjectOptions, PodView, inject};
 
 /// Every CRD as one multi-document YAML stream: exactly the content of `deploy/crds/crds.yaml`.
 pub(crate) fn crds_yaml() -> anyhow::Result<String> {
@@ -38,9 +36,10 @@ pub(crate) fn inject_preview(
     }
     let options = InjectOptions { excluded_namespaces: Vec::new(), native_sidecars: native };
     let mut out = String::new();
-    for document in documents(pods)? {
-        let pod = parse_kind::<Pod>(&document, "Pod", pods)?;
-        let namespace = pod.namespace().or(namespace.map(str::to_owned)).unwrap_or_else(|| "default".into());
+    for mut document in documents(pods)? {
+        let pod = parse_kind::<PodView>(&document, "Pod", pods)?;
+        let namespace =
+            pod.metadata.namespace.clone().or(namespace.map(str::to_owned)).unwrap_or_else(|| "default".into());
         // Watcher files usually carry no namespace: they stand for Watchers of the pod's.
         let in_namespace: Vec<Watcher> = all_watchers
             .iter()
@@ -52,17 +51,16 @@ pub(crate) fn inject_preview(
             .collect();
         let refs: Vec<&Watcher> = in_namespace.iter().collect();
         let injection = inject(&pod, &namespace, &refs, &options);
-        let name = pod.metadata.name.as_deref().or(pod.metadata.generate_name.as_deref()).unwrap_or("<unnamed>");
+        let name = pod.display_name();
         for warning in &injection.warnings {
             eprintln!("Warning: pod {namespace}/{name}: {warning}");
         }
         if let Some(reason) = &injection.skipped {
             eprintln!("pod {namespace}/{name} not injected: {reason}");
         }
-        let mut value = serde_json::to_value(&pod)?;
-        json_patch::patch(&mut value, &injection.patch).context("the injection patch does not apply")?;
+        json_patch::patch(&mut document, &injection.patch).context("the injection patch does not apply")?;
         out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(&value)?);
+        out.push_str(&serde_saphyr::to_string(&document)?);
     }
     Ok(out)
 }

@@ -2,6 +2,9 @@
 //! of objects, keeps watches open without events, answers writes by echoing them, and counts
 //! the writes it sees. Plain HTTP on 127.0.0.1, reached through a generated kubeconfig.
 
+// Each benchmark uses a part of this module.
+#![allow(dead_code)]
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::PodView;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
-use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, Pod};
+use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource};
 use kube::ResourceExt;
 use serde_json::Value;
 use watcher_api::{
@@ -53,7 +54,7 @@ pub struct Injection {
 /// by annotation or that selects it, unless already injected.
 ///
 /// `watchers` may hold Watchers of any namespace: only those of `namespace` are used.
-pub fn inject(pod: &Pod, namespace: &str, watchers: &[&Watcher], options: &InjectOptions) -> Injection {
+pub fn inject(pod: &PodView, namespace: &str, watchers: &[&Watcher], options: &InjectOptions) -> Injection {
     let mut injection = Injection::default();
     if SYSTEM_NAMESPACES.contains(&namespace) || options.excluded_namespaces.iter().any(|ns| ns == namespace) {
         injection.skipped = Some(format!("namespace {namespace} is never injected"));
@@ -175,7 +176,7 @@ struct PodPatch {
 }
 
 impl PodPatch {
-    fn new(pod: &Pod) -> Self {
+    fn new(pod: &PodView) -> Self {
         let spec = pod.spec.as_ref();
         let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
         let init = spec.and_then(|s| s.init_containers.as_deref());
@@ -217,7 +218,7 @@ impl PodPatch {
         }
     }
 
-    fn set_annotation(&mut self, pod: &Pod, key: &str, value: String) {
+    fn set_annotation(&mut self, pod: &PodView, key: &str, value: String) {
         if pod.metadata.annotations.is_some() {
             // `add` on an existing member replaces it.
             self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations", key]), Value::String(value)));

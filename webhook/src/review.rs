@@ -4,17 +4,16 @@
 use std::sync::Arc;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+use kube::core::GroupVersionKind;
+use kube::core::admission::Operation;
 use kube::runtime::reflector::Store;
-use serde::Serialize;
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 use watcher_api::Watcher;
 
 use crate::metrics::AdmissionResult;
-use crate::{InjectOptions, Injection, inject};
+use crate::{InjectOptions, Injection, PodView, inject};
 
 /// A request that cannot be answered with an AdmissionReview (HTTP 400): there is no uid to echo.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +38,32 @@ impl WatcherSource for Store<Watcher> {
     }
 }
 
+/// An `admission.k8s.io/v1` AdmissionReview, as far as the webhook reads it.
+#[derive(Deserialize)]
+struct Review<T> {
+    request: Option<Request<T>>,
+}
+
+/// The fields of an AdmissionRequest the webhook uses; the object decoded as `T`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request<T> {
+    uid: String,
+    kind: GroupVersionKind,
+    namespace: Option<String>,
+    operation: Operation,
+    object: Option<T>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// A fixed set of Watchers (tests, fuzzing, the offline preview).
+impl WatcherSource for Vec<Arc<Watcher>> {
+    fn watchers_in(&self, namespace: &str) -> Vec<Arc<Watcher>> {
+        self.iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).cloned().collect()
+    }
+}
+
 /// Answers AdmissionReviews from the Watchers in `source`.
 pub struct Reviewer<S> {
     source: S,
@@ -53,14 +78,14 @@ impl<S: WatcherSource> Reviewer<S> {
 
     /// The answer to one AdmissionReview body, and how it ended.
     pub fn review(&self, body: &[u8]) -> Result<(Answer, AdmissionResult), ReviewError> {
-        let request: AdmissionRequest<Pod> = match serde_json::from_slice::<AdmissionReview<Pod>>(body) {
-            Ok(review) => review.try_into().map_err(|_| ReviewError::NoRequest)?,
+        let request = match serde_json::from_slice::<Review<PodView>>(body) {
+            Ok(review) => review.request.ok_or(ReviewError::NoRequest)?,
             Err(pod_error) => return unreadable_object(body, &pod_error),
         };
         Ok(self.respond(&request))
     }
 
-    fn respond(&self, request: &AdmissionRequest<Pod>) -> (Answer, AdmissionResult) {
+    fn respond(&self, request: &Request<PodView>) -> (Answer, AdmissionResult) {
         let uid = request.uid.clone();
         if !is_pod(&request.kind.group, &request.kind.kind) {
             let message = format!("watcher-operator mutates pods only, not {}", request.kind.kind);
@@ -74,23 +99,22 @@ impl<S: WatcherSource> Reviewer<S> {
         };
         // Pods made from generateName have no name yet, and the object may omit its namespace:
         // the request's namespace is the one the pod is created in.
-        let Some(namespace) = request.namespace.clone().or_else(|| pod.namespace()) else {
+        let Some(namespace) = request.namespace.clone().or_else(|| pod.metadata.namespace.clone()) else {
             return (Answer::deny(uid, "the request has no namespace".into()), AdmissionResult::error);
         };
         let watchers = self.source.watchers_in(&namespace);
         let refs: Vec<&Watcher> = watchers.iter().map(Arc::as_ref).collect();
         let injection = inject(pod, &namespace, &refs, &self.options);
-        let pod_name = pod.metadata.name.as_deref().or(pod.metadata.generate_name.as_deref()).unwrap_or_default();
-        log_injection(request, &namespace, pod_name, &injection);
+        log_injection(request, &namespace, pod.display_name(), &injection);
         Answer::from_injection(uid, injection)
     }
 }
 
 /// A body that is not a review of a Pod: deny with a reason when there is a uid to answer.
 fn unreadable_object(body: &[u8], pod_error: &serde_json::Error) -> Result<(Answer, AdmissionResult), ReviewError> {
-    let review = serde_json::from_slice::<AdmissionReview<DynamicObject>>(body)
-        .map_err(|_| ReviewError::Decode(pod_error.to_string()))?;
-    let request: AdmissionRequest<DynamicObject> = review.try_into().map_err(|_| ReviewError::NoRequest)?;
+    let review =
+        serde_json::from_slice::<Review<IgnoredAny>>(body).map_err(|_| ReviewError::Decode(pod_error.to_string()))?;
+    let request = review.request.ok_or(ReviewError::NoRequest)?;
     let message = if is_pod(&request.kind.group, &request.kind.kind) {
         format!("cannot read the pod: {pod_error}")
     } else {
@@ -104,7 +128,7 @@ fn is_pod(group: &str, kind: &str) -> bool {
     group.is_empty() && kind == "Pod"
 }
 
-fn log_injection(request: &AdmissionRequest<Pod>, namespace: &str, pod: &str, injection: &Injection) {
+fn log_injection(request: &Request<PodView>, namespace: &str, pod: &str, injection: &Injection) {
     if injection.patch.is_empty() {
         info!(uid = request.uid, namespace, pod, dry_run = request.dry_run, reason = injection.skipped.as_deref(),
               warnings = ?injection.warnings, "pod not injected");

@@ -1,9 +1,9 @@
-use k8s_openapi::api::core::v1::Pod;
 use rstest::rstest;
 use serde_json::{Value, json};
 use watcher_api::Watcher;
 
 use super::{InjectOptions, Injection, inject, supports_native_sidecars};
+use crate::PodView;
 
 fn watcher(name: &str, namespace: &str, spec: Value) -> Watcher {
     serde_json::from_value(json!({
@@ -50,7 +50,7 @@ fn run(pod: &Value, watchers: &[Watcher], options: &InjectOptions) -> (Injection
 }
 
 fn run_in(namespace: &str, pod: &Value, watchers: &[Watcher], options: &InjectOptions) -> (Injection, Value) {
-    let typed: Pod = serde_json::from_value(pod.clone()).expect("valid Pod");
+    let typed: PodView = serde_json::from_value(pod.clone()).expect("valid Pod");
     let refs: Vec<&Watcher> = watchers.iter().collect();
     let injection = inject(&typed, namespace, &refs, options);
     let mut patched = pod.clone();

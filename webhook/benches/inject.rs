@@ -1,0 +1,86 @@
+//! `cargo bench -p watcher-webhook --bench inject`: time per call of `inject` on the captured
+//! kube-apiserver pod, and of the whole review (decode, inject, encode), for a pod asking for
+//! one Watcher and for one asking for three.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use watcher_api::Watcher;
+use watcher_webhook::{InjectOptions, PodView, Reviewer, inject};
+
+const FIXTURE: &str = include_str!("../fixtures/admission-review/pod-create-named-annotated.json");
+
+fn watcher(name: &str) -> Watcher {
+    serde_json::from_value(json!({
+        "apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"container": {"name": name, "image": "busybox:1.36", "command": ["sh", "-c", "tail -F /var/log/app.log"]},
+                 "volume": {"name": format!("{name}-data"), "emptyDir": {}}, "configData": {"LEVEL": "debug"},
+                 "imagePullSecrets": {"name": "regcred"}},
+    }))
+    .expect("valid Watcher")
+}
+
+/// Median time per call over 15 batches, in microseconds.
+fn measure(mut call: impl FnMut()) -> f64 {
+    let batch = 2_000;
+    for _ in 0..batch {
+        call(); // warm-up
+    }
+    let mut per_call: Vec<f64> = (0..15)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..batch {
+                call();
+            }
+            start.elapsed().as_secs_f64() * 1e6 / f64::from(batch)
+        })
+        .collect();
+    per_call.sort_by(f64::total_cmp);
+    per_call[per_call.len() / 2]
+}
+
+fn main() {
+    // 100 Watchers in the namespace besides the ones asked for, as in a busy cluster.
+    let mut watchers: Vec<Arc<Watcher>> = (0..100).map(|i| Arc::new(watcher(&format!("other-{i}")))).collect();
+    watchers.extend(["log-watcher", "metrics-watcher", "audit-watcher"].map(|n| Arc::new(watcher(n))));
+    let options = InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+
+    let one: Value = serde_json::from_str(FIXTURE).expect("fixture");
+    let mut three = one.clone();
+    three["request"]["object"]["metadata"]["annotations"]["watcher.dev/inject"] =
+        json!("log-watcher,metrics-watcher,audit-watcher");
+
+    println!("{:<44} {:>10}", "benchmark (median of 15 batches)", "µs/call");
+    let body = FIXTURE.as_bytes();
+    let t = measure(|| {
+        black_box(
+            serde_json::from_slice::<kube::core::admission::AdmissionReview<k8s_openapi::api::core::v1::Pod>>(
+                black_box(body),
+            )
+            .expect("decodes"),
+        );
+    });
+    println!("{:<44} {t:>10.2}", "for scale: decode into kube AdmissionReview<Pod>");
+
+    for (label, review) in [("1 Watcher", &one), ("3 Watchers", &three)] {
+        let pod: PodView = serde_json::from_value(review["request"]["object"].clone()).expect("pod");
+        let refs: Vec<&Watcher> = watchers.iter().map(Arc::as_ref).collect();
+        let injected = inject(&pod, "team-a", &refs, &options);
+        assert!(!injected.patch.is_empty(), "{label}: the fixture is injected");
+        let t = measure(|| {
+            black_box(inject(black_box(&pod), "team-a", black_box(&refs), &options));
+        });
+        println!("{:<44} {t:>10.2}", format!("inject, fixture pod, {label}"));
+
+        let body = serde_json::to_vec(review).expect("body");
+        let reviewer = Reviewer::new(watchers.clone(), options.clone());
+        let t = measure(|| {
+            let answer = reviewer.review(black_box(&body)).expect("answered");
+            black_box(serde_json::to_vec(&answer.0).expect("encoded"));
+        });
+        println!("{:<44} {t:>10.2}", format!("review: decode + inject + encode, {label}"));
+    }
+}
