@@ -72,13 +72,20 @@ pub fn free_port() -> SocketAddr {
 
 impl Operator {
     /// Starts `watcher-operator run` with `args` and waits until `/readyz` answers 200.
+    /// A test that passes its own `--webhook-addr` keeps it.
     pub async fn start(namespace: &str, args: &[&str]) -> Self {
-        let (metrics, webhook) = (free_port(), free_port());
-        let child = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
-            .arg("run")
-            .arg(format!("--namespace={namespace}"))
-            .arg(format!("--metrics-addr={metrics}"))
-            .arg(format!("--webhook-addr={webhook}"))
+        let metrics = free_port();
+        let webhook = args
+            .iter()
+            .find_map(|a| a.strip_prefix("--webhook-addr="))
+            .map(|a| a.parse().expect("--webhook-addr is an address"))
+            .unwrap_or_else(free_port);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_watcher-operator"));
+        command.arg("run").arg(format!("--namespace={namespace}")).arg(format!("--metrics-addr={metrics}"));
+        if !args.iter().any(|a| a.starts_with("--webhook-addr=")) {
+            command.arg(format!("--webhook-addr={webhook}"));
+        }
+        let child = command
             .args(args)
             .env("RUST_LOG", "info,watcher_controller=debug")
             .stdout(Stdio::inherit())
