@@ -124,6 +124,10 @@ pub(crate) struct RunArgs {
 pub(crate) enum ControllerName {
     /// Watcher → owned ConfigMap and status.
     Watcher,
+    /// At → one pod at the scheduled time.
+    At,
+    /// PodSet → N pods.
+    Podset,
 }
 
 /// `https://HOST[:PORT]/PATH`: kube-apiserver calls webhooks over HTTPS only.
@@ -190,13 +194,13 @@ mod tests {
         let cli = Cli::try_parse_from([
             "watcher-operator",
             "run",
-            "--controllers=watcher",
+            "--controllers=watcher,at",
             "--leader-election=false",
             "--webhook-url=https://127.0.0.1:9443/mutate",
         ])
         .expect("parses");
         let Some(Command::Run(run)) = cli.command else { panic!("run subcommand") };
-        assert_eq!(run.controllers, [ControllerName::Watcher]);
+        assert_eq!(run.controllers, [ControllerName::Watcher, ControllerName::At]);
         assert!(!run.leader_election);
         assert_eq!(run.webhook_url.as_deref(), Some("https://127.0.0.1:9443/mutate"));
 

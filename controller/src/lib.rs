@@ -1,10 +1,12 @@
 //! The reconcilers of watcher-operator. Each module holds one controller: its `run`, its
 //! `reconcile` and the pure functions that decide what it writes.
 
+pub mod at;
 mod cache;
 mod context;
 mod error;
 mod metrics;
+pub mod podset;
 pub mod watcher;
 
 #[cfg(test)]

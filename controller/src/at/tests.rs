@@ -1,0 +1,229 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Method;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+use watcher_api::{At, AtPhase};
+
+use super::{Plan, desired_pod, plan, pod_name, reconcile_at};
+use crate::Context;
+use crate::fixtures::NOT_FOUND;
+
+const UID: &str = "a7000000-0000-4000-8000-000000000001";
+const POD_PATH: &str = "/api/v1/namespaces/team-a/pods/backup-at";
+const STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/namespaces/team-a/ats/backup/status";
+
+fn at(spec: Value, status: Option<Value>) -> At {
+    let mut spec_full = json!({"schedule": "2026-11-21T10:12:00Z", "command": "echo hello world!"});
+    for (k, v) in spec.as_object().into_iter().flatten() {
+        spec_full[k] = v.clone();
+    }
+    let mut object = json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "At",
+        "metadata": {"name": "backup", "namespace": "team-a", "uid": UID, "generation": 1}, "spec": spec_full});
+    if let Some(status) = status {
+        object["status"] = status;
+    }
+    serde_json::from_value(object).expect("valid At")
+}
+
+fn time(s: &str) -> Timestamp {
+    s.parse().expect("RFC 3339")
+}
+
+fn owned_pod(phase: &str, terminated: Option<Value>) -> Pod {
+    let mut status = json!({"phase": phase, "startTime": "2026-11-21T10:12:01Z"});
+    if let Some(terminated) = terminated {
+        status["containerStatuses"] = json!([{"name": "command", "image": "busybox:1.36", "imageID": "", "ready": false,
+            "restartCount": 0, "state": {"terminated": terminated}}]);
+    }
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "backup-at", "namespace": "team-a", "uid": "pod-uid",
+                     "ownerReferences": [{"apiVersion": "watcher.dev/v1alpha1", "kind": "At", "name": "backup", "uid": UID, "controller": true}]},
+        "spec": {"containers": [{"name": "command"}]}, "status": status}))
+    .expect("valid Pod")
+}
+
+fn phase_of(plan: &Plan) -> (Option<AtPhase>, Option<&str>) {
+    (plan.status.phase, plan.status.reason.as_deref())
+}
+
+#[test]
+fn before_the_schedule_it_waits_exactly_the_remaining_time() {
+    let plan = plan(&at(json!({}), None), None, time("2026-11-21T10:00:00Z"));
+    assert!(!plan.create_pod);
+    assert_eq!(plan.requeue, Some(Duration::from_secs(12 * 60)));
+    assert_eq!(phase_of(&plan), (Some(AtPhase::Pending), Some("Scheduled")));
+}
+
+#[test]
+fn any_offset_is_the_same_instant() {
+    let at = at(json!({"schedule": "2026-11-21T11:12:00+01:00"}), None);
+    assert_eq!(plan(&at, None, time("2026-11-21T10:11:59Z")).requeue, Some(Duration::from_secs(1)));
+    assert!(plan(&at, None, time("2026-11-21T10:12:00Z")).create_pod);
+}
+
+#[test]
+fn at_the_schedule_it_creates_the_pod() {
+    let plan = plan(&at(json!({}), None), None, time("2026-11-21T10:12:00Z"));
+    assert!(plan.create_pod);
+    assert_eq!(plan.status.pod_name.as_deref(), Some("backup-at"));
+    assert_eq!(phase_of(&plan), (Some(AtPhase::Pending), Some("PodCreated")));
+}
+
+#[test]
+fn noticed_after_the_starting_deadline_it_is_missed() {
+    let at = at(json!({"startingDeadlineSeconds": 300}), None);
+    assert!(plan(&at, None, time("2026-11-21T10:17:00Z")).create_pod, "at the deadline it still runs");
+    let late = plan(&at, None, time("2026-11-21T10:17:01Z"));
+    assert!(!late.create_pod);
+    assert_eq!(phase_of(&late), (Some(AtPhase::Failed), Some("Missed")));
+    assert!(late.status.completion_time.is_some());
+}
+
+#[test]
+fn an_invalid_schedule_fails_with_the_parse_error() {
+    let plan = plan(&at(json!({"schedule": "tomorrow at noon"}), None), None, time("2026-11-21T10:00:00Z"));
+    assert!(!plan.create_pod);
+    assert_eq!(phase_of(&plan), (Some(AtPhase::Failed), Some("InvalidSchedule")));
+    let message = plan.status.message.unwrap_or_default();
+    assert!(message.contains("\"tomorrow at noon\"") && message.contains("RFC 3339"), "{message}");
+}
+
+#[test]
+fn the_phase_follows_the_pod() {
+    let now = time("2026-11-21T10:13:00Z");
+    let created = at(json!({}), Some(json!({"phase": "Pending", "podName": "backup-at"})));
+    let running = plan(&created, Some(&owned_pod("Running", None)), now);
+    assert_eq!(phase_of(&running), (Some(AtPhase::Running), Some("Running")));
+    assert!(running.status.start_time.is_some());
+
+    let ok = json!({"exitCode": 0, "reason": "Completed", "finishedAt": "2026-11-21T10:12:05Z"});
+    let succeeded = plan(&created, Some(&owned_pod("Succeeded", Some(ok))), now);
+    assert_eq!(phase_of(&succeeded), (Some(AtPhase::Succeeded), Some("Completed")));
+    assert_eq!(succeeded.status.exit_code, Some(0));
+    assert_eq!(succeeded.status.completion_time.map(|t| t.0), Some(time("2026-11-21T10:12:05Z")));
+
+    let error = json!({"exitCode": 3, "reason": "Error", "finishedAt": "2026-11-21T10:12:05Z"});
+    let failed = plan(&created, Some(&owned_pod("Failed", Some(error))), now);
+    assert_eq!(phase_of(&failed), (Some(AtPhase::Failed), Some("Error")));
+    assert_eq!(failed.status.exit_code, Some(3));
+    assert_eq!(failed.status.message.as_deref(), Some("the command exited 3"));
+}
+
+#[test]
+fn a_pod_deleted_while_running_fails_and_is_never_recreated() {
+    let running = at(json!({}), Some(json!({"phase": "Running", "podName": "backup-at"})));
+    let plan = plan(&running, None, time("2026-11-21T10:13:00Z"));
+    assert!(!plan.create_pod);
+    assert_eq!(phase_of(&plan), (Some(AtPhase::Failed), Some("PodDeleted")));
+}
+
+#[test]
+fn finished_pods_are_deleted_after_their_ttl_and_the_status_kept() {
+    let done = json!({"phase": "Succeeded", "podName": "backup-at", "exitCode": 0,
+                      "completionTime": "2026-11-21T10:12:05Z", "reason": "Completed"});
+    let at = at(json!({"ttlSecondsAfterFinished": 60}), Some(done));
+    let pod = owned_pod("Succeeded", None);
+    let early = plan(&at, Some(&pod), time("2026-11-21T10:12:35Z"));
+    assert_eq!((early.delete_pod, early.requeue), (false, Some(Duration::from_secs(30))));
+    let due = plan(&at, Some(&pod), time("2026-11-21T10:13:05Z"));
+    assert!(due.delete_pod);
+    assert_eq!(due.status.phase, Some(AtPhase::Succeeded));
+    let gone = plan(&at, None, time("2026-11-21T10:20:00Z"));
+    assert_eq!((gone.delete_pod, gone.create_pod, gone.status.phase), (false, false, Some(AtPhase::Succeeded)));
+}
+
+#[test]
+fn the_pod_runs_the_command_once_and_never_restarts() {
+    let pod = desired_pod(&at(json!({"activeDeadlineSeconds": 600, "image": "alpine:3"}), None)).expect("pod");
+    let pod = serde_json::to_value(pod).expect("serialises");
+    assert_eq!(pod["metadata"]["name"], "backup-at");
+    assert_eq!(pod["metadata"]["labels"]["watcher.dev/at"], "backup");
+    assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], UID);
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    assert_eq!(pod["spec"]["activeDeadlineSeconds"], 600);
+    assert_eq!(pod["spec"]["containers"][0]["image"], "alpine:3");
+    assert_eq!(pod["spec"]["containers"][0]["command"], json!(["/bin/sh", "-c", "echo hello world!"]));
+    assert_eq!(pod_name(&"x".repeat(300)).len(), 253);
+    assert_eq!(pod_name(&"x".repeat(300)), pod_name(&"x".repeat(300)), "long names stay deterministic");
+}
+
+async fn scenario<F>(at: At, now: Timestamp, script: impl FnOnce(crate::fixtures::ApiServerVerifier) -> F) -> Action
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let (ctx, verifier) = Context::test();
+    let server = tokio::spawn(script(verifier));
+    let action = reconcile_at(Arc::new(at), ctx.clone(), now).await.expect("reconciled");
+    drop(ctx);
+    server.await.expect("scenario passed");
+    action
+}
+
+#[tokio::test]
+async fn before_the_schedule_nothing_is_written_and_it_requeues_for_the_remaining_time() {
+    let now = time("2026-11-21T10:00:00Z");
+    let steady = plan(&at(json!({}), None), None, now).status;
+    let at = at(json!({}), Some(serde_json::to_value(steady).expect("status")));
+    let action = scenario(at, now, |mut api| async move {
+        api.expect(Method::GET, POD_PATH).await.fail(NOT_FOUND.0, NOT_FOUND.1);
+        api.expect_no_more().await;
+    })
+    .await;
+    assert_eq!(action, Action::requeue(Duration::from_secs(12 * 60)));
+}
+
+#[tokio::test]
+async fn when_due_the_pod_is_created_then_the_status_written() {
+    let action = scenario(at(json!({}), None), time("2026-11-21T10:12:00Z"), |mut api| async move {
+        api.expect(Method::GET, POD_PATH).await.fail(NOT_FOUND.0, NOT_FOUND.1);
+        let create = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods").await;
+        assert_eq!(create.body["metadata"]["name"], "backup-at");
+        assert_eq!(create.body["spec"]["restartPolicy"], "Never");
+        let body = create.body.clone();
+        create.respond(http::StatusCode::CREATED, &body);
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        assert_eq!(status.body["status"]["phase"], "Pending");
+        assert_eq!(status.body["status"]["podName"], "backup-at");
+        status.ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "At", "metadata": {"name": "backup"},
+                          "spec": {"schedule": "2026-11-21T10:12:00Z", "command": "x"}}));
+        api.expect_no_more().await;
+    })
+    .await;
+    assert_eq!(action, Action::await_change());
+}
+
+#[tokio::test]
+async fn a_pod_that_already_exists_is_not_created_twice() {
+    // A restart after the pod was created but before the status recorded it.
+    let now = time("2026-11-21T10:12:01Z");
+    scenario(at(json!({}), None), now, |mut api| async move {
+        api.expect(Method::GET, POD_PATH).await.ok(&owned_pod("Pending", None));
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        assert_eq!(status.body["status"]["podName"], "backup-at");
+        status.ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "At", "metadata": {"name": "backup"},
+                          "spec": {"schedule": "2026-11-21T10:12:00Z", "command": "x"}}));
+        api.expect_no_more().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_finished_pod_ends_the_at_with_its_exit_code() {
+    let at = at(json!({}), Some(json!({"phase": "Running", "podName": "backup-at"})));
+    let terminated = json!({"exitCode": 0, "reason": "Completed", "finishedAt": "2026-11-21T10:12:05Z"});
+    scenario(at, time("2026-11-21T10:13:00Z"), |mut api| async move {
+        api.expect(Method::GET, POD_PATH).await.ok(&owned_pod("Succeeded", Some(terminated)));
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        assert_eq!(status.body["status"]["phase"], "Succeeded");
+        assert_eq!(status.body["status"]["exitCode"], 0);
+        assert_eq!(status.body["status"]["completionTime"], "2026-11-21T10:12:05Z");
+        status.ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "At", "metadata": {"name": "backup"},
+                          "spec": {"schedule": "2026-11-21T10:12:00Z", "command": "x"}}));
+        api.expect_no_more().await;
+    })
+    .await;
+}

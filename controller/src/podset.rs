@@ -1,0 +1,223 @@
+//! PodSet → `count` owned pods that print `message` and wait (a small ReplicaSet).
+//!
+//! A new template (message or image) rolls out one pod at a time: one pod of the new template
+//! is added, and once it is Ready one old pod goes, so the Ready pods never drop below
+//! `count - 1`. Pods without this PodSet as their controller are never touched.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, instrument, warn};
+use watcher_api::{
+    DEFAULT_PODSET_IMAGE, MANAGED_BY, POD_TEMPLATE_HASH_LABEL, PODSET_LABEL, PodSet, PodSetStatus, condition,
+    set_condition, stable_hash,
+};
+
+use crate::{Context, Error, Result};
+
+const CONTROLLER: &str = "podset";
+const CONTAINER: &str = "greeter";
+const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Prints the message, then waits; exits at once on SIGTERM so scale-down is quick.
+const SCRIPT: &str = "echo \"$MESSAGE\"; trap 'exit 0' TERM; while true; do sleep 1; done";
+
+/// Runs the PodSet controller until shutdown.
+pub async fn run(ctx: Arc<Context>) {
+    let podsets = Api::<PodSet>::all(ctx.client.clone());
+    let pods = Api::<Pod>::all(ctx.client.clone());
+    Controller::new(podsets, watcher::Config::default().any_semantic())
+        .owns(pods, watcher::Config::default().labels(PODSET_LABEL))
+        .with_config(crate::controller_config())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                debug!(%error, "podset controller event");
+            }
+        })
+        .await;
+}
+
+/// What to change, decided from the PodSet and the pods it owns.
+#[derive(Debug, PartialEq)]
+pub struct Plan {
+    /// How many pods of the current template to create.
+    pub create: usize,
+    /// Names of the pods to delete.
+    pub delete: Vec<String>,
+    /// The status the PodSet should have.
+    pub status: PodSetStatus,
+}
+
+/// The hash of what the pods run: a change replaces them.
+pub fn template_hash(podset: &PodSet) -> String {
+    stable_hash(&(&podset.spec.message, podset.spec.image.as_deref().unwrap_or(DEFAULT_PODSET_IMAGE)))
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn is_running(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+/// The pods to delete first: not ready before ready, then newest first.
+fn deletion_order(mut pods: Vec<&Pod>) -> Vec<&Pod> {
+    pods.sort_by(|a, b| {
+        is_ready(a).cmp(&is_ready(b)).then_with(|| b.creation_timestamp().cmp(&a.creation_timestamp()))
+    });
+    pods
+}
+
+/// The changes that bring `owned` (the PodSet's pods, any state) towards `spec.count` pods of
+/// the current template.
+pub fn plan(podset: &PodSet, owned: &[Pod]) -> Plan {
+    let hash = template_hash(podset);
+    let live: Vec<&Pod> = owned.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+    let (new, old): (Vec<&Pod>, Vec<&Pod>) =
+        live.iter().partition(|p| p.labels().get(POD_TEMPLATE_HASH_LABEL) == Some(&hash));
+    let desired = usize::try_from(podset.spec.count).unwrap_or(0);
+    let total = live.len();
+    let names = |pods: Vec<&Pod>, n: usize| pods.into_iter().take(n).map(|p| p.name_any()).collect::<Vec<_>>();
+
+    let (create, delete) = if desired == 0 {
+        (0, names(deletion_order(live.clone()), total))
+    } else if old.is_empty() {
+        match total.cmp(&desired) {
+            std::cmp::Ordering::Less => (desired - total, vec![]),
+            std::cmp::Ordering::Greater => (0, names(deletion_order(new.clone()), total - desired)),
+            std::cmp::Ordering::Equal => (0, vec![]),
+        }
+    } else if total < desired {
+        (desired - total, vec![])
+    } else if total > desired + 1 {
+        // More than the one extra a rollout allows: old pods go first.
+        (0, names(deletion_order(old.clone()), total - desired - 1))
+    } else if !new.iter().all(|p| is_ready(p)) {
+        (0, vec![]) // the new pod is starting: wait for it
+    } else if total == desired + 1 {
+        (0, names(deletion_order(old.clone()), 1))
+    } else {
+        (1, vec![]) // total == desired: add one pod of the new template
+    };
+
+    let mut status = podset.status.clone().unwrap_or_default();
+    status.count = i32::try_from(live.iter().filter(|p| is_running(p)).count()).unwrap_or(i32::MAX);
+    status.ready_count = i32::try_from(live.iter().filter(|p| is_ready(p)).count()).unwrap_or(i32::MAX);
+    status.observed_generation = podset.meta().generation;
+    if old.is_empty() {
+        status.message = Some(podset.spec.message.clone());
+    }
+    let done = old.is_empty() && total == desired && new.iter().all(|p| is_ready(p));
+    let (reason, message) = if done {
+        ("Ready", format!("{desired} pods of the current template are ready"))
+    } else if old.is_empty() {
+        ("Scaling", format!("{} of {desired} pods ready", status.ready_count))
+    } else {
+        ("RollingOut", format!("{} of {desired} pods run the current template", new.len()))
+    };
+    set_condition(&mut status.conditions, condition("Ready", done, reason, message, podset.meta().generation));
+    Plan { create, delete, status }
+}
+
+/// A new pod of the current template.
+pub fn desired_pod(podset: &PodSet) -> Option<Pod> {
+    let owner = podset.controller_owner_ref(&())?;
+    let labels = BTreeMap::from([
+        (PODSET_LABEL.to_owned(), podset.name_any()),
+        (POD_TEMPLATE_HASH_LABEL.to_owned(), template_hash(podset)),
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
+    ]);
+    Some(Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-", podset.name_any())),
+            namespace: podset.namespace(),
+            labels: Some(labels),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            termination_grace_period_seconds: Some(5),
+            containers: vec![Container {
+                name: CONTAINER.into(),
+                image: Some(podset.spec.image.clone().unwrap_or_else(|| DEFAULT_PODSET_IMAGE.into())),
+                command: Some(vec!["/bin/sh".into(), "-c".into(), SCRIPT.into()]),
+                env: Some(vec![EnvVar {
+                    name: "MESSAGE".into(),
+                    value: Some(podset.spec.message.clone()),
+                    ..EnvVar::default()
+                }]),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    })
+}
+
+/// Creates and deletes pods towards the plan and records the status.
+#[instrument(skip(podset, ctx), fields(namespace = podset.namespace(), podset = podset.name_any()))]
+pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.reconcile(CONTROLLER);
+    let namespace = podset.namespace().ok_or_else(|| Error::MissingNamespace(podset.name_any()))?;
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &namespace);
+    let labelled = pods.list(&ListParams::default().labels(&format!("{PODSET_LABEL}={}", podset.name_any()))).await?;
+    let uid = podset.meta().uid.as_deref();
+    // The label is a hint; ownership is what counts.
+    let owned: Vec<Pod> = labelled
+        .items
+        .into_iter()
+        .filter(|p| p.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid))
+        .collect();
+    let plan = plan(&podset, &owned);
+
+    if plan.create > 0 {
+        let pod = desired_pod(&podset).ok_or_else(|| Error::MissingNamespace(podset.name_any()))?;
+        for _ in 0..plan.create {
+            pods.create(&PostParams::default(), &pod).await?;
+        }
+        info!(created = plan.create, "created pods");
+    }
+    for name in &plan.delete {
+        let uid = owned.iter().find(|p| &p.name_any() == name).and_then(ResourceExt::uid);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { uid, resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match pods.delete(name, &params).await {
+            Ok(_) => info!(pod = name, "deleted pod"),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    if podset.status.as_ref() != Some(&plan.status) {
+        let api = Api::<PodSet>::namespaced(ctx.client.clone(), &namespace);
+        let patch = json!({"status": plan.status});
+        api.patch_status(&podset.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    }
+    ctx.reconciled(&key(&podset));
+    Ok(Action::await_change())
+}
+
+/// Logs the failure and retries with backoff.
+pub fn error_policy(podset: Arc<PodSet>, error: &Error, ctx: Arc<Context>) -> Action {
+    warn!(namespace = podset.namespace(), podset = podset.name_any(), %error, "reconcile failed");
+    ctx.retry_after_error(CONTROLLER, key(&podset), error)
+}
+
+fn key(podset: &PodSet) -> String {
+    format!("{}/{}", podset.namespace().unwrap_or_default(), podset.name_any())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,193 @@
+use std::sync::Arc;
+
+use http::{Method, StatusCode};
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+use watcher_api::PodSet;
+
+use super::{desired_pod, plan, reconcile, template_hash};
+use crate::Context;
+
+const UID: &str = "b7000000-0000-4000-8000-000000000001";
+const LIST: &str = "/api/v1/namespaces/team-a/pods?labelSelector=watcher.dev%2Fpodset%3Dgreeters";
+const STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/namespaces/team-a/podsets/greeters/status";
+
+fn podset(count: i32, message: &str) -> PodSet {
+    serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": "greeters", "namespace": "team-a", "uid": UID, "generation": 2},
+        "spec": {"count": count, "message": message}}))
+    .expect("valid PodSet")
+}
+
+/// A pod owned by the PodSet (or not), of the template of `message`, created at second `age`.
+fn pod(name: &str, message: &str, ready: bool, created: u32, owner: Option<&str>) -> Pod {
+    let hash = template_hash(&podset(1, message));
+    let owners = owner.map_or(json!([]), |uid| {
+        json!([{"apiVersion": "watcher.dev/v1alpha1", "kind": "PodSet", "name": "greeters", "uid": uid, "controller": true}])
+    });
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"),
+                     "creationTimestamp": format!("2026-11-21T10:00:{created:02}Z"),
+                     "labels": {"watcher.dev/podset": "greeters", "watcher.dev/pod-template-hash": hash},
+                     "ownerReferences": owners},
+        "spec": {"containers": [{"name": "greeter"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}}))
+    .expect("valid Pod")
+}
+
+fn mine(name: &str, message: &str, ready: bool, created: u32) -> Pod {
+    pod(name, message, ready, created, Some(UID))
+}
+
+#[test]
+fn scales_up_to_count() {
+    let plan = plan(&podset(3, "hello"), &[mine("a", "hello", true, 1)]);
+    assert_eq!((plan.create, plan.delete.len()), (2, 0));
+    assert_eq!((plan.status.count, plan.status.ready_count), (1, 1));
+}
+
+#[test]
+fn scales_down_not_ready_first_then_newest() {
+    let pods = [
+        mine("old-ready", "hello", true, 1),
+        mine("new-ready", "hello", true, 5),
+        mine("not-ready", "hello", false, 2),
+        mine("mid-ready", "hello", true, 3),
+    ];
+    let plan = plan(&podset(2, "hello"), &pods);
+    assert_eq!((plan.create, plan.delete.clone()), (0, vec!["not-ready".to_owned(), "new-ready".to_owned()]));
+}
+
+#[test]
+fn steady_state_changes_nothing_and_is_ready() {
+    let pods = [mine("a", "hello", true, 1), mine("b", "hello", true, 2)];
+    let plan = plan(&podset(2, "hello"), &pods);
+    assert_eq!((plan.create, plan.delete.len()), (0, 0));
+    assert_eq!(plan.status.conditions[0].status, "True");
+    assert_eq!(plan.status.message.as_deref(), Some("hello"));
+}
+
+#[test]
+fn a_new_message_rolls_out_one_pod_at_a_time() {
+    let set = podset(2, "bye");
+    let old = [mine("a", "hello", true, 1), mine("b", "hello", true, 2)];
+    // 1. add one pod of the new template
+    assert_eq!(plan(&set, &old).create, 1);
+    // 2. while it starts, nothing else happens
+    let starting = [old[0].clone(), old[1].clone(), mine("c", "bye", false, 3)];
+    let waiting = plan(&set, &starting);
+    assert_eq!((waiting.create, waiting.delete.len()), (0, 0));
+    assert_eq!(waiting.status.conditions[0].reason, "RollingOut");
+    // 3. once ready, one old pod goes (ready pods never below count - 1)
+    let ready = [old[0].clone(), old[1].clone(), mine("c", "bye", true, 3)];
+    let step = plan(&set, &ready);
+    assert_eq!((step.create, step.delete.clone()), (0, vec!["b".to_owned()]));
+    // 4. then the next one is added
+    let next = [old[0].clone(), mine("c", "bye", true, 3)];
+    assert_eq!(plan(&set, &next).create, 1);
+    // the status keeps the old message until no old pod is left
+    assert_eq!(plan(&set, &next).status.message, None);
+}
+
+#[test]
+fn terminating_pods_do_not_count() {
+    let mut leaving = mine("leaving", "hello", true, 1);
+    leaving.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-11-21T10:01:00Z".parse().expect("time")));
+    let plan = plan(&podset(1, "hello"), &[leaving]);
+    assert_eq!(plan.create, 1);
+}
+
+#[test]
+fn count_zero_removes_everything() {
+    let plan = plan(&podset(0, "hello"), &[mine("a", "hello", true, 1), mine("b", "bye", true, 2)]);
+    assert_eq!(plan.create, 0);
+    assert_eq!(plan.delete.len(), 2);
+}
+
+#[test]
+fn pods_carry_the_message_labels_and_owner() {
+    let pod = serde_json::to_value(desired_pod(&podset(1, "hello")).expect("pod")).expect("serialises");
+    assert_eq!(pod["metadata"]["generateName"], "greeters-");
+    assert_eq!(pod["metadata"]["labels"]["watcher.dev/podset"], "greeters");
+    assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], UID);
+    assert_eq!(pod["spec"]["containers"][0]["env"], json!([{"name": "MESSAGE", "value": "hello"}]));
+}
+
+fn list(pods: &[Pod]) -> Value {
+    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "5"}, "items": pods})
+}
+
+async fn scenario<F>(set: PodSet, script: impl FnOnce(crate::fixtures::ApiServerVerifier) -> F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let (ctx, verifier) = Context::test();
+    let server = tokio::spawn(script(verifier));
+    reconcile(Arc::new(set), ctx.clone()).await.expect("reconciled");
+    drop(ctx);
+    server.await.expect("scenario passed");
+}
+
+fn podset_body() -> Value {
+    json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "PodSet", "metadata": {"name": "greeters"},
+           "spec": {"count": 1, "message": "x"}})
+}
+
+#[tokio::test]
+async fn scale_up_creates_the_missing_pods_and_leaves_foreign_ones_alone() {
+    let foreign = pod("foreign", "hello", true, 1, Some("someone-else"));
+    let unowned = pod("unowned", "hello", true, 1, None);
+    scenario(podset(2, "hello"), |mut api| async move {
+        api.expect(Method::GET, LIST).await.ok(&list(&[foreign, unowned]));
+        for _ in 0..2 {
+            let create = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods").await;
+            assert_eq!(create.body["metadata"]["generateName"], "greeters-");
+            let body = create.body.clone();
+            create.respond(StatusCode::CREATED, &body);
+        }
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        assert_eq!(
+            (status.body["status"]["count"].clone(), status.body["status"]["readyCount"].clone()),
+            (json!(0), json!(0))
+        );
+        status.ok(&podset_body());
+        api.expect_no_more().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn scale_down_deletes_the_newest_pod() {
+    let pods = [mine("a", "hello", true, 1), mine("b", "hello", true, 2)];
+    scenario(podset(1, "hello"), |mut api| async move {
+        api.expect(Method::GET, LIST).await.ok(&list(&pods));
+        let delete = api.expect(Method::DELETE, "/api/v1/namespaces/team-a/pods/b").await;
+        assert_eq!(delete.body["preconditions"]["uid"], "uid-b");
+        delete.ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        assert_eq!(status.body["status"]["count"], 2, "counts what is there now");
+        status.ok(&podset_body());
+        api.expect_no_more().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_message_change_adds_one_pod_of_the_new_template() {
+    let pods = [mine("a", "hello", true, 1), mine("b", "hello", true, 2)];
+    let hash = template_hash(&podset(2, "bye"));
+    scenario(podset(2, "bye"), |mut api| async move {
+        api.expect(Method::GET, LIST).await.ok(&list(&pods));
+        let create = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods").await;
+        assert_eq!(create.body["metadata"]["labels"]["watcher.dev/pod-template-hash"], hash.as_str());
+        assert_eq!(create.body["spec"]["containers"][0]["env"][0]["value"], "bye");
+        let body = create.body.clone();
+        create.respond(StatusCode::CREATED, &body);
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        assert_eq!(status.body["status"]["conditions"][0]["reason"], "RollingOut");
+        status.ok(&podset_body());
+        api.expect_no_more().await;
+    })
+    .await;
+}

@@ -1,0 +1,23 @@
+//! The admission metrics carry the names and labels the design promises.
+
+use prometheus_client::registry::Registry;
+use watcher_webhook::{AdmissionResult, Metrics};
+
+#[test]
+fn admission_metrics_are_named_as_documented() {
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    metrics.observe(AdmissionResult::injected, 0.0002);
+    metrics.observe(AdmissionResult::skipped, 0.0001);
+    metrics.observe(AdmissionResult::error, 0.0001);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+    for line in [
+        "watcher_admission_requests_total{result=\"injected\"} 1",
+        "watcher_admission_requests_total{result=\"skipped\"} 1",
+        "watcher_admission_requests_total{result=\"error\"} 1",
+        "watcher_admission_duration_seconds_count 3",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+}
