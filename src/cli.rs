@@ -124,6 +124,8 @@ pub(crate) struct RunArgs {
 pub(crate) enum ControllerName {
     /// Watcher → owned ConfigMap and status.
     Watcher,
+    /// Pods → injection drift on each Watcher (and evictions under `Recreate`).
+    Pods,
     /// At → one pod at the scheduled time.
     At,
     /// PodSet → N pods.

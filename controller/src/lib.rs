@@ -6,6 +6,7 @@ mod cache;
 mod context;
 mod error;
 mod metrics;
+pub mod pods;
 pub mod podset;
 pub mod watcher;
 

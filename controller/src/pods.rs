@@ -1,0 +1,256 @@
+//! Pods → injection drift on each Watcher: `status.pods` counts, an Event when pods are missing
+//! or outdated, and with `updatePolicy.type: Recreate` evictions so their controllers recreate
+//! them injected.
+//!
+//! Pods are watched as metadata only, keeping just labels, the two injection annotations and
+//! owner references: thousands of pods cost little memory. A pod event reaches only the
+//! Watchers of its namespace.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, EvictParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, instrument, warn};
+use watcher_api::{
+    INJECT_ANNOTATION, INJECTED_ANNOTATION, PodCounts, UpdatePolicyType, Watcher, injected_watchers, requested_watchers,
+};
+
+use crate::{Context, Error, Result, WatcherCache};
+
+const CONTROLLER: &str = "pods";
+/// Pod events are gathered for this long before a Watcher is counted again.
+const DEBOUNCE: Duration = Duration::from_millis(500);
+/// An eviction refused by a PodDisruptionBudget (429) is tried again after this.
+const EVICTION_RETRY: Duration = Duration::from_secs(10);
+/// Owners that recreate a pod that is evicted.
+const RECREATING_OWNERS: [&str; 3] = ["ReplicaSet", "StatefulSet", "DaemonSet"];
+
+/// A pod as the pod reconciler holds it.
+pub type PodMeta = PartialObjectMeta<Pod>;
+
+/// What the pod reconciler shares between reconciles.
+pub struct PodsContext {
+    ctx: Arc<Context>,
+    pods: Store<PodMeta>,
+    pods_synced: Arc<AtomicBool>,
+    recorder: Recorder,
+}
+
+/// Runs the pod reconciler until shutdown, on the Watchers of the shared cache.
+pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
+    let client = ctx.client.clone();
+    let (pods, writer) = reflector::store::<PodMeta>();
+    let pod_events = watcher(Api::<PodMeta>::all(client.clone()), watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(keep_what_counts)
+        .reflect(writer)
+        .touched_objects();
+    let pods_synced = Arc::new(AtomicBool::new(false));
+    tokio::spawn({
+        let (pods, synced) = (pods.clone(), pods_synced.clone());
+        async move {
+            if pods.wait_until_ready().await.is_ok() {
+                synced.store(true, Ordering::Release);
+            }
+        }
+    });
+    let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
+    let shared = Arc::new(PodsContext { ctx, pods, pods_synced, recorder: Recorder::new(client, reporter) });
+    let watchers = cache.store.clone();
+    let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
+    Controller::for_shared_stream(triggers, cache.store.clone())
+        .reconcile_all_on(resyncs)
+        .watches_stream(pod_events, move |pod: PodMeta| watchers_of_namespace(&watchers, pod.namespace().as_deref()))
+        .with_config(crate::controller_config().debounce(DEBOUNCE))
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, shared)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                debug!(%error, "pod reconciler event");
+            }
+        })
+        .await;
+}
+
+/// Drops what counting and eviction never read (managed fields, other annotations), so a
+/// cached pod is a few hundred bytes.
+fn keep_what_counts(pod: &mut PodMeta) {
+    pod.metadata.managed_fields = None;
+    if let Some(annotations) = pod.metadata.annotations.as_mut() {
+        annotations.retain(|key, _| key == INJECT_ANNOTATION || key == INJECTED_ANNOTATION);
+    }
+}
+
+fn watchers_of_namespace(watchers: &Store<Watcher>, namespace: Option<&str>) -> Vec<ObjectRef<Watcher>> {
+    let Some(namespace) = namespace else { return Vec::new() };
+    watchers
+        .state()
+        .iter()
+        .filter(|w| w.namespace().as_deref() == Some(namespace))
+        .map(|w| ObjectRef::from(w.as_ref()))
+        .collect()
+}
+
+/// How a pod stands towards one Watcher.
+#[derive(Debug, Default, PartialEq)]
+struct Standing {
+    matched: bool,
+    injected: bool,
+    up_to_date: bool,
+}
+
+fn standing(watcher: &Watcher, hash: &str, pod: &PodMeta) -> Standing {
+    let name = watcher.name_any();
+    let annotations = pod.annotations();
+    let matched = requested_watchers(annotations).contains(&name.as_str()) || watcher.selects(pod.labels());
+    let entry = injected_watchers(annotations).into_iter().find(|(n, _)| *n == name);
+    Standing { matched, injected: entry.is_some(), up_to_date: entry.is_some_and(|(_, h)| h == hash) }
+}
+
+/// `status.pods` of `watcher` over `pods` (any namespace: only the Watcher's own count; pods
+/// being deleted do not count).
+pub fn count(watcher: &Watcher, pods: &[Arc<PodMeta>]) -> PodCounts {
+    let hash = watcher.spec.spec_hash();
+    let mut counts = PodCounts::default();
+    for pod in live_pods_of(watcher, pods) {
+        let s = standing(watcher, &hash, pod);
+        counts.matched += i32::from(s.matched);
+        counts.injected += i32::from(s.injected);
+        counts.up_to_date += i32::from(s.up_to_date);
+        counts.missing += i32::from(s.matched && !s.injected);
+    }
+    counts
+}
+
+fn live_pods_of<'a>(watcher: &'a Watcher, pods: &'a [Arc<PodMeta>]) -> impl Iterator<Item = &'a PodMeta> + 'a {
+    let namespace = watcher.namespace();
+    pods.iter().map(Arc::as_ref).filter(move |p| p.namespace() == namespace && p.metadata.deletion_timestamp.is_none())
+}
+
+/// The pods to evict now under `updatePolicy: Recreate`: missing or outdated pods whose
+/// controller (a ReplicaSet, StatefulSet or DaemonSet) will recreate them, oldest first, no more
+/// than `maxUnavailable` minus the Watcher's pods already terminating.
+pub fn eviction_choice(watcher: &Watcher, pods: &[Arc<PodMeta>]) -> Vec<String> {
+    let policy = &watcher.spec.update_policy;
+    if policy.type_ != UpdatePolicyType::Recreate {
+        return Vec::new();
+    }
+    let hash = watcher.spec.spec_hash();
+    let namespace = watcher.namespace();
+    let in_namespace = pods.iter().map(Arc::as_ref).filter(|p| p.namespace() == namespace);
+    let terminating = in_namespace
+        .clone()
+        .filter(|p| p.metadata.deletion_timestamp.is_some())
+        .filter(|p| {
+            let s = standing(watcher, &hash, p);
+            s.matched || s.injected
+        })
+        .count();
+    let budget = usize::try_from(policy.max_unavailable).unwrap_or(0).saturating_sub(terminating);
+    let mut candidates: Vec<&PodMeta> = live_pods_of(watcher, pods)
+        .filter(|p| {
+            let s = standing(watcher, &hash, p);
+            (s.matched && !s.injected) || (s.injected && !s.up_to_date)
+        })
+        .filter(|p| {
+            p.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && RECREATING_OWNERS.contains(&o.kind.as_str()))
+        })
+        .collect();
+    candidates.sort_by(|a, b| {
+        a.creation_timestamp().cmp(&b.creation_timestamp()).then_with(|| a.name_any().cmp(&b.name_any()))
+    });
+    candidates.into_iter().take(budget).map(|p| p.name_any()).collect()
+}
+
+/// Counts the Watcher's pods, evicts under Recreate, and records the counts.
+#[instrument(skip(watcher, ctx), fields(namespace = watcher.namespace(), watcher = watcher.name_any()))]
+pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<Action> {
+    if !ctx.pods_synced.load(Ordering::Acquire) {
+        return Ok(Action::requeue(Duration::from_secs(1))); // counts would be short
+    }
+    let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
+    let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
+    let pods = ctx.pods.state();
+    let counts = count(&watcher, &pods);
+    let action = evict(&watcher, &pods, &ctx, &namespace).await?;
+
+    let current = watcher.status.as_ref().and_then(|s| s.pods);
+    if current != Some(counts) {
+        let api = Api::<Watcher>::namespaced(ctx.ctx.client.clone(), &namespace);
+        let patch = json!({"status": {"pods": counts}});
+        api.patch_status(&watcher.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        let outdated = counts.injected - counts.up_to_date;
+        if counts.missing > 0 || outdated > 0 {
+            // Once per change of the counts, not once per reconcile.
+            let event = Event {
+                type_: EventType::Warning,
+                reason: "InjectionDrift".into(),
+                note: Some(format!(
+                    "{} of {} pods miss this Watcher and {outdated} carry an older spec",
+                    counts.missing, counts.matched
+                )),
+                action: "Count".into(),
+                secondary: None,
+            };
+            if let Err(error) = ctx.recorder.publish(&event, &watcher.object_ref(&())).await {
+                warn!(%error, "cannot publish the drift event");
+            }
+        }
+    }
+    ctx.ctx.reconciled(&key(&watcher));
+    Ok(action)
+}
+
+/// Evicts the chosen pods; a refusal by a PodDisruptionBudget waits for the next try.
+async fn evict(watcher: &Watcher, pods: &[Arc<PodMeta>], ctx: &PodsContext, namespace: &str) -> Result<Action> {
+    let chosen = eviction_choice(watcher, pods);
+    if chosen.is_empty() {
+        return Ok(Action::await_change());
+    }
+    let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), namespace);
+    for name in &chosen {
+        match api.evict(name, &EvictParams::default()).await {
+            Ok(_) => info!(pod = name, "evicted: its controller recreates it injected"),
+            Err(kube::Error::Api(status)) if status.code == 429 => {
+                info!(pod = name, "eviction refused for now (PodDisruptionBudget)");
+                return Ok(Action::requeue(EVICTION_RETRY));
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    // The next pods go when these are gone and their replacements counted.
+    Ok(Action::requeue(EVICTION_RETRY))
+}
+
+/// Logs the failure and retries with backoff.
+pub fn error_policy(watcher: Arc<Watcher>, error: &Error, ctx: Arc<PodsContext>) -> Action {
+    warn!(namespace = watcher.namespace(), watcher = watcher.name_any(), %error, "pod reconcile failed");
+    ctx.ctx.retry_after_error(CONTROLLER, key(&watcher), error)
+}
+
+fn key(watcher: &Watcher) -> String {
+    format!("pods:{}/{}", watcher.namespace().unwrap_or_default(), watcher.name_any())
+}
+
+/// Pods of the namespace by name, for tests and benchmarks that fill a store themselves.
+pub fn context_for_tests(ctx: Arc<Context>, pods: Store<PodMeta>) -> Arc<PodsContext> {
+    let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: None };
+    let recorder = Recorder::new(ctx.client.clone(), reporter);
+    Arc::new(PodsContext { ctx, pods, pods_synced: Arc::new(AtomicBool::new(true)), recorder })
+}
+
+#[cfg(test)]
+mod tests;

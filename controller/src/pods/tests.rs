@@ -1,0 +1,194 @@
+use std::sync::Arc;
+
+use http::Method;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector;
+use kube::runtime::watcher::Event;
+use serde_json::{Value, json};
+use watcher_api::{PodCounts, Watcher};
+
+use super::{PodMeta, context_for_tests, count, eviction_choice, keep_what_counts, reconcile};
+use crate::Context;
+
+fn watcher(policy: &str, max_unavailable: i32, status: Option<Value>) -> Watcher {
+    let mut object = json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+        "metadata": {"name": "log-watcher", "namespace": "team-a", "uid": "w-uid"},
+        "spec": {"container": {"name": "log-watcher", "image": "busybox:1.36"},
+                 "selector": {"matchLabels": {"app": "web"}},
+                 "updatePolicy": {"type": policy, "maxUnavailable": max_unavailable}}});
+    if let Some(status) = status {
+        object["status"] = status;
+    }
+    serde_json::from_value(object).expect("valid Watcher")
+}
+
+/// A pod of `namespace` with `labels`, `annotations`, controlled by `owner` (a kind), created at
+/// second `created`, terminating or not.
+fn pod(
+    name: &str,
+    namespace: &str,
+    labels: Value,
+    annotations: Value,
+    owner: Option<&str>,
+    created: u32,
+    terminating: bool,
+) -> Arc<PodMeta> {
+    let mut metadata = json!({"name": name, "namespace": namespace, "labels": labels, "annotations": annotations,
+                              "creationTimestamp": format!("2026-11-21T10:00:{created:02}Z")});
+    if let Some(kind) = owner {
+        metadata["ownerReferences"] =
+            json!([{"apiVersion": "apps/v1", "kind": kind, "name": "o", "uid": "o", "controller": true}]);
+    }
+    if terminating {
+        metadata["deletionTimestamp"] = json!("2026-11-21T10:05:00Z");
+    }
+    Arc::new(
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata}))
+            .expect("valid metadata"),
+    )
+}
+
+fn current(watcher: &Watcher) -> Value {
+    json!({"watcher.dev/injected": format!("log-watcher@{}", watcher.spec.spec_hash())})
+}
+
+#[test]
+fn counts_annotation_selector_both_other_namespaces_outdated_and_terminating() {
+    let w = watcher("Report", 1, None);
+    let pods = [
+        pod("asked", "team-a", json!({}), json!({"watcher.dev/inject": "log-watcher"}), None, 1, false),
+        pod("selected", "team-a", json!({"app": "web"}), current(&w), None, 2, false),
+        pod(
+            "both",
+            "team-a",
+            json!({"app": "web"}),
+            json!({"watcher.dev/inject": "log-watcher", "watcher.dev/injected": "log-watcher@old"}),
+            None,
+            3,
+            false,
+        ),
+        pod("elsewhere", "team-b", json!({"app": "web"}), json!({}), None, 4, false),
+        pod("unrelated", "team-a", json!({"app": "db"}), json!({}), None, 5, false),
+        pod("leaving", "team-a", json!({"app": "web"}), json!({}), None, 6, true),
+    ];
+    assert_eq!(count(&w, &pods), PodCounts { matched: 3, injected: 2, up_to_date: 1, missing: 1 });
+}
+
+#[test]
+fn eviction_takes_controller_owned_missing_or_outdated_pods_within_the_budget() {
+    let w = watcher("Recreate", 2, None);
+    let pods = [
+        pod("bare", "team-a", json!({"app": "web"}), json!({}), None, 1, false),
+        pod("job", "team-a", json!({"app": "web"}), json!({}), Some("Job"), 2, false),
+        pod("rs-new", "team-a", json!({"app": "web"}), json!({}), Some("ReplicaSet"), 9, false),
+        pod(
+            "sts",
+            "team-a",
+            json!({"app": "web"}),
+            json!({"watcher.dev/injected": "log-watcher@old"}),
+            Some("StatefulSet"),
+            4,
+            false,
+        ),
+        pod("ds", "team-a", json!({"app": "web"}), json!({}), Some("DaemonSet"), 5, false),
+        pod("fine", "team-a", json!({"app": "web"}), current(&w), Some("ReplicaSet"), 3, false),
+    ];
+    assert_eq!(eviction_choice(&w, &pods), ["sts", "ds"], "oldest first, two at most, never bare or Job pods");
+
+    let mut with_terminating = pods.to_vec();
+    with_terminating.push(pod("going", "team-a", json!({"app": "web"}), json!({}), Some("ReplicaSet"), 1, true));
+    assert_eq!(eviction_choice(&w, &with_terminating), ["sts"], "a terminating pod uses the budget");
+
+    assert!(eviction_choice(&watcher("Report", 2, None), &pods).is_empty(), "Report only counts");
+}
+
+#[test]
+fn cached_pods_keep_only_what_counts() {
+    let mut meta = Arc::unwrap_or_clone(pod(
+        "p",
+        "team-a",
+        json!({"app": "web"}),
+        json!({"watcher.dev/inject": "a", "kubectl.kubernetes.io/last-applied-configuration": "{...}"}),
+        None,
+        1,
+        false,
+    ));
+    meta.metadata.managed_fields = Some(vec![Default::default()]);
+    keep_what_counts(&mut meta);
+    assert_eq!(meta.metadata.managed_fields, None);
+    assert_eq!(meta.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
+    assert_eq!(meta.metadata.labels.as_ref().map(|l| l.len()), Some(1));
+}
+
+fn store(pods: &[Arc<PodMeta>]) -> reflector::Store<PodMeta> {
+    let (reader, mut writer) = reflector::store();
+    for pod in pods {
+        writer.apply_watcher_event(&Event::Apply(pod.as_ref().clone()));
+    }
+    reader
+}
+
+const STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/namespaces/team-a/watchers/log-watcher/status";
+
+#[tokio::test]
+async fn changed_counts_are_written_with_one_event() {
+    let w = watcher("Report", 1, None);
+    let pods = [pod("asked", "team-a", json!({}), json!({"watcher.dev/inject": "log-watcher"}), None, 1, false)];
+    let (ctx, mut api) = Context::test();
+    let shared = context_for_tests(ctx, store(&pods));
+    let server = tokio::spawn(async move {
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        assert_eq!(
+            status.body,
+            json!({"status": {"pods": {"matched": 1, "injected": 0, "upToDate": 0, "missing": 1}}})
+        );
+        status
+            .ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": "log-watcher"},
+                          "spec": {"container": {"name": "x"}}}));
+        let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
+        assert_eq!(event.body["reason"], "InjectionDrift");
+        assert_eq!(event.body["regarding"]["name"], "log-watcher");
+        let body = event.body.clone();
+        event.respond(http::StatusCode::CREATED, &body);
+        api.expect_no_more().await;
+    });
+    let action = reconcile(Arc::new(w), shared.clone()).await.expect("reconciled");
+    assert_eq!(action, Action::await_change());
+    drop(shared);
+    server.await.expect("scenario passed");
+}
+
+#[tokio::test]
+async fn unchanged_counts_write_nothing() {
+    let w = watcher("Report", 1, Some(json!({"pods": {"matched": 1, "injected": 0, "upToDate": 0, "missing": 1}})));
+    let pods = [pod("asked", "team-a", json!({}), json!({"watcher.dev/inject": "log-watcher"}), None, 1, false)];
+    let (ctx, api) = Context::test();
+    let shared = context_for_tests(ctx, store(&pods));
+    let server = tokio::spawn(api.expect_no_more());
+    reconcile(Arc::new(w), shared.clone()).await.expect("reconciled");
+    drop(shared);
+    server.await.expect("no request at all");
+}
+
+#[tokio::test]
+async fn recreate_evicts_through_the_eviction_api_and_waits_on_a_budget() {
+    let w = watcher("Recreate", 2, Some(json!({"pods": {"matched": 2, "injected": 0, "upToDate": 0, "missing": 2}})));
+    let pods = [
+        pod("a", "team-a", json!({"app": "web"}), json!({}), Some("ReplicaSet"), 1, false),
+        pod("b", "team-a", json!({"app": "web"}), json!({}), Some("ReplicaSet"), 2, false),
+    ];
+    let (ctx, mut api) = Context::test();
+    let shared = context_for_tests(ctx, store(&pods));
+    let server = tokio::spawn(async move {
+        let eviction = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods/a/eviction").await;
+        assert_eq!(eviction.body["metadata"]["name"], "a");
+        eviction.ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
+        // A PodDisruptionBudget refuses the second one: try again later.
+        api.expect(Method::POST, "/api/v1/namespaces/team-a/pods/b/eviction").await.fail(429, "TooManyRequests");
+        api.expect_no_more().await;
+    });
+    let action = reconcile(Arc::new(w), shared.clone()).await.expect("reconciled");
+    assert_eq!(action, Action::requeue(super::EVICTION_RETRY));
+    drop(shared);
+    server.await.expect("scenario passed");
+}

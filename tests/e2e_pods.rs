@@ -1,0 +1,105 @@
+//! e2e: injection drift counted on Watchers, and repaired with `updatePolicy: Recreate`.
+//! The operator registers its webhook by `--webhook-url https://127.0.0.1:<port>/mutate`, so the
+//! API server must reach this machine's loopback. No kubelet is assumed: evicted pods that are
+//! not on a node go at once, and their ReplicaSet recreates them through the webhook.
+//! Run on purpose: `cargo test --test e2e_pods -- --ignored`.
+
+mod common;
+
+use common::{Operator, STEP, TestNamespace, client, free_port, install_crds, wait_for};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use watcher_api::{PodCounts, Watcher};
+
+async fn counts_become(watchers: &Api<Watcher>, check: impl Fn(PodCounts) -> bool) -> PodCounts {
+    wait_for(STEP, || async {
+        let counts = watchers.get("log-watcher").await.ok()?.status?.pods?;
+        check(counts).then_some(counts)
+    })
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: KUBECONFIG"]
+async fn drift_is_counted_and_repaired() {
+    let client = client().await;
+    install_crds(&client).await;
+    let operator_ns = TestNamespace::create(&client, "watcher-e2e-op2").await;
+    let ns = TestNamespace::create(&client, "watcher-e2e-pods").await;
+    let port = free_port().port();
+    let _operator = Operator::start(
+        &operator_ns.name,
+        &[
+            &format!("--webhook-url=https://127.0.0.1:{port}/mutate"),
+            &format!("--webhook-addr=0.0.0.0:{port}"),
+            "--controllers=watcher,pods",
+            "--leader-election=false",
+        ],
+    )
+    .await;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns.name);
+    let watchers = Api::<Watcher>::namespaced(client.clone(), &ns.name);
+
+    // A pod that asks for the Watcher before it exists: admitted uninjected.
+    let early: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "early", "annotations": {"watcher.dev/inject": "log-watcher"}},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}))
+    .expect("valid Pod");
+    pods.create(&PostParams::default(), &early).await.expect("pod created");
+
+    let watcher: Watcher = serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+        "metadata": {"name": "log-watcher"},
+        "spec": {"container": {"name": "log-watcher", "image": "busybox:1.36", "command": ["sleep", "3600"]},
+                 "selector": {"matchLabels": {"app": "drift"}}}}))
+    .expect("valid Watcher");
+    watchers.create(&PostParams::default(), &watcher).await.expect("Watcher created");
+    counts_become(&watchers, |c| c.missing == 1 && c.matched == 1).await;
+
+    // Wait until the webhook's cache has the Watcher (a dry-run pod gets injected), then three
+    // selected pods from a Deployment.
+    let probe: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "probe", "labels": {"app": "drift"}},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36"}]}}))
+    .expect("valid Pod");
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    wait_for(STEP, || async {
+        let created = pods.create(&dry_run, &probe).await.ok()?;
+        created.metadata.annotations?.get("watcher.dev/injected").cloned()
+    })
+    .await;
+    let deployment: Deployment = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "drift"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "drift"}},
+                 "template": {"metadata": {"labels": {"app": "drift"}},
+                              "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}}}))
+    .expect("valid Deployment");
+    Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("Deployment created");
+    let counts = counts_become(&watchers, |c| c.matched == 4 && c.up_to_date == 3).await;
+    assert_eq!(counts, PodCounts { matched: 4, injected: 3, up_to_date: 3, missing: 1 });
+
+    // A new image: the three injected pods are outdated.
+    let patch =
+        json!({"spec": {"container": {"name": "log-watcher", "image": "busybox:1.37", "command": ["sleep", "3600"]}}});
+    watchers.patch("log-watcher", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patched");
+    counts_become(&watchers, |c| c.injected == 3 && c.up_to_date == 0).await;
+
+    // Recreate: the Deployment's pods are evicted one at a time and come back with the new hash;
+    // the bare pod that asked early is never evicted.
+    let patch = json!({"spec": {"updatePolicy": {"type": "Recreate", "maxUnavailable": 1}}});
+    watchers.patch("log-watcher", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patched");
+    let counts = counts_become(&watchers, |c| c.up_to_date == 3).await;
+    assert_eq!(counts, PodCounts { matched: 4, injected: 3, up_to_date: 3, missing: 1 });
+    assert!(pods.get_opt("early").await.expect("get").is_some(), "bare pods are never evicted");
+
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete("watcher-operator", &DeleteParams::default())
+        .await;
+    ns.delete().await;
+    operator_ns.delete().await;
+}
