@@ -1,9 +1,10 @@
 //! Start-up and memory of the real binary with many Watchers in the cache.
 //!
-//! `cargo bench --bench startup [-- WATCHERS]` starts a fake API server that lists WATCHERS
-//! (default 1,000) Watchers with config data, runs `watcher-operator run` against it, and
-//! reports the time from process start to `/readyz` 200, the time and CPU to reconcile every
-//! Watcher once (ConfigMap apply + status patch each), and the resident memory.
+//! `cargo bench --bench startup [-- WATCHERS [PODS]]` starts a fake API server that lists
+//! WATCHERS (default 1,000) Watchers with config data and PODS pods (default 0), runs
+//! `watcher-operator run` against it (the Watcher controller, and the pod reconciler when there
+//! are pods), and reports the time from process start to `/readyz` 200, the time and CPU until
+//! every Watcher is reconciled and the writes stop, and the resident memory.
 
 #[path = "support/fake_apiserver.rs"]
 mod fake_apiserver;
@@ -12,15 +13,19 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use fake_apiserver::{FakeApiServer, cpu_ticks, kubeconfig, rss_kib, watchers};
+use fake_apiserver::{FakeApiServer, cpu_ticks, kubeconfig, pods, rss_kib, watchers};
 
 #[tokio::main]
 async fn main() {
-    let count: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(1000);
+    let numbers: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let count = numbers.first().copied().unwrap_or(1000);
+    let pod_count = numbers.get(1).copied().unwrap_or(0);
     let (server, addr) = FakeApiServer::default()
         .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", watchers(count))
+        .with_list("/api/v1/pods", "PodList", pods(pod_count))
         .start()
         .await;
+    let controllers = if pod_count > 0 { "--controllers=watcher,pods" } else { "--controllers=watcher" };
     let dir = std::env::temp_dir().join(format!("watcher-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let metrics = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port");
@@ -28,7 +33,7 @@ async fn main() {
 
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
-        .args(["run", "--leader-election=false", "--controllers=watcher", "--namespace=bench"])
+        .args(["run", "--leader-election=false", controllers, "--namespace=bench"])
         .arg(format!("--metrics-addr={metrics}"))
         .arg(format!("--webhook-addr={webhook}"))
         .env("KUBECONFIG", kubeconfig(&dir, addr))
@@ -49,7 +54,9 @@ async fn main() {
     let (rss_ready, _) = rss_kib(pid).expect("/proc");
     let ticks_ready = cpu_ticks(pid).expect("/proc");
 
-    while server.status_writes.load(Ordering::Relaxed) < count as u64 {
+    // Every Watcher gets a status write from each controller; then the writes stop.
+    let expected = count as u64 * if pod_count > 0 { 2 } else { 1 };
+    while server.status_writes.load(Ordering::Relaxed) < expected {
         assert!(started.elapsed() < Duration::from_secs(120), "reconciles did not finish within 120 s");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -61,6 +68,7 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&dir);
 
     println!("watchers in cache:            {count}");
+    println!("pods in cache:                {pod_count}");
     println!("start → /readyz 200:          {:.0} ms   (target ≤ 1000 ms)", ready_after.as_secs_f64() * 1e3);
     println!("RSS at ready:                 {:.1} MB", rss_ready as f64 / 1024.0);
     println!(
@@ -69,11 +77,14 @@ async fn main() {
         server.writes.load(Ordering::Relaxed)
     );
     println!(
-        "CPU per reconcile:            {:.0} µs   (GET + apply + status patch)",
-        ticks as f64 * 1e4 / count as f64
+        "CPU per Watcher:              {:.0} µs   (GET + apply + status patch{})",
+        ticks as f64 * 1e4 / count as f64,
+        if pod_count > 0 { "; its pods counted + status patch" } else { "" }
     );
     println!("RSS after reconciling:        {:.1} MB", rss as f64 / 1024.0);
     println!("peak RSS:                     {:.1} MB   (target ≤ 25 MB)", peak as f64 / 1024.0);
+    let total = server.status_writes.load(Ordering::Relaxed);
+    assert_eq!(total, expected, "a steady state writes no more");
 }
 
 async fn readyz(addr: std::net::SocketAddr) -> bool {

@@ -145,6 +145,34 @@ pub(crate) fn watchers(count: usize) -> Vec<Value> {
         .collect()
 }
 
+/// `count` pods of Deployments, spread over the namespaces of [`watchers`], as kube-apiserver
+/// lists them (managed fields and kubectl's last-applied annotation included); every tenth asks
+/// for `watcher-0` of its namespace by annotation.
+pub(crate) fn pods(count: usize) -> Vec<Value> {
+    (0..count)
+        .map(|i| {
+            let mut annotations = json!({"kubectl.kubernetes.io/last-applied-configuration": "x".repeat(400)});
+            if i % 10 == 0 {
+                annotations["watcher.dev/inject"] = json!(format!("watcher-{}", i % 10));
+                annotations["watcher.dev/injected"] = json!(format!("watcher-{}@0badc0de", i % 10));
+            }
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("web-7d876db474-{i:05}"), "namespace": format!("team-{}", i % 10),
+                             "uid": format!("10000000-0000-4000-8000-{i:012}"), "resourceVersion": "1",
+                             "creationTimestamp": "2026-11-21T10:00:00Z",
+                             "labels": {"app": "web", "pod-template-hash": "7d876db474"},
+                             "annotations": annotations,
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d876db474",
+                                                  "uid": "20000000-0000-4000-8000-000000000000", "controller": true}],
+                             "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+                                                "time": "2026-11-21T10:00:00Z", "fieldsType": "FieldsV1",
+                                                "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}}}]},
+            })
+        })
+        .collect()
+}
+
 /// Resident set size now and at its peak, in KiB, from `/proc/<pid>/status`.
 pub(crate) fn rss_kib(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

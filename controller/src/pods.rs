@@ -6,8 +6,9 @@
 //! owner references: thousands of pods cost little memory. A pod event reaches only the
 //! Watchers of its namespace.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -16,7 +17,7 @@ use kube::api::{Api, EvictParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -38,38 +39,117 @@ const RECREATING_OWNERS: [&str; 3] = ["ReplicaSet", "StatefulSet", "DaemonSet"];
 /// A pod as the pod reconciler holds it.
 pub type PodMeta = PartialObjectMeta<Pod>;
 
+/// Pods by namespace: a reconcile reads its Watcher's namespace only.
+#[derive(Default)]
+pub struct PodIndex {
+    by_namespace: RwLock<HashMap<String, HashMap<String, Arc<PodMeta>>>>,
+    /// The initial list, swapped in whole when it is complete.
+    listing: Mutex<HashMap<String, HashMap<String, Arc<PodMeta>>>>,
+    synced: AtomicBool,
+}
+
+impl PodIndex {
+    /// Applies a watch event; returns the pod whose change should be counted (initial-list
+    /// entries return nothing: the whole list is counted once, when it is complete).
+    fn apply(&self, event: watcher::Event<PodMeta>) -> Option<PodMeta> {
+        let key = |pod: &PodMeta| (pod.namespace().unwrap_or_default(), pod.name_any());
+        match event {
+            watcher::Event::Init => lock(&self.listing).clear(),
+            watcher::Event::InitApply(pod) => {
+                let (namespace, name) = key(&pod);
+                lock(&self.listing).entry(namespace).or_default().insert(name, Arc::new(pod));
+            }
+            watcher::Event::InitDone => {
+                let listed = std::mem::take(&mut *lock(&self.listing));
+                *self.by_namespace.write().unwrap_or_else(|p| p.into_inner()) = listed;
+                self.synced.store(true, Ordering::Release);
+            }
+            watcher::Event::Apply(pod) => {
+                let (namespace, name) = key(&pod);
+                let mut index = self.by_namespace.write().unwrap_or_else(|p| p.into_inner());
+                index.entry(namespace).or_default().insert(name, Arc::new(pod.clone()));
+                return Some(pod);
+            }
+            watcher::Event::Delete(pod) => {
+                let (namespace, name) = key(&pod);
+                let mut index = self.by_namespace.write().unwrap_or_else(|p| p.into_inner());
+                if let Some(pods) = index.get_mut(&namespace) {
+                    pods.remove(&name);
+                    if pods.is_empty() {
+                        index.remove(&namespace);
+                    }
+                }
+                return Some(pod);
+            }
+        }
+        None
+    }
+
+    /// The pods of `namespace`.
+    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<PodMeta>> {
+        let index = self.by_namespace.read().unwrap_or_else(|p| p.into_inner());
+        index.get(namespace).map(|pods| pods.values().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Whether the initial list is in.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// An index holding `pods`, synced (for tests and benchmarks).
+    pub fn with_pods(pods: impl IntoIterator<Item = PodMeta>) -> Self {
+        let index = Self::default();
+        index.apply(watcher::Event::Init);
+        for pod in pods {
+            index.apply(watcher::Event::InitApply(pod));
+        }
+        index.apply(watcher::Event::InitDone);
+        index
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// What the pod reconciler shares between reconciles.
 pub struct PodsContext {
     ctx: Arc<Context>,
-    pods: Store<PodMeta>,
-    pods_synced: Arc<AtomicBool>,
+    pods: Arc<PodIndex>,
     recorder: Recorder,
 }
 
 /// Runs the pod reconciler until shutdown, on the Watchers of the shared cache.
 pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
     let client = ctx.client.clone();
-    let (pods, writer) = reflector::store::<PodMeta>();
+    let pods = Arc::new(PodIndex::default());
+    let (synced_tx, synced_rx) = futures::channel::mpsc::unbounded();
     let pod_events = watcher(Api::<PodMeta>::all(client.clone()), watcher::Config::default().any_semantic())
         .default_backoff()
         .modify(keep_what_counts)
-        .reflect(writer)
-        .touched_objects();
-    let pods_synced = Arc::new(AtomicBool::new(false));
-    tokio::spawn({
-        let (pods, synced) = (pods.clone(), pods_synced.clone());
-        async move {
-            if pods.wait_until_ready().await.is_ok() {
-                synced.store(true, Ordering::Release);
+        .filter_map({
+            let pods = pods.clone();
+            move |event| {
+                let changed = match event {
+                    Ok(event) => {
+                        let done = matches!(event, watcher::Event::InitDone);
+                        let changed = pods.apply(event).map(Ok);
+                        if done {
+                            let _ = synced_tx.unbounded_send(()); // count every Watcher once
+                        }
+                        changed
+                    }
+                    Err(error) => Some(Err(error)),
+                };
+                futures::future::ready(changed)
             }
-        }
-    });
+        });
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
-    let shared = Arc::new(PodsContext { ctx, pods, pods_synced, recorder: Recorder::new(client, reporter) });
+    let shared = Arc::new(PodsContext { ctx, pods, recorder: Recorder::new(client, reporter) });
     let watchers = cache.store.clone();
     let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
     Controller::for_shared_stream(triggers, cache.store.clone())
-        .reconcile_all_on(resyncs)
+        .reconcile_all_on(futures::stream::select(resyncs, synced_rx))
         .watches_stream(pod_events, move |pod: PodMeta| watchers_of_namespace(&watchers, pod.namespace().as_deref()))
         .with_config(crate::controller_config().debounce(DEBOUNCE))
         .shutdown_on_signal()
@@ -177,12 +257,13 @@ pub fn eviction_choice(watcher: &Watcher, pods: &[Arc<PodMeta>]) -> Vec<String> 
 /// Counts the Watcher's pods, evicts under Recreate, and records the counts.
 #[instrument(skip(watcher, ctx), fields(namespace = watcher.namespace(), watcher = watcher.name_any()))]
 pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<Action> {
-    if !ctx.pods_synced.load(Ordering::Acquire) {
-        return Ok(Action::requeue(Duration::from_secs(1))); // counts would be short
+    if !ctx.pods.is_synced() {
+        // Counts would be short; every Watcher is counted when the list is in.
+        return Ok(Action::await_change());
     }
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
     let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
-    let pods = ctx.pods.state();
+    let pods = ctx.pods.in_namespace(&namespace);
     let counts = count(&watcher, &pods);
     let action = evict(&watcher, &pods, &ctx, &namespace).await?;
 
@@ -245,11 +326,12 @@ fn key(watcher: &Watcher) -> String {
     format!("pods:{}/{}", watcher.namespace().unwrap_or_default(), watcher.name_any())
 }
 
-/// Pods of the namespace by name, for tests and benchmarks that fill a store themselves.
-pub fn context_for_tests(ctx: Arc<Context>, pods: Store<PodMeta>) -> Arc<PodsContext> {
+/// A context over `pods`, for tests that fill the index themselves.
+#[cfg(test)]
+fn context_for_tests(ctx: Arc<Context>, pods: PodIndex) -> Arc<PodsContext> {
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: None };
     let recorder = Recorder::new(ctx.client.clone(), reporter);
-    Arc::new(PodsContext { ctx, pods, pods_synced: Arc::new(AtomicBool::new(true)), recorder })
+    Arc::new(PodsContext { ctx, pods: Arc::new(pods), recorder })
 }
 
 #[cfg(test)]

@@ -2,12 +2,11 @@ use std::sync::Arc;
 
 use http::Method;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use watcher_api::{PodCounts, Watcher};
 
-use super::{PodMeta, context_for_tests, count, eviction_choice, keep_what_counts, reconcile};
+use super::{PodIndex, PodMeta, context_for_tests, count, eviction_choice, keep_what_counts, reconcile};
 use crate::Context;
 
 fn watcher(policy: &str, max_unavailable: i32, status: Option<Value>) -> Watcher {
@@ -120,12 +119,25 @@ fn cached_pods_keep_only_what_counts() {
     assert_eq!(meta.metadata.labels.as_ref().map(|l| l.len()), Some(1));
 }
 
-fn store(pods: &[Arc<PodMeta>]) -> reflector::Store<PodMeta> {
-    let (reader, mut writer) = reflector::store();
-    for pod in pods {
-        writer.apply_watcher_event(&Event::Apply(pod.as_ref().clone()));
-    }
-    reader
+fn store(pods: &[Arc<PodMeta>]) -> PodIndex {
+    PodIndex::with_pods(pods.iter().map(|p| p.as_ref().clone()))
+}
+
+#[test]
+fn the_index_swaps_in_the_initial_list_and_follows_changes() {
+    let index = PodIndex::default();
+    let a = pod("a", "team-a", json!({}), json!({}), None, 1, false);
+    index.apply(Event::Init);
+    assert!(index.apply(Event::InitApply(a.as_ref().clone())).is_none(), "the initial list triggers nothing");
+    assert!(!index.is_synced() && index.in_namespace("team-a").is_empty());
+    index.apply(Event::InitDone);
+    assert!(index.is_synced());
+    assert_eq!(index.in_namespace("team-a").len(), 1);
+    let b = pod("b", "team-b", json!({}), json!({}), None, 1, false);
+    assert!(index.apply(Event::Apply(b.as_ref().clone())).is_some());
+    assert_eq!(index.in_namespace("team-b").len(), 1);
+    assert!(index.apply(Event::Delete(b.as_ref().clone())).is_some());
+    assert!(index.in_namespace("team-b").is_empty());
 }
 
 const STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/namespaces/team-a/watchers/log-watcher/status";
