@@ -2,11 +2,11 @@
 //! or outdated, and with `updatePolicy.type: Recreate` evictions so their controllers recreate
 //! them injected.
 //!
-//! Pods are watched as metadata only, keeping just labels, the two injection annotations and
-//! owner references: thousands of pods cost little memory. A pod event reaches only the
+//! Pods are watched as metadata only and kept as [`CountedPod`]s (labels, the two injection
+//! annotations, whether a controller recreates them): thousands of pods cost little memory. A pod event reaches only the
 //! Watchers of its namespace.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -39,42 +39,121 @@ const RECREATING_OWNERS: [&str; 3] = ["ReplicaSet", "StatefulSet", "DaemonSet"];
 /// A pod as the pod reconciler holds it.
 pub type PodMeta = PartialObjectMeta<Pod>;
 
+/// A pod as the pod reconciler keeps it: only what counting and eviction read, a few hundred
+/// bytes where the pod's whole metadata is several kilobytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CountedPod {
+    /// The pod's name.
+    pub name: String,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// Labels, for Watcher selectors (shared between pods with the same labels).
+    pub labels: Arc<BTreeMap<String, String>>,
+    /// `watcher.dev/inject` and `watcher.dev/injected` only (shared likewise).
+    pub annotations: Arc<BTreeMap<String, String>>,
+    /// Controlled by a ReplicaSet, StatefulSet or DaemonSet, which recreates it when evicted.
+    pub recreated_when_evicted: bool,
+    /// When the pod was created (the oldest are evicted first).
+    pub created: Option<jiff::Timestamp>,
+    /// Being deleted.
+    pub terminating: bool,
+}
+
+impl From<&PodMeta> for CountedPod {
+    fn from(pod: &PodMeta) -> Self {
+        Self::new(pod, &Interner::default())
+    }
+}
+
+/// One shared copy of each distinct label or annotation set: the pods of a ReplicaSet carry
+/// the same ones, so thousands of pods hold a handful of maps.
+#[derive(Default)]
+struct Interner {
+    maps: Mutex<std::collections::HashSet<Arc<BTreeMap<String, String>>>>,
+}
+
+impl Interner {
+    fn intern(&self, map: BTreeMap<String, String>) -> Arc<BTreeMap<String, String>> {
+        let mut maps = lock(&self.maps);
+        if let Some(shared) = maps.get(&map) {
+            return shared.clone();
+        }
+        let shared = Arc::new(map);
+        maps.insert(shared.clone());
+        shared
+    }
+
+    /// Forgets the sets no pod uses any more.
+    fn prune(&self) {
+        lock(&self.maps).retain(|map| Arc::strong_count(map) > 1);
+    }
+}
+
+impl CountedPod {
+    fn new(pod: &PodMeta, interner: &Interner) -> Self {
+        let annotations = pod
+            .annotations()
+            .iter()
+            .filter(|(key, _)| *key == INJECT_ANNOTATION || *key == INJECTED_ANNOTATION)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Self {
+            name: pod.name_any(),
+            namespace: pod.namespace().unwrap_or_default(),
+            labels: interner.intern(pod.labels().clone()),
+            annotations: interner.intern(annotations),
+            recreated_when_evicted: pod
+                .owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && RECREATING_OWNERS.contains(&o.kind.as_str())),
+            created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+type ByNamespace = HashMap<String, HashMap<String, Arc<CountedPod>>>;
+
 /// Pods by namespace: a reconcile reads its Watcher's namespace only.
 #[derive(Default)]
 pub struct PodIndex {
-    by_namespace: RwLock<HashMap<String, HashMap<String, Arc<PodMeta>>>>,
+    by_namespace: RwLock<ByNamespace>,
     /// The initial list, swapped in whole when it is complete.
-    listing: Mutex<HashMap<String, HashMap<String, Arc<PodMeta>>>>,
+    listing: Mutex<ByNamespace>,
     synced: AtomicBool,
+    interner: Interner,
 }
 
 impl PodIndex {
     /// Applies a watch event; returns the pod whose change should be counted (initial-list
     /// entries return nothing: the whole list is counted once, when it is complete).
     fn apply(&self, event: watcher::Event<PodMeta>) -> Option<PodMeta> {
-        let key = |pod: &PodMeta| (pod.namespace().unwrap_or_default(), pod.name_any());
         match event {
             watcher::Event::Init => lock(&self.listing).clear(),
             watcher::Event::InitApply(pod) => {
-                let (namespace, name) = key(&pod);
-                lock(&self.listing).entry(namespace).or_default().insert(name, Arc::new(pod));
+                let counted = CountedPod::new(&pod, &self.interner);
+                let mut listing = lock(&self.listing);
+                listing.entry(counted.namespace.clone()).or_default().insert(counted.name.clone(), Arc::new(counted));
             }
             watcher::Event::InitDone => {
                 let listed = std::mem::take(&mut *lock(&self.listing));
                 *self.by_namespace.write().unwrap_or_else(|p| p.into_inner()) = listed;
+                self.interner.prune();
                 self.synced.store(true, Ordering::Release);
             }
             watcher::Event::Apply(pod) => {
-                let (namespace, name) = key(&pod);
+                let counted = CountedPod::new(&pod, &self.interner);
                 let mut index = self.by_namespace.write().unwrap_or_else(|p| p.into_inner());
-                index.entry(namespace).or_default().insert(name, Arc::new(pod.clone()));
+                index.entry(counted.namespace.clone()).or_default().insert(counted.name.clone(), Arc::new(counted));
                 return Some(pod);
             }
             watcher::Event::Delete(pod) => {
-                let (namespace, name) = key(&pod);
+                let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
                 let mut index = self.by_namespace.write().unwrap_or_else(|p| p.into_inner());
                 if let Some(pods) = index.get_mut(&namespace) {
-                    pods.remove(&name);
+                    if pods.remove(&name).is_some_and(|gone| Arc::strong_count(&gone.labels) == 2) {
+                        self.interner.prune(); // the last pod with these labels
+                    }
                     if pods.is_empty() {
                         index.remove(&namespace);
                     }
@@ -86,7 +165,7 @@ impl PodIndex {
     }
 
     /// The pods of `namespace`.
-    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<PodMeta>> {
+    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<CountedPod>> {
         let index = self.by_namespace.read().unwrap_or_else(|p| p.into_inner());
         index.get(namespace).map(|pods| pods.values().cloned().collect()).unwrap_or_default()
     }
@@ -126,7 +205,6 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
     let (synced_tx, synced_rx) = futures::channel::mpsc::unbounded();
     let pod_events = watcher(Api::<PodMeta>::all(client.clone()), watcher::Config::default().any_semantic())
         .default_backoff()
-        .modify(keep_what_counts)
         .filter_map({
             let pods = pods.clone();
             move |event| {
@@ -162,15 +240,6 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
         .await;
 }
 
-/// Drops what counting and eviction never read (managed fields, other annotations), so a
-/// cached pod is a few hundred bytes.
-fn keep_what_counts(pod: &mut PodMeta) {
-    pod.metadata.managed_fields = None;
-    if let Some(annotations) = pod.metadata.annotations.as_mut() {
-        annotations.retain(|key, _| key == INJECT_ANNOTATION || key == INJECTED_ANNOTATION);
-    }
-}
-
 fn watchers_of_namespace(watchers: &Store<Watcher>, namespace: Option<&str>) -> Vec<ObjectRef<Watcher>> {
     let Some(namespace) = namespace else { return Vec::new() };
     watchers
@@ -189,17 +258,17 @@ struct Standing {
     up_to_date: bool,
 }
 
-fn standing(watcher: &Watcher, hash: &str, pod: &PodMeta) -> Standing {
+fn standing(watcher: &Watcher, hash: &str, pod: &CountedPod) -> Standing {
     let name = watcher.name_any();
-    let annotations = pod.annotations();
-    let matched = requested_watchers(annotations).contains(&name.as_str()) || watcher.selects(pod.labels());
+    let annotations = &pod.annotations;
+    let matched = requested_watchers(annotations).contains(&name.as_str()) || watcher.selects(&pod.labels);
     let entry = injected_watchers(annotations).into_iter().find(|(n, _)| *n == name);
     Standing { matched, injected: entry.is_some(), up_to_date: entry.is_some_and(|(_, h)| h == hash) }
 }
 
 /// `status.pods` of `watcher` over `pods` (any namespace: only the Watcher's own count; pods
 /// being deleted do not count).
-pub fn count(watcher: &Watcher, pods: &[Arc<PodMeta>]) -> PodCounts {
+pub fn count(watcher: &Watcher, pods: &[Arc<CountedPod>]) -> PodCounts {
     let hash = watcher.spec.spec_hash();
     let mut counts = PodCounts::default();
     for pod in live_pods_of(watcher, pods) {
@@ -212,46 +281,40 @@ pub fn count(watcher: &Watcher, pods: &[Arc<PodMeta>]) -> PodCounts {
     counts
 }
 
-fn live_pods_of<'a>(watcher: &'a Watcher, pods: &'a [Arc<PodMeta>]) -> impl Iterator<Item = &'a PodMeta> + 'a {
-    let namespace = watcher.namespace();
-    pods.iter().map(Arc::as_ref).filter(move |p| p.namespace() == namespace && p.metadata.deletion_timestamp.is_none())
+fn live_pods_of<'a>(watcher: &'a Watcher, pods: &'a [Arc<CountedPod>]) -> impl Iterator<Item = &'a CountedPod> + 'a {
+    let namespace = watcher.namespace().unwrap_or_default();
+    pods.iter().map(Arc::as_ref).filter(move |p| p.namespace == namespace && !p.terminating)
 }
 
 /// The pods to evict now under `updatePolicy: Recreate`: missing or outdated pods whose
 /// controller (a ReplicaSet, StatefulSet or DaemonSet) will recreate them, oldest first, no more
 /// than `maxUnavailable` minus the Watcher's pods already terminating.
-pub fn eviction_choice(watcher: &Watcher, pods: &[Arc<PodMeta>]) -> Vec<String> {
+pub fn eviction_choice(watcher: &Watcher, pods: &[Arc<CountedPod>]) -> Vec<String> {
     let policy = &watcher.spec.update_policy;
     if policy.type_ != UpdatePolicyType::Recreate {
         return Vec::new();
     }
     let hash = watcher.spec.spec_hash();
-    let namespace = watcher.namespace();
-    let in_namespace = pods.iter().map(Arc::as_ref).filter(|p| p.namespace() == namespace);
-    let terminating = in_namespace
-        .clone()
-        .filter(|p| p.metadata.deletion_timestamp.is_some())
+    let namespace = watcher.namespace().unwrap_or_default();
+    let terminating = pods
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|p| p.namespace == namespace && p.terminating)
         .filter(|p| {
             let s = standing(watcher, &hash, p);
             s.matched || s.injected
         })
         .count();
     let budget = usize::try_from(policy.max_unavailable).unwrap_or(0).saturating_sub(terminating);
-    let mut candidates: Vec<&PodMeta> = live_pods_of(watcher, pods)
+    let mut candidates: Vec<&CountedPod> = live_pods_of(watcher, pods)
+        .filter(|p| p.recreated_when_evicted)
         .filter(|p| {
             let s = standing(watcher, &hash, p);
             (s.matched && !s.injected) || (s.injected && !s.up_to_date)
         })
-        .filter(|p| {
-            p.owner_references()
-                .iter()
-                .any(|o| o.controller == Some(true) && RECREATING_OWNERS.contains(&o.kind.as_str()))
-        })
         .collect();
-    candidates.sort_by(|a, b| {
-        a.creation_timestamp().cmp(&b.creation_timestamp()).then_with(|| a.name_any().cmp(&b.name_any()))
-    });
-    candidates.into_iter().take(budget).map(|p| p.name_any()).collect()
+    candidates.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
+    candidates.into_iter().take(budget).map(|p| p.name.clone()).collect()
 }
 
 /// Counts the Watcher's pods, evicts under Recreate, and records the counts.
@@ -295,7 +358,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<A
 }
 
 /// Evicts the chosen pods; a refusal by a PodDisruptionBudget waits for the next try.
-async fn evict(watcher: &Watcher, pods: &[Arc<PodMeta>], ctx: &PodsContext, namespace: &str) -> Result<Action> {
+async fn evict(watcher: &Watcher, pods: &[Arc<CountedPod>], ctx: &PodsContext, namespace: &str) -> Result<Action> {
     let chosen = eviction_choice(watcher, pods);
     if chosen.is_empty() {
         return Ok(Action::await_change());

@@ -48,6 +48,9 @@ pub struct Injection {
     pub warnings: Vec<String>,
     /// Why nothing was injected, when `patch` is empty.
     pub skipped: Option<String>,
+    /// Whether the pod asked for a Watcher or was selected by one (in a namespace that is
+    /// injected at all).
+    pub asked: bool,
 }
 
 /// Injects into `pod` (created in `namespace`) every Watcher of that namespace that it asks for
@@ -84,6 +87,7 @@ pub fn inject(pod: &PodView, namespace: &str, watchers: &[&Watcher], options: &I
             wanted.push(watcher);
         }
     }
+    injection.asked = !wanted.is_empty() || !injection.warnings.is_empty();
     if wanted.is_empty() {
         if injection.warnings.is_empty() {
             injection.skipped = Some("the pod asks for no Watcher".into());

@@ -9,7 +9,7 @@ use kube::core::admission::Operation;
 use kube::runtime::reflector::Store;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use watcher_api::Watcher;
 
 use crate::metrics::AdmissionResult;
@@ -129,12 +129,15 @@ fn is_pod(group: &str, kind: &str) -> bool {
 }
 
 fn log_injection(request: &Request<PodView>, namespace: &str, pod: &str, injection: &Injection) {
-    if injection.patch.is_empty() {
-        info!(uid = request.uid, namespace, pod, dry_run = request.dry_run, reason = injection.skipped.as_deref(),
-              warnings = ?injection.warnings, "pod not injected");
-    } else {
+    if !injection.patch.is_empty() {
         info!(uid = request.uid, namespace, pod, dry_run = request.dry_run, watchers = ?injection.injected,
               warnings = ?injection.warnings, "pod injected");
+    } else if injection.warnings.is_empty() && !injection.asked {
+        // Most pods of a cluster ask for nothing: one line each would drown the rest.
+        debug!(uid = request.uid, namespace, pod, reason = injection.skipped.as_deref(), "pod not injected");
+    } else {
+        info!(uid = request.uid, namespace, pod, dry_run = request.dry_run, reason = injection.skipped.as_deref(),
+              warnings = ?injection.warnings, "pod not injected");
     }
 }
 

@@ -6,7 +6,7 @@ use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use watcher_api::{PodCounts, Watcher};
 
-use super::{PodIndex, PodMeta, context_for_tests, count, eviction_choice, keep_what_counts, reconcile};
+use super::{CountedPod, PodIndex, PodMeta, context_for_tests, count, eviction_choice, reconcile};
 use crate::Context;
 
 fn watcher(policy: &str, max_unavailable: i32, status: Option<Value>) -> Watcher {
@@ -21,9 +21,9 @@ fn watcher(policy: &str, max_unavailable: i32, status: Option<Value>) -> Watcher
     serde_json::from_value(object).expect("valid Watcher")
 }
 
-/// A pod of `namespace` with `labels`, `annotations`, controlled by `owner` (a kind), created at
-/// second `created`, terminating or not.
-fn pod(
+/// A pod's metadata: `namespace`, `labels`, `annotations`, controlled by `owner` (a kind),
+/// created at second `created`, terminating or not.
+fn meta(
     name: &str,
     namespace: &str,
     labels: Value,
@@ -31,7 +31,7 @@ fn pod(
     owner: Option<&str>,
     created: u32,
     terminating: bool,
-) -> Arc<PodMeta> {
+) -> PodMeta {
     let mut metadata = json!({"name": name, "namespace": namespace, "labels": labels, "annotations": annotations,
                               "creationTimestamp": format!("2026-11-21T10:00:{created:02}Z")});
     if let Some(kind) = owner {
@@ -41,10 +41,20 @@ fn pod(
     if terminating {
         metadata["deletionTimestamp"] = json!("2026-11-21T10:05:00Z");
     }
-    Arc::new(
-        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata}))
-            .expect("valid metadata"),
-    )
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata})).expect("valid metadata")
+}
+
+/// The same pod as the reconciler keeps it.
+fn pod(
+    name: &str,
+    namespace: &str,
+    labels: Value,
+    annotations: Value,
+    owner: Option<&str>,
+    created: u32,
+    terminating: bool,
+) -> Arc<CountedPod> {
+    Arc::new(CountedPod::from(&meta(name, namespace, labels, annotations, owner, created, terminating)))
 }
 
 fn current(watcher: &Watcher) -> Value {
@@ -103,40 +113,45 @@ fn eviction_takes_controller_owned_missing_or_outdated_pods_within_the_budget() 
 
 #[test]
 fn cached_pods_keep_only_what_counts() {
-    let mut meta = Arc::unwrap_or_clone(pod(
+    let mut full = meta(
         "p",
         "team-a",
         json!({"app": "web"}),
         json!({"watcher.dev/inject": "a", "kubectl.kubernetes.io/last-applied-configuration": "{...}"}),
-        None,
+        Some("ReplicaSet"),
         1,
         false,
-    ));
-    meta.metadata.managed_fields = Some(vec![Default::default()]);
-    keep_what_counts(&mut meta);
-    assert_eq!(meta.metadata.managed_fields, None);
-    assert_eq!(meta.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
-    assert_eq!(meta.metadata.labels.as_ref().map(|l| l.len()), Some(1));
+    );
+    full.metadata.managed_fields = Some(vec![Default::default()]);
+    let counted = CountedPod::from(&full);
+    assert_eq!(counted.annotations.len(), 1, "only the injection annotations");
+    assert_eq!(counted.labels.len(), 1);
+    assert!(counted.recreated_when_evicted && !counted.terminating);
+    assert!(
+        !CountedPod::from(&meta("j", "team-a", json!({}), json!({}), Some("Job"), 1, false)).recreated_when_evicted
+    );
 }
 
-fn store(pods: &[Arc<PodMeta>]) -> PodIndex {
-    PodIndex::with_pods(pods.iter().map(|p| p.as_ref().clone()))
+fn store(pods: &[(&str, Value, Value, Option<&str>)]) -> PodIndex {
+    PodIndex::with_pods(pods.iter().enumerate().map(|(i, (name, labels, annotations, owner))| {
+        meta(name, "team-a", labels.clone(), annotations.clone(), *owner, i as u32, false)
+    }))
 }
 
 #[test]
 fn the_index_swaps_in_the_initial_list_and_follows_changes() {
     let index = PodIndex::default();
-    let a = pod("a", "team-a", json!({}), json!({}), None, 1, false);
+    let a = meta("a", "team-a", json!({}), json!({}), None, 1, false);
     index.apply(Event::Init);
-    assert!(index.apply(Event::InitApply(a.as_ref().clone())).is_none(), "the initial list triggers nothing");
+    assert!(index.apply(Event::InitApply(a)).is_none(), "the initial list triggers nothing");
     assert!(!index.is_synced() && index.in_namespace("team-a").is_empty());
     index.apply(Event::InitDone);
     assert!(index.is_synced());
     assert_eq!(index.in_namespace("team-a").len(), 1);
-    let b = pod("b", "team-b", json!({}), json!({}), None, 1, false);
-    assert!(index.apply(Event::Apply(b.as_ref().clone())).is_some());
+    let b = meta("b", "team-b", json!({}), json!({}), None, 1, false);
+    assert!(index.apply(Event::Apply(b.clone())).is_some());
     assert_eq!(index.in_namespace("team-b").len(), 1);
-    assert!(index.apply(Event::Delete(b.as_ref().clone())).is_some());
+    assert!(index.apply(Event::Delete(b)).is_some());
     assert!(index.in_namespace("team-b").is_empty());
 }
 
@@ -145,7 +160,7 @@ const STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/namespaces/team-a/watchers
 #[tokio::test]
 async fn changed_counts_are_written_with_one_event() {
     let w = watcher("Report", 1, None);
-    let pods = [pod("asked", "team-a", json!({}), json!({"watcher.dev/inject": "log-watcher"}), None, 1, false)];
+    let pods = [("asked", json!({}), json!({"watcher.dev/inject": "log-watcher"}), None)];
     let (ctx, mut api) = Context::test();
     let shared = context_for_tests(ctx, store(&pods));
     let server = tokio::spawn(async move {
@@ -173,7 +188,7 @@ async fn changed_counts_are_written_with_one_event() {
 #[tokio::test]
 async fn unchanged_counts_write_nothing() {
     let w = watcher("Report", 1, Some(json!({"pods": {"matched": 1, "injected": 0, "upToDate": 0, "missing": 1}})));
-    let pods = [pod("asked", "team-a", json!({}), json!({"watcher.dev/inject": "log-watcher"}), None, 1, false)];
+    let pods = [("asked", json!({}), json!({"watcher.dev/inject": "log-watcher"}), None)];
     let (ctx, api) = Context::test();
     let shared = context_for_tests(ctx, store(&pods));
     let server = tokio::spawn(api.expect_no_more());
@@ -186,8 +201,8 @@ async fn unchanged_counts_write_nothing() {
 async fn recreate_evicts_through_the_eviction_api_and_waits_on_a_budget() {
     let w = watcher("Recreate", 2, Some(json!({"pods": {"matched": 2, "injected": 0, "upToDate": 0, "missing": 2}})));
     let pods = [
-        pod("a", "team-a", json!({"app": "web"}), json!({}), Some("ReplicaSet"), 1, false),
-        pod("b", "team-a", json!({"app": "web"}), json!({}), Some("ReplicaSet"), 2, false),
+        ("a", json!({"app": "web"}), json!({}), Some("ReplicaSet")),
+        ("b", json!({"app": "web"}), json!({}), Some("ReplicaSet")),
     ];
     let (ctx, mut api) = Context::test();
     let shared = context_for_tests(ctx, store(&pods));

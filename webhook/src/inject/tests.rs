@@ -91,7 +91,7 @@ fn annotated_pod_gets_container_config_volume_secret_and_annotation() {
         ])
     );
     assert_eq!(injection.injected, ["log-watcher"]);
-    assert!(injection.warnings.is_empty() && injection.skipped.is_none());
+    assert!(injection.warnings.is_empty() && injection.skipped.is_none() && injection.asked);
     assert_eq!(patched["spec"]["containers"][1]["name"], "log-watcher");
     assert_eq!(patched["metadata"]["annotations"]["watcher.dev/inject"], "log-watcher");
     assert_eq!(patched["metadata"]["annotations"]["watcher.dev/injected"], injected_value(&watcher));
@@ -299,6 +299,7 @@ fn a_pod_that_asks_for_nothing_is_skipped() {
     let pod = pod(json!({"name": "p", "labels": {"app": "web"}}), json!({"containers": [{"name": "app"}]}));
     let (injection, _) = run(&pod, &[full_watcher("Never")], &options(true));
     assert_eq!(injection, Injection { skipped: Some("the pod asks for no Watcher".into()), ..Injection::default() });
+    assert!(!injection.asked);
 }
 
 #[test]
