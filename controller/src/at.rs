@@ -17,7 +17,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info, instrument, warn};
+use tracing::{info, instrument, warn};
 use watcher_api::{AT_LABEL, At, AtPhase, AtStatus, DEFAULT_AT_IMAGE, MANAGED_BY, condition, set_condition};
 
 use crate::{Context, Error, Result};
@@ -36,11 +36,7 @@ pub async fn run(ctx: Arc<Context>) {
         .with_config(crate::controller_config())
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                debug!(%error, "at controller event");
-            }
-        })
+        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
         .await;
 }
 

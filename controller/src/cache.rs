@@ -44,9 +44,11 @@ impl WatcherCache {
             .reflect(writer)
             .touched_objects()
             .for_each(move |touched| {
-                if let Ok(watcher) = touched {
+                match touched {
                     // No subscriber (not the leader) is fine: nothing waits.
-                    let _ = sender.send(ObjectRef::from(&watcher));
+                    Ok(watcher) => drop(sender.send(ObjectRef::from(&watcher))),
+                    // Retried with backoff; until it works the webhook stays unready.
+                    Err(error) => tracing::warn!(%error, "cannot watch Watchers (are the CRDs installed?)"),
                 }
                 future::ready(())
             });

@@ -26,3 +26,20 @@ fn controller_config() -> kube::runtime::controller::Config {
 
 /// Reconciles in flight per controller.
 const CONCURRENCY: u16 = 16;
+
+/// Logs what a controller's run stream yields: watch and queue failures as warnings (they stop
+/// reconciles until the watch recovers, e.g. a missing CRD or RBAC rule), the rest at debug
+/// (failed reconciles are logged by each `error_policy`).
+fn log_run_result<K, E: std::fmt::Display>(
+    controller: &'static str,
+    result: Result<K, kube::runtime::controller::Error<E, kube::runtime::watcher::Error>>,
+) {
+    use kube::runtime::controller::Error as RunError;
+    match result {
+        Ok(_) => {}
+        Err(error @ (RunError::QueueError(_) | RunError::RunnerError(_))) => {
+            tracing::warn!(controller, %error, "watch failed; retrying with backoff")
+        }
+        Err(error) => tracing::debug!(controller, %error, "controller event"),
+    }
+}

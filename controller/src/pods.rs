@@ -21,7 +21,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info, instrument, warn};
+use tracing::{info, instrument, warn};
 use watcher_api::{
     INJECT_ANNOTATION, INJECTED_ANNOTATION, PodCounts, UpdatePolicyType, Watcher, injected_watchers, requested_watchers,
 };
@@ -232,11 +232,7 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
         .with_config(crate::controller_config().debounce(DEBOUNCE))
         .shutdown_on_signal()
         .run(reconcile, error_policy, shared)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                debug!(%error, "pod reconciler event");
-            }
-        })
+        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
         .await;
 }
 

@@ -15,7 +15,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info, instrument, warn};
+use tracing::{info, instrument, warn};
 use watcher_api::{
     DEFAULT_PODSET_IMAGE, MANAGED_BY, POD_TEMPLATE_HASH_LABEL, PODSET_LABEL, PodSet, PodSetStatus, condition,
     set_condition, stable_hash,
@@ -38,11 +38,7 @@ pub async fn run(ctx: Arc<Context>) {
         .with_config(crate::controller_config())
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                debug!(%error, "podset controller event");
-            }
-        })
+        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
         .await;
 }
 

@@ -12,7 +12,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info, instrument, warn};
+use tracing::{info, instrument, warn};
 use watcher_api::{FIELD_MANAGER, MANAGED_BY, Watcher, WatcherStatus, condition, config_map_name, set_condition};
 
 use crate::{Context, Error, Result, WatcherCache};
@@ -38,12 +38,7 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
         .with_config(crate::controller_config())
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => debug!(watcher = %object, "reconciled"),
-                Err(error) => debug!(%error, "watcher controller event"),
-            }
-        })
+        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
         .await;
 }
 
