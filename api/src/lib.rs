@@ -40,7 +40,9 @@ pub const PODSET_LABEL: &str = "watcher.dev/podset";
 pub const POD_TEMPLATE_HASH_LABEL: &str = "watcher.dev/pod-template-hash";
 /// Label on the pod of an At: the At's name.
 pub const AT_LABEL: &str = "watcher.dev/at";
-/// `app.kubernetes.io/managed-by` value on every object this operator creates.
+/// Label on every object this operator creates: `app.kubernetes.io/managed-by=watcher-operator`.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// The value of [`MANAGED_BY_LABEL`].
 pub const MANAGED_BY: &str = "watcher-operator";
 
 /// Every CRD of this operator, in the order `watcher-operator crds` prints them.

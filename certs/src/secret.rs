@@ -285,7 +285,7 @@ fn build_secret(namespace: &str, stored: &Stored, existing: Option<&Secret>) -> 
             name: Some(SECRET_NAME.to_owned()),
             namespace: Some(namespace.to_owned()),
             labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/managed-by".to_owned(),
+                watcher_api::MANAGED_BY_LABEL.to_owned(),
                 watcher_api::MANAGED_BY.to_owned(),
             )])),
             annotations,
@@ -329,7 +329,7 @@ pub fn webhook_configuration(url: &str, namespace: &str, ca_bundle: &ByteString)
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": WEBHOOK_CONFIGURATION,
-                     "labels": {"app.kubernetes.io/managed-by": watcher_api::MANAGED_BY}},
+                     "labels": {watcher_api::MANAGED_BY_LABEL: watcher_api::MANAGED_BY}},
         "webhooks": [{
             "name": "inject.watcher.dev",
             "admissionReviewVersions": ["v1"],

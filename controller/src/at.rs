@@ -18,14 +18,15 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
-use watcher_api::{AT_LABEL, At, AtPhase, AtStatus, DEFAULT_AT_IMAGE, MANAGED_BY, condition, set_condition};
+use watcher_api::{
+    AT_LABEL, At, AtPhase, AtStatus, DEFAULT_AT_IMAGE, MANAGED_BY, MANAGED_BY_LABEL, condition, set_condition,
+};
 
 use crate::{Context, Error, Result};
 
 const CONTROLLER: &str = "at";
 /// The container that runs the command.
 const CONTAINER: &str = "command";
-const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
 /// Runs the At controller until shutdown.
 pub async fn run(ctx: Arc<Context>) {
@@ -230,7 +231,7 @@ async fn reconcile_at(at: Arc<At>, ctx: Arc<Context>, now: Timestamp) -> Result<
     let namespace = at.namespace().ok_or_else(|| Error::MissingNamespace(at.name_any()))?;
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), &namespace);
     let name = pod_name(&at.name_any());
-    let pod = pods.get_opt(&name).await?.filter(|pod| is_owned_by(pod, &at));
+    let pod = pods.get_opt(&name).await?.filter(|pod| crate::is_controlled_by(pod, at.as_ref()));
     let plan = plan(&at, pod.as_ref(), now);
 
     if plan.create_pod {
@@ -260,23 +261,14 @@ async fn reconcile_at(at: Arc<At>, ctx: Arc<Context>, now: Timestamp) -> Result<
         let patch = json!({"status": plan.status});
         api.patch_status(&at.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
-    ctx.reconciled(&key(&at));
+    ctx.reconciled(&crate::object_key(CONTROLLER, at.as_ref()));
     Ok(plan.requeue.map_or_else(Action::await_change, Action::requeue))
 }
 
 /// Logs the failure and retries with backoff.
 pub fn error_policy(at: Arc<At>, error: &Error, ctx: Arc<Context>) -> Action {
     warn!(namespace = at.namespace(), at = at.name_any(), %error, "reconcile failed");
-    ctx.retry_after_error(CONTROLLER, key(&at), error)
-}
-
-fn key(at: &At) -> String {
-    format!("{}/{}", at.namespace().unwrap_or_default(), at.name_any())
-}
-
-fn is_owned_by(pod: &Pod, at: &At) -> bool {
-    let uid = at.meta().uid.as_deref();
-    pod.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+    ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, at.as_ref()), error)
 }
 
 #[cfg(test)]

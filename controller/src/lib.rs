@@ -43,3 +43,14 @@ fn log_run_result<K, E: std::fmt::Display>(
         Err(error) => tracing::debug!(controller, %error, "controller event"),
     }
 }
+
+/// The backoff key of `object` in `controller` (a Watcher has one per controller).
+fn object_key<K: kube::ResourceExt>(controller: &str, object: &K) -> String {
+    format!("{controller}:{}/{}", object.namespace().unwrap_or_default(), object.name_any())
+}
+
+/// Whether `owner` is the controller of `object` (its controller owner reference has the uid).
+fn is_controlled_by<O: kube::ResourceExt, K: kube::Resource>(object: &O, owner: &K) -> bool {
+    let uid = owner.meta().uid.as_deref();
+    object.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+}

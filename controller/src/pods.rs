@@ -349,7 +349,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<A
             }
         }
     }
-    ctx.ctx.reconciled(&key(&watcher));
+    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
     Ok(action)
 }
 
@@ -378,11 +378,7 @@ async fn evict(watcher: &Watcher, pods: &[Arc<CountedPod>], ctx: &PodsContext, n
 /// Logs the failure and retries with backoff.
 pub fn error_policy(watcher: Arc<Watcher>, error: &Error, ctx: Arc<PodsContext>) -> Action {
     warn!(namespace = watcher.namespace(), watcher = watcher.name_any(), %error, "pod reconcile failed");
-    ctx.ctx.retry_after_error(CONTROLLER, key(&watcher), error)
-}
-
-fn key(watcher: &Watcher) -> String {
-    format!("pods:{}/{}", watcher.namespace().unwrap_or_default(), watcher.name_any())
+    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, watcher.as_ref()), error)
 }
 
 /// A context over `pods`, for tests that fill the index themselves.

@@ -17,15 +17,14 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_api::{
-    DEFAULT_PODSET_IMAGE, MANAGED_BY, POD_TEMPLATE_HASH_LABEL, PODSET_LABEL, PodSet, PodSetStatus, condition,
-    set_condition, stable_hash,
+    DEFAULT_PODSET_IMAGE, MANAGED_BY, MANAGED_BY_LABEL, POD_TEMPLATE_HASH_LABEL, PODSET_LABEL, PodSet, PodSetStatus,
+    condition, set_condition, stable_hash,
 };
 
 use crate::{Context, Error, Result};
 
 const CONTROLLER: &str = "podset";
 const CONTAINER: &str = "greeter";
-const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Prints the message, then waits; exits at once on SIGTERM so scale-down is quick.
 const SCRIPT: &str = "echo \"$MESSAGE\"; trap 'exit 0' TERM; while true; do sleep 1; done";
 
@@ -168,13 +167,8 @@ pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action>
     let namespace = podset.namespace().ok_or_else(|| Error::MissingNamespace(podset.name_any()))?;
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), &namespace);
     let labelled = pods.list(&ListParams::default().labels(&format!("{PODSET_LABEL}={}", podset.name_any()))).await?;
-    let uid = podset.meta().uid.as_deref();
     // The label is a hint; ownership is what counts.
-    let owned: Vec<Pod> = labelled
-        .items
-        .into_iter()
-        .filter(|p| p.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid))
-        .collect();
+    let owned: Vec<Pod> = labelled.items.into_iter().filter(|p| crate::is_controlled_by(p, podset.as_ref())).collect();
     let plan = plan(&podset, &owned);
 
     if plan.create > 0 {
@@ -201,18 +195,14 @@ pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action>
         let patch = json!({"status": plan.status});
         api.patch_status(&podset.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
-    ctx.reconciled(&key(&podset));
+    ctx.reconciled(&crate::object_key(CONTROLLER, podset.as_ref()));
     Ok(Action::await_change())
 }
 
 /// Logs the failure and retries with backoff.
 pub fn error_policy(podset: Arc<PodSet>, error: &Error, ctx: Arc<Context>) -> Action {
     warn!(namespace = podset.namespace(), podset = podset.name_any(), %error, "reconcile failed");
-    ctx.retry_after_error(CONTROLLER, key(&podset), error)
-}
-
-fn key(podset: &PodSet) -> String {
-    format!("{}/{}", podset.namespace().unwrap_or_default(), podset.name_any())
+    ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, podset.as_ref()), error)
 }
 
 #[cfg(test)]

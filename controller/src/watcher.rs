@@ -13,13 +13,13 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
-use watcher_api::{FIELD_MANAGER, MANAGED_BY, Watcher, WatcherStatus, condition, config_map_name, set_condition};
+use watcher_api::{
+    FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL, Watcher, WatcherStatus, condition, config_map_name, set_condition,
+};
 
 use crate::{Context, Error, Result, WatcherCache};
 
 const CONTROLLER: &str = "watcher";
-/// Label on every owned ConfigMap, so the controller watches only its own.
-const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Label on every owned ConfigMap: the Watcher it belongs to.
 const WATCHER_LABEL: &str = "watcher.dev/watcher";
 /// A steady Watcher is looked at again this often, in case an event was missed.
@@ -63,9 +63,9 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<Context>) -> Result<Actio
     let existing = api.get_opt(&name).await?;
 
     let outcome = match (desired_config_map(&watcher), existing) {
-        (Some(_), Some(existing)) if !is_controlled_by(&existing, &watcher) => ConfigOutcome::Conflict(format!(
-            "ConfigMap {name} exists and is not owned by this Watcher; delete or rename it"
-        )),
+        (Some(_), Some(existing)) if !crate::is_controlled_by(&existing, watcher.as_ref()) => ConfigOutcome::Conflict(
+            format!("ConfigMap {name} exists and is not owned by this Watcher; delete or rename it"),
+        ),
         (Some(desired), existing) => {
             if existing.as_ref().is_none_or(|existing| !config_map_matches(existing, &desired)) {
                 let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -74,7 +74,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<Context>) -> Result<Actio
             }
             ConfigOutcome::Applied(name)
         }
-        (None, Some(existing)) if is_controlled_by(&existing, &watcher) => {
+        (None, Some(existing)) if crate::is_controlled_by(&existing, watcher.as_ref()) => {
             let params = DeleteParams {
                 preconditions: Some(Preconditions { uid: existing.uid(), resource_version: None }),
                 ..DeleteParams::default()
@@ -101,18 +101,14 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<Context>) -> Result<Actio
         }});
         api.patch_status(&watcher.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
-    ctx.reconciled(&object_key(&watcher));
+    ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
     Ok(Action::requeue(requeue))
 }
 
 /// Logs the failure and retries with backoff.
 pub fn error_policy(watcher: Arc<Watcher>, error: &Error, ctx: Arc<Context>) -> Action {
     warn!(namespace = watcher.namespace(), watcher = watcher.name_any(), %error, "reconcile failed");
-    ctx.retry_after_error(CONTROLLER, object_key(&watcher), error)
-}
-
-fn object_key(watcher: &Watcher) -> String {
-    format!("{}/{}", watcher.namespace().unwrap_or_default(), watcher.name_any())
+    ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, watcher.as_ref()), error)
 }
 
 /// The ConfigMap a Watcher should own, or `None` when it has no config data.
@@ -137,12 +133,6 @@ pub fn desired_config_map(watcher: &Watcher) -> Option<ConfigMap> {
         binary_data: watcher.spec.config_binary_data.clone().filter(|data| !data.is_empty()),
         ..ConfigMap::default()
     })
-}
-
-/// Whether `object` has this Watcher as its controller.
-fn is_controlled_by(object: &ConfigMap, watcher: &Watcher) -> bool {
-    let uid = watcher.meta().uid.as_deref();
-    object.owner_references().iter().any(|owner| owner.controller == Some(true) && Some(owner.uid.as_str()) == uid)
 }
 
 /// Whether `existing` already holds everything `desired` sets (so applying it would change nothing).
