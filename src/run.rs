@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use watcher_certs::secret::{Lifetimes, Registration, SelfManaged};
 use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
 use watcher_controller::{Context, Metrics, WatcherCache};
-use watcher_webhook::{InjectOptions, Reviewer, router, serve_tls, supports_native_sidecars};
+use watcher_webhook::{InjectOptions, Reviewer, WatcherSource, router, serve_tls, supports_native_sidecars};
 
 use crate::cli::{ControllerName, RunArgs};
 use crate::telemetry::{Readiness, serve_admin};
@@ -64,8 +64,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             () = cache_shutdown => {},
         }
     });
-    let watchers = watcher_cache.store.clone();
-    let ready_watchers = watchers.clone();
+    let ready_watchers = watcher_cache.store.clone();
     // The only task that waits on the store: kube's `Store::wait_until_ready` wakes just one of
     // several concurrent waiters, so the controllers (which wait on it too) start after this.
     let (cache_ready_tx, cache_ready) = watch::channel(false);
@@ -91,7 +90,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         excluded_namespaces: vec![namespace.clone()],
         native_sidecars: native_sidecars_supported(&client).await,
     };
-    let app = router(Reviewer::new(watchers.clone(), options), webhook_metrics);
+    let app = router(Reviewer::new(CachedWatchers(watcher_cache.clone()), options), webhook_metrics);
     let tls_config = Arc::new(server_config(certs.clone())?);
     let (webhook_stop_tx, webhook_stop_rx) = watch::channel(false);
     let webhook = tokio::spawn({
@@ -278,6 +277,15 @@ async fn run_controllers_while_leader(
         }
         Ok(Err(error)) => warn!(%error, "leader election failed"),
         Err(error) => warn!(%error, "leader election task failed"),
+    }
+}
+
+/// The webhook reads Watchers from the shared cache's namespace index.
+struct CachedWatchers(WatcherCache);
+
+impl WatcherSource for CachedWatchers {
+    fn watchers_in(&self, namespace: &str) -> Vec<Arc<watcher_api::Watcher>> {
+        self.0.in_namespace(namespace)
     }
 }
 

@@ -62,13 +62,15 @@ impl Metrics {
         self.errors.get_or_create(&labels).inc();
     }
 
-    /// Failed reconciles counted so far for `controller` (all error labels).
-    pub fn errors_of(&self, controller: &'static str, error: &'static str) -> u64 {
+    /// Failed reconciles counted so far for `controller` with `error`.
+    #[cfg(test)]
+    pub(crate) fn errors_of(&self, controller: &'static str, error: &'static str) -> u64 {
         self.errors.get_or_create(&ErrorLabels { controller, error }).get()
     }
 
     /// Reconciles counted so far for `controller`.
-    pub fn reconciles_of(&self, controller: &'static str) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn reconciles_of(&self, controller: &'static str) -> u64 {
         self.reconciles.get_or_create(&ControllerLabels { controller }).get()
     }
 }

@@ -17,7 +17,7 @@ use kube::api::{Api, EvictParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -175,8 +175,9 @@ impl PodIndex {
         self.synced.load(Ordering::Acquire)
     }
 
-    /// An index holding `pods`, synced (for tests and benchmarks).
-    pub fn with_pods(pods: impl IntoIterator<Item = PodMeta>) -> Self {
+    /// An index holding `pods`, synced (for tests).
+    #[cfg(test)]
+    pub(crate) fn with_pods(pods: impl IntoIterator<Item = PodMeta>) -> Self {
         let index = Self::default();
         index.apply(watcher::Event::Init);
         for pod in pods {
@@ -224,26 +225,19 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
         });
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
     let shared = Arc::new(PodsContext { ctx, pods, recorder: Recorder::new(client, reporter) });
-    let watchers = cache.store.clone();
+    let watchers = cache.clone();
     let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
     Controller::for_shared_stream(triggers, cache.store.clone())
         .reconcile_all_on(futures::stream::select(resyncs, synced_rx))
-        .watches_stream(pod_events, move |pod: PodMeta| watchers_of_namespace(&watchers, pod.namespace().as_deref()))
+        .watches_stream(pod_events, move |pod: PodMeta| {
+            let namespace = pod.namespace().unwrap_or_default();
+            watchers.in_namespace(&namespace).iter().map(|w| ObjectRef::from(w.as_ref())).collect::<Vec<_>>()
+        })
         .with_config(crate::controller_config().debounce(DEBOUNCE))
         .shutdown_on_signal()
         .run(reconcile, error_policy, shared)
         .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
         .await;
-}
-
-fn watchers_of_namespace(watchers: &Store<Watcher>, namespace: Option<&str>) -> Vec<ObjectRef<Watcher>> {
-    let Some(namespace) = namespace else { return Vec::new() };
-    watchers
-        .state()
-        .iter()
-        .filter(|w| w.namespace().as_deref() == Some(namespace))
-        .map(|w| ObjectRef::from(w.as_ref()))
-        .collect()
 }
 
 /// How a pod stands towards one Watcher.

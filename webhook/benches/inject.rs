@@ -54,6 +54,25 @@ fn main() {
         json!("log-watcher,metrics-watcher,audit-watcher");
 
     println!("{:<44} {:>10}", "benchmark (median of 15 batches)", "µs/call");
+    {
+        use kube::runtime::reflector;
+        use watcher_webhook::WatcherSource;
+        let (store, mut writer) = reflector::store::<Watcher>();
+        for i in 0..1000 {
+            let mut w = watcher(&format!("w-{i}"));
+            w.metadata.namespace = Some(format!("team-{}", i % 10));
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(w));
+        }
+        let t = measure(|| {
+            black_box(store.watchers_in(black_box("team-3")));
+        });
+        println!("{:<44} {t:>10.2}", "Watchers of a namespace, 1,000: store filter");
+        let (cache, _) = watcher_controller::WatcherCache::from_store(store);
+        let t = measure(|| {
+            black_box(cache.in_namespace(black_box("team-3")));
+        });
+        println!("{:<44} {t:>10.2}", "Watchers of a namespace, 1,000: cache index");
+    }
     let body = FIXTURE.as_bytes();
     let t = measure(|| {
         black_box(

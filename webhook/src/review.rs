@@ -32,6 +32,8 @@ pub trait WatcherSource: Send + Sync {
     fn watchers_in(&self, namespace: &str) -> Vec<Arc<Watcher>>;
 }
 
+/// Filters the whole store on every call: fine for tests and small clusters. The operator reads
+/// the shared cache's namespace index instead.
 impl WatcherSource for Store<Watcher> {
     fn watchers_in(&self, namespace: &str) -> Vec<Arc<Watcher>> {
         self.state().into_iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).collect()
