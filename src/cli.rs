@@ -96,8 +96,8 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "WATCHER_WEBHOOK_URL", value_parser = parse_webhook_url)]
     pub(crate) webhook_url: Option<String>,
 
-    /// Controllers to run, comma-separated.
-    #[arg(long, env = "WATCHER_CONTROLLERS", value_delimiter = ',', default_value = "watcher")]
+    /// Controllers to run, comma-separated (default: every controller).
+    #[arg(long, env = "WATCHER_CONTROLLERS", value_delimiter = ',', default_value = ALL_CONTROLLERS)]
     pub(crate) controllers: Vec<ControllerName>,
 
     /// Run the controllers only in the replica that holds Lease `watcher-operator`.
@@ -118,6 +118,10 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "WATCHER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
 }
+
+/// Every controller, the default of `--controllers`: an operator installed from `deploy/` (which
+/// sets no `WATCHER_CONTROLLERS`) runs them all.
+const ALL_CONTROLLERS: &str = "watcher,pods,at,podset";
 
 /// A controller that `--controllers` can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -178,6 +182,7 @@ impl Cli {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
 
     #[test]
     fn no_subcommand_means_run_with_documented_defaults() {
@@ -188,7 +193,64 @@ mod tests {
         assert_eq!(run.metrics_addr, "0.0.0.0:8080".parse().expect("addr"));
         assert_eq!(run.service_name, "watcher-operator");
         assert!(run.leader_election);
-        assert_eq!(run.controllers, [ControllerName::Watcher]);
+        assert_eq!(run.controllers, ControllerName::value_variants(), "every controller runs by default");
+    }
+
+    /// The `run` arguments of the installed operator: the Deployment's `args`, plus every
+    /// environment variable it sets with a literal value, as the flag that reads it.
+    fn deployed_run_args() -> Vec<String> {
+        let text = include_str!("../deploy/deployment.yaml");
+        let deployment: serde_json::Value = serde_saphyr::from_str(text).expect("deployment.yaml is YAML");
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        let mut args = vec!["watcher-operator".to_owned()];
+        args.extend(container["args"].as_array().into_iter().flatten().filter_map(|a| a.as_str()).map(str::to_owned));
+        let command = Cli::command();
+        let run = command.find_subcommand("run").expect("run subcommand");
+        for env in container["env"].as_array().into_iter().flatten() {
+            let (Some(name), Some(value)) = (env["name"].as_str(), env["value"].as_str()) else { continue };
+            if let Some(arg) = run.get_arguments().find(|a| a.get_env().is_some_and(|e| e == name)) {
+                args.push(format!("--{}={value}", arg.get_long().expect("long flag")));
+            }
+        }
+        args
+    }
+
+    #[test]
+    fn the_installed_operator_runs_every_controller() {
+        let args = deployed_run_args();
+        let cli = Cli::try_parse_from(&args).expect("the deployment's arguments parse");
+        let Some(Command::Run(run)) = cli.command else { panic!("deploy/ runs `run`: {args:?}") };
+        assert_eq!(run.controllers, ControllerName::value_variants(), "{args:?}");
+        assert!(run.leader_election, "two replicas need leader election");
+    }
+
+    /// README.md's flag table is the documentation of `run`: every flag is in it, with its
+    /// environment variable and the default clap applies.
+    #[test]
+    fn readme_flag_table_matches_the_parser() {
+        let readme = include_str!("../README.md");
+        let rows: Vec<Vec<&str>> = readme
+            .lines()
+            .filter(|line| line.starts_with("| `--"))
+            .map(|line| line.trim_matches('|').split('|').map(str::trim).collect())
+            .collect();
+        let command = Cli::command();
+        let run = command.find_subcommand("run").expect("run subcommand");
+        let flags: Vec<_> = run.get_arguments().filter(|a| a.get_long().is_some_and(|l| l != "help")).collect();
+        for arg in &flags {
+            let long = arg.get_long().expect("long flag");
+            let row = rows
+                .iter()
+                .find(|row| row[0] == format!("`--{long}`"))
+                .unwrap_or_else(|| panic!("README.md documents no --{long}"));
+            let env = arg.get_env().map(|e| format!("`{}`", e.to_string_lossy()));
+            assert_eq!(Some(row[1].to_owned()), env, "--{long}: environment variable");
+            let defaults: Vec<_> = arg.get_default_values().iter().map(|v| v.to_string_lossy()).collect();
+            if !defaults.is_empty() {
+                assert_eq!(row[2], format!("`{}`", defaults.join(",")), "--{long}: default");
+            }
+        }
+        assert_eq!(rows.len(), flags.len(), "README.md documents a flag `run` does not have");
     }
 
     #[test]

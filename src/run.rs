@@ -11,7 +11,8 @@ use kube_lease_manager::LeaseManagerBuilder;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::{info, warn};
-use watcher_certs::secret::{Lifetimes, Registration, SelfManaged};
+use watcher_certs::registration::Registration;
+use watcher_certs::secret::{Lifetimes, SelfManaged};
 use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
 use watcher_controller::{Context, Metrics, WatcherCache};
 use watcher_webhook::{InjectOptions, Reviewer, WatcherSource, router, serve_tls, supports_native_sidecars};
@@ -154,7 +155,7 @@ async fn start_certificates(args: &RunArgs, client: &Client, namespace: &str) ->
             hosts.extend(url_host(url));
             Registration::Url(url.clone())
         }
-        None => Registration::CaBundleOnly,
+        None => Registration::Service { name: args.service_name.clone(), namespace: namespace.to_owned() },
     };
     let manager = SelfManaged {
         client: client.clone(),

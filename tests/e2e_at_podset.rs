@@ -7,38 +7,15 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Operator, STEP, TestNamespace, client, install_crds, wait_for, wait_until};
+use common::{
+    Operator, STEP, TestNamespace, client, exclusive, finish_pod, install_crds, kubectl, rfc3339, run_pods, wait_for,
+    wait_until,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use watcher_api::{At, AtPhase, PodSet};
-
-fn rfc3339(offset_seconds: i64) -> String {
-    (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(offset_seconds)).to_string()
-}
-
-/// Sets a pod's status as the kubelet does when its only container ran and exited.
-async fn finish_pod(pods: &Api<Pod>, name: &str, exit_code: i32) {
-    let now = jiff::Timestamp::now().to_string();
-    let phase = if exit_code == 0 { "Succeeded" } else { "Failed" };
-    let reason = if exit_code == 0 { "Completed" } else { "Error" };
-    let status = json!({"status": {"phase": phase, "startTime": now, "containerStatuses": [{
-        "name": "command", "ready": false, "restartCount": 0, "image": "busybox:1.36", "imageID": "",
-        "state": {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": now, "finishedAt": now}}}]}});
-    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("pod status patched");
-}
-
-/// Marks every pod of the PodSet Running and Ready, as the kubelet would.
-async fn run_pods(pods: &Api<Pod>) {
-    let list = pods.list(&ListParams::default().labels("watcher.dev/podset=greeters")).await.expect("list");
-    for pod in list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
-        let now = jiff::Timestamp::now().to_string();
-        let status = json!({"status": {"phase": "Running", "startTime": now,
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]}});
-        let _ = pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await;
-    }
-}
 
 async fn at_status(ats: &Api<At>, name: &str, phase: AtPhase) -> watcher_api::AtStatus {
     wait_for(STEP, || async {
@@ -60,7 +37,8 @@ async fn at_runs_once_at_its_time() {
     let client = client().await;
     install_crds(&client).await;
     let ns = TestNamespace::create(&client, "watcher-e2e-at").await;
-    let _operator = Operator::start(&ns.name, &["--controllers=at", "--leader-election=false"]).await;
+    let _one = exclusive().await;
+    let _operator = Operator::start(&ns.name).await;
     let ats = Api::<At>::namespaced(client.clone(), &ns.name);
     let pods = Api::<Pod>::namespaced(client.clone(), &ns.name);
 
@@ -72,13 +50,19 @@ async fn at_runs_once_at_its_time() {
         let spec = pod.spec.as_ref().expect("spec");
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         assert_eq!(pod.owner_references()[0].kind, "At");
-        finish_pod(&pods, &pod.name_any(), exit_code).await;
+        finish_pod(&pods, &pod.name_any(), "command", exit_code).await;
     }
     let ok = at_status(&ats, "ok", AtPhase::Succeeded).await;
     assert_eq!((ok.exit_code, ok.pod_name.as_deref()), (Some(0), Some("ok-at")));
     assert!(ok.completion_time.is_some());
     let broken = at_status(&ats, "broken", AtPhase::Failed).await;
     assert_eq!(broken.exit_code, Some(3));
+    // `kubectl get at` shows the schedule and the phase.
+    let table = kubectl(&["get", "at", "-n", &ns.name]);
+    let header: Vec<_> = table.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SCHEDULE", "PHASE", "AGE"], "{table}");
+    let ok_row: Vec<_> = table.lines().find(|l| l.starts_with("ok ")).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(ok_row.get(2), Some(&"Succeeded"), "{table}");
 
     // 10 s ahead: no pod before its time, one after.
     ats.create(&PostParams::default(), &at("soon", &rfc3339(10), "echo later")).await.expect("created");
@@ -102,7 +86,8 @@ async fn podset_keeps_count_pods_and_rolls_out_a_new_message() {
     let client = client().await;
     install_crds(&client).await;
     let ns = TestNamespace::create(&client, "watcher-e2e-ps").await;
-    let _operator = Operator::start(&ns.name, &["--controllers=podset", "--leader-election=false"]).await;
+    let _one = exclusive().await;
+    let _operator = Operator::start(&ns.name).await;
     let podsets = Api::<PodSet>::namespaced(client.clone(), &ns.name);
     let pods = Api::<Pod>::namespaced(client.clone(), &ns.name);
 
@@ -138,7 +123,7 @@ async fn podset_keeps_count_pods_and_rolls_out_a_new_message() {
 
     // Scale up to 2.
     wait_until(STEP, count_is(2)).await;
-    run_pods(&pods).await;
+    run_pods(&pods, "watcher.dev/podset=greeters").await;
 
     // A deleted pod is replaced.
     let victim = owned(client.clone(), ns.name.clone()).await.expect("pods")[0].name_any();
@@ -149,23 +134,22 @@ async fn podset_keeps_count_pods_and_rolls_out_a_new_message() {
             .is_some_and(|p| p.len() == 2 && p.iter().all(|p| p.name_any() != victim))
     })
     .await;
-    run_pods(&pods).await;
+    run_pods(&pods, "watcher.dev/podset=greeters").await;
 
-    // Scale down to 1.
-    podsets
-        .patch("greeters", &PatchParams::default(), &Patch::Merge(json!({"spec": {"count": 1}})))
-        .await
-        .expect("patched");
+    // Scale down to 1, as a user does (the scale subresource).
+    kubectl(&["scale", "podset/greeters", "--replicas=1", "-n", &ns.name]);
     wait_until(STEP, count_is(1)).await;
+    let listed = kubectl(&["get", "podset", "greeters", "-n", &ns.name, "-o", "jsonpath={.spec.count}"]);
+    assert_eq!(listed, "1");
 
     // A new message rolls out; pods are marked ready as they come.
-    run_pods(&pods).await;
+    run_pods(&pods, "watcher.dev/podset=greeters").await;
     podsets
         .patch("greeters", &PatchParams::default(), &Patch::Merge(json!({"spec": {"message": "bye"}})))
         .await
         .expect("patched");
     wait_until(STEP, || async {
-        run_pods(&pods).await;
+        run_pods(&pods, "watcher.dev/podset=greeters").await;
         owned(client.clone(), ns.name.clone()).await.is_some_and(|p| {
             p.len() == 1
                 && p.iter().all(|pod| {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Operator, STEP, TestNamespace, client, free_port, install_crds, wait_for};
+use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, wait_for};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -25,21 +25,12 @@ async fn counts_become(watchers: &Api<Watcher>, check: impl Fn(PodCounts) -> boo
 #[tokio::test]
 #[ignore = "needs a cluster: KUBECONFIG"]
 async fn drift_is_counted_and_repaired() {
+    let _one = exclusive().await;
     let client = client().await;
     install_crds(&client).await;
     let operator_ns = TestNamespace::create(&client, "watcher-e2e-op2").await;
     let ns = TestNamespace::create(&client, "watcher-e2e-pods").await;
-    let port = free_port().port();
-    let _operator = Operator::start(
-        &operator_ns.name,
-        &[
-            &format!("--webhook-url=https://127.0.0.1:{port}/mutate"),
-            &format!("--webhook-addr=0.0.0.0:{port}"),
-            "--controllers=watcher,pods",
-            "--leader-election=false",
-        ],
-    )
-    .await;
+    let _operator = Operator::start(&operator_ns.name).await;
     let pods = Api::<Pod>::namespaced(client.clone(), &ns.name);
     let watchers = Api::<Watcher>::namespaced(client.clone(), &ns.name);
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Operator, STEP, TestNamespace, client, install_crds, wait_for};
+use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_for};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
@@ -16,7 +16,8 @@ async fn watcher_config_map_lifecycle() {
     let client = client().await;
     install_crds(&client).await;
     let ns = TestNamespace::create(&client, "watcher-e2e-cm").await;
-    let _operator = Operator::start(&ns.name, &["--controllers=watcher", "--leader-election=false"]).await;
+    let _one = exclusive().await;
+    let _operator = Operator::start(&ns.name).await;
 
     let watchers = Api::<Watcher>::namespaced(client.clone(), &ns.name);
     let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &ns.name);
@@ -50,6 +51,15 @@ async fn watcher_config_map_lifecycle() {
     assert_eq!(status.spec_hash.as_deref().map(str::len), Some(8));
     let ready = status.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready condition");
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Reconciled"));
+
+    // What a user types: the kind by name, and the category for everything of the operator.
+    let jsonpath =
+        kubectl(&["get", "watcher", "log-watcher", "-n", &ns.name, "-o", "jsonpath={.status.configMapName}"]);
+    assert_eq!(jsonpath, "log-watcher-config");
+    let short = kubectl(&["get", "wt", "log-watcher", "-n", &ns.name, "-o", "name"]);
+    assert_eq!(short.trim(), "watcher.watcher.dev/log-watcher");
+    let all = kubectl(&["get", "watcher-dev", "-n", &ns.name, "-o", "name"]);
+    assert_eq!(all.trim(), "watcher.watcher.dev/log-watcher", "the category lists the Watcher");
 
     // An update of configData reaches the ConfigMap.
     let patch = json!({"spec": {"configData": {"LEVEL": "info", "EXTRA": "1"}}});

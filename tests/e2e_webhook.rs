@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Operator, STEP, TestNamespace, client, free_port, install_crds, wait_for};
+use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, wait_for};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -42,23 +42,12 @@ fn injected(pod: &Pod) -> Option<&String> {
 #[tokio::test]
 #[ignore = "needs a cluster: KUBECONFIG"]
 async fn webhook_injects_pods() {
+    let _one = exclusive().await;
     let client = client().await;
     install_crds(&client).await;
     let operator_ns = TestNamespace::create(&client, "watcher-e2e-op").await;
     let ns = TestNamespace::create(&client, "watcher-e2e-wh").await;
-    let port = free_port().port();
-    let url = format!("https://127.0.0.1:{port}/mutate");
-    let operator = Operator::start(
-        &operator_ns.name,
-        &[
-            &format!("--webhook-url={url}"),
-            &format!("--webhook-addr=0.0.0.0:{port}"),
-            "--controllers=watcher",
-            "--leader-election=false",
-        ],
-    )
-    .await;
-    let _ = &operator;
+    let _operator = Operator::start(&operator_ns.name).await;
 
     let watchers = Api::<Watcher>::namespaced(client.clone(), &ns.name);
     let log_watcher: Watcher = serde_json::from_value(json!({

@@ -18,7 +18,7 @@ pub const DEFAULT_AT_IMAGE: &str = "busybox:1.36";
     kind = "At",
     namespaced,
     status = "AtStatus",
-    category = "watcher",
+    category = "watcher-dev",
     derive = "PartialEq",
     doc = "An At runs a command once, with /bin/sh -c, in a pod created at the scheduled time.",
     printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),

@@ -23,6 +23,9 @@ use kube::CustomResourceExt;
 
 /// The API group of every resource of this operator.
 pub const GROUP: &str = "watcher.dev";
+/// The CRD category: `kubectl get watcher-dev` lists every resource of this operator. Not
+/// `watcher`, which kubectl would expand instead of the kind of that name.
+pub const CATEGORY: &str = "watcher-dev";
 /// The field manager of every server-side apply this operator makes.
 pub const FIELD_MANAGER: &str = "watcher-operator";
 
@@ -113,6 +116,27 @@ mod tests {
             let mut problems = Vec::new();
             structural_problems(&schema["openAPIV3Schema"], &crd.spec.names.plural, &mut problems);
             assert_eq!(problems, Vec::<String>::new());
+        }
+    }
+
+    /// kubectl expands a category before it looks for a resource of that name, so a category
+    /// equal to a kind's name would make `kubectl get watcher NAME` fail.
+    #[test]
+    fn no_category_shadows_a_resource_name() {
+        let crds = crds();
+        let mut names = Vec::new();
+        for crd in &crds {
+            let n = &crd.spec.names;
+            names.extend([n.kind.to_lowercase(), n.plural.clone()]);
+            names.extend(n.singular.clone());
+            names.extend(n.short_names.clone().unwrap_or_default());
+        }
+        for crd in &crds {
+            let categories = crd.spec.names.categories.clone().unwrap_or_default();
+            assert_eq!(categories, [CATEGORY], "{}", crd.spec.names.plural);
+            for category in categories {
+                assert!(!names.contains(&category), "category {category} shadows a resource name");
+            }
         }
     }
 

@@ -17,7 +17,7 @@ pub const DEFAULT_PODSET_IMAGE: &str = "busybox:1.36";
     kind = "PodSet",
     namespaced,
     status = "PodSetStatus",
-    category = "watcher",
+    category = "watcher-dev",
     derive = "PartialEq",
     doc = "A PodSet keeps count pods that print message and then wait.",
     scale(spec_replicas_path = ".spec.count", status_replicas_path = ".status.count"),

@@ -21,7 +21,7 @@ use crate::Condition;
     namespaced,
     status = "WatcherStatus",
     shortname = "wt",
-    category = "watcher",
+    category = "watcher-dev",
     derive = "PartialEq",
     doc = "A Watcher names a sidecar container that watcher-operator injects into pods of its namespace.",
     printcolumn(name = "Container", type_ = "string", json_path = ".spec.container.name"),

@@ -4,6 +4,7 @@
 
 mod authority;
 mod error;
+pub mod registration;
 mod resolver;
 pub mod secret;
 

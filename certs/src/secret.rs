@@ -16,20 +16,17 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
-use serde_json::json;
 use tracing::{info, warn};
 
+use crate::registration::{Registered, Registration};
 use crate::{Authority, CertInfo, CertStore, CertifiedPem, Result};
 
 /// The Secret holding the CA and the serving certificate.
 pub const SECRET_NAME: &str = "watcher-operator-tls";
-/// The MutatingWebhookConfiguration whose `caBundle` is kept current.
-pub const WEBHOOK_CONFIGURATION: &str = "watcher-operator";
 
 const CA_CERT: &str = "ca.crt";
 const CA_KEY: &str = "ca.key";
@@ -66,15 +63,6 @@ impl Default for Lifetimes {
     }
 }
 
-/// How the webhook configuration is kept.
-#[derive(Clone, Debug)]
-pub enum Registration {
-    /// Patch `caBundle` into the existing configuration (installed from `deploy/`).
-    CaBundleOnly,
-    /// Own the whole configuration, pointing kube-apiserver at this URL (outside the cluster).
-    Url(String),
-}
-
 /// The self-managed certificate loop of one replica.
 pub struct SelfManaged {
     /// Kubernetes client.
@@ -83,7 +71,7 @@ pub struct SelfManaged {
     pub namespace: String,
     /// Names the serving certificate must cover.
     pub hosts: Vec<String>,
-    /// How the webhook configuration is kept.
+    /// How kube-apiserver reaches the webhook; kept in the webhook configuration with the bundle.
     pub registration: Registration,
     /// Certificate lifetimes.
     pub lifetimes: Lifetimes,
@@ -178,8 +166,8 @@ impl SelfManaged {
         let step = next_step(stored.as_ref(), &self.hosts, now, &self.lifetimes);
         let next = match (&step, stored) {
             (Step::Wait(until), Some(stored)) => {
-                self.publish(store, &stored).await?;
-                return Ok(*until);
+                let registered = self.publish(store, &stored).await?;
+                return Ok(if registered == Registered::Conflict { now + STEP_PAUSE } else { *until });
             }
             (Step::Create, _) | (_, None) => {
                 let (ca, ca_pem) = Authority::generate(self.lifetimes.ca)?;
@@ -217,40 +205,13 @@ impl SelfManaged {
         }
     }
 
-    /// Serves the stored certificate and writes the bundle into the webhook configuration.
-    async fn publish(&self, store: &CertStore, stored: &Stored) -> Result<()> {
+    /// Serves the stored certificate and registers the webhook with its bundle.
+    async fn publish(&self, store: &CertStore, stored: &Stored) -> Result<Registered> {
         if store.load_pem(stored.serving.cert_pem.as_bytes(), stored.serving.key_pem.as_bytes())? {
             info!("serving the certificate from Secret {SECRET_NAME}");
         }
-        let api = Api::<MutatingWebhookConfiguration>::all(self.client.clone());
         let bundle = ByteString(stored.bundle.as_bytes().to_vec());
-        match &self.registration {
-            Registration::Url(url) => {
-                let desired = webhook_configuration(url, &self.namespace, &bundle);
-                let existing = api.get_opt(WEBHOOK_CONFIGURATION).await?;
-                if existing.as_ref().is_none_or(|e| e.webhooks != desired.webhooks) {
-                    let params = PatchParams::apply(watcher_api::FIELD_MANAGER).force();
-                    api.patch(WEBHOOK_CONFIGURATION, &params, &Patch::Apply(&desired)).await?;
-                    info!(url, "registered the webhook configuration");
-                }
-            }
-            Registration::CaBundleOnly => {
-                let Some(mut existing) = api.get_opt(WEBHOOK_CONFIGURATION).await? else {
-                    warn!(
-                        "MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION} not found: install deploy/, \
-                         or run with --webhook-url"
-                    );
-                    return Ok(());
-                };
-                if set_ca_bundle(&mut existing, &bundle) {
-                    // Carries the resourceVersion read above: a concurrent edit makes this a 409,
-                    // and the next pass starts again from what is there.
-                    api.replace(WEBHOOK_CONFIGURATION, &PostParams::default(), &existing).await?;
-                    info!("wrote the CA bundle into MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}");
-                }
-            }
-        }
-        Ok(())
+        self.registration.register(&self.client, &self.namespace, &bundle).await
     }
 }
 
@@ -307,49 +268,6 @@ fn prune_expired(bundle: &str, now: SystemTime) -> String {
         }
     }
     kept
-}
-
-/// Sets `caBundle` on every webhook of the configuration; returns whether anything changed.
-fn set_ca_bundle(configuration: &mut MutatingWebhookConfiguration, bundle: &ByteString) -> bool {
-    let mut changed = false;
-    for webhook in configuration.webhooks.iter_mut().flatten() {
-        if webhook.client_config.ca_bundle.as_ref() != Some(bundle) {
-            webhook.client_config.ca_bundle = Some(bundle.clone());
-            changed = true;
-        }
-    }
-    changed
-}
-
-/// The webhook configuration the operator owns when it registers itself by URL: the same rules
-/// as `deploy/webhook.yaml`.
-pub fn webhook_configuration(url: &str, namespace: &str, ca_bundle: &ByteString) -> MutatingWebhookConfiguration {
-    let excluded: Vec<&str> = ["kube-system", "kube-public", "kube-node-lease", namespace].into();
-    serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": WEBHOOK_CONFIGURATION,
-                     "labels": {watcher_api::MANAGED_BY_LABEL: watcher_api::MANAGED_BY}},
-        "webhooks": [{
-            "name": "inject.watcher.dev",
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": {"url": url, "caBundle": ca_bundle},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
-            "matchPolicy": "Equivalent",
-            "sideEffects": "None",
-            "failurePolicy": "Ignore",
-            "timeoutSeconds": 5,
-            "reinvocationPolicy": "IfNeeded",
-            "namespaceSelector": {"matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded},
-                {"key": watcher_api::INJECTION_LABEL, "operator": "NotIn", "values": [watcher_api::INJECTION_DISABLED]},
-            ]},
-            // Defaults the API server fills in: set here so a comparison finds no difference.
-            "objectSelector": {},
-        }],
-    }))
-    .unwrap_or_default()
 }
 
 #[cfg(test)]

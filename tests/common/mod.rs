@@ -4,12 +4,13 @@
 #![allow(dead_code, unreachable_pub)] // each test file uses a different part of the harness
 
 use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, ResourceExt};
 
@@ -58,11 +59,21 @@ impl TestNamespace {
     }
 }
 
-/// The operator binary, killed when dropped.
+/// Tests of one binary run one at a time: each starts an operator, and operators share the
+/// cluster-wide webhook configuration and reconcile every namespace.
+pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    ONE_AT_A_TIME.lock().await
+}
+
+/// The operator binary, stopped (SIGKILL) when dropped; [`Operator::stop`] stops it as the
+/// kubelet does.
 pub struct Operator {
     child: Child,
     pub metrics: SocketAddr,
     pub webhook: SocketAddr,
+    /// The URL the webhook is registered at, when it is registered by URL.
+    pub url: Option<String>,
 }
 
 /// A free port on 127.0.0.1.
@@ -70,37 +81,76 @@ pub fn free_port() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port")
 }
 
+/// The address kube-apiserver reaches this machine at: `WATCHER_E2E_HOST`, default `127.0.0.1`
+/// (a control plane on this machine). For kind, the Docker network's gateway; for k3d,
+/// `host.k3d.internal`; for minikube, `host.minikube.internal`.
+pub fn webhook_host() -> String {
+    std::env::var("WATCHER_E2E_HOST").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "127.0.0.1".into())
+}
+
+/// How the webhook is registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Registration {
+    /// `--webhook-url https://<webhook_host()>:<port>/mutate`: the operator outside the cluster.
+    Url,
+    /// No `--webhook-url`: by the Service, as the installed operator does.
+    Service,
+}
+
 impl Operator {
-    /// Starts `watcher-operator run` with `args` and waits until `/readyz` answers 200.
-    /// A test that passes its own `--webhook-addr` keeps it.
-    pub async fn start(namespace: &str, args: &[&str]) -> Self {
+    /// `watcher-operator run` as a user runs it outside the cluster: every default (all
+    /// controllers, leader election), plus only `--namespace`, the two addresses and
+    /// `--webhook-url`. Waits until `/readyz` answers 200.
+    pub async fn start(namespace: &str) -> Self {
+        Self::start_as(namespace, None, Registration::Url).await
+    }
+
+    /// [`Operator::start`] with another kubeconfig (e.g. a ServiceAccount's) and registration.
+    pub async fn start_as(namespace: &str, kubeconfig: Option<&Path>, registration: Registration) -> Self {
         let metrics = free_port();
-        let webhook = args
-            .iter()
-            .find_map(|a| a.strip_prefix("--webhook-addr="))
-            .map(|a| a.parse().expect("--webhook-addr is an address"))
-            .unwrap_or_else(free_port);
+        let webhook = free_port();
         let mut command = Command::new(env!("CARGO_BIN_EXE_watcher-operator"));
-        command.arg("run").arg(format!("--namespace={namespace}")).arg(format!("--metrics-addr={metrics}"));
-        if !args.iter().any(|a| a.starts_with("--webhook-addr=")) {
-            command.arg(format!("--webhook-addr={webhook}"));
+        command
+            .arg("run")
+            .arg(format!("--namespace={namespace}"))
+            .arg(format!("--metrics-addr={metrics}"))
+            .arg(format!("--webhook-addr=0.0.0.0:{}", webhook.port()));
+        let url = (registration == Registration::Url)
+            .then(|| format!("https://{}:{}/mutate", webhook_host(), webhook.port()));
+        if let Some(url) = &url {
+            command.arg(format!("--webhook-url={url}"));
+        }
+        if let Some(kubeconfig) = kubeconfig {
+            command.env("KUBECONFIG", kubeconfig);
         }
         let child = command
-            .args(args)
             .env("RUST_LOG", "info,watcher_controller=debug")
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("operator starts");
-        let operator = Self { child, metrics, webhook };
-        let url = format!("http://{metrics}/readyz");
-        wait_until(STEP, || async { http_get(&url).await.is_some_and(|(status, _)| status == 200) }).await;
+        let operator = Self { child, metrics, webhook, url };
+        let ready = format!("http://{metrics}/readyz");
+        wait_until(STEP, || async { http_get(&ready).await.is_some_and(|(status, _)| status == 200) }).await;
         operator
     }
 
     /// The body of `GET /metrics`.
     pub async fn metrics_text(&self) -> String {
         http_get(&format!("http://{}/metrics", self.metrics)).await.map(|(_, body)| body).unwrap_or_default()
+    }
+
+    /// SIGTERM, as the kubelet stops a pod: in-flight work finishes and the Lease is released.
+    pub async fn stop(mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let start = Instant::now();
+        while start.elapsed() < STEP {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the operator did not stop within {STEP:?} of SIGTERM");
     }
 }
 
@@ -109,6 +159,49 @@ impl Drop for Operator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `kubectl` (with the test's `KUBECONFIG`) and returns its stdout, or its stderr as the
+/// error.
+pub fn try_kubectl(args: &[&str]) -> Result<String, String> {
+    let output = Command::new("kubectl").args(args).output().map_err(|e| format!("cannot run kubectl: {e}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+/// [`try_kubectl`], failing the test when kubectl fails.
+pub fn kubectl(args: &[&str]) -> String {
+    try_kubectl(args).unwrap_or_else(|stderr| panic!("kubectl {} failed: {stderr}", args.join(" ")))
+}
+
+/// `kubectl apply` of a manifest given as JSON.
+pub fn kubectl_apply(namespace: &str, manifest: &serde_json::Value) {
+    let path = std::env::temp_dir().join(format!("watcher-e2e-{}-apply.json", std::process::id()));
+    std::fs::write(&path, manifest.to_string()).expect("manifest written");
+    kubectl(&["apply", "-n", namespace, "-f", path.to_str().expect("UTF-8 path")]);
+}
+
+/// A kubeconfig for ServiceAccount `namespace/name` on the test's cluster, with a token from
+/// `kubectl create token`: a process using it has exactly that account's RBAC.
+pub fn service_account_kubeconfig(namespace: &str, name: &str) -> PathBuf {
+    let token = kubectl(&["create", "token", name, "-n", namespace, "--duration=2h"]);
+    let current: serde_json::Value =
+        serde_json::from_str(&kubectl(&["config", "view", "--raw", "--minify", "--flatten", "-o", "json"]))
+            .expect("kubectl config view is JSON");
+    let cluster = current["clusters"][0]["cluster"].clone();
+    let config = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": cluster}],
+        "users": [{"name": name, "user": {"token": token.trim()}}],
+        "contexts": [{"name": name, "context": {"cluster": "e2e", "user": name, "namespace": namespace}}],
+        "current-context": name,
+    });
+    let path = std::env::temp_dir().join(format!("watcher-e2e-{}-{name}.kubeconfig", std::process::id()));
+    std::fs::write(&path, config.to_string()).expect("kubeconfig written");
+    path
 }
 
 /// A plain HTTP/1.1 GET on loopback: status and body, or `None` if nothing answers.
@@ -152,5 +245,33 @@ where
         }
         assert!(start.elapsed() < timeout, "value not there within {timeout:?}");
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The RFC 3339 time `offset_seconds` from now.
+pub fn rfc3339(offset_seconds: i64) -> String {
+    (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(offset_seconds)).to_string()
+}
+
+/// Sets a pod's status as the kubelet does when its one container `container` ran and exited
+/// (there is no kubelet in the test clusters).
+pub async fn finish_pod(pods: &Api<Pod>, name: &str, container: &str, exit_code: i32) {
+    let now = jiff::Timestamp::now().to_string();
+    let phase = if exit_code == 0 { "Succeeded" } else { "Failed" };
+    let reason = if exit_code == 0 { "Completed" } else { "Error" };
+    let status = serde_json::json!({"status": {"phase": phase, "startTime": now, "containerStatuses": [{
+        "name": container, "ready": false, "restartCount": 0, "image": "busybox:1.36", "imageID": "",
+        "state": {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": now, "finishedAt": now}}}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("pod status patched");
+}
+
+/// Marks every live pod matching `labels` Running and Ready, as the kubelet would.
+pub async fn run_pods(pods: &Api<Pod>, labels: &str) {
+    let list = pods.list(&ListParams::default().labels(labels)).await.expect("list");
+    for pod in list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
+        let now = jiff::Timestamp::now().to_string();
+        let status = serde_json::json!({"status": {"phase": "Running", "startTime": now,
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]}});
+        let _ = pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await;
     }
 }

@@ -24,6 +24,9 @@ pub enum ReviewError {
     /// The AdmissionReview has no `request`.
     #[error("the AdmissionReview has no request")]
     NoRequest,
+    /// The body holds bytes that are not UTF-8, so it is not JSON.
+    #[error("not an AdmissionReview: the body is not UTF-8 ({0})")]
+    NotUtf8(std::str::Utf8Error),
 }
 
 /// Where the webhook finds the Watchers of a namespace.
@@ -80,6 +83,10 @@ impl<S: WatcherSource> Reviewer<S> {
 
     /// The answer to one AdmissionReview body, and how it ended.
     pub fn review(&self, body: &[u8]) -> Result<(Answer, AdmissionResult), ReviewError> {
+        // JSON is UTF-8. The narrow decode below skips the fields injection does not read
+        // without checking their bytes, so the whole body is checked first (a fraction of the
+        // decode's cost).
+        std::str::from_utf8(body).map_err(ReviewError::NotUtf8)?;
         let request = match serde_json::from_slice::<Review<PodView>>(body) {
             Ok(review) => review.request.ok_or(ReviewError::NoRequest)?,
             Err(pod_error) => return unreadable_object(body, &pod_error),
@@ -90,8 +97,7 @@ impl<S: WatcherSource> Reviewer<S> {
     fn respond(&self, request: &Request<PodView>) -> (Answer, AdmissionResult) {
         let uid = request.uid.clone();
         if !is_pod(&request.kind.group, &request.kind.kind) {
-            let message = format!("watcher-operator mutates pods only, not {}", request.kind.kind);
-            return (Answer::deny(uid, message), AdmissionResult::error);
+            return not_a_pod(uid, request.namespace.as_deref(), &request.kind);
         }
         if request.operation != Operation::Create {
             return (Answer::allow(uid), AdmissionResult::skipped);
@@ -117,13 +123,23 @@ fn unreadable_object(body: &[u8], pod_error: &serde_json::Error) -> Result<(Answ
     let review =
         serde_json::from_slice::<Review<IgnoredAny>>(body).map_err(|_| ReviewError::Decode(pod_error.to_string()))?;
     let request = review.request.ok_or(ReviewError::NoRequest)?;
-    let message = if is_pod(&request.kind.group, &request.kind.kind) {
-        format!("cannot read the pod: {pod_error}")
-    } else {
-        format!("watcher-operator mutates pods only, not {}", request.kind.kind)
-    };
+    if !is_pod(&request.kind.group, &request.kind.kind) {
+        return Ok(not_a_pod(request.uid, request.namespace.as_deref(), &request.kind));
+    }
+    let message = format!("cannot read the pod: {pod_error}");
     warn!(uid = request.uid, namespace = request.namespace, %message, "admission request denied");
     Ok((Answer::deny(request.uid, message), AdmissionResult::error))
+}
+
+/// A review of anything but a Pod (the webhook's rules were widened): allowed unchanged, with a
+/// warning naming the kind. The webhook fails open wherever it has nothing to do.
+fn not_a_pod(uid: String, namespace: Option<&str>, kind: &GroupVersionKind) -> (Answer, AdmissionResult) {
+    let group = if kind.group.is_empty() { String::new() } else { format!(".{}", kind.group) };
+    let warning = format!("watcher-operator mutates pods only; {}{group} admitted unchanged", kind.kind);
+    info!(uid, namespace, kind = kind.kind, "not a pod: admitted unchanged");
+    let mut answer = Answer::allow(uid);
+    answer.response.warnings.push(warning);
+    (answer, AdmissionResult::skipped)
 }
 
 fn is_pod(group: &str, kind: &str) -> bool {

@@ -8,10 +8,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::client::Body;
 use serde_json::json;
 
-use super::{
-    Lifetimes, Registration, SelfManaged, Step, Stored, build_secret, next_step, prune_expired, read_secret,
-    set_ca_bundle, webhook_configuration,
-};
+use super::{Lifetimes, SelfManaged, Step, Stored, build_secret, next_step, prune_expired, read_secret};
+use crate::registration::{Registration, webhook_configuration};
 use crate::{Authority, CertInfo, CertStore};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -124,23 +122,6 @@ fn the_secret_round_trips() {
     );
 }
 
-#[test]
-fn ca_bundle_is_set_on_every_webhook_once() {
-    let bundle = ByteString(b"pem".to_vec());
-    let mut config = webhook_configuration("https://127.0.0.1:8443/mutate", "watcher-system", &ByteString(vec![]));
-    assert!(set_ca_bundle(&mut config, &bundle));
-    assert!(!set_ca_bundle(&mut config, &bundle), "unchanged the second time");
-    let webhook = &config.webhooks.as_ref().expect("webhooks")[0];
-    assert_eq!(webhook.client_config.url.as_deref(), Some("https://127.0.0.1:8443/mutate"));
-    assert_eq!(webhook.failure_policy.as_deref(), Some("Ignore"));
-    assert_eq!(webhook.reinvocation_policy.as_deref(), Some("IfNeeded"));
-    let excluded = &webhook.namespace_selector.as_ref().and_then(|s| s.match_expressions.clone()).expect("selector")[0];
-    assert_eq!(
-        excluded.values.as_deref(),
-        Some(&["kube-system".into(), "kube-public".into(), "kube-node-lease".into(), "watcher-system".into()][..])
-    );
-}
-
 /// First start against an empty namespace: the Secret is created, its certificate served, and
 /// the bundle written into the existing webhook configuration.
 #[tokio::test]
@@ -150,7 +131,7 @@ async fn first_pass_creates_the_secret_and_publishes_the_bundle() {
         client: kube::Client::new(service, "default"),
         namespace: "watcher-system".into(),
         hosts: hosts(),
-        registration: Registration::CaBundleOnly,
+        registration: Registration::Service { name: "watcher-operator".into(), namespace: "watcher-system".into() },
         lifetimes: lifetimes(),
     };
     let server = tokio::spawn(async move {
@@ -174,7 +155,8 @@ async fn first_pass_creates_the_secret_and_publishes_the_bundle() {
         let config_path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/watcher-operator";
         let (request, send) = handle.next_request().await.expect("GET webhook configuration");
         assert_eq!((request.method(), request.uri().path()), (&Method::GET, config_path));
-        let mut installed = webhook_configuration("https://x/mutate", "watcher-system", &ByteString(vec![]));
+        let service = Registration::Service { name: "watcher-operator".into(), namespace: "watcher-system".into() };
+        let mut installed = webhook_configuration(service.client_config(&ByteString(vec![])), "watcher-system");
         installed.metadata.resource_version = Some("7".into());
         send.send_response(json_response(StatusCode::OK, &installed));
 

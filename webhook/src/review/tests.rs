@@ -210,29 +210,69 @@ async fn missing_uid_gets_400() {
     assert!(text.contains("uid"), "{text}");
 }
 
-#[rstest]
-#[case::not_a_pod(
-    json!({"group": "apps", "version": "v1", "kind": "Deployment"}),
-    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}}),
-    "mutates pods only, not Deployment"
-)]
-#[case::pod_with_an_unreadable_spec(
-    json!({"group": "", "version": "v1", "kind": "Pod"}),
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": "nginx"}}),
-    "cannot read the pod"
-)]
 #[tokio::test]
-async fn unusable_objects_are_denied_with_the_uid(#[case] kind: Value, #[case] object: Value, #[case] message: &str) {
+async fn a_pod_that_cannot_be_read_is_denied_with_the_uid() {
     let mut request = fixture("pod-create-named-annotated.json");
-    request["request"]["kind"] = kind;
-    request["request"]["object"] = object;
-    let (app, _) = app(vec![log_watcher()]);
+    request["request"]["object"]["spec"] = json!({"containers": "nginx"});
+    let (app, metrics) = app(vec![log_watcher()]);
     let (status, review, text) = post(&app, request.to_string()).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(review["response"]["uid"], "39a859b2-1366-467b-80f2-70a009723439");
     assert_eq!(review["response"]["allowed"], false);
-    assert!(review["response"]["status"]["message"].as_str().is_some_and(|m| m.contains(message)), "{text}");
+    assert!(review["response"]["status"]["message"].as_str().is_some_and(|m| m.contains("cannot read the pod")));
     assert!(review["response"].get("patch").is_none());
+    assert_eq!(metrics.count(AdmissionResult::error), 1);
+}
+
+/// Anything but a Pod (the webhook's rules widened by hand) is allowed unchanged with a warning
+/// naming the kind, readable or not as a pod, and counted as skipped.
+#[rstest]
+#[case::deployment(
+    json!({"group": "apps", "version": "v1", "kind": "Deployment"}),
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}}),
+    "watcher-operator mutates pods only; Deployment.apps admitted unchanged"
+)]
+#[case::service_unreadable_as_a_pod(
+    json!({"group": "", "version": "v1", "kind": "Service"}),
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"containers": 80}}),
+    "watcher-operator mutates pods only; Service admitted unchanged"
+)]
+#[tokio::test]
+async fn other_kinds_are_allowed_unchanged(#[case] kind: Value, #[case] object: Value, #[case] warning: &str) {
+    let mut request = fixture("pod-create-named-annotated.json");
+    request["request"]["kind"] = kind;
+    request["request"]["object"] = object;
+    let (app, metrics) = app(vec![log_watcher()]);
+    let (status, review, text) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let response = &review["response"];
+    assert_eq!(response["uid"], "39a859b2-1366-467b-80f2-70a009723439");
+    assert_eq!(response["allowed"], true, "{text}");
+    assert_eq!(response["warnings"], json!([warning]));
+    assert!(response.get("patch").is_none() && response.get("status").is_none(), "{text}");
+    assert_eq!(metrics.count(AdmissionResult::skipped), 1);
+    assert_eq!(metrics.count(AdmissionResult::error), 0);
+}
+
+/// A byte that is not UTF-8 inside a field injection skips (an owner reference's name) makes
+/// the body something other than JSON: 400, never a patch.
+#[tokio::test]
+async fn a_body_that_is_not_utf8_gets_400() {
+    let (app, metrics) = app(vec![watcher(
+        "metrics",
+        json!({"container": {"name": "metrics", "image": "m:1"}, "selector": {"matchLabels": {"app": "web"}}}),
+    )]);
+    let text = std::fs::read_to_string(format!("{FIXTURES}pod-create-from-replicaset-generatename.json"))
+        .expect("fixture exists");
+    let (before, after) = text.split_once("\"name\":\"web-7d876db474\"").expect("the owner reference");
+    let mut body = before.as_bytes().to_vec();
+    body.extend_from_slice(b"\"name\":\"web-\xff\"");
+    body.extend_from_slice(after.as_bytes());
+    let (status, _, text) = post(&app, body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert!(text.contains("not UTF-8"), "{text}");
+    assert_eq!(metrics.count(AdmissionResult::error), 1);
+    assert_eq!(metrics.count(AdmissionResult::injected), 0);
 }
 
 #[tokio::test]

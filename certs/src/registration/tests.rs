@@ -1,0 +1,206 @@
+use http::{Method, Request, Response, StatusCode};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use kube::client::Body;
+use serde_json::{Value, json};
+use tower_test::mock::Handle;
+
+use super::{Registered, Registration, WEBHOOK_CONFIGURATION, set_client_config, webhook_configuration};
+
+const CONFIG_PATH: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/watcher-operator";
+const URL: &str = "https://127.0.0.1:8443/mutate";
+
+fn bundle() -> ByteString {
+    ByteString(b"-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n".to_vec())
+}
+
+fn by_service() -> Registration {
+    Registration::Service { name: "watcher-operator".into(), namespace: "watcher-system".into() }
+}
+
+/// The configuration `kubectl apply -k deploy/` creates, as the API server returns it.
+fn installed_from_deploy() -> MutatingWebhookConfiguration {
+    let mut config: MutatingWebhookConfiguration =
+        serde_saphyr::from_str(include_str!("../../../deploy/webhook.yaml")).expect("deploy/webhook.yaml");
+    config.metadata.resource_version = Some("41".into());
+    config
+}
+
+#[test]
+fn client_configs_hold_exactly_one_of_service_and_url() {
+    let encoded = serde_json::to_value(bundle()).expect("base64");
+    assert_eq!(
+        serde_json::to_value(by_service().client_config(&bundle())).expect("serialises"),
+        json!({"caBundle": encoded, "service": {"name": "watcher-operator", "namespace": "watcher-system",
+                                               "path": "/mutate", "port": 443}})
+    );
+    assert_eq!(
+        serde_json::to_value(Registration::Url(URL.into()).client_config(&bundle())).expect("serialises"),
+        json!({"caBundle": encoded, "url": URL})
+    );
+}
+
+#[test]
+fn deploy_and_the_service_registration_agree() {
+    // The operator in the cluster finds deploy/'s configuration already pointing at it: its
+    // only write is the CA bundle.
+    let mut config = installed_from_deploy();
+    let mut expected = config.clone();
+    for webhook in expected.webhooks.iter_mut().flatten() {
+        webhook.client_config.ca_bundle = Some(bundle());
+    }
+    assert!(set_client_config(&mut config, &by_service().client_config(&bundle())));
+    assert_eq!(config, expected);
+    assert!(!set_client_config(&mut config, &by_service().client_config(&bundle())), "unchanged the second time");
+}
+
+#[test]
+fn a_created_configuration_has_deploys_rules() {
+    let created = webhook_configuration(Registration::Url(URL.into()).client_config(&bundle()), "watcher-system");
+    let mut deployed = installed_from_deploy();
+    set_client_config(&mut deployed, &Registration::Url(URL.into()).client_config(&bundle()));
+    let (created, deployed) = (&created.webhooks.expect("webhooks")[0], &deployed.webhooks.expect("webhooks")[0]);
+    assert_eq!(created.rules, deployed.rules);
+    assert_eq!(created.namespace_selector, deployed.namespace_selector);
+    assert_eq!(
+        (&created.failure_policy, &created.reinvocation_policy, &created.side_effects, created.timeout_seconds),
+        (&deployed.failure_policy, &deployed.reinvocation_policy, &deployed.side_effects, deployed.timeout_seconds)
+    );
+}
+
+type ApiHandle = Handle<Request<Body>, Response<Body>>;
+
+/// Runs one registration against `scenario`, which answers every request.
+async fn register<F>(registration: Registration, scenario: impl FnOnce(ApiHandle) -> F) -> Registered
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let server = tokio::spawn(scenario(handle));
+    let client = kube::Client::new(service, "default");
+    let registered = registration.register(&client, "watcher-system", &bundle()).await.expect("registers");
+    drop(client);
+    server.await.expect("scenario passed");
+    registered
+}
+
+async fn expect(
+    handle: &mut ApiHandle,
+    method: Method,
+    path: &str,
+) -> (Value, tower_test::mock::SendResponse<Response<Body>>) {
+    let (request, send) = handle.next_request().await.unwrap_or_else(|| panic!("{method} {path}"));
+    assert_eq!((request.method(), request.uri().path()), (&method, path));
+    let bytes = request.into_body().collect_bytes().await.expect("body");
+    let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("JSON") };
+    (body, send)
+}
+
+fn respond(send: tower_test::mock::SendResponse<Response<Body>>, status: StatusCode, body: &impl serde::Serialize) {
+    let bytes = serde_json::to_vec(body).expect("serialises");
+    send.send_response(Response::builder().status(status).body(Body::from(bytes)).expect("response"));
+}
+
+fn status(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code})
+}
+
+/// Installed from deploy/ (by Service), then run outside the cluster with `--webhook-url`: the
+/// one write replaces `clientConfig` whole, so `service` goes and `url` comes, and carries the
+/// resourceVersion it read. Nothing else of the configuration changes.
+#[tokio::test]
+async fn switching_to_a_url_replaces_the_service() {
+    let registered = register(Registration::Url(URL.into()), |mut api| async move {
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &installed_from_deploy());
+        let (body, send) = expect(&mut api, Method::PUT, CONFIG_PATH).await;
+        let encoded = serde_json::to_value(bundle()).expect("base64");
+        assert_eq!(body["webhooks"][0]["clientConfig"], json!({"url": URL, "caBundle": encoded}));
+        assert_eq!(body["metadata"]["resourceVersion"], "41", "optimistic concurrency");
+        let mut expected = serde_json::to_value(installed_from_deploy()).expect("serialises");
+        expected["webhooks"][0]["clientConfig"] = json!({"url": URL, "caBundle": encoded});
+        assert_eq!(body, expected, "only clientConfig changes");
+        respond(send, StatusCode::OK, &body);
+        assert!(api.next_request().await.is_none(), "nothing more");
+    })
+    .await;
+    assert_eq!(registered, Registered::Written);
+}
+
+/// And back: the operator in the cluster (by Service) finds the URL a developer registered and
+/// puts the Service back, without the URL.
+#[tokio::test]
+async fn switching_back_to_the_service_replaces_the_url() {
+    let registered = register(by_service(), |mut api| async move {
+        let mut by_url = installed_from_deploy();
+        set_client_config(&mut by_url, &Registration::Url(URL.into()).client_config(&ByteString(b"old".to_vec())));
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &by_url);
+        let (body, send) = expect(&mut api, Method::PUT, CONFIG_PATH).await;
+        let encoded = serde_json::to_value(bundle()).expect("base64");
+        assert_eq!(
+            body["webhooks"][0]["clientConfig"],
+            json!({"caBundle": encoded, "service": {"name": "watcher-operator", "namespace": "watcher-system",
+                                                    "path": "/mutate", "port": 443}})
+        );
+        assert_eq!(body["metadata"]["resourceVersion"], "41");
+        respond(send, StatusCode::OK, &body);
+        assert!(api.next_request().await.is_none(), "nothing more");
+    })
+    .await;
+    assert_eq!(registered, Registered::Written);
+}
+
+#[tokio::test]
+async fn a_current_registration_writes_nothing() {
+    let registered = register(Registration::Url(URL.into()), |mut api| async move {
+        let mut current = installed_from_deploy();
+        set_client_config(&mut current, &Registration::Url(URL.into()).client_config(&bundle()));
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &current);
+        assert!(api.next_request().await.is_none(), "no write");
+    })
+    .await;
+    assert_eq!(registered, Registered::Unchanged);
+}
+
+#[tokio::test]
+async fn a_url_registration_creates_a_missing_configuration() {
+    let registered = register(Registration::Url(URL.into()), |mut api| async move {
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::NOT_FOUND, &status(404, "NotFound"));
+        let (body, send) =
+            expect(&mut api, Method::POST, "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations").await;
+        assert_eq!(body["metadata"]["name"], WEBHOOK_CONFIGURATION);
+        assert_eq!(body["webhooks"][0]["clientConfig"]["url"], URL);
+        assert!(body["webhooks"][0]["clientConfig"].get("service").is_none());
+        assert_eq!(body["webhooks"][0]["failurePolicy"], "Ignore");
+        respond(send, StatusCode::CREATED, &body);
+        assert!(api.next_request().await.is_none(), "nothing more");
+    })
+    .await;
+    assert_eq!(registered, Registered::Written);
+}
+
+#[tokio::test]
+async fn a_service_registration_never_creates_the_configuration() {
+    let registered = register(by_service(), |mut api| async move {
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::NOT_FOUND, &status(404, "NotFound"));
+        assert!(api.next_request().await.is_none(), "no write");
+    })
+    .await;
+    assert_eq!(registered, Registered::Missing);
+}
+
+#[tokio::test]
+async fn a_concurrent_edit_is_a_conflict_to_retry() {
+    let registered = register(Registration::Url(URL.into()), |mut api| async move {
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &installed_from_deploy());
+        let (_, send) = expect(&mut api, Method::PUT, CONFIG_PATH).await;
+        respond(send, StatusCode::CONFLICT, &status(409, "Conflict"));
+    })
+    .await;
+    assert_eq!(registered, Registered::Conflict);
+}
