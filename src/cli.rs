@@ -100,6 +100,11 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "WATCHER_CONTROLLERS", value_delimiter = ',', default_value = ALL_CONTROLLERS)]
     pub(crate) controllers: Vec<ControllerName>,
 
+    /// Namespaces whose Secrets and ConfigMaps annotated `watcher.dev/sync` are copied into
+    /// other namespaces, comma-separated. Default: the operator's namespace.
+    #[arg(long, env = "WATCHER_SYNC_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
+    pub(crate) sync_namespaces: Vec<String>,
+
     /// Run the controllers only in the replica that holds Lease `watcher-operator`.
     /// `--leader-election=false` runs them in every replica: use it with one replica only.
     #[arg(long, env = "WATCHER_LEADER_ELECTION", default_value_t = true, action = ArgAction::Set)]
@@ -121,7 +126,7 @@ pub(crate) struct RunArgs {
 
 /// Every controller, the default of `--controllers`: an operator installed from `deploy/` (which
 /// sets no `WATCHER_CONTROLLERS`) runs them all.
-const ALL_CONTROLLERS: &str = "watcher,pods,at,podset";
+const ALL_CONTROLLERS: &str = "watcher,pods,at,podset,sync";
 
 /// A controller that `--controllers` can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -134,6 +139,18 @@ pub(crate) enum ControllerName {
     At,
     /// PodSet → N pods.
     Podset,
+    /// Secrets and ConfigMaps annotated `watcher.dev/sync` → copies in other namespaces.
+    Sync,
+}
+
+/// A namespace name: a DNS label (lower-case letters, digits, `-`, at most 63 characters).
+fn parse_namespace(value: &str) -> Result<String, String> {
+    let valid = !value.is_empty()
+        && value.len() <= 63
+        && value.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !value.starts_with('-')
+        && !value.ends_with('-');
+    if valid { Ok(value.to_owned()) } else { Err(format!("{value:?} is not a namespace name")) }
 }
 
 /// `https://HOST[:PORT]/PATH`: kube-apiserver calls webhooks over HTTPS only.
@@ -261,18 +278,22 @@ mod tests {
             "--controllers=watcher,at",
             "--leader-election=false",
             "--webhook-url=https://127.0.0.1:9443/mutate",
+            "--sync-namespaces=watcher-system,platform",
         ])
         .expect("parses");
         let Some(Command::Run(run)) = cli.command else { panic!("run subcommand") };
         assert_eq!(run.controllers, [ControllerName::Watcher, ControllerName::At]);
         assert!(!run.leader_election);
         assert_eq!(run.webhook_url.as_deref(), Some("https://127.0.0.1:9443/mutate"));
+        assert_eq!(run.sync_namespaces, ["watcher-system", "platform"]);
 
         for bad in [
             &["watcher-operator", "--controllers=watcher,nope"][..],
             &["watcher-operator", "--webhook-url=http://127.0.0.1/mutate"],
             &["watcher-operator", "--webhook-addr=localhost"],
             &["watcher-operator", "--leader-election=maybe"],
+            &["watcher-operator", "--sync-namespaces=Team_A"],
+            &["watcher-operator", "--sync-namespaces=a,,b"],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} must be refused");
         }

@@ -115,12 +115,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let admin = tokio::spawn(admin);
 
     let ctx = Arc::new(Context::new(client.clone(), metrics));
+    let sync_namespaces =
+        if args.sync_namespaces.is_empty() { vec![namespace.clone()] } else { args.sync_namespaces.clone() };
     let controllers = tokio::spawn(run_controllers_while_leader(
         client,
         namespace,
         args.controllers.clone(),
         args.leader_election,
-        Controllers { ctx, cache: watcher_cache, cache_ready },
+        Controllers { ctx, cache: watcher_cache, cache_ready, sync_namespaces },
         shutdown(),
     ));
 
@@ -295,6 +297,8 @@ struct Controllers {
     ctx: Arc<Context>,
     cache: WatcherCache,
     cache_ready: watch::Receiver<bool>,
+    /// Where sync sources live.
+    sync_namespaces: Vec<String>,
 }
 
 impl Controllers {
@@ -309,6 +313,9 @@ impl Controllers {
             ControllerName::Pods => watcher_controller::pods::run(self.ctx.clone(), self.cache.clone()).boxed(),
             ControllerName::At => watcher_controller::at::run(self.ctx.clone()).boxed(),
             ControllerName::Podset => watcher_controller::podset::run(self.ctx.clone()).boxed(),
+            ControllerName::Sync => {
+                watcher_controller::sync::run(self.ctx.clone(), self.sync_namespaces.clone()).boxed()
+            }
         });
         future::join_all(runs).await;
     }

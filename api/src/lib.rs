@@ -43,6 +43,13 @@ pub const PODSET_LABEL: &str = "watcher.dev/podset";
 pub const POD_TEMPLATE_HASH_LABEL: &str = "watcher.dev/pod-template-hash";
 /// Label on the pod of an At: the At's name.
 pub const AT_LABEL: &str = "watcher.dev/at";
+/// Annotation on a Secret or ConfigMap in a sync source namespace: copy it into the namespaces
+/// this label selector (kubectl `-l` syntax) selects; empty for every namespace.
+pub const SYNC_ANNOTATION: &str = "watcher.dev/sync";
+/// Label on every copy the sync controller makes: `watcher.dev/synced=true`.
+pub const SYNCED_LABEL: &str = "watcher.dev/synced";
+/// Annotation on every copy: `<namespace>/<name>` of its source.
+pub const SYNCED_FROM_ANNOTATION: &str = "watcher.dev/synced-from";
 /// Label on every object this operator creates: `app.kubernetes.io/managed-by=watcher-operator`.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// The value of [`MANAGED_BY_LABEL`].

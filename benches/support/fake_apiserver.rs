@@ -26,6 +26,8 @@ pub(crate) struct FakeApiServer {
     pub(crate) writes: AtomicU64,
     /// Status patches seen.
     pub(crate) status_writes: AtomicU64,
+    /// Every write, as `METHOD path`, in order.
+    pub(crate) write_log: std::sync::Mutex<Vec<String>>,
 }
 
 impl FakeApiServer {
@@ -83,16 +85,18 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
                               "items": items[start.min(end)..end]});
             return json_response(StatusCode::OK, &list);
         }
-        if path.ends_with('s') && !path.contains("/namespaces/") {
+        if is_list(path) {
             return json_response(
                 StatusCode::OK,
-                &json!({"apiVersion": "v1", "kind": "List",
-                                                         "metadata": {"resourceVersion": "1"}, "items": []}),
+                &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": []}),
             );
         }
         return not_found(path);
     }
     server.writes.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut log) = server.write_log.lock() {
+        log.push(format!("{method} {path}"));
+    }
     if path.ends_with("/status") {
         server.status_writes.fetch_add(1, Ordering::Relaxed);
     }
@@ -104,6 +108,16 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
         Some(_) => json_response(StatusCode::OK, &object),
         None => json_response(StatusCode::OK, &json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})),
     }
+}
+
+/// Whether `path` names a collection (`…/pods`, `…/namespaces/ns/pods`) rather than an object.
+fn is_list(path: &str) -> bool {
+    let rest = match path.strip_prefix("/api/v1/") {
+        Some(rest) => rest,
+        None => path.strip_prefix("/apis/").map(|r| r.splitn(3, '/').nth(2).unwrap_or("")).unwrap_or(""),
+    };
+    let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    segments.len() == 1 || (segments.len() == 3 && segments[0] == "namespaces")
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {

@@ -27,8 +27,13 @@ impl Context {
     /// The action after a failed reconcile of `key`: counted, logged by the caller, and retried
     /// after a delay that doubles with every consecutive failure (5 s up to 5 min).
     pub fn retry_after_error(&self, controller: &'static str, key: String, error: &crate::Error) -> Action {
+        Action::requeue(self.backoff_after_error(controller, key, error))
+    }
+
+    /// [`Context::retry_after_error`] as a delay, for loops that schedule their own retries.
+    pub fn backoff_after_error(&self, controller: &'static str, key: String, error: &crate::Error) -> Duration {
         self.metrics.error(controller, error);
-        Action::requeue(self.backoff.next(key))
+        self.backoff.next(key)
     }
 
     /// Forgets the failures of `key` after a successful reconcile.

@@ -80,6 +80,36 @@ impl ApiServerVerifier {
         Call { body, send }
     }
 
+    /// Answers the next `count` requests, in whatever order they come (a reconcile that writes
+    /// to several namespaces at once), with `answer(method, path?query, body)`. Returns what was
+    /// asked, sorted, for the test to compare.
+    pub(crate) async fn serve(
+        &mut self,
+        count: usize,
+        mut answer: impl FnMut(&Method, &str, &Value) -> (u16, Value),
+    ) -> Vec<(Method, String, Value)> {
+        let mut seen = Vec::new();
+        for _ in 0..count {
+            let (request, send) = tokio::time::timeout(TIMEOUT, self.0.next_request())
+                .await
+                .unwrap_or_else(|_| panic!("timed out after {} of {count} requests: {seen:?}", seen.len()))
+                .expect("client dropped early");
+            let method = request.method().clone();
+            let query: Vec<&str> = query_set(request.uri().query().unwrap_or("")).into_iter().collect();
+            let uri = match query.as_slice() {
+                [] => request.uri().path().to_owned(),
+                pairs => format!("{}?{}", request.uri().path(), pairs.join("&")),
+            };
+            let bytes = request.into_body().collect_bytes().await.expect("request body");
+            let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("JSON body") };
+            let (status, response) = answer(&method, &uri, &body);
+            Call { body: Value::Null, send }.respond(StatusCode::from_u16(status).expect("valid status"), &response);
+            seen.push((method, uri, body));
+        }
+        seen.sort_by(|a, b| (a.0.as_str(), &a.1).cmp(&(b.0.as_str(), &b.1)));
+        seen
+    }
+
     /// Asserts that no further request comes before every client is dropped.
     pub(crate) async fn expect_no_more(mut self) {
         let next = tokio::time::timeout(TIMEOUT, self.0.next_request()).await.expect("client still alive");

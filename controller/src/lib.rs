@@ -8,6 +8,7 @@ mod error;
 mod metrics;
 pub mod pods;
 pub mod podset;
+pub mod sync;
 pub mod watcher;
 
 #[cfg(test)]

@@ -24,9 +24,17 @@ pub(crate) struct ErrorLabels {
     pub(crate) error: &'static str,
 }
 
+/// `{kind}` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct KindLabels {
+    /// `Secret` or `ConfigMap`.
+    pub(crate) kind: &'static str,
+}
+
 /// The reconcile metrics of every controller.
 #[derive(Clone)]
 pub struct Metrics {
+    sync_conflicts: Family<KindLabels, Counter>,
     reconciles: Family<ControllerLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
@@ -40,6 +48,7 @@ impl Metrics {
     /// Metrics registered in `registry` under the `watcher_` prefix.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
+            sync_conflicts: Family::default(),
             reconciles: Family::default(),
             errors: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
@@ -47,7 +56,23 @@ impl Metrics {
         registry.register("watcher_reconcile", "Reconciles run", metrics.reconciles.clone());
         registry.register("watcher_reconcile_errors", "Reconciles that failed", metrics.errors.clone());
         registry.register("watcher_reconcile_duration_seconds", "Time a reconcile took", metrics.duration.clone());
+        registry.register(
+            "watcher_sync_conflicts",
+            "Copies not written because an object that is not a copy holds the name",
+            metrics.sync_conflicts.clone(),
+        );
         metrics
+    }
+
+    /// Counts `count` copies of `kind` blocked by objects that are not copies.
+    pub fn sync_conflicts(&self, kind: &'static str, count: usize) {
+        self.sync_conflicts.get_or_create(&KindLabels { kind }).inc_by(u64::try_from(count).unwrap_or(u64::MAX));
+    }
+
+    /// Sync conflicts counted so far for `kind`.
+    #[cfg(test)]
+    pub(crate) fn sync_conflicts_of(&self, kind: &'static str) -> u64 {
+        self.sync_conflicts.get_or_create(&KindLabels { kind }).get()
     }
 
     /// Counts a reconcile now and its duration when the guard drops.
