@@ -8,7 +8,8 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use crate::offline;
 use crate::telemetry::LogFormat;
 
-/// Injects Watcher sidecars into pods and reconciles Watcher, At and PodSet resources.
+/// Injects Watcher sidecars into pods, rewrites their images, and reconciles Watcher, At,
+/// PodSet and ImagePolicy resources and synced Secrets and ConfigMaps.
 #[derive(Debug, Parser)]
 #[command(name = "watcher-operator", version, about, args_conflicts_with_subcommands = true)]
 pub(crate) struct Cli {
@@ -40,8 +41,12 @@ pub(crate) struct InjectArgs {
     pods: PathBuf,
     /// Watcher manifest(s), YAML; repeat the flag for more files. Watchers without a namespace
     /// stand for Watchers of the pod's namespace.
-    #[arg(long = "watcher", required = true)]
+    #[arg(long = "watcher", required_unless_present = "image_policies")]
     watchers: Vec<PathBuf>,
+    /// ImagePolicy manifest(s), YAML; repeat the flag for more files. Policies with a
+    /// `namespaceSelector` are left out (there are no namespace labels offline).
+    #[arg(long = "image-policy")]
+    image_policies: Vec<PathBuf>,
     /// Namespace of pods that name none (default `default`).
     #[arg(long)]
     namespace: Option<String>,
@@ -126,7 +131,7 @@ pub(crate) struct RunArgs {
 
 /// Every controller, the default of `--controllers`: an operator installed from `deploy/` (which
 /// sets no `WATCHER_CONTROLLERS`) runs them all.
-const ALL_CONTROLLERS: &str = "watcher,pods,at,podset,sync";
+const ALL_CONTROLLERS: &str = "watcher,pods,at,podset,sync,images";
 
 /// A controller that `--controllers` can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -141,6 +146,8 @@ pub(crate) enum ControllerName {
     Podset,
     /// Secrets and ConfigMaps annotated `watcher.dev/sync` → copies in other namespaces.
     Sync,
+    /// ImagePolicy → its status, and workload templates rewritten when it asks.
+    Images,
 }
 
 /// A namespace name: a DNS label (lower-case letters, digits, `-`, at most 63 characters).
@@ -186,7 +193,14 @@ impl Cli {
             }
             Some(Command::Inject(args)) => {
                 let namespace = args.namespace.as_deref();
-                print!("{}", offline::inject_preview(&args.pods, &args.watchers, namespace, args.native_sidecars)?);
+                let preview = offline::inject_preview(
+                    &args.pods,
+                    &args.watchers,
+                    &args.image_policies,
+                    namespace,
+                    args.native_sidecars,
+                )?;
+                print!("{preview}");
                 Ok(())
             }
             Some(Command::Certs(args)) => {
@@ -305,7 +319,10 @@ mod tests {
         assert!(Cli::try_parse_from(["watcher-operator", "--tls-cert-file=/x.crt", "--tls-key-file=/x.key"]).is_ok());
         assert!(
             Cli::try_parse_from(["watcher-operator", "inject", "-f", "pod.yaml"]).is_err(),
-            "--watcher is required"
+            "--watcher or --image-policy is required"
+        );
+        assert!(
+            Cli::try_parse_from(["watcher-operator", "inject", "-f", "pod.yaml", "--image-policy", "p.yaml"]).is_ok()
         );
         let cli = Cli::try_parse_from([
             "watcher-operator",
@@ -324,9 +341,9 @@ mod tests {
     }
 
     #[test]
-    fn crds_yaml_is_three_documents() {
+    fn crds_yaml_is_four_documents() {
         let yaml = offline::crds_yaml().expect("serialises");
-        assert_eq!(yaml.matches("---\n").count(), 3);
+        assert_eq!(yaml.matches("---\n").count(), 4);
         assert!(yaml.contains("name: watchers.watcher.dev"));
     }
 }

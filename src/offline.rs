@@ -5,9 +5,11 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
-use watcher_api::Watcher;
+use std::sync::Arc;
+
+use watcher_api::{CompiledPolicy, ImagePolicy, Watcher};
 use watcher_certs::{Authority, service_hosts};
-use watcher_webhook::{InjectOptions, PodView, inject};
+use watcher_webhook::{InjectOptions, PodView, inject, rewrite_images};
 
 /// Every CRD as one multi-document YAML stream: exactly the content of `deploy/crds/crds.yaml`.
 pub(crate) fn crds_yaml() -> anyhow::Result<String> {
@@ -19,11 +21,13 @@ pub(crate) fn crds_yaml() -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// `watcher-operator inject`: every pod of `pods` as the webhook would admit it, as YAML.
-/// Warnings and skip reasons go to stderr, as kubectl shows admission warnings.
+/// `watcher-operator inject`: every pod of `pods` as the webhook would admit it (Watchers
+/// injected, images rewritten by the ImagePolicies), as YAML. Warnings and skip reasons go to
+/// stderr, as kubectl shows admission warnings.
 pub(crate) fn inject_preview(
     pods: &Path,
     watchers: &[PathBuf],
+    policies: &[PathBuf],
     namespace: Option<&str>,
     native: bool,
 ) -> anyhow::Result<String> {
@@ -34,6 +38,7 @@ pub(crate) fn inject_preview(
             all_watchers.push(watcher);
         }
     }
+    let policies = image_policies(policies)?;
     let options = InjectOptions { excluded_namespaces: Vec::new(), native_sidecars: native };
     let mut out = String::new();
     for mut document in documents(pods)? {
@@ -50,7 +55,8 @@ pub(crate) fn inject_preview(
             })
             .collect();
         let refs: Vec<&Watcher> = in_namespace.iter().collect();
-        let injection = inject(&pod, &namespace, &refs, &options);
+        let mut injection = inject(&pod, &namespace, &refs, &options);
+        rewrite_images(&pod, &namespace, &policies, &options, &mut injection);
         let name = pod.display_name();
         for warning in &injection.warnings {
             eprintln!("Warning: pod {namespace}/{name}: {warning}");
@@ -63,6 +69,31 @@ pub(crate) fn inject_preview(
         out.push_str(&serde_saphyr::to_string(&document)?);
     }
     Ok(out)
+}
+
+/// The ImagePolicies of `paths`, compiled, in name order. Offline there are no namespace
+/// labels: a policy with a `namespaceSelector` is left out, with a note.
+fn image_policies(paths: &[PathBuf]) -> anyhow::Result<Vec<Arc<CompiledPolicy>>> {
+    let mut policies = Vec::new();
+    for path in paths {
+        for document in documents(path)? {
+            let policy = parse_kind::<ImagePolicy>(&document, "ImagePolicy", path)?;
+            let compiled = policy.compile();
+            if let Err(error) = &compiled.rules {
+                bail!("{}: ImagePolicy {} is not valid: {error}", path.display(), compiled.name);
+            }
+            if policy.spec.namespace_selector.is_some() {
+                eprintln!(
+                    "ImagePolicy {} has a namespaceSelector: not applied offline (no namespace labels)",
+                    compiled.name
+                );
+                continue;
+            }
+            policies.push(Arc::new(compiled));
+        }
+    }
+    policies.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(policies)
 }
 
 /// The YAML documents of a file (`-` is stdin), as JSON values; empty documents are skipped.
@@ -155,6 +186,7 @@ mod tests {
         let out = inject_preview(
             &root.join("deploy/samples/pod.yaml"),
             &[root.join("deploy/samples/watcher.yaml")],
+            &[],
             None,
             true,
         )
@@ -170,6 +202,32 @@ mod tests {
     }
 
     #[test]
+    fn preview_rewrites_images_with_the_sample_policy() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = inject_preview(
+            &root.join("deploy/samples/pod.yaml"),
+            &[root.join("deploy/samples/watcher.yaml")],
+            &[root.join("deploy/samples/imagepolicy.yaml")],
+            None,
+            true,
+        )
+        .expect("preview");
+        let pod: serde_json::Value = serde_saphyr::from_str(out.trim_start_matches("---\n")).expect("YAML out");
+        let sidecar = &pod["spec"]["initContainers"][0];
+        assert_eq!(sidecar["image"], "mirror.internal/library/busybox:1.36", "the injected sidecar is rewritten too");
+        let originals = pod["metadata"]["annotations"]["watcher.dev/original-images"].as_str().unwrap_or_default();
+        assert!(originals.contains("log-watcher=busybox:1.36"), "{originals}");
+
+        let invalid = temp_file(
+            "invalid-policy.yaml",
+            "apiVersion: watcher.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: bad}\nspec: {rewrites: [{from: 'docker.io/', to: 'x'}]}\n",
+        );
+        let error = inject_preview(&root.join("deploy/samples/pod.yaml"), &[], &[invalid], None, true)
+            .expect_err("an invalid policy is refused");
+        assert!(error.to_string().contains("ImagePolicy bad is not valid"), "{error}");
+    }
+
+    #[test]
     fn preview_handles_several_pods_and_refuses_wrong_kinds() {
         let pods = temp_file(
             "pods.yaml",
@@ -180,18 +238,19 @@ mod tests {
             "w.yaml",
             "apiVersion: watcher.dev/v1alpha1\nkind: Watcher\nmetadata: {name: w}\nspec: {container: {name: w, image: x}}\n",
         );
-        let out = inject_preview(&pods, std::slice::from_ref(&watcher), Some("team-a"), false).expect("preview");
+        let out = inject_preview(&pods, std::slice::from_ref(&watcher), &[], Some("team-a"), false).expect("preview");
         assert_eq!(out.matches("---\n").count(), 2);
         let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&out).expect("YAML");
         assert_eq!(docs[0]["spec"]["containers"][1]["name"], "w");
         assert_eq!(docs[1]["spec"]["containers"].as_array().map(Vec::len), Some(1), "b asked for nothing");
 
-        let error =
-            inject_preview(&watcher, std::slice::from_ref(&watcher), None, true).expect_err("a Watcher is not a Pod");
+        let error = inject_preview(&watcher, std::slice::from_ref(&watcher), &[], None, true)
+            .expect_err("a Watcher is not a Pod");
         assert!(error.to_string().contains("expected a Pod, found Watcher"), "{error}");
         let broken = temp_file("broken.yaml", "kind: Pod\nspec: [unclosed\n");
-        assert!(inject_preview(&broken, std::slice::from_ref(&watcher), None, true).is_err());
-        let missing = inject_preview(Path::new("/nonexistent/pod.yaml"), &[watcher], None, true).expect_err("missing");
+        assert!(inject_preview(&broken, std::slice::from_ref(&watcher), &[], None, true).is_err());
+        let missing =
+            inject_preview(Path::new("/nonexistent/pod.yaml"), &[watcher], &[], None, true).expect_err("missing");
         assert!(missing.to_string().contains("cannot read /nonexistent/pod.yaml"), "{missing}");
     }
 

@@ -14,8 +14,10 @@ use tracing::{info, warn};
 use watcher_certs::registration::Registration;
 use watcher_certs::secret::{Lifetimes, SelfManaged};
 use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
-use watcher_controller::{Context, Metrics, WatcherCache};
-use watcher_webhook::{InjectOptions, Reviewer, WatcherSource, router, serve_tls, supports_native_sidecars};
+use watcher_controller::{Context, Metrics, PolicyCache, WatcherCache};
+use watcher_webhook::{
+    InjectOptions, PolicySource, Reviewer, WatcherSource, router, serve_tls, supports_native_sidecars,
+};
 
 use crate::cli::{ControllerName, RunArgs};
 use crate::telemetry::{Readiness, serve_admin};
@@ -65,18 +67,36 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             () = cache_shutdown => {},
         }
     });
+    // ImagePolicies and namespace labels, likewise in every replica.
+    let policies_synced = readiness.gate("image-policy-cache");
+    let (policy_cache, fill_policies) = PolicyCache::new(client.clone());
+    let policies_shutdown = shutdown();
+    let policies_task = tokio::spawn(async move {
+        tokio::select! {
+            () = fill_policies => warn!("the image policy cache stream ended"),
+            () = policies_shutdown => {},
+        }
+    });
     let ready_watchers = watcher_cache.store.clone();
-    // The only task that waits on the store: kube's `Store::wait_until_ready` wakes just one of
-    // several concurrent waiters, so the controllers (which wait on it too) start after this.
+    let (ready_policies, ready_namespaces) = (policy_cache.policies.clone(), policy_cache.namespaces.clone());
+    // The only task that waits on these stores: kube's `Store::wait_until_ready` wakes just one
+    // of several concurrent waiters, so the controllers (which read them) start after this.
     let (cache_ready_tx, cache_ready) = watch::channel(false);
     tokio::spawn(async move {
         match ready_watchers.wait_until_ready().await {
             Ok(()) => {
                 info!(watchers = ready_watchers.len(), "watcher cache synced");
                 cache_synced.store(true, Ordering::Release);
+            }
+            Err(error) => return warn!(%error, "the watcher cache stopped before it synced"),
+        }
+        match futures::future::try_join(ready_policies.wait_until_ready(), ready_namespaces.wait_until_ready()).await {
+            Ok(_) => {
+                info!(policies = ready_policies.len(), "image policy cache synced");
+                policies_synced.store(true, Ordering::Release);
                 let _ = cache_ready_tx.send(true);
             }
-            Err(error) => warn!(%error, "the watcher cache stopped before it synced"),
+            Err(error) => warn!(%error, "the image policy cache stopped before it synced"),
         }
     });
 
@@ -91,7 +111,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         excluded_namespaces: vec![namespace.clone()],
         native_sidecars: native_sidecars_supported(&client).await,
     };
-    let app = router(Reviewer::new(CachedWatchers(watcher_cache.clone()), options), webhook_metrics);
+    let reviewer = Reviewer::new(CachedWatchers(watcher_cache.clone()), options)
+        .with_policies(Arc::new(CachedPolicies(policy_cache.clone())));
+    let app = router(reviewer, webhook_metrics);
     let tls_config = Arc::new(server_config(certs.clone())?);
     let (webhook_stop_tx, webhook_stop_rx) = watch::channel(false);
     let webhook = tokio::spawn({
@@ -122,7 +144,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespace,
         args.controllers.clone(),
         args.leader_election,
-        Controllers { ctx, cache: watcher_cache, cache_ready, sync_namespaces },
+        Controllers { ctx, cache: watcher_cache, policies: policy_cache, cache_ready, sync_namespaces },
         shutdown(),
     ));
 
@@ -133,7 +155,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = webhook_stop_tx.send(true);
     let _ = webhook.await; // in-flight admissions finish first
     let _ = shutdown_tx.send(true);
-    let stopped = future::join3(cache, admin, controllers);
+    let stopped = future::join4(cache, policies_task, admin, controllers);
     if tokio::time::timeout(SHUTDOWN_GRACE, stopped).await.is_err() {
         warn!("work still in flight after {SHUTDOWN_GRACE:?}; exiting anyway");
     }
@@ -292,10 +314,20 @@ impl WatcherSource for CachedWatchers {
     }
 }
 
-/// What the controllers share: the context and the Watcher cache.
+/// The webhook reads ImagePolicies from the shared cache.
+struct CachedPolicies(PolicyCache);
+
+impl PolicySource for CachedPolicies {
+    fn policies_for(&self, namespace: &str) -> Vec<Arc<watcher_api::CompiledPolicy>> {
+        self.0.policies_for(namespace)
+    }
+}
+
+/// What the controllers share: the context and the caches.
 struct Controllers {
     ctx: Arc<Context>,
     cache: WatcherCache,
+    policies: PolicyCache,
     cache_ready: watch::Receiver<bool>,
     /// Where sync sources live.
     sync_namespaces: Vec<String>,
@@ -313,6 +345,7 @@ impl Controllers {
             ControllerName::Pods => watcher_controller::pods::run(self.ctx.clone(), self.cache.clone()).boxed(),
             ControllerName::At => watcher_controller::at::run(self.ctx.clone()).boxed(),
             ControllerName::Podset => watcher_controller::podset::run(self.ctx.clone()).boxed(),
+            ControllerName::Images => watcher_controller::images::run(self.ctx.clone(), self.policies.clone()).boxed(),
             ControllerName::Sync => {
                 watcher_controller::sync::run(self.ctx.clone(), self.sync_namespaces.clone()).boxed()
             }

@@ -40,6 +40,7 @@ async fn installed_operator_works_under_its_own_rbac() {
         "crd/watchers.watcher.dev",
         "crd/ats.watcher.dev",
         "crd/podsets.watcher.dev",
+        "crd/imagepolicies.watcher.dev",
         "--timeout=60s",
     ]);
     // No kubelet runs the installed Deployment here: this process is the operator.

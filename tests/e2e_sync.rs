@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Operator, STEP, TestNamespace, client, exclusive, kubectl, wait_for, wait_until};
+use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_for, wait_until};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -33,6 +33,7 @@ async fn has_copy_with(client: &Client, namespace: &str, value: &str) -> bool {
 async fn secrets_are_copied_level_based() {
     let _one = exclusive().await;
     let client = client().await;
+    install_crds(&client).await;
     let source_ns = TestNamespace::create(&client, "watcher-e2e-sync-src").await;
     let targets = [
         TestNamespace::create(&client, "watcher-e2e-sync-1").await,

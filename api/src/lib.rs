@@ -7,12 +7,15 @@
 mod annotations;
 mod at;
 mod condition;
+pub mod image;
+mod image_policy;
 mod podset;
 mod watcher;
 
 pub use annotations::{injected_annotation_value, injected_watchers, requested_watchers};
 pub use at::{At, AtPhase, AtSpec, AtStatus, DEFAULT_AT_IMAGE};
 pub use condition::{Condition, condition, set_condition};
+pub use image_policy::{CompiledPolicy, ImagePolicy, ImagePolicySpec, ImagePolicyStatus, ImageRewrite, WorkloadCounts};
 pub use podset::{DEFAULT_PODSET_IMAGE, PodSet, PodSetSpec, PodSetStatus};
 pub use watcher::{
     NativeSidecar, PodCounts, UpdatePolicy, UpdatePolicyType, Watcher, WatcherSpec, WatcherStatus, config_map_name,
@@ -50,6 +53,9 @@ pub const SYNC_ANNOTATION: &str = "watcher.dev/sync";
 pub const SYNCED_LABEL: &str = "watcher.dev/synced";
 /// Annotation on every copy: `<namespace>/<name>` of its source.
 pub const SYNCED_FROM_ANNOTATION: &str = "watcher.dev/synced-from";
+/// Annotation on pods and workloads whose images an ImagePolicy rewrote: `<container>=<image>,...`
+/// with the images as they were.
+pub const ORIGINAL_IMAGES_ANNOTATION: &str = "watcher.dev/original-images";
 /// Label on every object this operator creates: `app.kubernetes.io/managed-by=watcher-operator`.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// The value of [`MANAGED_BY_LABEL`].
@@ -57,7 +63,7 @@ pub const MANAGED_BY: &str = "watcher-operator";
 
 /// Every CRD of this operator, in the order `watcher-operator crds` prints them.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![Watcher::crd(), At::crd(), PodSet::crd()]
+    vec![Watcher::crd(), At::crd(), PodSet::crd(), ImagePolicy::crd()]
 }
 
 /// A short, stable hash (8 hex digits) of a JSON-serialisable value.
@@ -148,13 +154,17 @@ mod tests {
     }
 
     #[test]
-    fn crds_are_namespaced_in_the_watcher_group() {
+    fn crds_are_in_the_watcher_group_and_only_image_policies_are_cluster_scoped() {
         let crds = crds();
         let names: Vec<_> = crds.iter().map(|c| c.metadata.name.clone().unwrap_or_default()).collect();
-        assert_eq!(names, ["watchers.watcher.dev", "ats.watcher.dev", "podsets.watcher.dev"]);
+        assert_eq!(
+            names,
+            ["watchers.watcher.dev", "ats.watcher.dev", "podsets.watcher.dev", "imagepolicies.watcher.dev"]
+        );
         for crd in &crds {
             assert_eq!(crd.spec.group, GROUP);
-            assert_eq!(crd.spec.scope, "Namespaced");
+            let scope = if crd.spec.names.kind == "ImagePolicy" { "Cluster" } else { "Namespaced" };
+            assert_eq!(crd.spec.scope, scope);
             let version = &crd.spec.versions[0];
             assert_eq!(version.name, "v1alpha1");
             assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());

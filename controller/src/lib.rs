@@ -5,9 +5,11 @@ pub mod at;
 mod cache;
 mod context;
 mod error;
+pub mod images;
 mod metrics;
 pub mod pods;
 pub mod podset;
+mod policies;
 pub mod sync;
 pub mod watcher;
 
@@ -18,6 +20,7 @@ pub use cache::{Change, WatcherCache};
 pub use context::Context;
 pub use error::{Error, Result};
 pub use metrics::Metrics;
+pub use policies::PolicyCache;
 
 /// Settings shared by every controller: a bounded number of reconciles in flight, so a burst
 /// (a fresh start with thousands of objects) costs neither thousands of connections nor memory.

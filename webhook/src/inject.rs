@@ -26,6 +26,14 @@ pub struct InjectOptions {
     pub native_sidecars: bool,
 }
 
+impl InjectOptions {
+    /// Whether pods of `namespace` are left as they are: the system namespaces and the
+    /// operator's own are never injected nor rewritten.
+    pub fn never_mutated(&self, namespace: &str) -> bool {
+        SYSTEM_NAMESPACES.contains(&namespace) || self.excluded_namespaces.iter().any(|ns| ns == namespace)
+    }
+}
+
 /// Whether a kube-apiserver of this version runs native sidecars (init containers with
 /// `restartPolicy: Always`, on by default since Kubernetes 1.29). `minor` may carry a vendor
 /// suffix such as `29+`.
@@ -44,6 +52,8 @@ pub struct Injection {
     pub patch: Vec<PatchOperation>,
     /// Names of the Watchers injected by this patch.
     pub injected: Vec<String>,
+    /// Names of the containers whose image an ImagePolicy rewrote in this patch.
+    pub rewritten: Vec<String>,
     /// Problems to show the user (the pod is still allowed).
     pub warnings: Vec<String>,
     /// Why nothing was injected, when `patch` is empty.
@@ -59,7 +69,7 @@ pub struct Injection {
 /// `watchers` may hold Watchers of any namespace: only those of `namespace` are used.
 pub fn inject(pod: &PodView, namespace: &str, watchers: &[&Watcher], options: &InjectOptions) -> Injection {
     let mut injection = Injection::default();
-    if SYSTEM_NAMESPACES.contains(&namespace) || options.excluded_namespaces.iter().any(|ns| ns == namespace) {
+    if options.never_mutated(namespace) {
         injection.skipped = Some(format!("namespace {namespace} is never injected"));
         return injection;
     }

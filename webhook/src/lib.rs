@@ -1,14 +1,16 @@
-//! The admission webhook of watcher-operator: the pure [`inject`] function, the AdmissionReview
-//! handling around it ([`Reviewer`]), and the TLS server ([`serve_tls`]).
+//! The admission webhook of watcher-operator: the pure [`inject`] and [`rewrite_images`] steps,
+//! the AdmissionReview handling around them ([`Reviewer`]), and the TLS server ([`serve_tls`]).
 
 mod inject;
 mod metrics;
 mod pod;
 mod review;
+mod rewrite;
 mod server;
 
 pub use inject::{InjectOptions, Injection, SYSTEM_NAMESPACES, inject, supports_native_sidecars};
 pub use metrics::{AdmissionResult, Metrics};
-pub use pod::{Named, PodMeta, PodSpecView, PodView};
+pub use pod::{ContainerView, Named, PodMeta, PodSpecView, PodView};
 pub use review::{ReviewError, Reviewer, WatcherSource};
+pub use rewrite::{PolicySource, original_images, rewrite_images};
 pub use server::{MAX_BODY_BYTES, router, serve_tls};

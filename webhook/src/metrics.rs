@@ -10,8 +10,10 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)] // label values are lower case
 pub enum AdmissionResult {
-    /// A patch was returned.
+    /// A patch was returned that injects Watchers (and may rewrite images).
     injected,
+    /// A patch was returned that only rewrites images.
+    rewritten,
     /// The pod was allowed unchanged.
     skipped,
     /// The request could not be read, or was denied.

@@ -48,10 +48,10 @@ pub struct PodMeta {
 pub struct PodSpecView {
     /// Regular containers.
     #[serde(default)]
-    pub containers: Vec<Named>,
+    pub containers: Vec<ContainerView>,
     /// Init containers (native sidecars among them).
     #[serde(default)]
-    pub init_containers: Option<Vec<Named>>,
+    pub init_containers: Option<Vec<ContainerView>>,
     /// Volumes.
     #[serde(default)]
     pub volumes: Option<Vec<Named>>,
@@ -66,6 +66,17 @@ pub struct Named {
     /// The entry's name.
     #[serde(default)]
     pub name: String,
+}
+
+/// A container, by name and image.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct ContainerView {
+    /// The container's name.
+    #[serde(default)]
+    pub name: String,
+    /// Its image, as written.
+    #[serde(default)]
+    pub image: Option<String>,
 }
 
 static NO_STRINGS: BTreeMap<String, String> = BTreeMap::new();
@@ -101,10 +112,12 @@ mod tests {
         assert_eq!(pod.display_name(), "with-init");
         assert!(pod.labels().is_empty() && pod.metadata.labels.is_none());
         let spec = pod.spec.expect("spec");
-        let names = |list: &[Named]| list.iter().map(|n| n.name.clone()).collect::<Vec<_>>();
+        let names = |list: &[ContainerView]| list.iter().map(|n| n.name.clone()).collect::<Vec<_>>();
         assert_eq!(names(&spec.containers), ["app", "watcher"]);
+        assert!(spec.containers.iter().all(|c| c.image.is_some()), "images are read");
         assert_eq!(spec.init_containers.as_deref().map(names), Some(vec!["setup".to_owned()]));
-        assert_eq!(spec.volumes.as_deref().map(names), Some(vec!["kube-api-access-zc9s7".to_owned()]));
+        let volumes: Vec<_> = spec.volumes.iter().flatten().map(|v| v.name.clone()).collect();
+        assert_eq!(volumes, ["kube-api-access-zc9s7"]);
         assert_eq!(spec.image_pull_secrets, None);
     }
 

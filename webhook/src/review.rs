@@ -13,7 +13,7 @@ use tracing::{debug, info, warn};
 use watcher_api::Watcher;
 
 use crate::metrics::AdmissionResult;
-use crate::{InjectOptions, Injection, PodView, inject};
+use crate::{InjectOptions, Injection, PodView, PolicySource, inject, rewrite_images};
 
 /// A request that cannot be answered with an AdmissionReview (HTTP 400): there is no uid to echo.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +27,57 @@ pub enum ReviewError {
     /// The body holds bytes that are not UTF-8, so it is not JSON.
     #[error("not an AdmissionReview: the body is not UTF-8 ({0})")]
     NotUtf8(std::str::Utf8Error),
+}
+
+mod json {
+    //! A JSON syntax check that builds nothing.
+
+    use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+    /// Any JSON value, checked (strings unescaped in place, numbers parsed) and dropped.
+    pub(super) struct Valid;
+
+    impl<'de> Deserialize<'de> for Valid {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_any(Checker)
+        }
+    }
+
+    struct Checker;
+
+    impl<'de> Visitor<'de> for Checker {
+        type Value = Valid;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Valid, E> {
+            Ok(Valid)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Valid, E> {
+            Ok(Valid)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Valid, E> {
+            Ok(Valid)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Valid, E> {
+            Ok(Valid)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Valid, E> {
+            Ok(Valid)
+        }
+        fn visit_unit<E>(self) -> Result<Valid, E> {
+            Ok(Valid)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Valid, A::Error> {
+            while seq.next_element::<Valid>()?.is_some() {}
+            Ok(Valid)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Valid, A::Error> {
+            while map.next_entry::<Valid, Valid>()?.is_some() {}
+            Ok(Valid)
+        }
+    }
 }
 
 /// Where the webhook finds the Watchers of a namespace.
@@ -69,24 +120,31 @@ impl WatcherSource for Vec<Arc<Watcher>> {
     }
 }
 
-/// Answers AdmissionReviews from the Watchers in `source`.
+/// Answers AdmissionReviews from the Watchers in `source` and the ImagePolicies in `policies`.
 pub struct Reviewer<S> {
     source: S,
+    policies: Arc<dyn PolicySource>,
     options: InjectOptions,
 }
 
 impl<S: WatcherSource> Reviewer<S> {
-    /// A reviewer reading Watchers from `source`.
+    /// A reviewer reading Watchers from `source`, with no ImagePolicies.
     pub fn new(source: S, options: InjectOptions) -> Self {
-        Self { source, options }
+        Self { source, policies: Arc::new(()), options }
+    }
+
+    /// The same reviewer, rewriting images with the policies of `policies`.
+    pub fn with_policies(self, policies: Arc<dyn PolicySource>) -> Self {
+        Self { policies, ..self }
     }
 
     /// The answer to one AdmissionReview body, and how it ended.
     pub fn review(&self, body: &[u8]) -> Result<(Answer, AdmissionResult), ReviewError> {
-        // JSON is UTF-8. The narrow decode below skips the fields injection does not read
-        // without checking their bytes, so the whole body is checked first (a fraction of the
-        // decode's cost).
+        // The narrow decode below skips the fields injection does not read without checking
+        // them (their UTF-8, their escapes), so the whole body is checked first: UTF-8, then
+        // JSON syntax, in one pass that allocates nothing.
         std::str::from_utf8(body).map_err(ReviewError::NotUtf8)?;
+        serde_json::from_slice::<json::Valid>(body).map_err(|error| ReviewError::Decode(error.to_string()))?;
         let request = match serde_json::from_slice::<Review<PodView>>(body) {
             Ok(review) => review.request.ok_or(ReviewError::NoRequest)?,
             Err(pod_error) => return unreadable_object(body, &pod_error),
@@ -112,7 +170,8 @@ impl<S: WatcherSource> Reviewer<S> {
         };
         let watchers = self.source.watchers_in(&namespace);
         let refs: Vec<&Watcher> = watchers.iter().map(Arc::as_ref).collect();
-        let injection = inject(pod, &namespace, &refs, &self.options);
+        let mut injection = inject(pod, &namespace, &refs, &self.options);
+        rewrite_images(pod, &namespace, &self.policies.policies_for(&namespace), &self.options, &mut injection);
         log_injection(request, &namespace, pod.display_name(), &injection);
         Answer::from_injection(uid, injection)
     }
@@ -149,7 +208,7 @@ fn is_pod(group: &str, kind: &str) -> bool {
 fn log_injection(request: &Request<PodView>, namespace: &str, pod: &str, injection: &Injection) {
     if !injection.patch.is_empty() {
         info!(uid = request.uid, namespace, pod, dry_run = request.dry_run, watchers = ?injection.injected,
-              warnings = ?injection.warnings, "pod injected");
+              rewritten = ?injection.rewritten, warnings = ?injection.warnings, "pod mutated");
     } else if injection.warnings.is_empty() && !injection.asked {
         // Most pods of a cluster ask for nothing: one line each would drown the rest.
         debug!(uid = request.uid, namespace, pod, reason = injection.skipped.as_deref(), "pod not injected");
@@ -226,7 +285,9 @@ impl Answer {
             Ok(patch) => {
                 answer.response.patch = Some(ByteString(patch));
                 answer.response.patch_type = Some("JSONPatch");
-                (answer, AdmissionResult::injected)
+                let result =
+                    if injection.injected.is_empty() { AdmissionResult::rewritten } else { AdmissionResult::injected };
+                (answer, result)
             }
             // Cannot happen for JSON values; allow the pod unchanged rather than block it.
             Err(error) => {

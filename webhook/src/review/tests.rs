@@ -210,6 +210,20 @@ async fn missing_uid_gets_400() {
     assert!(text.contains("uid"), "{text}");
 }
 
+/// A lone UTF-16 surrogate escape inside a skipped field (found by the fuzz target in the user's
+/// groups) is not JSON either: skipping checks escapes, not their pairing.
+#[tokio::test]
+async fn a_lone_surrogate_in_a_skipped_field_gets_400() {
+    let (app, metrics) = app(vec![log_watcher()]);
+    let text = std::fs::read_to_string(format!("{FIXTURES}pod-create-named-annotated.json")).expect("fixture exists");
+    let body = text.replacen("\"kind\":\"CreateOptions\"", "\"kind\":\"Create\\udbff\\rOptions\"", 1);
+    assert_ne!(body, text, "the fixture has the options to break");
+    let (status, _, text) = post(&app, body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert!(text.contains("not an AdmissionReview"), "{text}");
+    assert_eq!(metrics.count(AdmissionResult::injected), 0);
+}
+
 #[tokio::test]
 async fn a_pod_that_cannot_be_read_is_denied_with_the_uid() {
     let mut request = fixture("pod-create-named-annotated.json");
@@ -331,4 +345,43 @@ fn reviewer_is_shareable() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Reviewer<Store<Watcher>>>();
     let _ = Arc::new(());
+}
+
+/// ImagePolicies through the router: a namespace outside a policy's selector is untouched; one
+/// inside is rewritten in the answer's patch, counted as `rewritten`.
+#[rstest]
+#[case::selected(json!({"mirror": "on"}), true)]
+#[case::outside_the_selector(json!({"mirror": "off"}), false)]
+#[tokio::test]
+async fn image_policies_follow_their_namespace_selector(#[case] labels: Value, #[case] rewritten: bool) {
+    struct Namespaces(std::collections::BTreeMap<String, String>, Vec<Arc<watcher_api::CompiledPolicy>>);
+    impl crate::PolicySource for Namespaces {
+        fn policies_for(&self, _: &str) -> Vec<Arc<watcher_api::CompiledPolicy>> {
+            self.1.iter().filter(|p| p.selects(&self.0)).cloned().collect()
+        }
+    }
+    let policy: watcher_api::ImagePolicy = serde_json::from_value(json!({
+        "apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy", "metadata": {"name": "mirror"},
+        "spec": {"rewrites": [{"from": "docker.io/library/", "to": "mirror.internal/library/"}],
+                 "namespaceSelector": {"matchLabels": {"mirror": "on"}}}}))
+    .expect("valid ImagePolicy");
+    let labels = serde_json::from_value(labels).expect("labels");
+    let metrics = Metrics::register(&mut Registry::default());
+    let options = InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+    let reviewer = Reviewer::new(store(vec![]), options)
+        .with_policies(Arc::new(Namespaces(labels, vec![Arc::new(policy.compile())])));
+    let app = router(reviewer, metrics.clone());
+    let request = fixture("pod-create-from-replicaset-generatename.json");
+    let (status, review, text) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(review["response"]["allowed"], true);
+    if rewritten {
+        let (_, pod) = patched_pod(&request, &review);
+        assert_eq!(pod["spec"]["containers"][0]["image"], "mirror.internal/library/nginx:1.27");
+        assert_eq!(pod["metadata"]["annotations"]["watcher.dev/original-images"], "nginx=nginx:1.27");
+        assert_eq!(metrics.count(AdmissionResult::rewritten), 1);
+    } else {
+        assert!(review["response"].get("patch").is_none(), "{text}");
+        assert_eq!(metrics.count(AdmissionResult::skipped), 1);
+    }
 }

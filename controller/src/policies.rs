@@ -1,0 +1,144 @@
+//! The in-memory ImagePolicies of the process, compiled once per change, and the namespace
+//! labels their selectors read: the webhook rewrites images from here with no API call.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use futures::StreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use watcher_api::{CompiledPolicy, ImagePolicy};
+
+use crate::sync::NamespaceMeta;
+
+/// The label kube-apiserver puts on every namespace: its name.
+const NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// ImagePolicies and namespace labels.
+#[derive(Clone)]
+pub struct PolicyCache {
+    /// Every ImagePolicy, without `managedFields`.
+    pub policies: Store<ImagePolicy>,
+    /// Every namespace, as metadata.
+    pub namespaces: Store<NamespaceMeta>,
+    compiled: Arc<Compiled>,
+}
+
+/// The compiled policies, in name order, rebuilt on the first read after a change.
+#[derive(Default)]
+struct Compiled {
+    stale: AtomicBool,
+    policies: RwLock<Vec<Arc<CompiledPolicy>>>,
+}
+
+impl PolicyCache {
+    /// The cache, and the future that fills it (run it for as long as the cache is used).
+    pub fn new(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let (policies, policy_writer) = reflector::store::<ImagePolicy>();
+        let (namespaces, namespace_writer) = reflector::store::<NamespaceMeta>();
+        let compiled = Arc::new(Compiled { stale: AtomicBool::new(true), ..Compiled::default() });
+        let stale = compiled.clone();
+        let policy_fill = watcher(Api::<ImagePolicy>::all(client.clone()), watcher::Config::default().any_semantic())
+            .default_backoff()
+            .modify(|policy| policy.managed_fields_mut().clear())
+            .reflect(policy_writer)
+            .for_each(move |event| {
+                match event {
+                    // After the store took it, so a rebuild that clears the mark sees the change.
+                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                        stale.stale.store(true, Ordering::Release);
+                    }
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(%error, "cannot watch ImagePolicies (are the CRDs installed?)"),
+                }
+                futures::future::ready(())
+            });
+        let namespace_fill = watcher(Api::<NamespaceMeta>::all(client), watcher::Config::default().any_semantic())
+            .default_backoff()
+            .modify(|namespace| namespace.managed_fields_mut().clear())
+            .reflect(namespace_writer)
+            .for_each(|event| {
+                if let Err(error) = event {
+                    tracing::warn!(%error, "cannot watch namespaces");
+                }
+                futures::future::ready(())
+            });
+        let fill = async move {
+            futures::join!(policy_fill, namespace_fill);
+        };
+        (Self { policies, namespaces, compiled }, fill)
+    }
+
+    /// A cache over stores filled by the caller (tests, benchmarks).
+    pub fn from_stores(policies: Store<ImagePolicy>, namespaces: Store<NamespaceMeta>) -> Self {
+        let compiled = Arc::new(Compiled { stale: AtomicBool::new(true), ..Compiled::default() });
+        Self { policies, namespaces, compiled }
+    }
+
+    /// Every policy, compiled, in name order.
+    pub fn compiled(&self) -> Vec<Arc<CompiledPolicy>> {
+        if self.compiled.stale.swap(false, Ordering::AcqRel) {
+            let mut rebuilt: Vec<Arc<CompiledPolicy>> =
+                self.policies.state().iter().map(|p| Arc::new(p.compile())).collect();
+            rebuilt.sort_by(|a, b| a.name.cmp(&b.name));
+            *self.compiled.policies.write().unwrap_or_else(|p| p.into_inner()) = rebuilt;
+        }
+        self.compiled.policies.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The labels of `namespace`; a namespace the cache has not seen yet (created a moment
+    /// ago) has the one label the API server gives every namespace.
+    pub fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
+        match self.namespaces.get(&ObjectRef::new(namespace)) {
+            Some(meta) => meta.labels().clone(),
+            None => BTreeMap::from([(NAME_LABEL.to_owned(), namespace.to_owned())]),
+        }
+    }
+
+    /// The valid policies selecting `namespace`, in name order. With no policy at all this
+    /// costs one length check.
+    pub fn policies_for(&self, namespace: &str) -> Vec<Arc<CompiledPolicy>> {
+        if self.policies.is_empty() {
+            return Vec::new();
+        }
+        let labels = self.namespace_labels(namespace);
+        self.compiled().into_iter().filter(|p| p.selects(&labels)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher::Event;
+
+    fn policy(name: &str, selector: Option<serde_json::Value>) -> ImagePolicy {
+        let mut spec = serde_json::json!({"rewrites": [{"from": "docker.io/", "to": format!("{name}.internal/")}]});
+        if let Some(selector) = selector {
+            spec["namespaceSelector"] = selector;
+        }
+        serde_json::from_value(serde_json::json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy",
+            "metadata": {"name": name}, "spec": spec}))
+        .expect("valid ImagePolicy")
+    }
+
+    #[test]
+    fn policies_come_in_name_order_filtered_by_namespace_labels() {
+        let (policies, mut writer) = reflector::store();
+        for p in [policy("b", None), policy("a", Some(serde_json::json!({"matchLabels": {"mirror": "on"}})))] {
+            writer.apply_watcher_event(&Event::Apply(p));
+        }
+        let (namespaces, mut ns_writer) = reflector::store::<NamespaceMeta>();
+        let labelled: NamespaceMeta =
+            serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "team-a", "labels": {"mirror": "on"}}}))
+            .expect("namespace");
+        ns_writer.apply_watcher_event(&Event::Apply(labelled));
+        let cache = PolicyCache::from_stores(policies, namespaces);
+        let names = |ns: &str| cache.policies_for(ns).iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names("team-a"), ["a", "b"]);
+        assert_eq!(names("team-b"), ["b"], "an unseen namespace has no labels but its name");
+        assert_eq!(cache.compiled().len(), 2);
+    }
+}

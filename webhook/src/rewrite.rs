@@ -1,0 +1,121 @@
+//! Image rewriting, the second step of the admission pass: after [`crate::inject`], every
+//! container and init container image of the pod, the injected sidecars included, is rewritten by
+//! the ImagePolicies of the namespace, in the same patch. Pure, like `inject`.
+
+use std::sync::Arc;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+use serde_json::Value;
+use watcher_api::{CompiledPolicy, ORIGINAL_IMAGES_ANNOTATION, image};
+
+use crate::{InjectOptions, Injection, PodView};
+
+/// Where the webhook finds the ImagePolicies that apply to a namespace.
+pub trait PolicySource: Send + Sync {
+    /// The valid policies selecting `namespace`, in name order.
+    fn policies_for(&self, namespace: &str) -> Vec<Arc<CompiledPolicy>>;
+}
+
+/// No policies (tests, and the offline preview without `--image-policy`).
+impl PolicySource for () {
+    fn policies_for(&self, _: &str) -> Vec<Arc<CompiledPolicy>> {
+        Vec::new()
+    }
+}
+
+/// A fixed list of policies, each applying where its selector says (namespace labels unknown:
+/// only policies without a selector apply). For the offline preview and tests.
+impl PolicySource for Vec<Arc<CompiledPolicy>> {
+    fn policies_for(&self, _: &str) -> Vec<Arc<CompiledPolicy>> {
+        self.iter().filter(|p| p.selects(&Default::default())).cloned().collect()
+    }
+}
+
+/// The `container=image` entries of `watcher.dev/original-images`.
+pub fn original_images(value: &str) -> Vec<(&str, &str)> {
+    value.split(',').filter_map(|entry| entry.trim().split_once('=')).collect()
+}
+
+/// Rewrites the images of `pod` (created in `namespace`) and of the containers `injection`
+/// adds, with the rules of `policies` (first match wins, never chained), into `injection`'s
+/// patch, and records the originals in `watcher.dev/original-images`. Containers already listed
+/// there were rewritten by an earlier invocation and are left alone, so reinvocation is a no-op.
+pub fn rewrite_images(
+    pod: &PodView,
+    namespace: &str,
+    policies: &[Arc<CompiledPolicy>],
+    options: &InjectOptions,
+    injection: &mut Injection,
+) {
+    let rules: Vec<&image::Rule> = policies.iter().flat_map(|p| p.valid_rules()).collect();
+    if rules.is_empty() || options.never_mutated(namespace) {
+        return;
+    }
+    let Some(spec) = pod.spec.as_ref().filter(|spec| !spec.containers.is_empty()) else { return };
+    let recorded = pod.annotations().get(ORIGINAL_IMAGES_ANNOTATION).map(String::as_str).unwrap_or("");
+    let done: Vec<&str> = original_images(recorded).into_iter().map(|(name, _)| name).collect();
+    let mut originals: Vec<(String, String)> = Vec::new();
+    let mut rewrite = |name: &str, image: &str| -> Option<String> {
+        if done.contains(&name) {
+            return None;
+        }
+        let rewritten = image::rewrite(rules.iter().copied(), image)?;
+        originals.push((name.to_owned(), image.to_owned()));
+        Some(rewritten)
+    };
+
+    let lists = [
+        ("containers", spec.containers.as_slice()),
+        ("initContainers", spec.init_containers.as_deref().unwrap_or_default()),
+    ];
+    let mut ops = Vec::new();
+    for (list, containers) in lists {
+        for (index, container) in containers.iter().enumerate() {
+            let Some(image) = container.image.as_deref() else { continue };
+            if let Some(rewritten) = rewrite(&container.name, image) {
+                let path = PointerBuf::from_tokens(["spec", list, &index.to_string(), "image"]);
+                ops.push(PatchOperation::Replace(ReplaceOperation { path, value: Value::String(rewritten) }));
+            }
+        }
+    }
+    // The sidecars this pass adds: their values are rewritten in place.
+    for op in &mut injection.patch {
+        let PatchOperation::Add(add) = op else { continue };
+        let path = add.path.to_string();
+        let added: Vec<&mut Value> = match (path.as_str(), &mut add.value) {
+            ("/spec/containers/-" | "/spec/initContainers/-", value) => vec![value],
+            ("/spec/containers" | "/spec/initContainers", Value::Array(values)) => values.iter_mut().collect(),
+            _ => continue,
+        };
+        for container in added {
+            let name = container["name"].as_str().unwrap_or_default().to_owned();
+            let Some(image) = container["image"].as_str().map(str::to_owned) else { continue };
+            if let Some(rewritten) = rewrite(&name, &image) {
+                container["image"] = Value::String(rewritten);
+            }
+        }
+    }
+    if originals.is_empty() {
+        return;
+    }
+    injection.rewritten = originals.iter().map(|(name, _)| name.clone()).collect();
+    let entries = original_images(recorded)
+        .into_iter()
+        .map(|(name, image)| format!("{name}={image}"))
+        .chain(originals.iter().map(|(name, image)| format!("{name}={image}")))
+        .collect::<Vec<_>>()
+        .join(",");
+    let annotations_exist = pod.metadata.annotations.is_some()
+        || injection.patch.iter().any(|op| matches!(op, PatchOperation::Add(a) if a.path == "/metadata/annotations"));
+    let (path, value) = if annotations_exist {
+        (PointerBuf::from_tokens(["metadata", "annotations", ORIGINAL_IMAGES_ANNOTATION]), Value::String(entries))
+    } else {
+        (PointerBuf::from_tokens(["metadata", "annotations"]), serde_json::json!({ORIGINAL_IMAGES_ANNOTATION: entries}))
+    };
+    injection.patch.extend(ops);
+    injection.patch.push(PatchOperation::Add(AddOperation { path, value }));
+}
+
+#[cfg(test)]
+mod tests;
