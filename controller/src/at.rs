@@ -2,10 +2,13 @@
 //!
 //! The pod has a deterministic name and is created only if absent, before the status records
 //! it: a crash at any point finds the same pod on the next reconcile, never makes a second one,
-//! and never mistakes a pod not yet created for one that was deleted.
+//! and never mistakes a pod not yet created for one that was deleted. Pods are read from the
+//! controller's own cache; only a pod the status names and the cache lacks is read from the API
+//! server, to tell a deleted pod from one the cache has not seen yet.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -14,6 +17,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -28,15 +32,32 @@ const CONTROLLER: &str = "at";
 /// The container that runs the command.
 const CONTAINER: &str = "command";
 
+/// What the At controller shares between reconciles: the pods of Ats, cached.
+pub struct AtContext {
+    ctx: Arc<Context>,
+    /// Pods labelled `watcher.dev/at`.
+    pods: Store<Pod>,
+    listed: Arc<AtomicBool>,
+}
+
+impl AtContext {
+    /// A context over `pods`, listed.
+    pub fn new(ctx: Arc<Context>, pods: Store<Pod>) -> Arc<Self> {
+        Arc::new(Self { ctx, pods, listed: Arc::new(AtomicBool::new(true)) })
+    }
+}
+
 /// Runs the At controller until shutdown.
 pub async fn run(ctx: Arc<Context>) {
     let ats = Api::<At>::all(ctx.client.clone());
-    let pods = Api::<Pod>::all(ctx.client.clone());
+    let api = Api::<Pod>::all(ctx.client.clone());
+    let (pods, owned, listed) = crate::cached_watch(api, watcher::Config::default().labels(AT_LABEL), |_| {});
+    let shared = Arc::new(AtContext { ctx, pods, listed });
     Controller::new(ats, watcher::Config::default().any_semantic())
-        .owns(pods, watcher::Config::default().labels(AT_LABEL))
+        .owns_stream(owned)
         .with_config(crate::controller_config())
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, shared)
         .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
         .await;
 }
@@ -221,17 +242,29 @@ pub fn desired_pod(at: &At) -> Option<Pod> {
 
 /// Creates the pod if the time has come, follows it, and records the phase.
 #[instrument(skip(at, ctx), fields(namespace = at.namespace(), at = at.name_any()))]
-pub async fn reconcile(at: Arc<At>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile(at: Arc<At>, ctx: Arc<AtContext>) -> Result<Action> {
     reconcile_at(at, ctx, Timestamp::now()).await
 }
 
 /// [`reconcile`] as of `now`.
-async fn reconcile_at(at: Arc<At>, ctx: Arc<Context>, now: Timestamp) -> Result<Action> {
+async fn reconcile_at(at: Arc<At>, shared: Arc<AtContext>, now: Timestamp) -> Result<Action> {
+    if !shared.listed.load(Ordering::Acquire) {
+        return Ok(Action::requeue(Duration::from_secs(1))); // the cache would say "no pod"
+    }
+    let ctx = &shared.ctx;
     let _timer = ctx.metrics.reconcile(CONTROLLER);
     let namespace = at.namespace().ok_or_else(|| Error::MissingNamespace(at.name_any()))?;
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), &namespace);
     let name = pod_name(&at.name_any());
-    let pod = pods.get_opt(&name).await?.filter(|pod| crate::is_controlled_by(pod, at.as_ref()));
+    let cached = shared.pods.get(&ObjectRef::new(&name).within(&namespace)).map(|pod| (*pod).clone());
+    let mut pod = cached.filter(|pod| crate::is_controlled_by(pod, at.as_ref()));
+    let recorded =
+        at.status.as_ref().is_some_and(|s| s.pod_name.is_some() && !s.phase.is_some_and(AtPhase::is_finished));
+    if pod.is_none() && recorded {
+        // The status names a pod the cache does not hold: deleted, or created a moment before
+        // the cache saw it. Only the API server can tell; this read happens once per such doubt.
+        pod = pods.get_opt(&name).await?.filter(|pod| crate::is_controlled_by(pod, at.as_ref()));
+    }
     let plan = plan(&at, pod.as_ref(), now);
 
     if plan.create_pod {
@@ -266,9 +299,9 @@ async fn reconcile_at(at: Arc<At>, ctx: Arc<Context>, now: Timestamp) -> Result<
 }
 
 /// Logs the failure and retries with backoff.
-pub fn error_policy(at: Arc<At>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(at: Arc<At>, error: &Error, ctx: Arc<AtContext>) -> Action {
     warn!(namespace = at.namespace(), at = at.name_any(), %error, "reconcile failed");
-    ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, at.as_ref()), error)
+    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, at.as_ref()), error)
 }
 
 #[cfg(test)]

@@ -48,6 +48,43 @@ fn log_run_result<K, E: std::fmt::Display>(
     }
 }
 
+/// A watch of `api` kept in a store (each object passed through `strip` first, managedFields
+/// always dropped), the stream of changed objects for a controller's `owns_stream` or
+/// `watches_stream`, and a flag that turns true once the initial list is in (before it, the
+/// store would say "absent" of objects that exist).
+fn cached_watch<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    mut strip: impl FnMut(&mut K) + Send + 'static,
+) -> (
+    kube::runtime::reflector::Store<K>,
+    impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    let (store, writer) = reflector::store::<K>();
+    let listed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = listed.clone();
+    let stream = watcher(api, config.any_semantic())
+        .default_backoff()
+        .modify(move |object| {
+            object.meta_mut().managed_fields = None;
+            strip(object);
+        })
+        .reflect(writer)
+        .inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                flag.store(true, std::sync::atomic::Ordering::Release);
+            }
+        })
+        .touched_objects();
+    (store, stream, listed)
+}
+
 /// The backoff key of `object` in `controller` (a Watcher has one per controller).
 fn object_key<K: kube::ResourceExt>(controller: &str, object: &K) -> String {
     format!("{controller}:{}/{}", object.namespace().unwrap_or_default(), object.name_any())

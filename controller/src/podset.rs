@@ -3,15 +3,21 @@
 //! A new template (message or image) rolls out one pod at a time: one pod of the new template
 //! is added, and once it is Ready one old pod goes, so the Ready pods never drop below
 //! `count - 1`. Pods without this PodSet as their controller are never touched.
+//!
+//! Pods are read from the controller's own cache, never listed per reconcile; a reconcile that
+//! created or deleted pods waits for the cache to show those writes before the next one plans.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -28,15 +34,62 @@ const CONTAINER: &str = "greeter";
 /// Prints the message, then waits; exits at once on SIGTERM so scale-down is quick.
 const SCRIPT: &str = "echo \"$MESSAGE\"; trap 'exit 0' TERM; while true; do sleep 1; done";
 
+/// How long a reconcile waits for the cache to show the pods it created or deleted before it
+/// trusts the cache again anyway (a missed event).
+const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the PodSet controller shares between reconciles: the pods of PodSets, cached, and the
+/// creations and deletions the cache has not shown yet.
+pub struct PodSetContext {
+    ctx: Arc<Context>,
+    /// Pods labelled `watcher.dev/podset`.
+    pods: Store<Pod>,
+    listed: Arc<AtomicBool>,
+    expectations: Mutex<HashMap<String, Expected>>,
+}
+
+/// Writes of one reconcile that the cache must show before the next one plans: otherwise it
+/// would count pods it just created as missing and create them again.
+struct Expected {
+    created: Vec<String>,
+    deleted: Vec<String>,
+    since: Instant,
+}
+
+impl PodSetContext {
+    /// A context over `pods`, listed.
+    pub fn new(ctx: Arc<Context>, pods: Store<Pod>) -> Arc<Self> {
+        Arc::new(Self { ctx, pods, listed: Arc::new(AtomicBool::new(true)), expectations: Mutex::default() })
+    }
+
+    /// Whether the cache shows what the last reconcile of `key` wrote (or it waited long enough).
+    fn caught_up(&self, key: &str, owned: &[Pod]) -> bool {
+        let mut expectations = self.expectations.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(expected) = expectations.get(key) else { return true };
+        let present = |name: &String| owned.iter().any(|p| p.metadata.name.as_ref() == Some(name));
+        let gone = |name: &String| {
+            owned.iter().all(|p| p.metadata.name.as_ref() != Some(name) || p.metadata.deletion_timestamp.is_some())
+        };
+        let seen = expected.created.iter().all(present) && expected.deleted.iter().all(gone);
+        if seen || expected.since.elapsed() > EXPECTATION_TIMEOUT {
+            expectations.remove(key);
+            return true;
+        }
+        false
+    }
+}
+
 /// Runs the PodSet controller until shutdown.
 pub async fn run(ctx: Arc<Context>) {
     let podsets = Api::<PodSet>::all(ctx.client.clone());
-    let pods = Api::<Pod>::all(ctx.client.clone());
+    let api = Api::<Pod>::all(ctx.client.clone());
+    let (pods, owned, listed) = crate::cached_watch(api, watcher::Config::default().labels(PODSET_LABEL), |_| {});
+    let shared = Arc::new(PodSetContext { ctx, pods, listed, expectations: Mutex::default() });
     Controller::new(podsets, watcher::Config::default().any_semantic())
-        .owns(pods, watcher::Config::default().labels(PODSET_LABEL))
+        .owns_stream(owned)
         .with_config(crate::controller_config())
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, shared)
         .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
         .await;
 }
@@ -161,22 +214,42 @@ pub fn desired_pod(podset: &PodSet) -> Option<Pod> {
 }
 
 /// Creates and deletes pods towards the plan and records the status.
-#[instrument(skip(podset, ctx), fields(namespace = podset.namespace(), podset = podset.name_any()))]
-pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action> {
+#[instrument(skip(podset, shared), fields(namespace = podset.namespace(), podset = podset.name_any()))]
+pub async fn reconcile(podset: Arc<PodSet>, shared: Arc<PodSetContext>) -> Result<Action> {
+    if !shared.listed.load(Ordering::Acquire) {
+        return Ok(Action::requeue(Duration::from_secs(1))); // the cache would say "no pods"
+    }
+    let ctx = &shared.ctx;
     let _timer = ctx.metrics.reconcile(CONTROLLER);
     let namespace = podset.namespace().ok_or_else(|| Error::MissingNamespace(podset.name_any()))?;
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), &namespace);
-    let labelled = pods.list(&ListParams::default().labels(&format!("{PODSET_LABEL}={}", podset.name_any()))).await?;
+    let key = crate::object_key(CONTROLLER, podset.as_ref());
     // The label is a hint; ownership is what counts.
-    let owned: Vec<Pod> = labelled.items.into_iter().filter(|p| crate::is_controlled_by(p, podset.as_ref())).collect();
+    let owned: Vec<Pod> = shared
+        .pods
+        .state()
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(namespace.as_str()))
+        .filter(|p| p.labels().get(PODSET_LABEL) == Some(&podset.name_any()))
+        .filter(|p| crate::is_controlled_by(p.as_ref(), podset.as_ref()))
+        .map(|p| (**p).clone())
+        .collect();
+    if !shared.caught_up(&key, &owned) {
+        return Ok(Action::requeue(Duration::from_secs(1))); // the pods' own events come first
+    }
     let plan = plan(&podset, &owned);
+    let mut expected = Expected { created: Vec::new(), deleted: plan.delete.clone(), since: Instant::now() };
 
     if plan.create > 0 {
         let pod = desired_pod(&podset).ok_or_else(|| Error::MissingNamespace(podset.name_any()))?;
         for _ in 0..plan.create {
-            pods.create(&PostParams::default(), &pod).await?;
+            let created = pods.create(&PostParams::default(), &pod).await?;
+            expected.created.extend(created.metadata.name);
         }
         info!(created = plan.create, "created pods");
+    }
+    if !expected.created.is_empty() || !expected.deleted.is_empty() {
+        shared.expectations.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), expected);
     }
     for name in &plan.delete {
         let uid = owned.iter().find(|p| &p.name_any() == name).and_then(ResourceExt::uid);
@@ -195,14 +268,14 @@ pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action>
         let patch = json!({"status": plan.status});
         api.patch_status(&podset.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
-    ctx.reconciled(&crate::object_key(CONTROLLER, podset.as_ref()));
+    ctx.reconciled(&key);
     Ok(Action::await_change())
 }
 
 /// Logs the failure and retries with backoff.
-pub fn error_policy(podset: Arc<PodSet>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(podset: Arc<PodSet>, error: &Error, ctx: Arc<PodSetContext>) -> Action {
     warn!(namespace = podset.namespace(), podset = podset.name_any(), %error, "reconcile failed");
-    ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, podset.as_ref()), error)
+    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, podset.as_ref()), error)
 }
 
 #[cfg(test)]

@@ -1,14 +1,22 @@
 //! Watcher → its owned ConfigMap `<name>-config`, and the Watcher's status.
+//!
+//! The owned ConfigMaps are read from a cache filled by the controller's own watch (labelled
+//! `app.kubernetes.io/managed-by=watcher-operator`), never by a GET per reconcile. A ConfigMap
+//! the cache does not hold is created with a POST, which fails rather than overwrites when one
+//! of that name exists (someone else's, never touched); a cached one is updated with a merge
+//! patch carrying the resourceVersion it was cached at.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -27,17 +35,35 @@ const RESYNC: Duration = Duration::from_secs(30 * 60);
 /// A ConfigMap held by someone else is looked at again this often.
 const CONFLICT_RETRY: Duration = Duration::from_secs(60);
 
+/// What the Watcher controller shares between reconciles: the owned ConfigMaps, cached.
+pub struct WatcherContext {
+    ctx: Arc<Context>,
+    /// ConfigMaps labelled `app.kubernetes.io/managed-by=watcher-operator`, without managedFields.
+    config_maps: Store<ConfigMap>,
+    /// Whether the ConfigMaps' initial list is in.
+    listed: Arc<AtomicBool>,
+}
+
+impl WatcherContext {
+    /// A context over `config_maps`, listed.
+    pub fn new(ctx: Arc<Context>, config_maps: Store<ConfigMap>) -> Arc<Self> {
+        Arc::new(Self { ctx, config_maps, listed: Arc::new(AtomicBool::new(true)) })
+    }
+}
+
 /// Runs the Watcher controller until shutdown, on the Watchers of the shared cache.
 pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
-    let config_maps = Api::<ConfigMap>::all(ctx.client.clone());
-    let owned = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let labels = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
+    let api = Api::<ConfigMap>::all(ctx.client.clone());
+    let (config_maps, owned, listed) = crate::cached_watch(api, watcher::Config::default().labels(&labels), |_| {});
+    let shared = Arc::new(WatcherContext { ctx, config_maps, listed });
     let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
     Controller::for_shared_stream(triggers, cache.store.clone())
         .reconcile_all_on(resyncs)
-        .owns(config_maps, owned)
+        .owns_stream(owned)
         .with_config(crate::controller_config())
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, shared)
         .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
         .await;
 }
@@ -53,35 +79,54 @@ enum ConfigOutcome {
     Conflict(String),
 }
 
-/// Brings the Watcher's ConfigMap and status up to date; writes nothing when both already are.
+/// Brings the Watcher's ConfigMap and status up to date from the cache: a steady state makes no
+/// request, a first reconcile two (the ConfigMap, the status).
 #[instrument(skip(watcher, ctx), fields(namespace = watcher.namespace(), watcher = watcher.name_any()))]
-pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<Context>) -> Result<Action> {
-    let _timer = ctx.metrics.reconcile(CONTROLLER);
+pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Result<Action> {
+    if !ctx.listed.load(Ordering::Acquire) {
+        return Ok(Action::requeue(Duration::from_secs(1))); // the cache would say "absent"
+    }
+    let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
     let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
     let name = config_map_name(&watcher.name_any());
-    let api = Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace);
-    let existing = api.get_opt(&name).await?;
+    let api = Api::<ConfigMap>::namespaced(ctx.ctx.client.clone(), &namespace);
+    let cached = ctx.config_maps.get(&ObjectRef::new(&name).within(&namespace));
+    let conflict = || {
+        ConfigOutcome::Conflict(format!(
+            "ConfigMap {name} exists and is not owned by this Watcher; delete or rename it"
+        ))
+    };
 
-    let outcome = match (desired_config_map(&watcher), existing) {
-        (Some(_), Some(existing)) if !crate::is_controlled_by(&existing, watcher.as_ref()) => ConfigOutcome::Conflict(
-            format!("ConfigMap {name} exists and is not owned by this Watcher; delete or rename it"),
-        ),
-        (Some(desired), existing) => {
-            if existing.as_ref().is_none_or(|existing| !config_map_matches(existing, &desired)) {
-                let params = PatchParams::apply(FIELD_MANAGER).force();
-                api.patch(&name, &params, &Patch::Apply(&desired)).await?;
-                info!(config_map = name, "applied ConfigMap");
+    let outcome = match (desired_config_map(&watcher), cached) {
+        (Some(_), Some(existing)) if !crate::is_controlled_by(existing.as_ref(), watcher.as_ref()) => conflict(),
+        (Some(desired), Some(existing)) => {
+            if !config_map_matches(&existing, &desired) {
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(update_patch(&existing, &desired))).await?;
+                info!(config_map = name, "updated ConfigMap");
             }
             ConfigOutcome::Applied(name)
         }
-        (None, Some(existing)) if crate::is_controlled_by(&existing, watcher.as_ref()) => {
+        (Some(desired), None) => match api.create(&create_params(), &desired).await {
+            Ok(_) => {
+                info!(config_map = name, "created ConfigMap");
+                ConfigOutcome::Applied(name)
+            }
+            // Not in the cache but there: someone else's (never overwritten), or ours a moment
+            // before the cache saw it (its own event reconciles again).
+            Err(kube::Error::Api(status)) if status.code == 409 => match api.get_opt(&name).await? {
+                Some(existing) if crate::is_controlled_by(&existing, watcher.as_ref()) => ConfigOutcome::Applied(name),
+                _ => conflict(),
+            },
+            Err(error) => return Err(error.into()),
+        },
+        (None, Some(existing)) if crate::is_controlled_by(existing.as_ref(), watcher.as_ref()) => {
             let params = DeleteParams {
                 preconditions: Some(Preconditions { uid: existing.uid(), resource_version: None }),
                 ..DeleteParams::default()
             };
             match api.delete(&name, &params).await {
                 Ok(_) => info!(config_map = name, "deleted ConfigMap: no config data left"),
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
                 Err(error) => return Err(error.into()),
             }
             ConfigOutcome::None
@@ -92,7 +137,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<Context>) -> Result<Actio
     let requeue = if matches!(outcome, ConfigOutcome::Conflict(_)) { CONFLICT_RETRY } else { RESYNC };
     let status = desired_status(&watcher, &outcome);
     if watcher.status.as_ref() != Some(&status) {
-        let api = Api::<Watcher>::namespaced(ctx.client.clone(), &namespace);
+        let api = Api::<Watcher>::namespaced(ctx.ctx.client.clone(), &namespace);
         let patch = json!({"status": {
             "configMapName": status.config_map_name,
             "observedGeneration": status.observed_generation,
@@ -101,14 +146,44 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<Context>) -> Result<Actio
         }});
         api.patch_status(&watcher.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
-    ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
+    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
     Ok(Action::requeue(requeue))
 }
 
+/// A create as the operator's field manager.
+fn create_params() -> PostParams {
+    PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() }
+}
+
+/// The merge patch that turns `existing` into `desired`: the data whole (keys the Watcher no
+/// longer has set to null), labels and owner, with the cached resourceVersion as precondition
+/// (a ConfigMap changed since it was cached is a conflict, retried after its own event).
+fn update_patch(existing: &ConfigMap, desired: &ConfigMap) -> serde_json::Value {
+    fn with_removals<V: serde::Serialize>(
+        existing: &Option<BTreeMap<String, V>>,
+        desired: &Option<BTreeMap<String, V>>,
+    ) -> serde_json::Value {
+        let mut map = serde_json::Map::new();
+        for key in existing.iter().flat_map(|m| m.keys()) {
+            map.insert(key.clone(), serde_json::Value::Null);
+        }
+        for (key, value) in desired.iter().flatten() {
+            map.insert(key.clone(), serde_json::to_value(value).unwrap_or_default());
+        }
+        serde_json::Value::Object(map)
+    }
+    json!({
+        "metadata": {"resourceVersion": existing.resource_version(), "labels": desired.labels(),
+                     "ownerReferences": desired.owner_references()},
+        "data": with_removals(&existing.data, &desired.data),
+        "binaryData": with_removals(&existing.binary_data, &desired.binary_data),
+    })
+}
+
 /// Logs the failure and retries with backoff.
-pub fn error_policy(watcher: Arc<Watcher>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(watcher: Arc<Watcher>, error: &Error, ctx: Arc<WatcherContext>) -> Action {
     warn!(namespace = watcher.namespace(), watcher = watcher.name_any(), %error, "reconcile failed");
-    ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, watcher.as_ref()), error)
+    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, watcher.as_ref()), error)
 }
 
 /// The ConfigMap a Watcher should own, or `None` when it has no config data.
@@ -135,7 +210,7 @@ pub fn desired_config_map(watcher: &Watcher) -> Option<ConfigMap> {
     })
 }
 
-/// Whether `existing` already holds everything `desired` sets (so applying it would change nothing).
+/// Whether `existing` already holds everything `desired` sets (so writing it would change nothing).
 fn config_map_matches(existing: &ConfigMap, desired: &ConfigMap) -> bool {
     fn non_empty<V>(map: &Option<BTreeMap<String, V>>) -> Option<&BTreeMap<String, V>> {
         map.as_ref().filter(|map| !map.is_empty())

@@ -1,14 +1,15 @@
 //! `cargo bench -p watcher-webhook --bench inject`: time per call of `inject` on the captured
-//! kube-apiserver pod, and of the whole review (decode, inject, encode), for a pod asking for
-//! one Watcher and for one asking for three.
+//! kube-apiserver pod, and of the whole review (decode, inject, rewrite, encode), for a pod
+//! asking for one Watcher and for one asking for three; then the image rewrite step with 0 and
+//! 50 ImagePolicy rules.
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use watcher_api::Watcher;
-use watcher_webhook::{InjectOptions, PodView, Reviewer, inject};
+use watcher_api::{CompiledPolicy, ImagePolicy, Watcher};
+use watcher_webhook::{InjectOptions, PodView, Reviewer, inject, rewrite_images};
 
 const FIXTURE: &str = include_str!("../fixtures/admission-review/pod-create-named-annotated.json");
 
@@ -21,6 +22,22 @@ fn watcher(name: &str) -> Watcher {
                  "imagePullSecrets": {"name": "regcred"}},
     }))
     .expect("valid Watcher")
+}
+
+/// One policy of `count` prefix rules for other registries, the last one matching Docker Hub's
+/// official images when `last_matches`.
+fn policy(count: usize, last_matches: bool) -> Vec<Arc<CompiledPolicy>> {
+    let mut rewrites: Vec<Value> = (0..count)
+        .map(|i| json!({"from": format!("registry-{i}.example.com/"), "to": format!("mirror.internal/r{i}/")}))
+        .collect();
+    if last_matches && let Some(last) = rewrites.last_mut() {
+        *last = json!({"from": "docker.io/library/", "to": "mirror.internal/library/"});
+    }
+    let policy: ImagePolicy =
+        serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy",
+        "metadata": {"name": "bench"}, "spec": {"rewrites": rewrites}}))
+        .expect("valid ImagePolicy");
+    if count == 0 { Vec::new() } else { vec![Arc::new(policy.compile())] }
 }
 
 /// Median time per call over 15 batches, in microseconds.
@@ -101,5 +118,31 @@ fn main() {
             black_box(serde_json::to_vec(&answer.0).expect("encoded"));
         });
         println!("{:<44} {t:>10.2}", format!("review: decode + inject + encode, {label}"));
+    }
+
+    // The rewrite step: the fixture pod (nginx:1.27) and its injected sidecar (busybox:1.36).
+    let pod: PodView = serde_json::from_value(one["request"]["object"].clone()).expect("pod");
+    let refs: Vec<&Watcher> = watchers.iter().map(Arc::as_ref).collect();
+    let body = serde_json::to_vec(&one).expect("body");
+    for (label, policies) in [
+        ("0 rules", policy(0, false)),
+        ("50 rules, none match", policy(50, false)),
+        ("50 rules, last matches", policy(50, true)),
+    ] {
+        let mut check = inject(&pod, "team-a", &refs, &options);
+        rewrite_images(&pod, "team-a", &policies, &options, &mut check);
+        assert_eq!(check.rewritten.len(), if label.ends_with("last matches") { 2 } else { 0 }, "{label}");
+        let t = measure(|| {
+            let mut injection = inject(black_box(&pod), "team-a", black_box(&refs), &options);
+            rewrite_images(black_box(&pod), "team-a", black_box(&policies), &options, &mut injection);
+            black_box(injection);
+        });
+        println!("{:<44} {t:>10.2}", format!("inject + rewrite, 1 Watcher, {label}"));
+        let reviewer = Reviewer::new(watchers.clone(), options.clone()).with_policies(Arc::new(policies));
+        let t = measure(|| {
+            let answer = reviewer.review(black_box(&body)).expect("answered");
+            black_box(serde_json::to_vec(&answer.0).expect("encoded"));
+        });
+        println!("{:<44} {t:>10.2}", format!("review, 1 Watcher, {label}"));
     }
 }

@@ -151,35 +151,45 @@ fn the_pod_runs_the_command_once_and_never_restarts() {
     assert_eq!(pod_name(&"x".repeat(300)), pod_name(&"x".repeat(300)), "long names stay deterministic");
 }
 
-async fn scenario<F>(at: At, now: Timestamp, script: impl FnOnce(crate::fixtures::ApiServerVerifier) -> F) -> Action
+/// One reconcile at `now` with `cached` in the pod cache, against `script`.
+async fn scenario<F>(
+    at: At,
+    now: Timestamp,
+    cached: Option<Pod>,
+    script: impl FnOnce(crate::fixtures::ApiServerVerifier) -> F,
+) -> Action
 where
     F: Future<Output = ()> + Send + 'static,
 {
     let (ctx, verifier) = Context::test();
+    let (store, mut writer) = kube::runtime::reflector::store();
+    if let Some(pod) = cached {
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod));
+    }
     let server = tokio::spawn(script(verifier));
-    let action = reconcile_at(Arc::new(at), ctx.clone(), now).await.expect("reconciled");
+    let action = reconcile_at(Arc::new(at), super::AtContext::new(ctx.clone(), store), now).await.expect("reconciled");
     drop(ctx);
     server.await.expect("scenario passed");
     action
 }
 
+fn at_echo() -> Value {
+    json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "At", "metadata": {"name": "backup"},
+           "spec": {"schedule": "2026-11-21T10:12:00Z", "command": "x"}})
+}
+
 #[tokio::test]
-async fn before_the_schedule_nothing_is_written_and_it_requeues_for_the_remaining_time() {
+async fn before_the_schedule_nothing_is_read_or_written_and_it_requeues_for_the_remaining_time() {
     let now = time("2026-11-21T10:00:00Z");
     let steady = plan(&at(json!({}), None), None, now).status;
     let at = at(json!({}), Some(serde_json::to_value(steady).expect("status")));
-    let action = scenario(at, now, |mut api| async move {
-        api.expect(Method::GET, POD_PATH).await.fail(NOT_FOUND.0, NOT_FOUND.1);
-        api.expect_no_more().await;
-    })
-    .await;
+    let action = scenario(at, now, None, |api| api.expect_no_more()).await;
     assert_eq!(action, Action::requeue(Duration::from_secs(12 * 60)));
 }
 
 #[tokio::test]
 async fn when_due_the_pod_is_created_then_the_status_written() {
-    let action = scenario(at(json!({}), None), time("2026-11-21T10:12:00Z"), |mut api| async move {
-        api.expect(Method::GET, POD_PATH).await.fail(NOT_FOUND.0, NOT_FOUND.1);
+    let action = scenario(at(json!({}), None), time("2026-11-21T10:12:00Z"), None, |mut api| async move {
         let create = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods").await;
         assert_eq!(create.body["metadata"]["name"], "backup-at");
         assert_eq!(create.body["spec"]["restartPolicy"], "Never");
@@ -188,8 +198,7 @@ async fn when_due_the_pod_is_created_then_the_status_written() {
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         assert_eq!(status.body["status"]["phase"], "Pending");
         assert_eq!(status.body["status"]["podName"], "backup-at");
-        status.ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "At", "metadata": {"name": "backup"},
-                          "spec": {"schedule": "2026-11-21T10:12:00Z", "command": "x"}}));
+        status.ok(&at_echo());
         api.expect_no_more().await;
     })
     .await;
@@ -200,12 +209,17 @@ async fn when_due_the_pod_is_created_then_the_status_written() {
 async fn a_pod_that_already_exists_is_not_created_twice() {
     // A restart after the pod was created but before the status recorded it.
     let now = time("2026-11-21T10:12:01Z");
-    scenario(at(json!({}), None), now, |mut api| async move {
-        api.expect(Method::GET, POD_PATH).await.ok(&owned_pod("Pending", None));
+    scenario(at(json!({}), None), now, Some(owned_pod("Pending", None)), |mut api| async move {
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         assert_eq!(status.body["status"]["podName"], "backup-at");
-        status.ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "At", "metadata": {"name": "backup"},
-                          "spec": {"schedule": "2026-11-21T10:12:00Z", "command": "x"}}));
+        status.ok(&at_echo());
+        api.expect_no_more().await;
+    })
+    .await;
+    // The same, with the cache a moment behind the create: the POST is refused, not repeated.
+    scenario(at(json!({}), None), now, None, |mut api| async move {
+        api.expect(Method::POST, "/api/v1/namespaces/team-a/pods").await.fail(409, "AlreadyExists");
+        api.expect(Method::PATCH, STATUS_PATH).await.ok(&at_echo());
         api.expect_no_more().await;
     })
     .await;
@@ -215,14 +229,43 @@ async fn a_pod_that_already_exists_is_not_created_twice() {
 async fn a_finished_pod_ends_the_at_with_its_exit_code() {
     let at = at(json!({}), Some(json!({"phase": "Running", "podName": "backup-at"})));
     let terminated = json!({"exitCode": 0, "reason": "Completed", "finishedAt": "2026-11-21T10:12:05Z"});
-    scenario(at, time("2026-11-21T10:13:00Z"), |mut api| async move {
-        api.expect(Method::GET, POD_PATH).await.ok(&owned_pod("Succeeded", Some(terminated)));
+    let pod = owned_pod("Succeeded", Some(terminated));
+    scenario(at, time("2026-11-21T10:13:00Z"), Some(pod), |mut api| async move {
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         assert_eq!(status.body["status"]["phase"], "Succeeded");
         assert_eq!(status.body["status"]["exitCode"], 0);
         assert_eq!(status.body["status"]["completionTime"], "2026-11-21T10:12:05Z");
-        status.ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "At", "metadata": {"name": "backup"},
-                          "spec": {"schedule": "2026-11-21T10:12:00Z", "command": "x"}}));
+        status.ok(&at_echo());
+        api.expect_no_more().await;
+    })
+    .await;
+}
+
+/// A pod the status names but the cache lacks is read once: the cache may just be behind.
+#[tokio::test]
+async fn a_pod_missing_from_the_cache_is_confirmed_before_the_at_fails() {
+    let running = || {
+        at(
+            json!({}),
+            Some(json!({"phase": "Pending", "podName": "backup-at", "reason": "PodCreated",
+        "message": "the pod is starting"})),
+        )
+    };
+    let now = time("2026-11-21T10:12:02Z");
+    // Behind: the pod is there; nothing fails.
+    scenario(running(), now, None, |mut api| async move {
+        api.expect(Method::GET, POD_PATH).await.ok(&owned_pod("Pending", None));
+        api.expect(Method::PATCH, STATUS_PATH).await.ok(&at_echo());
+        api.expect_no_more().await;
+    })
+    .await;
+    // Gone: the At fails with PodDeleted.
+    scenario(running(), now, None, |mut api| async move {
+        api.expect(Method::GET, POD_PATH).await.fail(NOT_FOUND.0, NOT_FOUND.1);
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        assert_eq!(status.body["status"]["phase"], "Failed");
+        assert_eq!(status.body["status"]["reason"], "PodDeleted");
+        status.ok(&at_echo());
         api.expect_no_more().await;
     })
     .await;

@@ -9,7 +9,6 @@ use super::{desired_pod, plan, reconcile, template_hash};
 use crate::Context;
 
 const UID: &str = "b7000000-0000-4000-8000-000000000001";
-const LIST: &str = "/api/v1/namespaces/team-a/pods?labelSelector=watcher.dev%2Fpodset%3Dgreeters";
 const STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/namespaces/team-a/podsets/greeters/status";
 
 fn podset(count: i32, message: &str) -> PodSet {
@@ -114,19 +113,32 @@ fn pods_carry_the_message_labels_and_owner() {
     assert_eq!(pod["spec"]["containers"][0]["env"], json!([{"name": "MESSAGE", "value": "hello"}]));
 }
 
-fn list(pods: &[Pod]) -> Value {
-    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "5"}, "items": pods})
+fn cached(pods: &[Pod]) -> kube::runtime::reflector::Store<Pod> {
+    let (store, mut writer) = kube::runtime::reflector::store();
+    for pod in pods {
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod.clone()));
+    }
+    store
 }
 
-async fn scenario<F>(set: PodSet, script: impl FnOnce(crate::fixtures::ApiServerVerifier) -> F)
+/// One reconcile with `pods` in the cache, against `script`; returns the writes it expects the
+/// cache to show.
+async fn scenario<F>(
+    set: PodSet,
+    pods: &[Pod],
+    script: impl FnOnce(crate::fixtures::ApiServerVerifier) -> F,
+) -> std::collections::HashMap<String, super::Expected>
 where
     F: Future<Output = ()> + Send + 'static,
 {
     let (ctx, verifier) = Context::test();
+    let shared = super::PodSetContext::new(ctx, cached(pods));
     let server = tokio::spawn(script(verifier));
-    reconcile(Arc::new(set), ctx.clone()).await.expect("reconciled");
-    drop(ctx);
+    reconcile(Arc::new(set), shared.clone()).await.expect("reconciled");
+    let expected = std::mem::take(&mut *shared.expectations.lock().expect("lock"));
+    drop(shared); // lets the scenario see that no request follows
     server.await.expect("scenario passed");
+    expected
 }
 
 fn podset_body() -> Value {
@@ -138,12 +150,13 @@ fn podset_body() -> Value {
 async fn scale_up_creates_the_missing_pods_and_leaves_foreign_ones_alone() {
     let foreign = pod("foreign", "hello", true, 1, Some("someone-else"));
     let unowned = pod("unowned", "hello", true, 1, None);
-    scenario(podset(2, "hello"), |mut api| async move {
-        api.expect(Method::GET, LIST).await.ok(&list(&[foreign, unowned]));
-        for _ in 0..2 {
+    let cache = [foreign, unowned];
+    let expected = scenario(podset(2, "hello"), &cache, |mut api| async move {
+        for i in 0..2 {
             let create = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods").await;
             assert_eq!(create.body["metadata"]["generateName"], "greeters-");
-            let body = create.body.clone();
+            let mut body = create.body.clone();
+            body["metadata"]["name"] = json!(format!("greeters-{i}"));
             create.respond(StatusCode::CREATED, &body);
         }
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
@@ -155,13 +168,31 @@ async fn scale_up_creates_the_missing_pods_and_leaves_foreign_ones_alone() {
         api.expect_no_more().await;
     })
     .await;
+    assert_eq!(expected.values().map(|e| e.created.len()).sum::<usize>(), 2);
+
+    // The pods' events have not reached the cache yet: the next reconcile waits for them rather
+    // than creating two more.
+    let (ctx, mut api) = Context::test();
+    let waiting = Arc::new(super::PodSetContext {
+        ctx,
+        pods: cached(&cache),
+        listed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        expectations: std::sync::Mutex::new(expected),
+    });
+    let action = reconcile(Arc::new(podset(2, "hello")), waiting.clone()).await.expect("reconciled");
+    assert_eq!(action, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1)));
+    let next = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods");
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(100), next).await.is_err(),
+        "no pod is created twice"
+    );
+    drop(waiting);
 }
 
 #[tokio::test]
 async fn scale_down_deletes_the_newest_pod() {
     let pods = [mine("a", "hello", true, 1), mine("b", "hello", true, 2)];
-    scenario(podset(1, "hello"), |mut api| async move {
-        api.expect(Method::GET, LIST).await.ok(&list(&pods));
+    scenario(podset(1, "hello"), &pods.clone(), |mut api| async move {
         let delete = api.expect(Method::DELETE, "/api/v1/namespaces/team-a/pods/b").await;
         assert_eq!(delete.body["preconditions"]["uid"], "uid-b");
         delete.ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
@@ -177,8 +208,7 @@ async fn scale_down_deletes_the_newest_pod() {
 async fn a_message_change_adds_one_pod_of_the_new_template() {
     let pods = [mine("a", "hello", true, 1), mine("b", "hello", true, 2)];
     let hash = template_hash(&podset(2, "bye"));
-    scenario(podset(2, "bye"), |mut api| async move {
-        api.expect(Method::GET, LIST).await.ok(&list(&pods));
+    scenario(podset(2, "bye"), &pods.clone(), |mut api| async move {
         let create = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods").await;
         assert_eq!(create.body["metadata"]["labels"]["watcher.dev/pod-template-hash"], hash.as_str());
         assert_eq!(create.body["spec"]["containers"][0]["env"][0]["value"], "bye");

@@ -6,13 +6,16 @@ use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use watcher_api::Watcher;
 
-use super::{desired_config_map, error_policy, reconcile};
-use crate::fixtures::{ApiServerVerifier, NOT_FOUND};
+use kube::runtime::reflector;
+use kube::runtime::watcher::Event;
+
+use super::{WatcherContext, desired_config_map, error_policy, reconcile};
+use crate::fixtures::ApiServerVerifier;
 use crate::{Context, Metrics};
 
 const CM_PATH: &str = "/api/v1/namespaces/team-a/configmaps/log-watcher-config";
 const STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/namespaces/team-a/watchers/log-watcher/status";
-const APPLY_QUERY: &str = "fieldManager=watcher-operator&force=true";
+const CREATE_PATH: &str = "/api/v1/namespaces/team-a/configmaps?fieldManager=watcher-operator";
 const UID: &str = "5b1c2f4e-0000-4000-8000-000000000001";
 
 fn watcher(spec: Value, status: Option<Value>) -> Watcher {
@@ -46,33 +49,43 @@ fn status_of(watcher: &Watcher, config_map_name: Option<&str>, message: &str) ->
     })
 }
 
-/// Runs one reconcile against the scenario and asserts the scenario saw every request.
+/// Runs one reconcile, with `cached` in the ConfigMap cache, against the scenario, and asserts
+/// the scenario saw every request.
 async fn run_scenario<F>(
     watcher: Watcher,
+    cached: Vec<ConfigMap>,
     scenario: impl FnOnce(ApiServerVerifier) -> F,
 ) -> (Result<Action, crate::Error>, Metrics)
 where
     F: Future<Output = ()> + Send + 'static,
 {
     let (ctx, verifier) = Context::test();
+    let (store, mut writer) = reflector::store();
+    for cm in cached {
+        writer.apply_watcher_event(&Event::Apply(cm));
+    }
     let server = tokio::spawn(scenario(verifier));
-    let result = reconcile(Arc::new(watcher), ctx.clone()).await;
+    let result = reconcile(Arc::new(watcher), WatcherContext::new(ctx.clone(), store)).await;
     let metrics = ctx.metrics.clone();
     drop(ctx); // lets the scenario see that no request follows
     server.await.expect("scenario passed");
     (result, metrics)
 }
 
+fn watcher_echo(spec: Value) -> Value {
+    json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+           "metadata": {"name": "log-watcher", "namespace": "team-a"}, "spec": spec})
+}
+
+/// A first reconcile is two requests: the ConfigMap created, the status written. No read.
 #[tokio::test]
-async fn first_reconcile_applies_the_config_map_then_writes_status() {
+async fn first_reconcile_creates_the_config_map_then_writes_status() {
     let watcher = watcher(spec_with_config(), None);
     let hash = watcher.spec.spec_hash();
-    let (result, _) = run_scenario(watcher, |mut api| async move {
-        api.expect(Method::GET, CM_PATH).await.fail(NOT_FOUND.0, NOT_FOUND.1);
-
-        let apply = api.expect(Method::PATCH, &format!("{CM_PATH}?{APPLY_QUERY}")).await;
+    let (result, _) = run_scenario(watcher, vec![], |mut api| async move {
+        let create = api.expect(Method::POST, CREATE_PATH).await;
         assert_eq!(
-            apply.body,
+            create.body,
             json!({
                 "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "log-watcher-config", "namespace": "team-a",
@@ -81,8 +94,8 @@ async fn first_reconcile_applies_the_config_map_then_writes_status() {
                 "data": {"LEVEL": "debug"},
             })
         );
-        let applied = apply.body.clone();
-        apply.ok(&applied);
+        let created = create.body.clone();
+        create.respond(http::StatusCode::CREATED, &created);
 
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         let patch = &status.body["status"];
@@ -93,23 +106,42 @@ async fn first_reconcile_applies_the_config_map_then_writes_status() {
         assert_eq!(patch["conditions"][0]["status"], "True");
         assert_eq!(patch["conditions"][0]["reason"], "Reconciled");
         assert_eq!(patch["conditions"][0]["observedGeneration"], 4);
-        status.ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
-                          "metadata": {"name": "log-watcher", "namespace": "team-a"}, "spec": spec_with_config()}));
+        status.ok(&watcher_echo(spec_with_config()));
         api.expect_no_more().await;
     })
     .await;
     assert_eq!(result.expect("reconciled"), Action::requeue(super::RESYNC));
 }
 
+/// A steady reconcile reads and writes nothing: the ConfigMap comes from the cache.
 #[tokio::test]
-async fn steady_state_writes_nothing() {
+async fn steady_state_makes_no_request() {
     let unsynced = watcher(spec_with_config(), None);
     let status = status_of(&unsynced, Some("log-watcher-config"), "ConfigMap log-watcher-config is up to date");
     let watcher = watcher(spec_with_config(), Some(status));
-    let existing: ConfigMap = desired_config_map(&watcher).expect("has config");
-    let (result, _) = run_scenario(watcher, |mut api| async move {
-        api.expect(Method::GET, CM_PATH).await.ok(&existing);
-        // No apply, no status patch: the only request was the read.
+    let cached: ConfigMap = desired_config_map(&watcher).expect("has config");
+    let (result, metrics) = run_scenario(watcher, vec![cached], |api| api.expect_no_more()).await;
+    result.expect("reconciled");
+    assert_eq!(metrics.reconciles_of("watcher"), 1);
+}
+
+/// Changed config data: one merge patch with the cached resourceVersion, removed keys nulled.
+#[tokio::test]
+async fn changed_config_data_is_patched_with_the_cached_resource_version() {
+    let old =
+        watcher(json!({"container": {"name": "log-watcher"}, "configData": {"LEVEL": "debug", "OLD": "1"}}), None);
+    let mut cached = desired_config_map(&old).expect("has config");
+    cached.metadata.resource_version = Some("17".into());
+    let unsynced = watcher(spec_with_config(), None);
+    let status = status_of(&unsynced, Some("log-watcher-config"), "ConfigMap log-watcher-config is up to date");
+    let watcher = watcher(spec_with_config(), Some(status));
+    let (result, _) = run_scenario(watcher, vec![cached], |mut api| async move {
+        let patch = api.expect(Method::PATCH, CM_PATH).await;
+        assert_eq!(patch.body["metadata"]["resourceVersion"], "17", "optimistic concurrency");
+        assert_eq!(patch.body["data"], json!({"LEVEL": "debug", "OLD": null}));
+        assert_eq!(patch.body["metadata"]["ownerReferences"], owner_reference());
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "log-watcher-config"}});
+        patch.ok(&body);
         api.expect_no_more().await;
     })
     .await;
@@ -119,15 +151,11 @@ async fn steady_state_writes_nothing() {
 #[tokio::test]
 async fn removed_config_data_deletes_the_config_map_and_clears_the_name() {
     let with_config = watcher(spec_with_config(), None);
-    let existing = desired_config_map(&with_config).map(|mut cm| {
-        cm.metadata.uid = Some("cm-uid".into());
-        cm
-    });
+    let mut cached = desired_config_map(&with_config).expect("has config");
+    cached.metadata.uid = Some("cm-uid".into());
     let status = status_of(&with_config, Some("log-watcher-config"), "ConfigMap log-watcher-config is up to date");
     let watcher = watcher(json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}}), Some(status));
-    let (result, _) = run_scenario(watcher, |mut api| async move {
-        api.expect(Method::GET, CM_PATH).await.ok(&existing);
-
+    let (result, _) = run_scenario(watcher, vec![cached], |mut api| async move {
         let delete = api.expect(Method::DELETE, CM_PATH).await;
         assert_eq!(delete.body["preconditions"]["uid"], "cm-uid");
         delete.ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
@@ -135,27 +163,28 @@ async fn removed_config_data_deletes_the_config_map_and_clears_the_name() {
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         assert_eq!(status.body["status"]["configMapName"], Value::Null, "null removes the field");
         assert_eq!(status.body["status"]["conditions"][0]["message"], "Watcher has no config data");
-        status.ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
-                          "metadata": {"name": "log-watcher", "namespace": "team-a"}, "spec": {"container": {"name": "x"}}}));
+        status.ok(&watcher_echo(json!({"container": {"name": "x"}})));
         api.expect_no_more().await;
     })
     .await;
     result.expect("reconciled");
 }
 
+/// A ConfigMap of that name that the cache does not hold (not labelled as the operator's): the
+/// create fails, a GET tells whose it is, and someone else's is left alone.
 #[tokio::test]
 async fn a_config_map_owned_by_someone_else_is_left_alone() {
     let watcher = watcher(spec_with_config(), None);
     let foreign = json!({"apiVersion": "v1", "kind": "ConfigMap",
                          "metadata": {"name": "log-watcher-config", "namespace": "team-a"}, "data": {"mine": "yes"}});
-    let (result, _) = run_scenario(watcher, |mut api| async move {
+    let (result, _) = run_scenario(watcher, vec![], |mut api| async move {
+        api.expect(Method::POST, CREATE_PATH).await.fail(409, "AlreadyExists");
         api.expect(Method::GET, CM_PATH).await.ok(&foreign);
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         assert_eq!(status.body["status"]["configMapName"], Value::Null);
         assert_eq!(status.body["status"]["conditions"][0]["status"], "False");
         assert_eq!(status.body["status"]["conditions"][0]["reason"], "ConfigMapConflict");
-        status.ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
-                          "metadata": {"name": "log-watcher", "namespace": "team-a"}, "spec": spec_with_config()}));
+        status.ok(&watcher_echo(spec_with_config()));
         api.expect_no_more().await;
     })
     .await;
@@ -165,8 +194,8 @@ async fn a_config_map_owned_by_someone_else_is_left_alone() {
 #[tokio::test]
 async fn api_errors_back_off_and_are_counted() {
     let watcher = watcher(spec_with_config(), None);
-    let (result, metrics) = run_scenario(watcher.clone(), |mut api| async move {
-        api.expect(Method::GET, CM_PATH).await.fail(500, "InternalError");
+    let (result, metrics) = run_scenario(watcher.clone(), vec![], |mut api| async move {
+        api.expect(Method::POST, CREATE_PATH).await.fail(500, "InternalError");
         api.expect_no_more().await;
     })
     .await;
@@ -177,8 +206,9 @@ async fn api_errors_back_off_and_are_counted() {
 
     let (ctx, _api) = Context::test();
     let watcher = Arc::new(watcher);
-    let first = error_policy(watcher.clone(), &error, ctx.clone());
-    let second = error_policy(watcher.clone(), &error, ctx.clone());
+    let shared = WatcherContext::new(ctx.clone(), reflector::store().0);
+    let first = error_policy(watcher.clone(), &error, shared.clone());
+    let second = error_policy(watcher.clone(), &error, shared);
     assert_eq!(first, Action::requeue(std::time::Duration::from_secs(5)));
     assert_eq!(second, Action::requeue(std::time::Duration::from_secs(10)));
     assert_eq!(ctx.metrics.errors_of("watcher", "api_server_error"), 2);
