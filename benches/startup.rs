@@ -1,10 +1,16 @@
-//! Start-up and memory of the real binary with many Watchers in the cache.
+//! Start-up, API calls and memory of the real binary with many Watchers and pods cached.
 //!
-//! `cargo bench --bench startup [-- WATCHERS [PODS]]` starts a fake API server that lists
-//! WATCHERS (default 1,000) Watchers with config data and PODS pods (default 0), runs
-//! `watcher-operator run` against it (the Watcher controller, and the pod reconciler when there
-//! are pods), and reports the time from process start to `/readyz` 200, the time and CPU until
-//! every Watcher is reconciled and the writes stop, and the resident memory.
+//! `cargo bench --bench startup [-- WATCHERS [PODS]]` (default 1,000 Watchers, 0 pods) starts a
+//! fake API server that lists WATCHERS Watchers with config data and PODS pods (as
+//! kube-apiserver lists them: managed fields, kubectl's last-applied annotation, pages of 500),
+//! runs `watcher-operator run` against it, and reports:
+//! 1. the Watcher controller's API calls per Watcher on a first reconcile (target 2) and in a
+//!    steady state, where every ConfigMap and status is already right (target 0);
+//! 2. start-up time and resident memory with the Watcher controller and the pod reconciler, with
+//!    no pods (the baseline) and with PODS pods: the per-pod cost is (peak − baseline peak) / PODS;
+//! 3. what the baseline's resident memory is made of.
+//!
+//! `BENCH_WRAP="heaptrack -o /tmp/heap"` runs the operator under a profiler, with pods only.
 
 #[path = "support/fake_apiserver.rs"]
 mod fake_apiserver;
@@ -13,20 +19,39 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use fake_apiserver::{FakeApiServer, cpu_ticks, kubeconfig, pods, rss_kib, watchers};
+use fake_apiserver::{FakeApiServer, cpu_ticks, kubeconfig, pods, rss_breakdown, rss_kib, watchers};
+use serde_json::{Value, json};
+use watcher_api::Watcher;
 
-#[tokio::main]
-async fn main() {
-    let numbers: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let count = numbers.first().copied().unwrap_or(1000);
-    let pod_count = numbers.get(1).copied().unwrap_or(0);
+/// What one run measured.
+struct Run {
+    ready: Duration,
+    reconciled: Duration,
+    reads: u64,
+    writes: u64,
+    cpu_ticks: u64,
+    rss: u64,
+    peak: u64,
+    /// Binary, libraries, anonymous (KiB), threads, at ready.
+    breakdown: (u64, u64, u64, u64),
+}
+
+/// Runs the operator with `controllers` against a server listing `watchers`, `config_maps` and
+/// `pod_count` pods until `status_writes` status patches were made (then 1 s more).
+async fn run(
+    controllers: &str,
+    watchers: Vec<Value>,
+    config_maps: Vec<Value>,
+    pod_count: usize,
+    status_writes: u64,
+) -> Run {
     let (server, addr) = FakeApiServer::default()
-        .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", watchers(count))
+        .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", watchers)
+        .with_list("/api/v1/configmaps", "ConfigMapList", config_maps)
         .with_list("/api/v1/pods", "PodList", pods(pod_count))
         .start()
         .await;
-    let controllers = if pod_count > 0 { "--controllers=watcher,pods" } else { "--controllers=watcher" };
-    let dir = std::env::temp_dir().join(format!("watcher-bench-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("watcher-bench-{}-{pod_count}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let metrics = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port");
     let webhook = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port");
@@ -44,7 +69,7 @@ async fn main() {
         None => Command::new(env!("CARGO_BIN_EXE_watcher-operator")),
     };
     let mut child = command
-        .args(["run", "--leader-election=false", controllers, "--namespace=bench"])
+        .args(["run", "--leader-election=false", &format!("--controllers={controllers}"), "--namespace=bench"])
         .arg(format!("--metrics-addr={metrics}"))
         .arg(format!("--webhook-addr={webhook}"))
         .env("KUBECONFIG", kubeconfig(&dir, addr))
@@ -55,28 +80,28 @@ async fn main() {
     let pid = child.id();
     let _guard = KillOnDrop(&mut child);
 
-    let ready_after = loop {
+    let ready = loop {
         if readyz(metrics).await {
             break started.elapsed();
         }
-        assert!(started.elapsed() < Duration::from_secs(120), "not ready within 120 s: {}", readyz_body(metrics).await);
+        assert!(started.elapsed() < Duration::from_secs(180), "not ready within 180 s: {}", readyz_body(metrics).await);
         tokio::time::sleep(Duration::from_millis(2)).await;
     };
-    let (rss_ready, _) = rss_kib(pid).expect("/proc");
+    let breakdown = rss_breakdown(pid).unwrap_or_default();
     let ticks_ready = cpu_ticks(pid).expect("/proc");
 
-    // Every Watcher gets a status write from each controller; then the writes stop.
-    let expected = count as u64 * if pod_count > 0 { 2 } else { 1 };
-    while server.status_writes.load(Ordering::Relaxed) < expected {
+    while server.status_writes.load(Ordering::Relaxed) < status_writes {
         assert!(started.elapsed() < Duration::from_secs(300), "reconciles did not finish within 300 s");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let reconciled_after = started.elapsed();
-    let ticks = cpu_ticks(pid).expect("/proc") - ticks_ready;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reconciled = started.elapsed();
+    let cpu_ticks = cpu_ticks(pid).expect("/proc") - ticks_ready;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let (rss, peak) = rss_kib(pid).expect("/proc");
     if !wrap.is_empty() {
-        // A profiler writes its report when the process exits: stop it gracefully.
+        // A profiler writes its report when the process exits: stop it (the wrapper's child)
+        // gracefully.
+        let _ = Command::new("pkill").args(["-TERM", "-P", &pid.to_string()]).status();
         let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(60);
         while rss_kib(pid).is_some() && Instant::now() < deadline {
@@ -85,25 +110,118 @@ async fn main() {
     }
     drop(_guard);
     let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(server.status_writes.load(Ordering::Relaxed), status_writes, "a steady state writes no more");
+    // The Watcher controller's requests: ConfigMaps and Watchers (not the certificate Secret or
+    // the webhook configuration, which the process reads and writes once at start).
+    let theirs = |path: &String| path.contains("/configmaps") || path.contains("/watchers");
+    let count =
+        |log: &std::sync::Mutex<Vec<String>>| log.lock().map(|l| l.iter().filter(|p| theirs(p)).count()).unwrap_or(0);
+    Run {
+        ready,
+        reconciled,
+        reads: count(&server.read_log) as u64,
+        writes: count(&server.write_log) as u64,
+        cpu_ticks,
+        rss,
+        peak,
+        breakdown,
+    }
+}
 
-    println!("watchers in cache:            {count}");
-    println!("pods in cache:                {pod_count}");
-    println!("start → /readyz 200:          {:.0} ms   (target ≤ 1000 ms)", ready_after.as_secs_f64() * 1e3);
-    println!("RSS at ready:                 {:.1} MB", rss_ready as f64 / 1024.0);
+/// The Watchers of [`watchers`] as the Watcher controller leaves them, with their ConfigMaps.
+fn reconciled(count: usize) -> (Vec<Value>, Vec<Value>) {
+    let mut config_maps = Vec::new();
+    let watchers = watchers(count)
+        .into_iter()
+        .map(|mut value| {
+            let watcher: Watcher = serde_json::from_value(value.clone()).expect("valid Watcher");
+            let config_map = watcher_controller::watcher::desired_config_map(&watcher).expect("config data");
+            let name = config_map.metadata.name.clone().unwrap_or_default();
+            config_maps.push(serde_json::to_value(&config_map).expect("serialises"));
+            value["status"] = json!({
+                "configMapName": name, "observedGeneration": 1, "specHash": watcher.spec.spec_hash(),
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Reconciled",
+                                "message": format!("ConfigMap {name} is up to date"), "observedGeneration": 1,
+                                "lastTransitionTime": "2026-11-21T10:00:00Z"}],
+            });
+            value
+        })
+        .collect();
+    (watchers, config_maps)
+}
+
+fn mb(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+#[tokio::main]
+async fn main() {
+    let numbers: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let count = numbers.first().copied().unwrap_or(1000);
+    let pod_count = numbers.get(1).copied().unwrap_or(0);
+    let per_watcher = |calls: u64| calls as f64 / count as f64;
+
+    if std::env::var_os("BENCH_WRAP").is_some() && pod_count > 0 {
+        // Profiling: the run with pods only.
+        let loaded = run("watcher,pods", watchers(count), Vec::new(), pod_count, 2 * count as u64).await;
+        println!("profiled run: peak RSS {:.1} MB", mb(loaded.peak));
+        return;
+    }
+    let first = run("watcher", watchers(count), Vec::new(), 0, count as u64).await;
+    let (steady_watchers, config_maps) = reconciled(count);
+    let steady = run("watcher", steady_watchers, config_maps, 0, 0).await;
+    println!("Watcher controller, {count} Watchers with config data");
     println!(
-        "all reconciled after start:   {:.0} ms   ({} writes)",
-        reconciled_after.as_secs_f64() * 1e3,
-        server.writes.load(Ordering::Relaxed)
+        "  first reconcile:            {:.2} API calls per Watcher   (target 2; {} reads, {} writes)",
+        per_watcher(first.reads + first.writes),
+        first.reads,
+        first.writes
     );
     println!(
-        "CPU per Watcher:              {:.0} µs   (GET + apply + status patch{})",
-        ticks as f64 * 1e4 / count as f64,
-        if pod_count > 0 { "; its pods counted + status patch" } else { "" }
+        "  steady state:               {:.2} API calls per Watcher   (target 0; {} reads, {} writes)",
+        per_watcher(steady.reads + steady.writes),
+        steady.reads,
+        steady.writes
     );
-    println!("RSS after reconciling:        {:.1} MB", rss as f64 / 1024.0);
-    println!("peak RSS:                     {:.1} MB   (target ≤ 25 MB)", peak as f64 / 1024.0);
-    let total = server.status_writes.load(Ordering::Relaxed);
-    assert_eq!(total, expected, "a steady state writes no more");
+    println!(
+        "  start → /readyz 200:        {:.0} ms; all reconciled after {:.0} ms; CPU per Watcher {:.0} µs",
+        first.ready.as_secs_f64() * 1e3,
+        first.reconciled.as_secs_f64() * 1e3,
+        first.cpu_ticks as f64 * 1e4 / count as f64
+    );
+
+    // Both controllers write each Watcher's status once.
+    let baseline = run("watcher,pods", watchers(count), Vec::new(), 0, 2 * count as u64).await;
+    let (binary, libraries, anonymous, threads) = baseline.breakdown;
+    println!("\nWatcher controller and pod reconciler, no pods (the baseline)");
+    println!(
+        "  RSS at ready:               {:.1} MB = binary {:.1} + libraries {:.1} + anonymous {:.1}; {threads} threads",
+        mb(binary + libraries + anonymous),
+        mb(binary),
+        mb(libraries),
+        mb(anonymous)
+    );
+    println!("  peak RSS:                   {:.1} MB", mb(baseline.peak));
+    if pod_count > 0 {
+        let loaded = run("watcher,pods", watchers(count), Vec::new(), pod_count, 2 * count as u64).await;
+        println!("\nwith {pod_count} pods cached");
+        println!(
+            "  start → /readyz 200:        {:.0} ms; all counted after {:.0} ms",
+            loaded.ready.as_secs_f64() * 1e3,
+            loaded.reconciled.as_secs_f64() * 1e3
+        );
+        println!("  RSS after counting:         {:.1} MB", mb(loaded.rss));
+        println!(
+            "  peak RSS:                   {:.1} MB   (target ≤ 25 MB at 1,000 Watchers and 10,000 pods)",
+            mb(loaded.peak)
+        );
+        println!(
+            "  per pod:                    {:.0} bytes   ((peak − baseline peak) / pods; target ≤ 1 KB)",
+            (loaded.peak.saturating_sub(baseline.peak) * 1024) as f64 / pod_count as f64
+        );
+    }
+    assert_eq!(first.writes, 2 * count as u64, "one ConfigMap create and one status patch per Watcher");
+    assert_eq!(steady.reads + steady.writes, 0, "a steady state costs no request");
 }
 
 async fn readyz(addr: std::net::SocketAddr) -> bool {

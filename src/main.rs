@@ -9,7 +9,9 @@ use clap::Parser;
 
 use std::process::ExitCode;
 
-#[tokio::main]
+// Two workers whatever the node's size: the work is waiting on the network, and every worker
+// costs a stack and an allocator arena (the default is one per core: 64 on a 64-core node).
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     match run().await {
         Ok(()) => ExitCode::SUCCESS,

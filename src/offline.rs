@@ -214,7 +214,7 @@ mod tests {
         .expect("preview");
         let pod: serde_json::Value = serde_saphyr::from_str(out.trim_start_matches("---\n")).expect("YAML out");
         let sidecar = &pod["spec"]["initContainers"][0];
-        assert_eq!(sidecar["image"], "mirror.internal/library/busybox:1.36", "the injected sidecar is rewritten too");
+        assert_eq!(sidecar["image"], "mirror.gcr.io/library/busybox:1.36", "the injected sidecar is rewritten too");
         let originals = pod["metadata"]["annotations"]["watcher.dev/original-images"].as_str().unwrap_or_default();
         assert!(originals.contains("log-watcher=busybox:1.36"), "{originals}");
 

@@ -26,6 +26,10 @@ pub(crate) struct FakeApiServer {
     pub(crate) writes: AtomicU64,
     /// Status patches seen.
     pub(crate) status_writes: AtomicU64,
+    /// Reads of single objects (GET that is neither a list nor a watch).
+    pub(crate) reads: AtomicU64,
+    /// Every read of a single object, by path, in order.
+    pub(crate) read_log: std::sync::Mutex<Vec<String>>,
     /// Every write, as `METHOD path`, in order.
     pub(crate) write_log: std::sync::Mutex<Vec<String>>,
 }
@@ -84,6 +88,12 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
                               "metadata": {"resourceVersion": "1", "continue": cont},
                               "items": items[start.min(end)..end]});
             return json_response(StatusCode::OK, &list);
+        }
+        if !is_list(path) {
+            server.reads.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut log) = server.read_log.lock() {
+                log.push(path.to_owned());
+            }
         }
         if is_list(path) {
             return json_response(
@@ -185,6 +195,34 @@ pub(crate) fn pods(count: usize) -> Vec<Value> {
             })
         })
         .collect()
+}
+
+/// Where a process's resident memory is, in KiB, from `/proc/<pid>/smaps`: the binary's own
+/// pages, shared libraries, anonymous memory (heap, thread stacks, caches), and thread count.
+pub(crate) fn rss_breakdown(pid: u32) -> Option<(u64, u64, u64, u64)> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let exe = exe.to_string_lossy().into_owned();
+    let (mut binary, mut libraries, mut anonymous) = (0, 0, 0);
+    let mut mapping = String::new();
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.first().is_some_and(|f| f.contains('-') && !f.ends_with(':')) {
+            mapping = fields.get(5).map(|s| (*s).to_owned()).unwrap_or_default();
+        } else if fields.first() == Some(&"Rss:") {
+            let kib: u64 = fields.get(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+            if mapping == exe {
+                binary += kib;
+            } else if mapping.starts_with('/') {
+                libraries += kib;
+            } else {
+                anonymous += kib;
+            }
+        }
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let threads = status.lines().find(|l| l.starts_with("Threads:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some((binary, libraries, anonymous, threads))
 }
 
 /// Resident set size now and at its peak, in KiB, from `/proc/<pid>/status`.

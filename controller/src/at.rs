@@ -249,7 +249,7 @@ pub async fn reconcile(at: Arc<At>, ctx: Arc<AtContext>) -> Result<Action> {
 /// [`reconcile`] as of `now`.
 async fn reconcile_at(at: Arc<At>, shared: Arc<AtContext>, now: Timestamp) -> Result<Action> {
     if !shared.listed.load(Ordering::Acquire) {
-        return Ok(Action::requeue(Duration::from_secs(1))); // the cache would say "no pod"
+        return Ok(Action::requeue(crate::UNLISTED_RETRY)); // the cache would say "no pod"
     }
     let ctx = &shared.ctx;
     let _timer = ctx.metrics.reconcile(CONTROLLER);

@@ -18,8 +18,8 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -190,10 +190,10 @@ pub struct ImagesContext {
 /// Runs the images controller until shutdown, with the policies and namespaces of `cache`.
 pub async fn run(ctx: Arc<Context>, cache: PolicyCache) {
     let client = ctx.client.clone();
-    let listed = [Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false))];
-    let (deployments, deployment_events) = workload_stream::<Deployment>(&client, listed[0].clone());
-    let (stateful_sets, stateful_set_events) = workload_stream::<StatefulSet>(&client, listed[1].clone());
-    let (daemon_sets, daemon_set_events) = workload_stream::<DaemonSet>(&client, listed[2].clone());
+    let (deployments, deployment_events, deployments_listed) = workload_stream::<Deployment>(&client);
+    let (stateful_sets, stateful_set_events, stateful_sets_listed) = workload_stream::<StatefulSet>(&client);
+    let (daemon_sets, daemon_set_events, daemon_sets_listed) = workload_stream::<DaemonSet>(&client);
+    let listed = [deployments_listed, stateful_sets_listed, daemon_sets_listed];
     let mapper = {
         let policies = cache.policies.clone();
         move || -> Vec<ObjectRef<ImagePolicy>> {
@@ -215,20 +215,10 @@ pub async fn run(ctx: Arc<Context>, cache: PolicyCache) {
 
 type WorkloadEvents<W> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<W, watcher::Error>> + Send>>;
 
-fn workload_stream<W: Workload>(client: &kube::Client, listed: Arc<AtomicBool>) -> (Store<W>, WorkloadEvents<W>) {
-    let (store, writer) = reflector::store::<W>();
-    let events = watcher(Api::<W>::all(client.clone()), watcher::Config::default().any_semantic())
-        .default_backoff()
-        .modify(W::strip)
-        .reflect(writer)
-        .inspect(move |event| {
-            if matches!(event, Ok(watcher::Event::InitDone)) {
-                listed.store(true, Ordering::Release);
-            }
-        })
-        .touched_objects()
-        .boxed();
-    (store, events)
+fn workload_stream<W: Workload>(client: &kube::Client) -> (Store<W>, WorkloadEvents<W>, Arc<AtomicBool>) {
+    let (store, events, listed) =
+        crate::cached_watch(Api::<W>::all(client.clone()), watcher::Config::default(), W::strip);
+    (store, events.boxed(), listed)
 }
 
 /// Reports the policy's validity and workload counts; with `workloads: true` rewrites the
@@ -236,7 +226,7 @@ fn workload_stream<W: Workload>(client: &kube::Client, listed: Arc<AtomicBool>) 
 #[instrument(skip(policy, ctx), fields(policy = policy.name_any()))]
 pub async fn reconcile(policy: Arc<ImagePolicy>, ctx: Arc<ImagesContext>) -> Result<Action> {
     if !ctx.listed.iter().all(|l| l.load(Ordering::Acquire)) {
-        return Ok(Action::requeue(Duration::from_secs(1))); // counts would be short
+        return Ok(Action::requeue(crate::UNLISTED_RETRY)); // counts would be short
     }
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
     let compiled = policy.compile();
@@ -351,8 +341,8 @@ fn context_for_tests(ctx: Arc<Context>, cache: PolicyCache, deployments: Store<D
         ctx,
         cache,
         deployments,
-        stateful_sets: reflector::store().0,
-        daemon_sets: reflector::store().0,
+        stateful_sets: kube::runtime::reflector::store().0,
+        daemon_sets: kube::runtime::reflector::store().0,
         listed,
     })
 }

@@ -48,6 +48,32 @@ fn log_run_result<K, E: std::fmt::Display>(
     }
 }
 
+/// A namespaced kind the controllers cache and write: the bounds kube's watcher, reflector and
+/// `Api` ask for, named once.
+pub trait NamespacedObject:
+    kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> NamespacedObject for K where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A watch of `api` kept in a store (each object passed through `strip` first, managedFields
 /// always dropped), the stream of changed objects for a controller's `owns_stream` or
 /// `watches_stream`, and a flag that turns true once the initial list is in (before it, the
@@ -84,6 +110,10 @@ where
         .touched_objects();
     (store, stream, listed)
 }
+
+/// How soon a reconcile that came before its cache's initial list tries again (the list of a
+/// few thousand objects takes milliseconds to a second).
+const UNLISTED_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The backoff key of `object` in `controller` (a Watcher has one per controller).
 fn object_key<K: kube::ResourceExt>(controller: &str, object: &K) -> String {

@@ -33,20 +33,23 @@ const CONTROLLER: &str = "pods";
 const DEBOUNCE: Duration = Duration::from_millis(500);
 /// An eviction refused by a PodDisruptionBudget (429) is tried again after this.
 const EVICTION_RETRY: Duration = Duration::from_secs(10);
+/// Pods per list page: the page is held decoded (metadata with managed fields) while it is
+/// reduced to [`CountedPod`]s.
+const POD_PAGE_SIZE: u32 = 100;
 /// Owners that recreate a pod that is evicted.
 const RECREATING_OWNERS: [&str; 3] = ["ReplicaSet", "StatefulSet", "DaemonSet"];
 
 /// A pod as the pod reconciler holds it.
 pub type PodMeta = PartialObjectMeta<Pod>;
 
-/// A pod as the pod reconciler keeps it: only what counting and eviction read, a few hundred
-/// bytes where the pod's whole metadata is several kilobytes.
+/// A pod as the pod reconciler keeps it: only what counting and eviction read, about a hundred
+/// bytes of its own where the pod's whole metadata is several kilobytes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CountedPod {
     /// The pod's name.
-    pub name: String,
-    /// The pod's namespace.
-    pub namespace: String,
+    pub name: Box<str>,
+    /// The pod's namespace (one shared string per namespace).
+    pub namespace: Arc<str>,
     /// Labels, for Watcher selectors (shared between pods with the same labels).
     pub labels: Arc<BTreeMap<String, String>>,
     /// `watcher.dev/inject` and `watcher.dev/injected` only (shared likewise).
@@ -65,14 +68,25 @@ impl From<&PodMeta> for CountedPod {
     }
 }
 
-/// One shared copy of each distinct label or annotation set: the pods of a ReplicaSet carry
-/// the same ones, so thousands of pods hold a handful of maps.
+/// One shared copy of each distinct label or annotation set, and of each namespace name: the
+/// pods of a ReplicaSet carry the same ones, so thousands of pods hold a handful of maps.
 #[derive(Default)]
 struct Interner {
     maps: Mutex<std::collections::HashSet<Arc<BTreeMap<String, String>>>>,
+    namespaces: Mutex<std::collections::HashSet<Arc<str>>>,
 }
 
 impl Interner {
+    fn namespace(&self, namespace: &str) -> Arc<str> {
+        let mut namespaces = lock(&self.namespaces);
+        if let Some(shared) = namespaces.get(namespace) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(namespace);
+        namespaces.insert(shared.clone());
+        shared
+    }
+
     fn intern(&self, map: BTreeMap<String, String>) -> Arc<BTreeMap<String, String>> {
         let mut maps = lock(&self.maps);
         if let Some(shared) = maps.get(&map) {
@@ -83,9 +97,10 @@ impl Interner {
         shared
     }
 
-    /// Forgets the sets no pod uses any more.
+    /// Forgets the sets and namespaces no pod uses any more.
     fn prune(&self) {
         lock(&self.maps).retain(|map| Arc::strong_count(map) > 1);
+        lock(&self.namespaces).retain(|namespace| Arc::strong_count(namespace) > 1);
     }
 }
 
@@ -98,8 +113,8 @@ impl CountedPod {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         Self {
-            name: pod.name_any(),
-            namespace: pod.namespace().unwrap_or_default(),
+            name: pod.metadata.name.as_deref().unwrap_or_default().into(),
+            namespace: interner.namespace(pod.metadata.namespace.as_deref().unwrap_or_default()),
             labels: interner.intern(pod.labels().clone()),
             annotations: interner.intern(annotations),
             recreated_when_evicted: pod
@@ -112,7 +127,31 @@ impl CountedPod {
     }
 }
 
-type ByNamespace = HashMap<String, HashMap<String, Arc<CountedPod>>>;
+/// A cached pod, found by its name (the set needs no second copy of the name as a key).
+#[derive(Clone, Debug)]
+struct ByName(Arc<CountedPod>);
+
+impl std::borrow::Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
+}
+
+impl std::hash::Hash for ByName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.name.hash(state); // as `str` hashes, so lookups by `&str` find it
+    }
+}
+
+impl PartialEq for ByName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for ByName {}
+
+type ByNamespace = HashMap<Arc<str>, std::collections::HashSet<ByName>>;
 
 /// Pods by namespace: a reconcile reads its Watcher's namespace only.
 #[derive(Default)]
@@ -133,7 +172,7 @@ impl PodIndex {
             watcher::Event::InitApply(pod) => {
                 let counted = CountedPod::new(&pod, &self.interner);
                 let mut listing = lock(&self.listing);
-                listing.entry(counted.namespace.clone()).or_default().insert(counted.name.clone(), Arc::new(counted));
+                listing.entry(counted.namespace.clone()).or_default().replace(ByName(Arc::new(counted)));
             }
             watcher::Event::InitDone => {
                 let listed = std::mem::take(&mut *lock(&self.listing));
@@ -144,18 +183,18 @@ impl PodIndex {
             watcher::Event::Apply(pod) => {
                 let counted = CountedPod::new(&pod, &self.interner);
                 let mut index = self.by_namespace.write().unwrap_or_else(|p| p.into_inner());
-                index.entry(counted.namespace.clone()).or_default().insert(counted.name.clone(), Arc::new(counted));
+                index.entry(counted.namespace.clone()).or_default().replace(ByName(Arc::new(counted)));
                 return Some(pod);
             }
             watcher::Event::Delete(pod) => {
                 let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
                 let mut index = self.by_namespace.write().unwrap_or_else(|p| p.into_inner());
-                if let Some(pods) = index.get_mut(&namespace) {
-                    if pods.remove(&name).is_some_and(|gone| Arc::strong_count(&gone.labels) == 2) {
+                if let Some(pods) = index.get_mut(namespace.as_str()) {
+                    if pods.take(name.as_str()).is_some_and(|gone| Arc::strong_count(&gone.0.labels) == 2) {
                         self.interner.prune(); // the last pod with these labels
                     }
                     if pods.is_empty() {
-                        index.remove(&namespace);
+                        index.remove(namespace.as_str());
                     }
                 }
                 return Some(pod);
@@ -167,7 +206,7 @@ impl PodIndex {
     /// The pods of `namespace`.
     pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<CountedPod>> {
         let index = self.by_namespace.read().unwrap_or_else(|p| p.into_inner());
-        index.get(namespace).map(|pods| pods.values().cloned().collect()).unwrap_or_default()
+        index.get(namespace).map(|pods| pods.iter().map(|p| p.0.clone()).collect()).unwrap_or_default()
     }
 
     /// Whether the initial list is in.
@@ -204,25 +243,27 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
     let client = ctx.client.clone();
     let pods = Arc::new(PodIndex::default());
     let (synced_tx, synced_rx) = futures::channel::mpsc::unbounded();
-    let pod_events = watcher(Api::<PodMeta>::all(client.clone()), watcher::Config::default().any_semantic())
-        .default_backoff()
-        .filter_map({
-            let pods = pods.clone();
-            move |event| {
-                let changed = match event {
-                    Ok(event) => {
-                        let done = matches!(event, watcher::Event::InitDone);
-                        let changed = pods.apply(event).map(Ok);
-                        if done {
-                            let _ = synced_tx.unbounded_send(()); // count every Watcher once
-                        }
-                        changed
+    // Consistent, paginated lists: with `any_semantic` (resourceVersion=0) kube-apiserver serves
+    // the list from its watch cache and ignores the page size, one response holding every pod of
+    // the cluster; small pages keep the transient decoding memory per page small.
+    let config = watcher::Config::default().page_size(POD_PAGE_SIZE);
+    let pod_events = watcher(Api::<PodMeta>::all(client.clone()), config).default_backoff().filter_map({
+        let pods = pods.clone();
+        move |event| {
+            let changed = match event {
+                Ok(event) => {
+                    let done = matches!(event, watcher::Event::InitDone);
+                    let changed = pods.apply(event).map(Ok);
+                    if done {
+                        let _ = synced_tx.unbounded_send(()); // count every Watcher once
                     }
-                    Err(error) => Some(Err(error)),
-                };
-                futures::future::ready(changed)
-            }
-        });
+                    changed
+                }
+                Err(error) => Some(Err(error)),
+            };
+            futures::future::ready(changed)
+        }
+    });
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
     let shared = Arc::new(PodsContext { ctx, pods, recorder: Recorder::new(client, reporter) });
     let watchers = cache.clone();
@@ -273,7 +314,7 @@ pub fn count(watcher: &Watcher, pods: &[Arc<CountedPod>]) -> PodCounts {
 
 fn live_pods_of<'a>(watcher: &'a Watcher, pods: &'a [Arc<CountedPod>]) -> impl Iterator<Item = &'a CountedPod> + 'a {
     let namespace = watcher.namespace().unwrap_or_default();
-    pods.iter().map(Arc::as_ref).filter(move |p| p.namespace == namespace && !p.terminating)
+    pods.iter().map(Arc::as_ref).filter(move |p| *p.namespace == *namespace && !p.terminating)
 }
 
 /// The pods to evict now under `updatePolicy: Recreate`: missing or outdated pods whose
@@ -289,7 +330,7 @@ pub fn eviction_choice(watcher: &Watcher, pods: &[Arc<CountedPod>]) -> Vec<Strin
     let terminating = pods
         .iter()
         .map(Arc::as_ref)
-        .filter(|p| p.namespace == namespace && p.terminating)
+        .filter(|p| *p.namespace == *namespace && p.terminating)
         .filter(|p| {
             let s = standing(watcher, &hash, p);
             s.matched || s.injected
@@ -304,7 +345,7 @@ pub fn eviction_choice(watcher: &Watcher, pods: &[Arc<CountedPod>]) -> Vec<Strin
         })
         .collect();
     candidates.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
-    candidates.into_iter().take(budget).map(|p| p.name.clone()).collect()
+    candidates.into_iter().take(budget).map(|p| p.name.to_string()).collect()
 }
 
 /// Counts the Watcher's pods, evicts under Recreate, and records the counts.

@@ -217,7 +217,7 @@ pub fn desired_pod(podset: &PodSet) -> Option<Pod> {
 #[instrument(skip(podset, shared), fields(namespace = podset.namespace(), podset = podset.name_any()))]
 pub async fn reconcile(podset: Arc<PodSet>, shared: Arc<PodSetContext>) -> Result<Action> {
     if !shared.listed.load(Ordering::Acquire) {
-        return Ok(Action::requeue(Duration::from_secs(1))); // the cache would say "no pods"
+        return Ok(Action::requeue(crate::UNLISTED_RETRY)); // the cache would say "no pods"
     }
     let ctx = &shared.ctx;
     let _timer = ctx.metrics.reconcile(CONTROLLER);

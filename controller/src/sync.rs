@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, stream};
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::{ByteString, NamespaceResourceScope};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::{PartialObjectMeta, SelectorExt};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -28,8 +28,6 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::scheduler::{ScheduleRequest, debounced_scheduler};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, mpsc};
 use tracing::{info, warn};
 use watcher_api::{FIELD_MANAGER, SYNC_ANNOTATION, SYNCED_FROM_ANNOTATION, SYNCED_LABEL};
@@ -52,16 +50,7 @@ const WRITES_IN_FLIGHT: usize = 16;
 pub type NamespaceMeta = PartialObjectMeta<Namespace>;
 
 /// A kind that can be synced: the payload a copy must hold, besides its metadata.
-pub trait Synced:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + Debug
-    + Serialize
-    + DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
+pub trait Synced: crate::NamespacedObject {
     /// The kind's name, for messages and metrics.
     const KIND: &'static str;
     /// Whether the object's data can no longer change.
@@ -376,48 +365,31 @@ async fn run_kind<K: Synced>(
 
     let mut sources = HashMap::new();
     let mut fills = Vec::new();
-    for namespace in source_namespaces {
-        let (store, writer) = reflector::store::<K>();
-        sources.insert(namespace.clone(), store);
+    let copies_config = watcher::Config::default().labels(&format!("{SYNCED_LABEL}=true"));
+    let watches = source_namespaces
+        .iter()
+        .map(|ns| (Some(ns.clone()), Api::<K>::namespaced(client.clone(), ns), watcher::Config::default()))
+        .chain([(None, Api::<K>::all(client.clone()), copies_config)]);
+    let mut copies = None;
+    for (namespace, api, config) in watches {
+        let (store, changed, _) = crate::cached_watch(api, config, |_| {});
+        let is_source = namespace.is_some();
+        match namespace {
+            Some(namespace) => drop(sources.insert(namespace, store)),
+            None => copies = Some(store),
+        }
         let enqueue = enqueue.clone();
-        let fill = watcher(Api::<K>::namespaced(client.clone(), namespace), watcher::Config::default().any_semantic())
-            .default_backoff()
-            .modify(|object| object.managed_fields_mut().clear())
-            .reflect(writer)
-            .touched_objects()
-            .for_each(move |touched| {
-                match touched {
-                    Ok(object) => enqueue(SourceKey::of(&object)),
-                    Err(error) => warn!(controller = CONTROLLER, %error, "cannot watch sync sources"),
-                }
-                futures::future::ready(())
-            });
-        fills.push(futures::FutureExt::boxed(fill));
-    }
-    let (copies, writer) = reflector::store::<K>();
-    let copy_events = {
-        let enqueue = enqueue.clone();
-        watcher(
-            Api::<K>::all(client.clone()),
-            watcher::Config::default().labels(&format!("{SYNCED_LABEL}=true")).any_semantic(),
-        )
-        .default_backoff()
-        .modify(|object| object.managed_fields_mut().clear())
-        .reflect(writer)
-        .touched_objects()
-        .for_each(move |touched| {
+        fills.push(futures::FutureExt::boxed(changed.for_each(move |touched| {
             match touched {
-                Ok(copy) => {
-                    if let Some(key) = SourceKey::from_copy(&copy) {
-                        enqueue(key);
-                    }
-                }
-                Err(error) => warn!(controller = CONTROLLER, %error, "cannot watch sync copies"),
+                // A source's own key; a copy names its source.
+                Ok(object) if is_source => enqueue(SourceKey::of(&object)),
+                Ok(copy) => SourceKey::from_copy(&copy).into_iter().for_each(&enqueue),
+                Err(error) => warn!(controller = CONTROLLER, %error, "cannot watch sync sources or copies"),
             }
             futures::future::ready(())
-        })
-    };
-    fills.push(futures::FutureExt::boxed(copy_events));
+        })));
+    }
+    let Some(copies) = copies else { return };
     let caches = Arc::new(Caches { sources, copies, namespaces });
 
     let work = async {

@@ -84,7 +84,7 @@ enum ConfigOutcome {
 #[instrument(skip(watcher, ctx), fields(namespace = watcher.namespace(), watcher = watcher.name_any()))]
 pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Result<Action> {
     if !ctx.listed.load(Ordering::Acquire) {
-        return Ok(Action::requeue(Duration::from_secs(1))); // the cache would say "absent"
+        return Ok(Action::requeue(crate::UNLISTED_RETRY)); // the cache would say "absent"
     }
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
     let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
