@@ -385,3 +385,23 @@ async fn image_policies_follow_their_namespace_selector(#[case] labels: Value, #
         assert_eq!(metrics.count(AdmissionResult::skipped), 1);
     }
 }
+
+#[rstest]
+#[case::no_escapes(r#"{"a":"b"}"#, true)]
+#[case::bmp_escape(r#"{"a":"caf\u00e9"}"#, true)]
+#[case::a_pair(r#"{"a":"\ud83d\ude00"}"#, true)]
+#[case::an_escaped_backslash_then_text(r#"{"a":"\\udbff"}"#, true)]
+#[case::other_escapes(r#"{"a":"\n\t\"\\\/"}"#, true)]
+#[case::a_lone_high(r#"{"a":"\udbff"}"#, false)]
+#[case::a_high_then_another_escape(r#"{"a":"\udbff\r"}"#, false)]
+#[case::a_high_then_text(r#"{"a":"\ud83dx\ude00"}"#, false)]
+#[case::a_lone_low(r#"{"a":"\ude00"}"#, false)]
+#[case::two_highs(r#"{"a":"\ud83d\ud83d"}"#, false)]
+#[case::a_short_escape(r#"{"a":"\u00"}"#, false)]
+#[case::a_trailing_backslash("\\", false)]
+fn surrogate_escapes_must_pair(#[case] body: &str, #[case] paired: bool) {
+    assert_eq!(super::surrogates_paired(body.as_bytes()), paired, "{body}");
+    if paired {
+        assert!(serde_json::from_str::<Value>(body).is_ok(), "the scanner agrees with a full parse: {body}");
+    }
+}
