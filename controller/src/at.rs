@@ -41,8 +41,9 @@ pub struct AtContext {
 }
 
 impl AtContext {
-    /// A context over `pods`, listed.
-    pub fn new(ctx: Arc<Context>, pods: Store<Pod>) -> Arc<Self> {
+    /// A context over `pods`, already listed (for tests that fill the store themselves).
+    #[cfg(test)]
+    pub(crate) fn new(ctx: Arc<Context>, pods: Store<Pod>) -> Arc<Self> {
         Arc::new(Self { ctx, pods, listed: Arc::new(AtomicBool::new(true)) })
     }
 }

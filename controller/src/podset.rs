@@ -57,8 +57,9 @@ struct Expected {
 }
 
 impl PodSetContext {
-    /// A context over `pods`, listed.
-    pub fn new(ctx: Arc<Context>, pods: Store<Pod>) -> Arc<Self> {
+    /// A context over `pods`, already listed (for tests that fill the store themselves).
+    #[cfg(test)]
+    pub(crate) fn new(ctx: Arc<Context>, pods: Store<Pod>) -> Arc<Self> {
         Arc::new(Self { ctx, pods, listed: Arc::new(AtomicBool::new(true)), expectations: Mutex::default() })
     }
 

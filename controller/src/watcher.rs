@@ -45,8 +45,9 @@ pub struct WatcherContext {
 }
 
 impl WatcherContext {
-    /// A context over `config_maps`, listed.
-    pub fn new(ctx: Arc<Context>, config_maps: Store<ConfigMap>) -> Arc<Self> {
+    /// A context over `config_maps`, already listed (for tests that fill the store themselves).
+    #[cfg(test)]
+    pub(crate) fn new(ctx: Arc<Context>, config_maps: Store<ConfigMap>) -> Arc<Self> {
         Arc::new(Self { ctx, config_maps, listed: Arc::new(AtomicBool::new(true)) })
     }
 }
