@@ -11,7 +11,7 @@ use kube_lease_manager::LeaseManagerBuilder;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::{info, warn};
-use watcher_certs::registration::Registration;
+use watcher_certs::registration::{Registrar, Registration};
 use watcher_certs::secret::{Lifetimes, SelfManaged};
 use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
 use watcher_controller::{Context, Metrics, PolicyCache, WatcherCache};
@@ -103,7 +103,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The webhook: every replica serves it, from the Watcher cache.
     let tls_ready = readiness.gate("webhook-tls");
     let webhook_metrics = watcher_webhook::Metrics::register(&mut registry);
-    let certs = start_certificates(&args, &client, &namespace).await?;
+    let (certs, cert_upkeep) = start_certificates(&args, &client, &namespace, shutdown()).await?;
     let listener = tokio::net::TcpListener::bind(args.webhook_addr)
         .await
         .with_context(|| format!("cannot listen on --webhook-addr {}", args.webhook_addr))?;
@@ -155,7 +155,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = webhook_stop_tx.send(true);
     let _ = webhook.await; // in-flight admissions finish first
     let _ = shutdown_tx.send(true);
-    let stopped = future::join4(cache, policies_task, admin, controllers);
+    let cert_upkeep = async move {
+        if let Some(task) = cert_upkeep {
+            let _ = task.await;
+        }
+    };
+    let stopped = future::join5(cache, policies_task, admin, controllers, cert_upkeep);
     if tokio::time::timeout(SHUTDOWN_GRACE, stopped).await.is_err() {
         warn!("work still in flight after {SHUTDOWN_GRACE:?}; exiting anyway");
     }
@@ -163,15 +168,21 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// Loads the serving certificate from files, or starts the self-managed certificates; the
-/// returned store is (or soon becomes) loaded.
-async fn start_certificates(args: &RunArgs, client: &Client, namespace: &str) -> anyhow::Result<Arc<CertStore>> {
+/// returned store is (or soon becomes) loaded. The self-managed upkeep ends at `shutdown`, after
+/// restoring the registration a run by URL replaced: the caller awaits its task.
+async fn start_certificates(
+    args: &RunArgs,
+    client: &Client,
+    namespace: &str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<(Arc<CertStore>, Option<tokio::task::JoinHandle<()>>)> {
     let store = Arc::new(CertStore::default());
     if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_key_file) {
         let files = CertFiles { cert: cert.clone(), key: key.clone() };
         files.load_into(&store).context("cannot serve --tls-cert-file/--tls-key-file")?;
         info!(cert = %cert.display(), "serving the certificate from files, reloaded when they change");
         tokio::spawn(files.watch(store.clone(), CERT_FILE_CHECK));
-        return Ok(store);
+        return Ok((store, None));
     }
     let mut hosts = service_hosts(&args.service_name, namespace);
     let registration = match &args.webhook_url {
@@ -185,11 +196,11 @@ async fn start_certificates(args: &RunArgs, client: &Client, namespace: &str) ->
         client: client.clone(),
         namespace: namespace.to_owned(),
         hosts,
-        registration,
+        registrar: Registrar::new(registration, namespace),
         lifetimes: Lifetimes::default(),
     };
-    tokio::spawn(manager.run(store.clone()));
-    Ok(store)
+    let upkeep = tokio::spawn(manager.run(store.clone(), shutdown));
+    Ok((store, Some(upkeep)))
 }
 
 /// The host of a webhook URL, without the brackets of an IPv6 address.

@@ -111,6 +111,28 @@ async fn image_policies_rewrite_pods_and_workloads() {
         status.and_then(|s| s.workloads).is_some_and(|w| w.matched == 1 && w.rewritten == 1)
     })
     .await;
+
+    // The owner wins: an image the owner sets that no rule matches stays as the owner wrote it,
+    // and leaves the annotations (the controller's one write proves it looked).
+    kubectl(&["set", "image", "deployment/web", "app=quay.io/acme/web:2.0", "-n", n]);
+    let forgotten = wait_for(STEP, || async {
+        let d = deployments.get("web").await.ok()?;
+        (!d.annotations().contains_key("watcher.dev/original-images")).then_some(d)
+    })
+    .await;
+    let template = |d: &Deployment| d.spec.as_ref()?.template.spec.as_ref()?.containers.first()?.image.clone();
+    assert_eq!(template(&forgotten).as_deref(), Some("quay.io/acme/web:2.0"));
+    assert!(!forgotten.annotations().contains_key("watcher.dev/rewritten-images"));
+    // An image a rule matches is the owner's new original: rewritten.
+    kubectl(&["set", "image", "deployment/web", "app=alpine:3.20", "-n", n]);
+    wait_until(STEP, || async {
+        deployments.get("web").await.ok().and_then(|d| template(&d)).as_deref()
+            == Some("mirror.internal/library/alpine:3.20")
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await; // past the controller's debounce
+    let settled = deployments.get("web").await.expect("Deployment");
+    assert_eq!(template(&settled).as_deref(), Some("mirror.internal/library/alpine:3.20"));
     let table = kubectl(&["get", "imagepolicy", "e2e-mirror"]);
     assert!(table.lines().next().is_some_and(|h| h.contains("WORKLOADS") && h.contains("READY")), "{table}");
 

@@ -166,3 +166,69 @@ async fn installed_operator_works_under_its_own_rbac() {
     let configs = Api::<MutatingWebhookConfiguration>::all(client.clone());
     let _ = configs.delete("watcher-operator", &DeleteParams::default()).await;
 }
+
+/// Whether the configuration is registered by the Service of `deploy/` only.
+fn by_deploy_service(config: &WebhookClientConfig) -> bool {
+    config.url.is_none() && config.service.as_ref().is_some_and(|s| s.namespace == OPERATOR_NAMESPACE)
+}
+
+/// `kubectl apply -k deploy/` right after a run by URL: while that operator still runs (the
+/// applied Service form then stands: the run by URL does not write its URL back, and leaves
+/// it on its stop), after it stopped (it put back what it replaced), and after it crashed
+/// (its URL left behind: `url: null` in deploy/ clears it), client- and server-side.
+#[tokio::test]
+#[ignore = "needs a cluster: KUBECONFIG"]
+async fn deploy_applies_over_a_registration_by_url() {
+    let _one = exclusive().await;
+    let client = client().await;
+    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
+    kubectl(&["apply", "-k", deploy]);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let _ = deployments
+        .patch("watcher-operator", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}})))
+        .await;
+    let registered_by = |url: String| {
+        let client = client.clone();
+        async move {
+            wait_until(STEP, || async { client_config(&client).await.is_some_and(|c| c.url.as_deref() == Some(&url)) })
+                .await;
+        }
+    };
+
+    // Still running: the applied Service form stands for longer than the operator's longest
+    // pause between two looks at the registration (60 s).
+    let operator = Operator::start(OPERATOR_NAMESPACE).await;
+    registered_by(operator.url.clone().expect("by URL")).await;
+    kubectl(&["apply", "-k", deploy]);
+    let stands = std::time::Instant::now();
+    while stands.elapsed() < std::time::Duration::from_secs(70) {
+        let config = client_config(&client).await.expect("configuration");
+        assert!(by_deploy_service(&config), "the applied Service form stands: {config:?}");
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    operator.stop().await;
+    let config = client_config(&client).await.expect("configuration");
+    assert!(by_deploy_service(&config), "left as applied on the stop: {config:?}");
+
+    // Stopped: the Service form it replaced is back, and deploy/ applies over it.
+    let operator = Operator::start(OPERATOR_NAMESPACE).await;
+    registered_by(operator.url.clone().expect("by URL")).await;
+    operator.stop().await;
+    let config = client_config(&client).await.expect("configuration");
+    assert!(by_deploy_service(&config), "restored on the stop: {config:?}");
+    kubectl(&["apply", "-k", deploy]);
+
+    // Crashed: its URL is left behind; both kinds of apply replace it.
+    for apply in [&["apply", "-k", deploy][..], &["apply", "--server-side", "--force-conflicts", "-k", deploy]] {
+        let operator = Operator::start(OPERATOR_NAMESPACE).await;
+        registered_by(operator.url.clone().expect("by URL")).await;
+        operator.kill();
+        kubectl(apply);
+        let config = client_config(&client).await.expect("configuration");
+        assert!(by_deploy_service(&config), "`kubectl {}` replaced the URL: {config:?}", apply.join(" "));
+    }
+
+    let _ = deployments.delete("watcher-operator", &DeleteParams::default()).await;
+    let configs = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    let _ = configs.delete("watcher-operator", &DeleteParams::default()).await;
+}

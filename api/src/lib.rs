@@ -56,6 +56,10 @@ pub const SYNCED_FROM_ANNOTATION: &str = "watcher.dev/synced-from";
 /// Annotation on pods and workloads whose images an ImagePolicy rewrote: `<container>=<image>,...`
 /// with the images as they were.
 pub const ORIGINAL_IMAGES_ANNOTATION: &str = "watcher.dev/original-images";
+/// Annotation on workloads whose templates the images controller rewrote:
+/// `<container>=<image>,...` with the images it wrote. An image that differs from the one
+/// written there was set by the workload's owner, and the owner wins.
+pub const REWRITTEN_IMAGES_ANNOTATION: &str = "watcher.dev/rewritten-images";
 /// Label on every object this operator creates: `app.kubernetes.io/managed-by=watcher-operator`.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// The value of [`MANAGED_BY_LABEL`].

@@ -22,7 +22,7 @@ use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
-use crate::registration::{Registered, Registration};
+use crate::registration::{Registered, Registrar};
 use crate::{Authority, CertInfo, CertStore, CertifiedPem, Result};
 
 /// The Secret holding the CA and the serving certificate.
@@ -72,7 +72,7 @@ pub struct SelfManaged {
     /// Names the serving certificate must cover.
     pub hosts: Vec<String>,
     /// How kube-apiserver reaches the webhook; kept in the webhook configuration with the bundle.
-    pub registration: Registration,
+    pub registrar: Registrar,
     /// Certificate lifetimes.
     pub lifetimes: Lifetimes,
 }
@@ -135,9 +135,11 @@ fn next_step(stored: Option<&Stored>, hosts: &[String], now: SystemTime, lifetim
 }
 
 impl SelfManaged {
-    /// Keeps the Secret, `store` and the webhook configuration current, forever. `store` is
-    /// loaded before the first wait, so the caller can wait for [`CertStore::is_loaded`].
-    pub async fn run(self, store: Arc<CertStore>) {
+    /// Keeps the Secret, `store` and the webhook configuration current until `shutdown`, then
+    /// restores the registration a run by URL replaced. `store` is loaded before the first wait,
+    /// so the caller can wait for [`CertStore::is_loaded`].
+    pub async fn run(self, store: Arc<CertStore>, shutdown: impl Future<Output = ()>) {
+        let mut shutdown = std::pin::pin!(shutdown);
         let mut failures = 0u32;
         loop {
             let wait = match self.reconcile(&store).await {
@@ -152,7 +154,13 @@ impl SelfManaged {
                     backoff
                 }
             };
-            tokio::time::sleep(wait).await;
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {},
+                () = &mut shutdown => break,
+            }
+        }
+        if let Err(error) = self.registrar.restore(&self.client).await {
+            warn!(%error, "cannot restore the webhook registration");
         }
     }
 
@@ -211,7 +219,7 @@ impl SelfManaged {
             info!("serving the certificate from Secret {SECRET_NAME}");
         }
         let bundle = ByteString(stored.bundle.as_bytes().to_vec());
-        self.registration.register(&self.client, &self.namespace, &bundle).await
+        self.registrar.register(&self.client, &bundle).await
     }
 }
 

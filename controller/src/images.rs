@@ -27,7 +27,8 @@ use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_api::image::{self, Rule};
 use watcher_api::{
-    ImagePolicy, ImagePolicyStatus, ORIGINAL_IMAGES_ANNOTATION, WorkloadCounts, condition, set_condition,
+    ImagePolicy, ImagePolicyStatus, ORIGINAL_IMAGES_ANNOTATION, REWRITTEN_IMAGES_ANNOTATION, WorkloadCounts, condition,
+    set_condition,
 };
 
 use crate::{Context, PolicyCache, Result};
@@ -85,7 +86,7 @@ fn strip_meta(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectM
     meta.managed_fields = None;
     meta.labels = None;
     if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|key, _| key == ORIGINAL_IMAGES_ANNOTATION);
+        annotations.retain(|key, _| key == ORIGINAL_IMAGES_ANNOTATION || key == REWRITTEN_IMAGES_ANNOTATION);
     }
 }
 
@@ -98,62 +99,103 @@ fn strip_pod_spec(spec: PodSpec) -> PodSpec {
     }
 }
 
-/// The template change of one workload: new images by container, and the annotation value.
+/// The template change of one workload: new images by container, and the two annotations.
 #[derive(Debug, PartialEq, Eq)]
 pub struct TemplateRewrite {
-    /// `(container, init container?, new image)`.
+    /// `(container, init container?, new image)`; empty when only the annotations change.
     pub images: Vec<(String, bool, String)>,
-    /// The new `watcher.dev/original-images` value.
+    /// The new `watcher.dev/original-images` value (empty: removed).
     pub original_images: String,
+    /// The new `watcher.dev/rewritten-images` value (empty: removed).
+    pub rewritten_images: String,
 }
 
-fn parse_originals(value: &str) -> BTreeMap<&str, &str> {
-    value.split(',').filter_map(|entry| entry.trim().split_once('=')).collect()
+/// What the controller recorded on a workload: per container, the owner's image and the one
+/// it wrote in its place.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Recorded<'a> {
+    /// `watcher.dev/original-images`.
+    pub originals: Option<&'a str>,
+    /// `watcher.dev/rewritten-images`.
+    pub rewritten: Option<&'a str>,
 }
 
-/// What `rules` make of a workload's template (`annotation`: its `watcher.dev/original-images`),
-/// or `None` when it already carries the rewritten images. Per container:
-/// - the image is what the rules make of the recorded original: in place (never chained);
-/// - else a rule matches the image: a new image from the owner, rewritten and recorded;
-/// - else a rule matches the recorded original: a policy changed, rewritten again from it.
-pub fn plan_template(spec: &PodSpec, annotation: Option<&str>, rules: &[&Rule]) -> Option<TemplateRewrite> {
-    let recorded = parse_originals(annotation.unwrap_or(""));
+impl<'a> Recorded<'a> {
+    /// The two annotations of a workload.
+    pub fn of(annotations: &'a BTreeMap<String, String>) -> Self {
+        Self {
+            originals: annotations.get(ORIGINAL_IMAGES_ANNOTATION).map(String::as_str),
+            rewritten: annotations.get(REWRITTEN_IMAGES_ANNOTATION).map(String::as_str),
+        }
+    }
+}
+
+fn parse_entries(value: Option<&str>) -> BTreeMap<&str, &str> {
+    value.unwrap_or("").split(',').filter_map(|entry| entry.trim().split_once('=')).collect()
+}
+
+fn join_entries(entries: &BTreeMap<&str, &str>) -> String {
+    entries.iter().map(|(n, i)| format!("{n}={i}")).collect::<Vec<_>>().join(",")
+}
+
+/// What `rules` make of a workload's template, or `None` when it is already as planned.
+/// The owner wins; per container:
+/// - the image is the one the controller wrote (`rewritten`, or for a workload written before
+///   that was recorded, what the rules make of the original): planned again from the recorded
+///   original, so a policy change moves it and never chains; with no rule for the original
+///   any more it stays as it is;
+/// - any other image was set by the owner and is a new original: rewritten if a rule matches
+///   it, otherwise left exactly as the owner wrote it and dropped from the annotations.
+///
+/// Containers that are gone (removed or renamed) leave the annotations.
+pub fn plan_template(spec: &PodSpec, recorded: Recorded<'_>, rules: &[&Rule]) -> Option<TemplateRewrite> {
+    let (old_originals, old_rewritten) = (parse_entries(recorded.originals), parse_entries(recorded.rewritten));
     let rewrite = |image: &str| image::rewrite(rules.iter().copied(), image);
     let mut images = Vec::new();
-    let mut originals: BTreeMap<&str, &str> = BTreeMap::new();
+    let (mut originals, mut rewritten) = (BTreeMap::new(), BTreeMap::new());
     let all =
         spec.containers.iter().map(|c| (c, false)).chain(spec.init_containers.iter().flatten().map(|c| (c, true)));
     for (container, is_init) in all {
         let (name, Some(current)) = (container.name.as_str(), container.image.as_deref()) else { continue };
-        let original = recorded.get(name).copied();
-        if let Some(original) = original.filter(|o| rewrite(o).as_deref() == Some(current)) {
-            originals.insert(name, original);
-        } else if let Some(rewritten) = rewrite(current) {
-            originals.insert(name, current);
-            images.push((name.to_owned(), is_init, rewritten));
-        } else if let Some(original) = original {
-            originals.insert(name, original);
-            if let Some(rewritten) = rewrite(original) {
-                images.push((name.to_owned(), is_init, rewritten));
-            }
+        let original = old_originals.get(name).copied();
+        let written_by_us = original.is_some_and(|original| match old_rewritten.get(name) {
+            Some(written) => *written == current,
+            None => rewrite(original).as_deref() == Some(current),
+        });
+        let (original, target) = match original {
+            Some(original) if written_by_us => (original, rewrite(original).unwrap_or_else(|| current.to_owned())),
+            _ => match rewrite(current).filter(|target| target != current) {
+                Some(target) => (current, target),
+                None => continue, // the owner's image, no rule for it: left alone, forgotten
+            },
+        };
+        if target != current {
+            images.push((name.to_owned(), is_init, target.clone()));
         }
+        originals.insert(name, original);
+        rewritten.insert(name, target);
     }
-    let original_images = originals.iter().map(|(n, i)| format!("{n}={i}")).collect::<Vec<_>>().join(",");
-    (!images.is_empty()).then_some(TemplateRewrite { images, original_images })
+    let rewritten: BTreeMap<&str, &str> = rewritten.iter().map(|(n, i)| (*n, i.as_str())).collect();
+    let (original_images, rewritten_images) = (join_entries(&originals), join_entries(&rewritten));
+    let unchanged = images.is_empty()
+        && recorded.originals.unwrap_or("") == original_images
+        && recorded.rewritten.unwrap_or("") == rewritten_images;
+    (!unchanged).then_some(TemplateRewrite { images, original_images, rewritten_images })
 }
 
 /// Whether `rules` (one policy's) match an image of the template, before rewriting.
-pub fn template_matches(spec: &PodSpec, annotation: Option<&str>, rules: &[&Rule]) -> bool {
-    let recorded = parse_originals(annotation.unwrap_or(""));
+pub fn template_matches(spec: &PodSpec, recorded: Recorded<'_>, rules: &[&Rule]) -> bool {
+    let originals = parse_entries(recorded.originals);
     let matched = |image: Option<&str>| image.is_some_and(|i| image::rewrite(rules.iter().copied(), i).is_some());
     spec.containers
         .iter()
         .chain(spec.init_containers.iter().flatten())
-        .any(|c| matched(recorded.get(c.name.as_str()).copied()) || matched(c.image.as_deref()))
+        .any(|c| matched(originals.get(c.name.as_str()).copied()) || matched(c.image.as_deref()))
 }
 
-/// The strategic merge patch of a rewrite: containers merge by name, and the resourceVersion
-/// makes it fail with a conflict if the workload changed since it was read.
+/// The strategic merge patch of a rewrite: containers merge by name, an empty annotation is
+/// removed, and the resourceVersion makes it fail with a conflict if the workload changed since
+/// it was read.
 pub fn template_patch(resource_version: Option<&str>, rewrite: &TemplateRewrite) -> serde_json::Value {
     let list = |init: bool| {
         rewrite
@@ -163,18 +205,24 @@ pub fn template_patch(resource_version: Option<&str>, rewrite: &TemplateRewrite)
             .map(|(name, _, image)| json!({"name": name, "image": image}))
             .collect::<Vec<_>>()
     };
-    let mut pod_spec = json!({"containers": list(false)});
-    let init = list(true);
-    if !init.is_empty() {
-        pod_spec["initContainers"] = json!(init);
+    let annotation = |value: &str| if value.is_empty() { serde_json::Value::Null } else { json!(value) };
+    let mut patch = json!({
+        "metadata": {"resourceVersion": resource_version, "annotations": {
+            ORIGINAL_IMAGES_ANNOTATION: annotation(&rewrite.original_images),
+            REWRITTEN_IMAGES_ANNOTATION: annotation(&rewrite.rewritten_images),
+        }},
+    });
+    let mut pod_spec = serde_json::Map::new();
+    for (key, init) in [("containers", false), ("initContainers", true)] {
+        let containers = list(init);
+        if !containers.is_empty() {
+            pod_spec.insert(key.to_owned(), json!(containers));
+        }
     }
-    if list(false).is_empty() {
-        pod_spec.as_object_mut().map(|o| o.remove("containers"));
+    if !pod_spec.is_empty() {
+        patch["spec"] = json!({"template": {"spec": pod_spec}});
     }
-    json!({
-        "metadata": {"resourceVersion": resource_version, "annotations": {ORIGINAL_IMAGES_ANNOTATION: rewrite.original_images}},
-        "spec": {"template": {"spec": pod_spec}},
-    })
+    patch
 }
 
 /// What the images controller shares between reconciles.
@@ -280,8 +328,7 @@ async fn rewrite_all<W: Workload>(
         let namespace = workload.namespace().unwrap_or_default();
         let labels = ctx.cache.namespace_labels(&namespace);
         let Some(spec) = workload.pod_spec() else { continue };
-        let annotation = workload.annotations().get(ORIGINAL_IMAGES_ANNOTATION).map(String::as_str);
-        if !policy.selects(&labels) || !template_matches(spec, annotation, &own) {
+        if !policy.selects(&labels) || !template_matches(spec, Recorded::of(workload.annotations()), &own) {
             continue;
         }
         counts.matched += 1;
@@ -296,22 +343,21 @@ async fn rewrite_all<W: Workload>(
 }
 
 /// Brings one workload's template to what `rules` make of it; retries on a conflict with the
-/// workload as it is then. Returns whether the template carries the rewritten images.
+/// workload as it is then. Returns whether the template carries images the controller wrote.
 async fn patch_template<W: Workload>(ctx: &ImagesContext, cached: &W, rules: &[&Rule]) -> Result<bool> {
     let namespace = cached.namespace().unwrap_or_default();
     let api = Api::<W>::namespaced(ctx.ctx.client.clone(), &namespace);
     let mut current = cached.clone();
     for attempt in 1..=PATCH_ATTEMPTS {
-        let annotation = current.annotations().get(ORIGINAL_IMAGES_ANNOTATION).cloned();
-        let Some(rewrite) = current.pod_spec().and_then(|spec| plan_template(spec, annotation.as_deref(), rules))
-        else {
-            return Ok(true);
+        let recorded = Recorded::of(current.annotations());
+        let Some(rewrite) = current.pod_spec().and_then(|spec| plan_template(spec, recorded, rules)) else {
+            return Ok(recorded.rewritten.is_some_and(|r| !r.is_empty()));
         };
         let patch = template_patch(current.resource_version().as_deref(), &rewrite);
         match api.patch(&current.name_any(), &PatchParams::default(), &Patch::Strategic(&patch)).await {
             Ok(_) => {
                 info!(kind = W::KIND, namespace, name = current.name_any(), images = ?rewrite.images, "rewrote the pod template");
-                return Ok(true);
+                return Ok(!rewrite.rewritten_images.is_empty());
             }
             Err(kube::Error::Api(status)) if status.code == 409 && attempt < PATCH_ATTEMPTS => {
                 // Changed since it was read: compute again from what is there now.

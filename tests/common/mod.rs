@@ -140,7 +140,8 @@ impl Operator {
         http_get(&format!("http://{}/metrics", self.metrics)).await.map(|(_, body)| body).unwrap_or_default()
     }
 
-    /// SIGTERM, as the kubelet stops a pod: in-flight work finishes and the Lease is released.
+    /// SIGTERM, as the kubelet stops a pod: in-flight work finishes, the Lease is released and
+    /// a run by URL restores the registration it replaced.
     pub async fn stop(mut self) {
         let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
         let start = Instant::now();
@@ -152,10 +153,30 @@ impl Operator {
         }
         panic!("the operator did not stop within {STEP:?} of SIGTERM");
     }
+
+    /// SIGKILL: the operator dies as in a crash, restoring nothing.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
+/// An operator still running when its test ends (or fails) is stopped as [`Operator::stop`]
+/// does, so it puts back the registration it replaced: the next test, in whatever order cargo
+/// runs them, finds the cluster as this one found it. SIGKILL only if it does not stop in time.
 impl Drop for Operator {
     fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let start = Instant::now();
+        while start.elapsed() < STEP {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -5,7 +5,7 @@ use kube::client::Body;
 use serde_json::{Value, json};
 use tower_test::mock::Handle;
 
-use super::{Registered, Registration, WEBHOOK_CONFIGURATION, set_client_config, webhook_configuration};
+use super::{Registered, Registrar, Registration, WEBHOOK_CONFIGURATION, set_client_config, webhook_configuration};
 
 const CONFIG_PATH: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/watcher-operator";
 const URL: &str = "https://127.0.0.1:8443/mutate";
@@ -78,7 +78,8 @@ where
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let server = tokio::spawn(scenario(handle));
     let client = kube::Client::new(service, "default");
-    let registered = registration.register(&client, "watcher-system", &bundle()).await.expect("registers");
+    let registered =
+        Registrar::new(registration, "watcher-system").register(&client, &bundle()).await.expect("registers");
     drop(client);
     server.await.expect("scenario passed");
     registered
@@ -203,4 +204,156 @@ async fn a_concurrent_edit_is_a_conflict_to_retry() {
     })
     .await;
     assert_eq!(registered, Registered::Conflict);
+}
+
+fn mock() -> (kube::Client, ApiHandle) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    (kube::Client::new(service, "default"), handle)
+}
+
+fn registered_as(
+    registration: &Registration,
+    ca_bundle: &ByteString,
+    resource_version: &str,
+) -> MutatingWebhookConfiguration {
+    let mut config = installed_from_deploy();
+    set_client_config(&mut config, &registration.client_config(ca_bundle));
+    config.metadata.resource_version = Some(resource_version.into());
+    config
+}
+
+/// The installed operator (by Service) took the registration; a developer's run by URL takes
+/// it over. The installed one then stands back: one warning, no write, pass after pass, until
+/// the Service form is back; then it keeps the CA bundle again.
+#[tokio::test]
+async fn a_foreign_form_stands_without_flapping() {
+    let (client, mut api) = mock();
+    let registrar = Registrar::new(by_service(), "watcher-system");
+    let server = tokio::spawn(async move {
+        // Pass 1: deploy/'s configuration, without a bundle yet: taken, the bundle written.
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &installed_from_deploy());
+        let (body, send) = expect(&mut api, Method::PUT, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &body);
+        // Passes 2 and 3: the URL of another operator, with its own bundle: no write.
+        let by_url = registered_as(&Registration::Url(URL.into()), &ByteString(b"theirs".to_vec()), "50");
+        for _ in 0..2 {
+            let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+            respond(send, StatusCode::OK, &by_url);
+        }
+        // Pass 4: the other operator restored the Service form (with an older bundle): the
+        // bundle is kept current again.
+        let restored = registered_as(&by_service(), &ByteString(b"old".to_vec()), "51");
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &restored);
+        let (body, send) = expect(&mut api, Method::PUT, CONFIG_PATH).await;
+        assert_eq!(body["metadata"]["resourceVersion"], "51");
+        assert!(body["webhooks"][0]["clientConfig"]["url"].is_null());
+        respond(send, StatusCode::OK, &body);
+        assert!(api.next_request().await.is_none(), "nothing more");
+    });
+    let passes = [Registered::Written, Registered::Yielded, Registered::Yielded, Registered::Written];
+    for expected in passes {
+        assert_eq!(registrar.register(&client, &bundle()).await.expect("registers"), expected);
+    }
+    drop(client);
+    server.await.expect("scenario passed");
+}
+
+/// A run by URL that found the Service form puts it back on a graceful stop, bundle and all,
+/// with the resourceVersion it read.
+#[tokio::test]
+async fn a_run_by_url_restores_the_service_form_it_replaced() {
+    let (client, mut api) = mock();
+    let registrar = Registrar::new(Registration::Url(URL.into()), "watcher-system");
+    let installed = registered_as(&by_service(), &ByteString(b"installed".to_vec()), "41");
+    let server = tokio::spawn(async move {
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &installed);
+        let (body, send) = expect(&mut api, Method::PUT, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &body);
+        // The stop.
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &registered_as(&Registration::Url(URL.into()), &bundle(), "42"));
+        let (body, send) = expect(&mut api, Method::PUT, CONFIG_PATH).await;
+        let mut expected = serde_json::to_value(&installed).expect("serialises");
+        expected["metadata"]["resourceVersion"] = json!("42");
+        assert_eq!(body, expected, "exactly what was replaced");
+        respond(send, StatusCode::OK, &body);
+        assert!(api.next_request().await.is_none(), "nothing more");
+    });
+    assert_eq!(registrar.register(&client, &bundle()).await.expect("registers"), Registered::Written);
+    registrar.restore(&client).await.expect("restored");
+    drop(client);
+    server.await.expect("scenario passed");
+}
+
+/// A run by URL that created the configuration deletes it on a graceful stop, only as it
+/// left it (resourceVersion precondition).
+#[tokio::test]
+async fn a_run_by_url_deletes_the_configuration_it_created() {
+    let (client, mut api) = mock();
+    let registrar = Registrar::new(Registration::Url(URL.into()), "watcher-system");
+    let server = tokio::spawn(async move {
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::NOT_FOUND, &status(404, "NotFound"));
+        let (body, send) =
+            expect(&mut api, Method::POST, "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations").await;
+        respond(send, StatusCode::CREATED, &body);
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &registered_as(&Registration::Url(URL.into()), &bundle(), "60"));
+        let (body, send) = expect(&mut api, Method::DELETE, CONFIG_PATH).await;
+        assert_eq!(body["preconditions"], json!({"resourceVersion": "60"}));
+        respond(send, StatusCode::OK, &status(200, ""));
+        assert!(api.next_request().await.is_none(), "nothing more");
+    });
+    assert_eq!(registrar.register(&client, &bundle()).await.expect("registers"), Registered::Written);
+    registrar.restore(&client).await.expect("deleted");
+    drop(client);
+    server.await.expect("scenario passed");
+}
+
+/// `kubectl apply -k deploy/` while the run by URL is still up: the Service form stands; the
+/// run by URL neither writes it back nor, on its stop, touches it.
+#[tokio::test]
+async fn a_run_by_url_leaves_a_registration_taken_over_since() {
+    let (client, mut api) = mock();
+    let registrar = Registrar::new(Registration::Url(URL.into()), "watcher-system");
+    let server = tokio::spawn(async move {
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::NOT_FOUND, &status(404, "NotFound"));
+        let (body, send) =
+            expect(&mut api, Method::POST, "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations").await;
+        respond(send, StatusCode::CREATED, &body);
+        let reapplied = registered_as(&by_service(), &ByteString(b"installed".to_vec()), "70");
+        for _ in 0..2 {
+            let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+            respond(send, StatusCode::OK, &reapplied);
+        }
+        assert!(api.next_request().await.is_none(), "no write");
+    });
+    assert_eq!(registrar.register(&client, &bundle()).await.expect("registers"), Registered::Written);
+    assert_eq!(registrar.register(&client, &bundle()).await.expect("registers"), Registered::Yielded);
+    registrar.restore(&client).await.expect("left alone");
+    drop(client);
+    server.await.expect("scenario passed");
+}
+
+/// A run by Service never restores anything: the installed replicas come and go.
+#[tokio::test]
+async fn a_run_by_service_restores_nothing() {
+    let (client, mut api) = mock();
+    let registrar = Registrar::new(by_service(), "watcher-system");
+    let server = tokio::spawn(async move {
+        let by_url = registered_as(&Registration::Url(URL.into()), &bundle(), "80");
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &by_url);
+        let (body, send) = expect(&mut api, Method::PUT, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &body);
+        assert!(api.next_request().await.is_none(), "nothing more");
+    });
+    assert_eq!(registrar.register(&client, &bundle()).await.expect("registers"), Registered::Written);
+    registrar.restore(&client).await.expect("nothing to do");
+    drop(client);
+    server.await.expect("scenario passed");
 }

@@ -9,7 +9,7 @@ use kube::client::Body;
 use serde_json::json;
 
 use super::{Lifetimes, SelfManaged, Step, Stored, build_secret, next_step, prune_expired, read_secret};
-use crate::registration::{Registration, webhook_configuration};
+use crate::registration::{Registrar, Registration, webhook_configuration};
 use crate::{Authority, CertInfo, CertStore};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -131,7 +131,10 @@ async fn first_pass_creates_the_secret_and_publishes_the_bundle() {
         client: kube::Client::new(service, "default"),
         namespace: "watcher-system".into(),
         hosts: hosts(),
-        registration: Registration::Service { name: "watcher-operator".into(), namespace: "watcher-system".into() },
+        registrar: Registrar::new(
+            Registration::Service { name: "watcher-operator".into(), namespace: "watcher-system".into() },
+            "watcher-system",
+        ),
         lifetimes: lifetimes(),
     };
     let server = tokio::spawn(async move {
