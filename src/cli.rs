@@ -1,4 +1,4 @@
-//! The command line: `run` (default), `crds`, `inject`, `certs`.
+//! The command line: `run` (default), `crds`, `inject`, `certs`, `check`, `check-inject`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,6 +31,94 @@ enum Command {
     Inject(InjectArgs),
     /// Write a CA and a serving certificate for the webhook Service (for manual TLS setups).
     Certs(CertsArgs),
+    /// Is the installation healthy? One line per check, grouped, with what to do about each
+    /// failure; exit code 1 when any check fails. `--pre` before an install.
+    Check(CheckArgs),
+    /// Why a pod is, or would be, injected or not, Watcher by Watcher, and which ImagePolicy
+    /// rewrites which image: for a pod of the cluster (`POD -n NS`) or a manifest (`-f FILE`).
+    CheckInject(CheckInjectArgs),
+}
+
+/// How to reach the cluster, as kubectl takes it. Without either flag: in-cluster config, then
+/// `KUBECONFIG`, then `~/.kube/config`.
+#[derive(Debug, Args)]
+pub(crate) struct ClusterArgs {
+    /// The kubeconfig file to use.
+    #[arg(long, env = "WATCHER_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, env = "WATCHER_CONTEXT")]
+    context: Option<String>,
+}
+
+impl ClusterArgs {
+    async fn client(&self) -> anyhow::Result<kube::Client> {
+        use anyhow::Context as _;
+        use kube::config::{KubeConfigOptions, Kubeconfig};
+        let options = KubeConfigOptions { context: self.context.clone(), ..KubeConfigOptions::default() };
+        let config = match &self.kubeconfig {
+            Some(path) => {
+                let kubeconfig = Kubeconfig::read_from(path)
+                    .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
+            }
+            None if self.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+            None => kube::Config::infer()
+                .await
+                .context("no cluster: tried in-cluster config, KUBECONFIG, ~/.kube/config")?,
+        };
+        Ok(kube::Client::try_from(config)?)
+    }
+}
+
+/// `-o`: text for people, JSON for machines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Output {
+    Text,
+    Json,
+}
+
+/// Flags of `watcher-operator check`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// Check whether the cluster can take an install instead: its version, the admission API,
+    /// and whether you may create what the install creates.
+    #[arg(long, env = "WATCHER_CHECK_PRE")]
+    pre: bool,
+    /// Output format.
+    #[arg(short = 'o', long, env = "WATCHER_OUTPUT", value_enum, default_value_t = Output::Text)]
+    output: Output,
+    /// The operator's namespace (its Deployment, Lease and TLS Secret).
+    #[arg(short = 'n', long, env = "WATCHER_NAMESPACE", default_value = "watcher-system", value_parser = parse_namespace)]
+    namespace: String,
+    /// Where the admission probe's dry-run pod is created: a namespace the webhook serves.
+    #[arg(long, env = "WATCHER_PROBE_NAMESPACE", default_value = "default", value_parser = parse_namespace)]
+    probe_namespace: String,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+}
+
+/// Flags of `watcher-operator check-inject`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckInjectArgs {
+    /// A pod of the cluster.
+    #[arg(required_unless_present = "filename", conflicts_with = "filename")]
+    pod: Option<String>,
+    /// A Pod manifest (YAML or JSON, one Pod; `-` reads stdin), judged against the cluster.
+    #[arg(short = 'f', long, env = "WATCHER_FILENAME")]
+    filename: Option<PathBuf>,
+    /// The pod's namespace (default: the manifest's, else the kubeconfig context's).
+    #[arg(short = 'n', long, env = "WATCHER_POD_NAMESPACE", value_parser = parse_namespace)]
+    namespace: Option<String>,
+    /// The operator's namespace, never injected (default: the webhook Service's, else
+    /// `watcher-system`).
+    #[arg(long, env = "WATCHER_OPERATOR_NAMESPACE", value_parser = parse_namespace)]
+    operator_namespace: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, env = "WATCHER_OUTPUT", value_enum, default_value_t = Output::Text)]
+    output: Output,
+    #[command(flatten)]
+    cluster: ClusterArgs,
 }
 
 /// Flags of `watcher-operator inject`.
@@ -172,7 +260,27 @@ fn parse_webhook_url(value: &str) -> Result<String, String> {
     Ok(value.to_owned())
 }
 
+/// Whether the binary runs as the kubectl plugin (`kubectl-watcher` on the `PATH`, as
+/// `kubectl watcher ...` finds it).
+fn is_kubectl_plugin(argv0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(argv0).file_name().is_some_and(|name| name.to_string_lossy().starts_with("kubectl-watcher"))
+}
+
 impl Cli {
+    /// Parses the process's arguments. As the kubectl plugin with no command, `kubectl watcher`
+    /// shows the help rather than starting the operator.
+    pub(crate) fn parse_args() -> Self {
+        use clap::CommandFactory;
+        let mut args = std::env::args_os();
+        let plugin = args.next().is_some_and(|argv0| is_kubectl_plugin(&argv0));
+        if plugin && args.next().is_none() {
+            let mut command = Self::command().name("kubectl watcher").bin_name("kubectl watcher");
+            let _ = command.print_help();
+            std::process::exit(0);
+        }
+        Self::parse()
+    }
+
     /// The log format for this invocation (only `run` has the flag; the others log as text).
     pub(crate) fn log_format(&self) -> LogFormat {
         match &self.command {
@@ -182,14 +290,48 @@ impl Cli {
         }
     }
 
-    /// Runs the chosen command.
-    pub(crate) async fn execute(self) -> anyhow::Result<()> {
+    /// Runs the chosen command; `Ok(false)`: it ran, and says something failed (exit code 1).
+    pub(crate) async fn execute(self) -> anyhow::Result<bool> {
         match self.command {
-            None => crate::run::run(self.run).await,
-            Some(Command::Run(args)) => crate::run::run(args).await,
+            None => crate::run::run(self.run).await.map(|()| true),
+            Some(Command::Run(args)) => crate::run::run(args).await.map(|()| true),
             Some(Command::Crds) => {
                 print!("{}", offline::crds_yaml()?);
-                Ok(())
+                Ok(true)
+            }
+            Some(Command::Check(args)) => {
+                let client = args.cluster.client().await?;
+                let options = crate::check::CheckOptions {
+                    namespace: args.namespace,
+                    probe_namespace: args.probe_namespace,
+                    pre: args.pre,
+                };
+                let report = crate::check::check(&client, &options).await;
+                match args.output {
+                    Output::Text => print!("{}", report.text()),
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&report.json())?),
+                }
+                Ok(report.ok())
+            }
+            Some(Command::CheckInject(args)) => {
+                let client = args.cluster.client().await?;
+                let target = match (args.pod, args.filename) {
+                    (Some(pod), _) => crate::check::inject::Target::Pod(pod),
+                    (None, Some(path)) => crate::check::inject::Target::Manifest(path),
+                    (None, None) => anyhow::bail!("name a pod, or a manifest with -f"),
+                };
+                let explanation = crate::check::inject::check_inject(
+                    &client,
+                    &target,
+                    args.namespace.as_deref(),
+                    args.operator_namespace.as_deref(),
+                )
+                .await?;
+                match args.output {
+                    Output::Text => print!("{}", explanation.text()),
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
+                }
+                Ok(true)
             }
             Some(Command::Inject(args)) => {
                 let namespace = args.namespace.as_deref();
@@ -201,10 +343,11 @@ impl Cli {
                     args.native_sidecars,
                 )?;
                 print!("{preview}");
-                Ok(())
+                Ok(true)
             }
             Some(Command::Certs(args)) => {
                 offline::write_certs(&args.service, &args.namespace, &args.hosts, &args.out_dir, args.days)
+                    .map(|()| true)
             }
         }
     }
@@ -214,6 +357,21 @@ impl Cli {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn the_kubectl_plugin_is_known_by_its_name() {
+        assert!(is_kubectl_plugin("/usr/local/bin/kubectl-watcher".as_ref()));
+        assert!(is_kubectl_plugin("kubectl-watcher".as_ref()));
+        assert!(!is_kubectl_plugin("/usr/local/bin/watcher-operator".as_ref()));
+        let cli = Cli::try_parse_from(["kubectl-watcher", "check-inject", "app", "-n", "team-a", "--context", "kind"])
+            .expect("kubectl's flags");
+        assert!(matches!(cli.command, Some(Command::CheckInject(_))));
+        let cli = Cli::try_parse_from(["kubectl-watcher", "check", "--pre", "-o", "json", "--kubeconfig", "/k"])
+            .expect("parses");
+        assert!(matches!(cli.command, Some(Command::Check(CheckArgs { pre: true, output: Output::Json, .. }))));
+        assert!(Cli::try_parse_from(["kubectl-watcher", "check-inject"]).is_err(), "a pod or -f is needed");
+        assert!(Cli::try_parse_from(["kubectl-watcher", "check-inject", "app", "-f", "pod.yaml"]).is_err(), "not both");
+    }
 
     #[test]
     fn no_subcommand_means_run_with_documented_defaults() {

@@ -1,11 +1,10 @@
 //! `watcher-operator`: the admission webhook and the controllers, in one process.
 
+mod check;
 mod cli;
 mod offline;
 mod run;
 mod telemetry;
-
-use clap::Parser;
 
 use std::process::ExitCode;
 
@@ -14,7 +13,8 @@ use std::process::ExitCode;
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     match run().await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(error) => {
             // One line with every cause, for people and for `kubectl logs` alike.
             eprintln!("error: {error:#}");
@@ -23,12 +23,12 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<bool> {
     // One crypto backend for the webhook's TLS and kube's client, chosen before either starts.
     rustls::crypto::ring::default_provider()
         .install_default()
         .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
-    let cli = cli::Cli::parse();
+    let cli = cli::Cli::parse_args();
     telemetry::init_tracing(cli.log_format())?;
     cli.execute().await
 }

@@ -60,6 +60,12 @@ pub const ORIGINAL_IMAGES_ANNOTATION: &str = "watcher.dev/original-images";
 /// `<container>=<image>,...` with the images it wrote. An image that differs from the one
 /// written there was set by the workload's owner, and the owner wins.
 pub const REWRITTEN_IMAGES_ANNOTATION: &str = "watcher.dev/rewritten-images";
+/// Annotation of the probe pod that `watcher-operator check` creates with a server-side dry
+/// run: the webhook answers such a dry run (only a dry run) with a patch that adds
+/// [`PROBED_ANNOTATION`], proving that kube-apiserver reaches it and applies its patch.
+pub const PROBE_ANNOTATION: &str = "watcher.dev/probe";
+/// Added by the webhook to a dry-run probe pod: the webhook's version.
+pub const PROBED_ANNOTATION: &str = "watcher.dev/probed";
 /// Label on every object this operator creates: `app.kubernetes.io/managed-by=watcher-operator`.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// The value of [`MANAGED_BY_LABEL`].

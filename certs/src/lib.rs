@@ -7,10 +7,12 @@ mod error;
 pub mod registration;
 mod resolver;
 pub mod secret;
+mod verify;
 
 pub use authority::{Authority, CertInfo, CertifiedPem};
 pub use error::{Error, Result};
 pub use resolver::{CertFiles, CertStore, server_config};
+pub use verify::verify_serving;
 
 /// The DNS names a Service is reached by from inside the cluster.
 pub fn service_hosts(service: &str, namespace: &str) -> Vec<String> {

@@ -11,8 +11,9 @@ use kube::ResourceExt;
 use serde_json::Value;
 use watcher_api::{
     INJECTED_ANNOTATION, NativeSidecar, Watcher, config_map_name, injected_annotation_value, injected_watchers,
-    requested_watchers,
 };
+
+use crate::decide::{Verdict, decide};
 
 /// Namespaces that are never injected, whatever the pods in them ask for.
 pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
@@ -58,6 +59,8 @@ pub struct Injection {
     pub warnings: Vec<String>,
     /// Why nothing was injected, when `patch` is empty.
     pub skipped: Option<String>,
+    /// Whether the patch answers a dry-run probe of `watcher-operator check`.
+    pub probed: bool,
     /// Whether the pod asked for a Watcher or was selected by one (in a namespace that is
     /// injected at all).
     pub asked: bool,
@@ -78,50 +81,28 @@ pub fn inject(pod: &PodView, namespace: &str, watchers: &[&Watcher], options: &I
         injection.skipped = Some("the pod has no containers".into());
         return injection;
     }
-    let annotations = pod.annotations();
-    let in_namespace = |w: &&&Watcher| w.metadata.namespace.as_deref() == Some(namespace);
-
-    // Requested by annotation, in the order written, then selected, by name.
-    let mut wanted: Vec<&Watcher> = Vec::new();
-    for name in requested_watchers(annotations) {
-        match watchers.iter().filter(in_namespace).find(|w| w.name_any() == name) {
-            Some(watcher) => wanted.push(watcher),
-            None => injection.warnings.push(format!("Watcher {name} not found in namespace {namespace}")),
-        }
-    }
-    let mut selected: Vec<&Watcher> =
-        watchers.iter().filter(in_namespace).filter(|w| w.selects(pod.labels())).copied().collect();
-    selected.sort_by_key(|w| w.name_any());
-    for watcher in selected {
-        if !wanted.iter().any(|w| w.name_any() == watcher.name_any()) {
-            wanted.push(watcher);
-        }
-    }
-    injection.asked = !wanted.is_empty() || !injection.warnings.is_empty();
-    if wanted.is_empty() {
-        if injection.warnings.is_empty() {
-            injection.skipped = Some("the pod asks for no Watcher".into());
-        } else {
-            injection.skipped = Some("no requested Watcher exists".into());
-        }
-        return injection;
-    }
-
-    let already: Vec<(&str, &str)> = injected_watchers(annotations);
+    let decisions = decide(pod, namespace, watchers);
+    injection.asked = !decisions.is_empty();
     let mut patch = PodPatch::new(pod);
-    let mut entries: Vec<(String, String)> = already.iter().map(|(n, h)| ((*n).to_owned(), (*h).to_owned())).collect();
-    for watcher in wanted {
-        let name = watcher.name_any();
-        if already.iter().any(|(injected, _)| *injected == name) {
-            continue; // reinvocation, or a pod copied from an injected one: nothing to do
-        }
-        let container_name = watcher.spec.container.name.as_str();
-        if patch.container_names.iter().any(|n| n == container_name) {
-            injection
-                .warnings
-                .push(format!("Watcher {name} not injected: the pod already has a container named {container_name}"));
-            continue;
-        }
+    let mut entries: Vec<(String, String)> =
+        injected_watchers(pod.annotations()).iter().map(|(n, h)| ((*n).to_owned(), (*h).to_owned())).collect();
+    for decision in &decisions {
+        let name = &decision.name;
+        let watcher = match (&decision.verdict, decision.watcher) {
+            (Verdict::Inject, Some(watcher)) => watcher,
+            (Verdict::Missing, _) => {
+                injection.warnings.push(format!("Watcher {name} not found in namespace {namespace}"));
+                continue;
+            }
+            (Verdict::Collision { container }, _) => {
+                injection
+                    .warnings
+                    .push(format!("Watcher {name} not injected: the pod already has a container named {container}"));
+                continue;
+            }
+            // Reinvocation, or a pod copied from an injected one: nothing to do.
+            (Verdict::AlreadyInjected { .. } | Verdict::Inject, _) => continue,
+        };
         let native = match watcher.spec.native_sidecar {
             NativeSidecar::Always => {
                 if !options.native_sidecars {
@@ -143,7 +124,15 @@ pub fn inject(pod: &PodView, namespace: &str, watchers: &[&Watcher], options: &I
             patch.add_pull_secret(secret.name.clone(), to_value(secret));
         }
         entries.push((name.clone(), watcher.spec.spec_hash()));
-        injection.injected.push(name);
+        injection.injected.push(name.clone());
+    }
+    if decisions.is_empty() {
+        injection.skipped = Some("the pod asks for no Watcher".into());
+        return injection;
+    }
+    if decisions.iter().all(|d| d.verdict == Verdict::Missing) {
+        injection.skipped = Some("no requested Watcher exists".into());
+        return injection;
     }
 
     if injection.injected.is_empty() {
@@ -180,7 +169,6 @@ fn to_value<T: serde::Serialize>(value: &T) -> Value {
 /// every path is valid for the pod as the earlier operations leave it.
 struct PodPatch {
     ops: Vec<PatchOperation>,
-    container_names: Vec<String>,
     volume_names: Vec<String>,
     secret_names: Vec<String>,
     has_containers: bool,
@@ -198,7 +186,6 @@ impl PodPatch {
         let secrets = spec.and_then(|s| s.image_pull_secrets.as_deref());
         Self {
             ops: Vec::new(),
-            container_names: containers.iter().chain(init.unwrap_or_default()).map(|c| c.name.clone()).collect(),
             volume_names: volumes.unwrap_or_default().iter().map(|v| v.name.clone()).collect(),
             secret_names: secrets.unwrap_or_default().iter().map(|s| s.name.clone()).collect(),
             has_containers: !containers.is_empty(),
@@ -209,7 +196,6 @@ impl PodPatch {
     }
 
     fn add_container(&mut self, container: Container, native: bool) {
-        self.container_names.push(container.name.clone());
         let value = to_value(&container);
         if native {
             append(&mut self.ops, &mut self.has_init_containers, "initContainers", value);

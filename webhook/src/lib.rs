@@ -1,6 +1,7 @@
 //! The admission webhook of watcher-operator: the pure [`inject`] and [`rewrite_images`] steps,
 //! the AdmissionReview handling around them ([`Reviewer`]), and the TLS server ([`serve_tls`]).
 
+mod decide;
 mod inject;
 mod metrics;
 mod pod;
@@ -8,6 +9,7 @@ mod review;
 mod rewrite;
 mod server;
 
+pub use decide::{Asked, Decision, Exclusion, Verdict, WebhookSelectors, decide, exclusion};
 pub use inject::{InjectOptions, Injection, SYSTEM_NAMESPACES, inject, supports_native_sidecars};
 pub use metrics::{AdmissionResult, Metrics};
 pub use pod::{ContainerView, Named, PodMeta, PodSpecView, PodView};

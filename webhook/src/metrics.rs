@@ -16,6 +16,8 @@ pub enum AdmissionResult {
     rewritten,
     /// The pod was allowed unchanged.
     skipped,
+    /// A dry-run probe of `watcher-operator check` was answered.
+    probe,
     /// The request could not be read, or was denied.
     error,
 }

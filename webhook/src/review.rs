@@ -10,7 +10,7 @@ use kube::runtime::reflector::Store;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
-use watcher_api::Watcher;
+use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION, Watcher};
 
 use crate::metrics::AdmissionResult;
 use crate::{InjectOptions, Injection, PodView, PolicySource, inject, rewrite_images};
@@ -173,9 +173,26 @@ impl<S: WatcherSource> Reviewer<S> {
         let refs: Vec<&Watcher> = watchers.iter().map(Arc::as_ref).collect();
         let mut injection = inject(pod, &namespace, &refs, &self.options);
         rewrite_images(pod, &namespace, &self.policies.policies_for(&namespace), &self.options, &mut injection);
+        if request.dry_run {
+            answer_probe(pod, &mut injection);
+        }
         log_injection(request, &namespace, pod.display_name(), &injection);
         Answer::from_injection(uid, injection)
     }
+}
+
+/// Marks a dry-run probe pod of `watcher-operator check` with the webhook's version, in the
+/// same patch: the probe sees kube-apiserver apply it.
+fn answer_probe(pod: &PodView, injection: &mut Injection) {
+    let annotations = pod.annotations();
+    if !annotations.contains_key(PROBE_ANNOTATION) || annotations.contains_key(PROBED_ANNOTATION) {
+        return;
+    }
+    // The probe annotation exists, so the annotations object does too.
+    let path = json_patch::jsonptr::PointerBuf::from_tokens(["metadata", "annotations", PROBED_ANNOTATION]);
+    let value = serde_json::Value::String(env!("CARGO_PKG_VERSION").to_owned());
+    injection.patch.push(json_patch::PatchOperation::Add(json_patch::AddOperation { path, value }));
+    injection.probed = true;
 }
 
 /// A body that is not a review of a Pod: deny with a reason when there is a uid to answer.
@@ -286,8 +303,15 @@ impl Answer {
             Ok(patch) => {
                 answer.response.patch = Some(ByteString(patch));
                 answer.response.patch_type = Some("JSONPatch");
-                let result =
-                    if injection.injected.is_empty() { AdmissionResult::rewritten } else { AdmissionResult::injected };
+                let result = if !injection.injected.is_empty() {
+                    AdmissionResult::injected
+                } else if !injection.rewritten.is_empty() {
+                    AdmissionResult::rewritten
+                } else if injection.probed {
+                    AdmissionResult::probe
+                } else {
+                    AdmissionResult::rewritten
+                };
                 (answer, result)
             }
             // Cannot happen for JSON values; allow the pod unchanged rather than block it.

@@ -401,3 +401,23 @@ async fn what_a_full_parse_rejects_in_a_skipped_field_gets_400(#[case] value: &s
     assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
     assert_eq!(metrics.count(AdmissionResult::injected), 0);
 }
+
+/// `watcher-operator check`'s probe: a server-side dry run of a pod annotated
+/// `watcher.dev/probe` comes back with `watcher.dev/probed` (the webhook's version); the same
+/// pod created for real is left as it is.
+#[tokio::test]
+async fn a_dry_run_probe_is_answered_with_a_patch() {
+    let (app, metrics) = app(vec![]);
+    let mut request = fixture("pod-create-dry-run.json");
+    request["request"]["object"]["metadata"]["annotations"] = json!({"watcher.dev/probe": "check"});
+    let (status, review, _) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, pod) = patched_pod(&request, &review);
+    assert_eq!(pod["metadata"]["annotations"]["watcher.dev/probed"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(metrics.count(AdmissionResult::probe), 1);
+
+    request["request"]["dryRun"] = json!(false);
+    let (status, review, _) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(review["response"].get("patch").is_none(), "only a dry run is probed: {review}");
+}

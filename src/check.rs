@@ -1,0 +1,726 @@
+//! `watcher-operator check`: is the installation healthy? Each check reads the cluster once and
+//! judges what it finds with the operator's own code (its CRDs, its certificate rules, its
+//! webhook selectors); the admission probe sends a dry-run pod through kube-apiserver itself.
+//! `--pre` asks instead whether the cluster can take an install.
+
+pub(crate) mod inject;
+mod report;
+
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, MutatingWebhookConfiguration};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION};
+use watcher_certs::registration::WEBHOOK_CONFIGURATION;
+use watcher_certs::secret::SECRET_NAME;
+use watcher_webhook::{InjectOptions, WebhookSelectors, exclusion, supports_native_sidecars};
+
+pub(crate) use report::{Report, Status};
+
+/// The Deployment, Service and Lease of an installed operator (`deploy/`, the Helm chart).
+const OPERATOR_NAME: &str = "watcher-operator";
+/// How to install or upgrade the CRDs.
+const APPLY_CRDS: &str = "watcher-operator crds | kubectl apply --server-side -f -";
+
+/// What `check` looks at.
+#[derive(Clone, Debug)]
+pub(crate) struct CheckOptions {
+    /// The operator's namespace.
+    pub(crate) namespace: String,
+    /// Where the admission probe's dry-run pod is created.
+    pub(crate) probe_namespace: String,
+    /// The checks before an install instead.
+    pub(crate) pre: bool,
+}
+
+/// Runs every check against the cluster of `client`.
+pub(crate) async fn check(client: &Client, options: &CheckOptions) -> Report {
+    let mut report = Report::default();
+    if !cluster(client, &mut report, options.pre).await {
+        return report; // nothing else can be read
+    }
+    if options.pre {
+        permissions(client, &mut report, &options.namespace).await;
+        return report;
+    }
+    crds(client, &mut report).await;
+    let registration = registration(client, &mut report, &options.namespace).await;
+    operator(client, &mut report, &options.namespace, registration.as_ref()).await;
+    probe(client, &mut report, options, registration.as_ref()).await;
+    report
+}
+
+/// The API server's version, the oldest one supported and native sidecars; `--pre` also asks
+/// for admissionregistration/v1. False when the API server cannot be reached.
+async fn cluster(client: &Client, report: &mut Report, pre: bool) -> bool {
+    const GROUP: &str = "cluster";
+    let info = match client.apiserver_version().await {
+        Ok(info) => info,
+        Err(error) => {
+            report.fail(
+                GROUP,
+                "API server",
+                format!("cannot reach it: {error}"),
+                "check the kubeconfig and context: `kubectl cluster-info` (or pass --kubeconfig, --context)",
+            );
+            return false;
+        }
+    };
+    let version = (number(&info.major), number(&info.minor));
+    match version {
+        (Some(1), Some(minor)) if minor < 24 => report.fail(
+            GROUP,
+            "API server",
+            format!("Kubernetes {} is older than 1.24, the oldest watcher-operator supports", info.git_version),
+            "upgrade the cluster to Kubernetes 1.24 or later",
+        ),
+        _ => report.pass(GROUP, "API server", format!("Kubernetes {}", info.git_version)),
+    }
+    if supports_native_sidecars(&info.major, &info.minor) {
+        report.pass(GROUP, "native sidecars", "supported (Kubernetes 1.29 or later): `nativeSidecar: Auto` uses them");
+    } else {
+        report.warn(
+            GROUP,
+            "native sidecars",
+            format!("not supported by Kubernetes {}: sidecars are injected as regular containers", info.git_version),
+            "fine for most Watchers; `nativeSidecar: Always` needs Kubernetes 1.29 or later",
+        );
+    }
+    if pre {
+        match client.list_api_group_resources("admissionregistration.k8s.io/v1").await {
+            Ok(_) => report.pass(GROUP, "admissionregistration.k8s.io/v1", "served"),
+            Err(error) => report.fail(
+                GROUP,
+                "admissionregistration.k8s.io/v1",
+                format!("not served: {error}"),
+                "the API server must serve admissionregistration.k8s.io/v1 (Kubernetes 1.16 or later) \
+                 with the MutatingAdmissionWebhook plugin on",
+            ),
+        }
+    }
+    true
+}
+
+fn number(s: &str) -> Option<u32> {
+    s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()
+}
+
+/// What an install creates (`deploy/`, the Helm chart): group, resource, namespaced.
+pub(crate) const INSTALLED: [(&str, &str, &str, bool); 12] = [
+    ("", "namespaces", "Namespace", false),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "CustomResourceDefinition", false),
+    ("", "serviceaccounts", "ServiceAccount", true),
+    ("rbac.authorization.k8s.io", "clusterroles", "ClusterRole", false),
+    ("rbac.authorization.k8s.io", "clusterrolebindings", "ClusterRoleBinding", false),
+    ("rbac.authorization.k8s.io", "roles", "Role", true),
+    ("rbac.authorization.k8s.io", "rolebindings", "RoleBinding", true),
+    ("apps", "deployments", "Deployment", true),
+    ("policy", "poddisruptionbudgets", "PodDisruptionBudget", true),
+    ("", "services", "Service", true),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", false),
+    ("coordination.k8s.io", "leases", "Lease", true),
+];
+
+/// `--pre`: may the current user create what an install creates? One SelfSubjectAccessReview
+/// per kind.
+async fn permissions(client: &Client, report: &mut Report, namespace: &str) {
+    const GROUP: &str = "permissions";
+    let api = Api::<SelfSubjectAccessReview>::all(client.clone());
+    for (group, resource, kind, namespaced) in INSTALLED {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(group.to_owned()),
+                    resource: Some(resource.to_owned()),
+                    verb: Some("create".to_owned()),
+                    namespace: namespaced.then(|| namespace.to_owned()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let where_ = if namespaced { format!(" in namespace {namespace}") } else { String::new() };
+        match api.create(&PostParams::default(), &review).await {
+            Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => {
+                report.pass(GROUP, format!("create {kind}"), format!("allowed{where_}"));
+            }
+            Ok(answer) => {
+                let why = answer.status.and_then(|s| s.reason).filter(|r| !r.is_empty());
+                report.fail(
+                    GROUP,
+                    format!("create {kind}"),
+                    format!("not allowed{where_}{}", why.map(|r| format!(": {r}")).unwrap_or_default()),
+                    "install as a cluster administrator: the install creates cluster-wide objects \
+                     (CRDs, a ClusterRole, the webhook configuration)",
+                );
+            }
+            Err(error) => report.fail(
+                GROUP,
+                format!("create {kind}"),
+                format!("cannot ask the API server: {error}"),
+                "check that you may create selfsubjectaccessreviews (every authenticated user may by default)",
+            ),
+        }
+    }
+}
+
+/// Every CRD of this binary: installed, established, and equal to this binary's.
+async fn crds(client: &Client, report: &mut Report) {
+    const GROUP: &str = "crds";
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    for wanted in watcher_api::crds() {
+        let name = wanted.name_any();
+        let installed = match api.get_opt(&name).await {
+            Ok(Some(installed)) => installed,
+            Ok(None) => {
+                report.fail(GROUP, &name, "not installed", &format!("install the CRDs: {APPLY_CRDS}"));
+                continue;
+            }
+            Err(error) => {
+                report.fail(GROUP, &name, format!("cannot read it: {error}"), "check your access: `kubectl get crd`");
+                continue;
+            }
+        };
+        let established = installed
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+        if !established {
+            report.fail(
+                GROUP,
+                &name,
+                "installed but not established: the API server does not serve it yet",
+                &format!("`kubectl describe crd {name}` shows why (a name conflict, a schema error)"),
+            );
+            continue;
+        }
+        match crd_difference(&wanted, &installed) {
+            None => report.pass(GROUP, &name, "established, as this binary defines it"),
+            Some(difference) => report.fail(
+                GROUP,
+                &name,
+                difference,
+                &format!("upgrade the CRDs to this binary's (Helm does not): {APPLY_CRDS}"),
+            ),
+        }
+    }
+}
+
+/// How an installed CRD differs from this binary's, per served version and schema property.
+fn crd_difference(wanted: &CustomResourceDefinition, installed: &CustomResourceDefinition) -> Option<String> {
+    let version_names =
+        |crd: &CustomResourceDefinition| crd.spec.versions.iter().map(|v| v.name.clone()).collect::<Vec<_>>();
+    for version in &wanted.spec.versions {
+        let Some(theirs) = installed.spec.versions.iter().find(|v| v.name == version.name) else {
+            return Some(format!(
+                "version {} missing (installed: {}): older than this binary",
+                version.name,
+                version_names(installed).join(", ")
+            ));
+        };
+        let schema = |v: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionVersion| {
+            normalized(serde_json::to_value(&v.schema).unwrap_or_default())
+        };
+        let (ours, theirs) = (schema(version), schema(theirs));
+        if ours == theirs {
+            continue;
+        }
+        let (mut missing, mut extra) = (Vec::new(), Vec::new());
+        property_paths(&ours["openAPIV3Schema"], "", &mut missing);
+        property_paths(&theirs["openAPIV3Schema"], "", &mut extra);
+        let only_ours: Vec<&String> = missing.iter().filter(|p| !extra.contains(p)).collect();
+        let only_theirs: Vec<&String> = extra.iter().filter(|p| !missing.contains(p)).collect();
+        let list = |paths: &[&String]| paths.iter().take(5).map(|p| p.as_str()).collect::<Vec<_>>().join(", ");
+        return Some(match (only_ours.is_empty(), only_theirs.is_empty()) {
+            (false, _) => format!("older than this binary: {} lacks {}", version.name, list(&only_ours)),
+            (true, false) => format!("newer than this binary: {} has {}", version.name, list(&only_theirs)),
+            (true, true) => format!("the {} schema differs from this binary's", version.name),
+        });
+    }
+    None
+}
+
+/// Numbers compared by value (`0` and `0.0` alike), as the API server may return either.
+fn normalized(value: Value) -> Value {
+    match value {
+        Value::Number(n) => n.as_f64().map_or(Value::Number(n), |f| json!(f)),
+        Value::Array(items) => Value::Array(items.into_iter().map(normalized).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, normalized(v))).collect()),
+        other => other,
+    }
+}
+
+/// The dotted paths of every property of a schema.
+fn property_paths(schema: &Value, prefix: &str, out: &mut Vec<String>) {
+    for (key, nested) in schema["properties"].as_object().into_iter().flatten() {
+        let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+        property_paths(nested, &path, out);
+        property_paths(&nested["items"], &format!("{path}[]"), out);
+        out.push(path);
+    }
+}
+
+/// How the webhook is registered, as far as the later checks need it.
+#[derive(Clone, Debug)]
+pub(crate) struct Registered {
+    /// The Service (`namespace`, `name`), when registered by Service.
+    service: Option<(String, String)>,
+    /// The selectors kube-apiserver applies.
+    selectors: WebhookSelectors,
+}
+
+/// The webhook configuration, its `clientConfig`, its `caBundle` against the serving
+/// certificate the operator keeps, and its failure policy.
+async fn registration(client: &Client, report: &mut Report, namespace: &str) -> Option<Registered> {
+    const GROUP: &str = "registration";
+    let api = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    let configuration = match api.get_opt(WEBHOOK_CONFIGURATION).await {
+        Ok(Some(configuration)) => configuration,
+        Ok(None) => {
+            report.fail(
+                GROUP,
+                "webhook configuration",
+                format!("MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION} not found: no pod is injected"),
+                "install the operator (`helm install watcher-operator charts/watcher-operator -n watcher-system \
+                 --create-namespace`, or `kubectl apply -k deploy/`); outside the cluster, \
+                 `watcher-operator run --webhook-url https://HOST:8443/mutate` creates it",
+            );
+            return None;
+        }
+        Err(error) => {
+            report.fail(
+                GROUP,
+                "webhook configuration",
+                format!("cannot read MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}: {error}"),
+                "check your access: `kubectl get mutatingwebhookconfigurations`",
+            );
+            return None;
+        }
+    };
+    let webhooks = configuration.webhooks.unwrap_or_default();
+    let Some(webhook) = webhooks.first() else {
+        report.fail(
+            GROUP,
+            "webhook configuration",
+            format!("MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION} has no webhooks"),
+            "install it again: `kubectl apply -k deploy/` (or `helm upgrade`)",
+        );
+        return None;
+    };
+    let client_config = &webhook.client_config;
+    let (service, url) = (client_config.service.as_ref(), client_config.url.as_deref());
+    let (host, registered) = match (service, url) {
+        (Some(s), None) => {
+            let registered =
+                Registered { service: Some((s.namespace.clone(), s.name.clone())), selectors: selectors(webhook) };
+            report.pass(
+                GROUP,
+                "webhook configuration",
+                format!("MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}, by Service {}/{}", s.namespace, s.name),
+            );
+            (format!("{}.{}.svc", s.name, s.namespace), registered)
+        }
+        (None, Some(url)) => {
+            report.pass(
+                GROUP,
+                "webhook configuration",
+                format!("MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}, by URL {url} (the operator runs outside the cluster)"),
+            );
+            let host =
+                url.parse::<http::Uri>().ok().and_then(|u| u.host().map(|h| h.trim_matches(['[', ']']).to_owned()));
+            (host.unwrap_or_default(), Registered { service: None, selectors: selectors(webhook) })
+        }
+        (service, _) => {
+            let seen = if service.is_some() { "both service and url" } else { "neither service nor url" };
+            report.fail(
+                GROUP,
+                "webhook configuration",
+                format!("webhooks[0].clientConfig has {seen}; kube-apiserver needs exactly one"),
+                "apply the install again: `kubectl apply -k deploy/` (it sets the Service and clears url)",
+            );
+            return None;
+        }
+    };
+    failure_policy(report, webhook);
+    ca_bundle(client, report, namespace, client_config.ca_bundle.as_ref(), &host).await;
+    Some(registered)
+}
+
+fn selectors(webhook: &MutatingWebhook) -> WebhookSelectors {
+    WebhookSelectors { namespace: webhook.namespace_selector.clone(), object: webhook.object_selector.clone() }
+}
+
+fn failure_policy(report: &mut Report, webhook: &MutatingWebhook) {
+    const GROUP: &str = "registration";
+    match webhook.failure_policy.as_deref().unwrap_or("Fail") {
+        "Ignore" => {
+            report.pass(GROUP, "failure policy", "Ignore: pods are created, uninjected, while the webhook is down")
+        }
+        other => report.warn(
+            GROUP,
+            "failure policy",
+            format!("{other}: no pod of a selected namespace can be created while the webhook is unreachable"),
+            "set failurePolicy: Ignore (the default of deploy/ and the chart) unless every pod must be injected",
+        ),
+    }
+}
+
+/// The `caBundle`: present, readable, in date, and trusted by it the serving certificate the
+/// operator keeps in Secret `watcher-operator-tls`, for the host kube-apiserver dials.
+async fn ca_bundle(
+    client: &Client,
+    report: &mut Report,
+    namespace: &str,
+    bundle: Option<&k8s_openapi::ByteString>,
+    host: &str,
+) {
+    const GROUP: &str = "registration";
+    let logs = format!("see why in the operator's log: `kubectl -n {namespace} logs deploy/{OPERATOR_NAME}`");
+    let Some(bundle) = bundle.filter(|b| !b.0.is_empty()) else {
+        report.fail(
+            GROUP,
+            "caBundle",
+            "empty: kube-apiserver cannot verify the webhook",
+            &format!("the operator writes it when it runs (with cert-manager, its CA injector does); {logs}"),
+        );
+        return;
+    };
+    let bundle = String::from_utf8_lossy(&bundle.0);
+    let now = SystemTime::now();
+    match watcher_certs::CertInfo::all_from_pem(&bundle) {
+        Ok(cas) if !cas.is_empty() => {
+            if let Some(expired) = cas.iter().find(|ca| now >= ca.not_after || now < ca.not_before) {
+                report.fail(
+                    GROUP,
+                    "caBundle",
+                    format!("a CA is out of date (valid until {})", timestamp(expired.not_after)),
+                    &format!("the operator renews it while it runs; {logs}"),
+                );
+                return;
+            }
+            let until = cas.iter().map(|ca| ca.not_after).max().unwrap_or(now);
+            report.pass(GROUP, "caBundle", format!("{} CA(s), valid until {}", cas.len(), timestamp(until)));
+        }
+        _ => {
+            report.fail(GROUP, "caBundle", "not a PEM certificate bundle", &format!("the operator writes it; {logs}"));
+            return;
+        }
+    }
+    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
+    let serving = match secrets.get_opt(SECRET_NAME).await {
+        Ok(Some(secret)) => {
+            secret.data.and_then(|d| d.get("tls.crt").map(|c| String::from_utf8_lossy(&c.0).into_owned()))
+        }
+        Ok(None) => None,
+        Err(error) => {
+            report.fail(
+                GROUP,
+                "serving certificate",
+                format!("cannot read Secret {namespace}/{SECRET_NAME}: {error}"),
+                "check your access, or pass the operator's namespace with -n",
+            );
+            return;
+        }
+    };
+    let Some(serving) = serving else {
+        report.fail(
+            GROUP,
+            "serving certificate",
+            format!("Secret {namespace}/{SECRET_NAME} with tls.crt not found"),
+            &format!("is the operator installed in namespace {namespace}? (pass -n) The operator creates it when it starts; {logs}"),
+        );
+        return;
+    };
+    match watcher_certs::verify_serving(&bundle, &serving, host, now) {
+        Ok(()) => report.pass(
+            GROUP,
+            "serving certificate",
+            format!("Secret {namespace}/{SECRET_NAME} is signed by the caBundle and valid for {host}"),
+        ),
+        Err(why) => report.fail(
+            GROUP,
+            "serving certificate",
+            format!("Secret {namespace}/{SECRET_NAME} for {host}: {why}"),
+            &format!("kube-apiserver refuses such a certificate; the operator re-issues it and the caBundle; {logs}"),
+        ),
+    }
+}
+
+fn timestamp(time: SystemTime) -> String {
+    jiff::Timestamp::try_from(time).map(|t| t.strftime("%Y-%m-%d").to_string()).unwrap_or_default()
+}
+
+/// The Service's endpoints, the Deployment and the Lease; by URL, the first two are skipped.
+async fn operator(client: &Client, report: &mut Report, namespace: &str, registered: Option<&Registered>) {
+    const GROUP: &str = "operator";
+    let by_url = registered.is_some_and(|r| r.service.is_none());
+    if by_url {
+        let skipped = "skipped: the webhook is registered by URL (the operator runs outside the cluster)";
+        report.pass(GROUP, "Service endpoints", skipped);
+        report.pass(GROUP, "Deployment", skipped);
+    } else {
+        let (service_namespace, service) = registered
+            .and_then(|r| r.service.clone())
+            .unwrap_or_else(|| (namespace.to_owned(), OPERATOR_NAME.to_owned()));
+        endpoints(client, report, &service_namespace, &service).await;
+        deployment(client, report, namespace).await;
+    }
+    lease(client, report, namespace, SystemTime::now()).await;
+}
+
+async fn endpoints(client: &Client, report: &mut Report, namespace: &str, name: &str) {
+    const GROUP: &str = "operator";
+    let pods = format!("kubectl -n {namespace} get pods -l app.kubernetes.io/name={OPERATOR_NAME}");
+    match Api::<Service>::namespaced(client.clone(), namespace).get_opt(name).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return report.fail(
+                GROUP,
+                "Service endpoints",
+                format!("Service {namespace}/{name}, which the webhook configuration names, not found"),
+                "apply the install again: `kubectl apply -k deploy/` (or `helm upgrade`)",
+            );
+        }
+        Err(error) => {
+            return report.fail(
+                GROUP,
+                "Service endpoints",
+                format!("cannot read Service {namespace}/{name}: {error}"),
+                "check your access",
+            );
+        }
+    }
+    let slices = Api::<EndpointSlice>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={name}")))
+        .await;
+    let ready = match slices {
+        Ok(list) => list
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter())
+            // The API: a missing `ready` means ready.
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+            .count(),
+        Err(error) => {
+            return report.fail(
+                GROUP,
+                "Service endpoints",
+                format!("cannot list the EndpointSlices of Service {namespace}/{name}: {error}"),
+                "check your access: `kubectl get endpointslices`",
+            );
+        }
+    };
+    if ready == 0 {
+        report.fail(
+            GROUP,
+            "Service endpoints",
+            format!("Service {namespace}/{name} has no ready endpoints: kube-apiserver cannot reach the webhook"),
+            &format!(
+                "are the operator's pods running and ready? `{pods}`, then `kubectl -n {namespace} describe pods`"
+            ),
+        );
+    } else {
+        report.pass(GROUP, "Service endpoints", format!("Service {namespace}/{name} has {ready} ready endpoint(s)"));
+    }
+}
+
+async fn deployment(client: &Client, report: &mut Report, namespace: &str) {
+    const GROUP: &str = "operator";
+    let describe = format!("`kubectl -n {namespace} describe deployment {OPERATOR_NAME}`");
+    match Api::<Deployment>::namespaced(client.clone(), namespace).get_opt(OPERATOR_NAME).await {
+        Ok(Some(deployment)) => {
+            let wanted = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let available = deployment.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0);
+            if available > 0 {
+                report.pass(
+                    GROUP,
+                    "Deployment",
+                    format!("{namespace}/{OPERATOR_NAME}: {available} of {wanted} replicas available"),
+                );
+            } else {
+                report.fail(
+                    GROUP,
+                    "Deployment",
+                    format!("{namespace}/{OPERATOR_NAME}: 0 of {wanted} replicas available"),
+                    &format!(
+                        "{describe} and `kubectl -n {namespace} get pods` show why (image pull, probes, scheduling)"
+                    ),
+                );
+            }
+        }
+        Ok(None) => report.fail(
+            GROUP,
+            "Deployment",
+            format!("Deployment {namespace}/{OPERATOR_NAME} not found"),
+            "install the operator, or pass its namespace with -n",
+        ),
+        Err(error) => report.fail(GROUP, "Deployment", format!("cannot read it: {error}"), "check your access"),
+    }
+}
+
+/// The Lease of the replica that runs the controllers: held, and renewed within its duration.
+async fn lease(client: &Client, report: &mut Report, namespace: &str, now: SystemTime) {
+    const GROUP: &str = "operator";
+    let logs = format!("`kubectl -n {namespace} get pods` and `kubectl -n {namespace} logs deploy/{OPERATOR_NAME}`");
+    let lease = match Api::<Lease>::namespaced(client.clone(), namespace).get_opt(OPERATOR_NAME).await {
+        Ok(Some(lease)) => lease,
+        Ok(None) => {
+            return report.warn(
+                GROUP,
+                "leader Lease",
+                format!("Lease {namespace}/{OPERATOR_NAME} not found: no replica has led (or leader election is off)"),
+                &format!(
+                    "the controllers run in the Lease holder; with --leader-election=false there is none. Else {logs}"
+                ),
+            );
+        }
+        Err(error) => {
+            return report.fail(GROUP, "leader Lease", format!("cannot read it: {error}"), "check your access");
+        }
+    };
+    let spec = lease.spec.unwrap_or_default();
+    let holder = spec.holder_identity.filter(|h| !h.is_empty());
+    let renewed = spec.renew_time.map(|t| SystemTime::from(t.0));
+    let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(15).max(0).unsigned_abs().into());
+    match (holder, renewed) {
+        (Some(holder), Some(renewed)) if now < renewed + duration => report.pass(
+            GROUP,
+            "leader Lease",
+            format!("held by {holder}, renewed {} ago: the controllers run", ago(now, renewed)),
+        ),
+        (Some(holder), Some(renewed)) => report.fail(
+            GROUP,
+            "leader Lease",
+            format!(
+                "held by {holder}, last renewed {} ago (it lasts {}s): no replica runs the controllers",
+                ago(now, renewed),
+                duration.as_secs()
+            ),
+            &format!("the holder stopped or lost the API server; {logs}"),
+        ),
+        _ => report.fail(
+            GROUP,
+            "leader Lease",
+            format!("Lease {namespace}/{OPERATOR_NAME} is not held: no replica runs the controllers"),
+            &logs,
+        ),
+    }
+}
+
+fn ago(now: SystemTime, then: SystemTime) -> String {
+    let seconds = now.duration_since(then).unwrap_or_default().as_secs();
+    match seconds {
+        0..120 => format!("{seconds}s"),
+        120..7200 => format!("{}m", seconds / 60),
+        _ => format!("{}h", seconds / 3600),
+    }
+}
+
+/// The dry-run pod `check` sends through kube-apiserver: asks for the probe, passes the
+/// `restricted` Pod Security level, is never stored.
+pub(crate) fn probe_pod() -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "watcher-operator-probe-",
+                     "labels": {"app.kubernetes.io/name": "watcher-operator-probe"},
+                     "annotations": {PROBE_ANNOTATION: "check"}},
+        "spec": {
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65535, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10",
+                            "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}],
+        },
+    }))
+    .unwrap_or_default()
+}
+
+/// The admission probe: a server-side dry run of [`probe_pod`] must come back with the
+/// webhook's patch.
+async fn probe(client: &Client, report: &mut Report, options: &CheckOptions, registered: Option<&Registered>) {
+    const GROUP: &str = "admission";
+    const NAME: &str = "admission probe";
+    let target = &options.probe_namespace;
+    let pod = probe_pod();
+    let namespace = match Api::<Namespace>::all(client.clone()).get_opt(target).await {
+        Ok(Some(namespace)) => namespace,
+        Ok(None) => {
+            return report.fail(
+                GROUP,
+                NAME,
+                format!("namespace {target} not found"),
+                "pass --probe-namespace NS, a namespace the webhook serves",
+            );
+        }
+        Err(error) => {
+            return report.fail(GROUP, NAME, format!("cannot read namespace {target}: {error}"), "check your access");
+        }
+    };
+    if let Some(registered) = registered {
+        let namespace_labels = namespace.metadata.labels.unwrap_or_default();
+        let injection = InjectOptions { excluded_namespaces: vec![options.namespace.clone()], native_sidecars: true };
+        if let Some(reason) = exclusion(target, &namespace_labels, pod.labels(), &registered.selectors, &injection) {
+            return report.fail(
+                GROUP,
+                NAME,
+                format!("namespace {target} is never sent to the webhook ({reason:?})"),
+                "pass --probe-namespace NS, a namespace the webhook serves",
+            );
+        }
+    }
+    let params = PostParams { dry_run: true, ..PostParams::default() };
+    match Api::<Pod>::namespaced(client.clone(), target).create(&params, &pod).await {
+        Ok(answered) => match answered.annotations().get(PROBED_ANNOTATION) {
+            Some(version) => report.pass(
+                GROUP,
+                NAME,
+                format!("a dry-run pod in {target} came back patched by the webhook (watcher-operator {version})"),
+            ),
+            None => {
+                let cause = likely_cause(report);
+                report.fail(
+                    GROUP,
+                    NAME,
+                    format!(
+                        "a dry-run pod in {target} came back without the webhook's patch: kube-apiserver did not \
+                         reach the webhook (failurePolicy Ignore let the pod through without an error){cause}"
+                    ),
+                    "fix the failed checks above; kube-apiserver's log names the error (`failed calling webhook`)",
+                );
+            }
+        },
+        Err(kube::Error::Api(status)) if status.code == 403 => report.fail(
+            GROUP,
+            NAME,
+            format!("you may not create pods in {target}, even as a dry run: {}", status.message),
+            "run `check` as a user who may create pods, or pass --probe-namespace NS",
+        ),
+        Err(error) => report.fail(
+            GROUP,
+            NAME,
+            format!("the dry-run pod in {target} was refused: {error}"),
+            "with failurePolicy Fail an unreachable webhook refuses every pod: fix the failed checks above",
+        ),
+    }
+}
+
+/// The first failed check of registration and operator, as " (likely cause: ...)".
+fn likely_cause(report: &Report) -> String {
+    report
+        .checks
+        .iter()
+        .find(|c| c.status == Status::Failed && matches!(c.group, "registration" | "operator"))
+        .map(|c| format!("; likely cause: {}: {}", c.name, c.message))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

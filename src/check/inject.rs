@@ -1,0 +1,405 @@
+//! `watcher-operator check-inject`: why a pod is, or would be, injected or not. The answer comes
+//! from the webhook's own decision code ([`watcher_webhook::decide`], [`watcher_webhook::exclusion`],
+//! [`watcher_webhook::inject`], [`watcher_webhook::rewrite_images`]) run on what the cluster
+//! holds, so it cannot disagree with admission.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use json_patch::PatchOperation;
+use kube::ResourceExt;
+use serde::Serialize;
+use watcher_api::{CompiledPolicy, ORIGINAL_IMAGES_ANNOTATION, Watcher, image, injected_watchers};
+use watcher_webhook::{
+    Asked, Exclusion, InjectOptions, PodView, Verdict, WebhookSelectors, decide, exclusion, inject, original_images,
+    rewrite_images,
+};
+
+/// Why the namespace or the pod is kept from the webhook.
+#[derive(Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Excluded {
+    pub(crate) reason: Exclusion,
+    pub(crate) message: String,
+}
+
+/// One Watcher of the namespace (or one the pod names that does not exist).
+#[derive(Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WatcherLine {
+    pub(crate) name: String,
+    pub(crate) injected: bool,
+    /// For an injected existing pod: whether it carries the Watcher's current specHash.
+    pub(crate) up_to_date: Option<bool>,
+    /// `Annotation`, `Selector`, `NotAsked`, `Collision`, `WatcherMissing` or `Excluded`.
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
+}
+
+/// One image an ImagePolicy rewrites (or rewrote).
+#[derive(Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct ImageLine {
+    pub(crate) container: String,
+    pub(crate) from: String,
+    pub(crate) to: String,
+    pub(crate) policy: String,
+}
+
+/// The whole answer: `{"namespace", "pod", "excluded", "watchers", "images"}`.
+#[derive(Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Explanation {
+    pub(crate) namespace: String,
+    pub(crate) pod: String,
+    pub(crate) excluded: Option<Excluded>,
+    pub(crate) watchers: Vec<WatcherLine>,
+    pub(crate) images: Vec<ImageLine>,
+}
+
+/// What the cluster holds that admission reads, for one namespace.
+pub(crate) struct Scope<'a> {
+    pub(crate) namespace: &'a str,
+    pub(crate) namespace_labels: &'a BTreeMap<String, String>,
+    /// The Watchers of the namespace.
+    pub(crate) watchers: &'a [&'a Watcher],
+    /// The webhook configuration's selectors.
+    pub(crate) selectors: &'a WebhookSelectors,
+    /// The valid ImagePolicies selecting the namespace, in name order.
+    pub(crate) policies: &'a [Arc<CompiledPolicy>],
+    /// The operator's namespace (never injected).
+    pub(crate) options: &'a InjectOptions,
+}
+
+/// Explains `pod`: as it exists in the cluster (`existing`: what was done at its creation), or
+/// as a manifest (what admission would do now).
+pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Explanation {
+    let namespace = scope.namespace;
+    let excluded = exclusion(namespace, scope.namespace_labels, pod.labels(), scope.selectors, scope.options)
+        .map(|reason| Excluded { reason, message: exclusion_message(reason, namespace) });
+    let carried = injected_watchers(pod.annotations());
+    let hash_of = |name: &str| carried.iter().find(|(n, _)| *n == name).map(|(_, h)| *h);
+    let current = |name: &str| scope.watchers.iter().find(|w| w.name_any() == name).map(|w| w.spec.spec_hash());
+    let up_to_date = |name: &str| hash_of(name).map(|hash| current(name).as_deref() == Some(hash));
+
+    let mut lines = Vec::new();
+    if let Some(excluded) = &excluded {
+        for watcher in scope.watchers {
+            let name = watcher.name_any();
+            let injected = existing && hash_of(&name).is_some();
+            lines.push(WatcherLine {
+                up_to_date: if injected { up_to_date(&name) } else { None },
+                injected,
+                reason: "Excluded",
+                message: format!("not sent to the webhook: {}", excluded.message),
+                name,
+            });
+        }
+    } else {
+        let decisions = decide(pod, namespace, scope.watchers);
+        for decision in &decisions {
+            let how = match decision.asked {
+                Asked::Annotation => ("Annotation", "asked by annotation watcher.dev/inject"),
+                Asked::Selector => ("Selector", "selected by the Watcher's spec.selector"),
+            };
+            let line = |injected: bool, reason: &'static str, message: String| WatcherLine {
+                name: decision.name.clone(),
+                injected,
+                up_to_date: if injected { up_to_date(&decision.name) } else { None },
+                reason,
+                message,
+            };
+            lines.push(match &decision.verdict {
+                Verdict::Inject if existing => line(
+                    false,
+                    how.0,
+                    format!(
+                        "{}, but not injected: the webhook did not see the pod when it was created (down, \
+                         or the Watcher came later); `updatePolicy: Recreate` repairs pods a controller owns",
+                        how.1
+                    ),
+                ),
+                Verdict::Inject => line(true, how.0, format!("{}: injected at creation", how.1)),
+                Verdict::AlreadyInjected { hash } => {
+                    let state = match current(&decision.name) {
+                        Some(now) if now == *hash => "up to date".to_owned(),
+                        Some(now) => format!("outdated: injected with specHash {hash}, the Watcher's is {now}"),
+                        None => "the Watcher is gone".to_owned(),
+                    };
+                    line(true, how.0, format!("{}: injected, {state}", how.1))
+                }
+                Verdict::Collision { container } => line(
+                    false,
+                    "Collision",
+                    format!("{}, but the pod already has a container named {container}", how.1),
+                ),
+                Verdict::Missing => line(
+                    false,
+                    "WatcherMissing",
+                    format!("asked by annotation, but there is no Watcher {} in namespace {namespace}", decision.name),
+                ),
+            });
+        }
+        for watcher in scope.watchers {
+            let name = watcher.name_any();
+            if decisions.iter().any(|d| d.name == name) {
+                continue;
+            }
+            let injected = existing && hash_of(&name).is_some();
+            let message = match (&watcher.spec.selector, injected) {
+                (_, true) => "injected at creation, and no longer asked for".to_owned(),
+                (None, _) => format!("not asked: not named in watcher.dev/inject, and Watcher {name} has no selector"),
+                (Some(_), _) => {
+                    "not asked: not named in watcher.dev/inject, and its selector does not match".to_owned()
+                }
+            };
+            lines.push(WatcherLine {
+                up_to_date: if injected { up_to_date(&name) } else { None },
+                injected,
+                reason: "NotAsked",
+                message,
+                name,
+            });
+        }
+    }
+    lines.sort_by(|a, b| a.name.cmp(&b.name));
+    let images = if existing { rewritten_images(pod, scope.policies) } else { planned_images(pod, scope, &excluded) };
+    Explanation {
+        namespace: namespace.to_owned(),
+        pod: pod.display_name().to_owned(),
+        excluded,
+        watchers: lines,
+        images,
+    }
+}
+
+fn exclusion_message(reason: Exclusion, namespace: &str) -> String {
+    match reason {
+        Exclusion::SystemNamespace => format!("{namespace} is a system namespace, never injected"),
+        Exclusion::OperatorNamespace => format!("{namespace} is the operator's own namespace, never injected"),
+        Exclusion::DisabledLabel => format!("namespace {namespace} is labelled watcher.dev/injection=disabled"),
+        Exclusion::NamespaceSelector => {
+            format!("the webhook configuration's namespaceSelector does not select namespace {namespace}")
+        }
+        Exclusion::ObjectSelector => "the webhook configuration's objectSelector does not select the pod".to_owned(),
+    }
+}
+
+/// The first policy (in name order) whose rules rewrite `image`, as admission applies them.
+fn rewriting_policy<'a>(policies: &'a [Arc<CompiledPolicy>], image: &str) -> Option<(&'a str, String)> {
+    policies.iter().find_map(|p| image::rewrite(p.valid_rules(), image).map(|to| (p.name.as_str(), to)))
+}
+
+/// A manifest: run admission's two steps and read back what the patch does to each image.
+fn planned_images(pod: &PodView, scope: &Scope<'_>, excluded: &Option<Excluded>) -> Vec<ImageLine> {
+    if excluded.is_some() {
+        return Vec::new();
+    }
+    let mut injection = inject(pod, scope.namespace, scope.watchers, scope.options);
+    let before = injection.patch.len();
+    // The sidecars as injected, then the pod's own containers: images before rewriting.
+    let mut images: Vec<(String, String)> = Vec::new();
+    for op in &injection.patch[..before] {
+        let PatchOperation::Add(add) = op else { continue };
+        let containers = match &add.value {
+            serde_json::Value::Array(list) if add.path.to_string().ends_with("ontainers") => list.iter().collect(),
+            value if add.path.to_string().ends_with("ontainers/-") => vec![value],
+            _ => continue,
+        };
+        for container in containers {
+            if let (Some(name), Some(image)) = (container["name"].as_str(), container["image"].as_str()) {
+                images.push((name.to_owned(), image.to_owned()));
+            }
+        }
+    }
+    let spec = pod.spec.as_ref();
+    let own = spec.map(|s| s.containers.iter().chain(s.init_containers.iter().flatten())).into_iter().flatten();
+    images.extend(own.filter_map(|c| Some((c.name.clone(), c.image.clone()?))));
+    rewrite_images(pod, scope.namespace, scope.policies, scope.options, &mut injection);
+    images
+        .into_iter()
+        .filter(|(name, _)| injection.rewritten.contains(name))
+        .filter_map(|(container, from)| {
+            let (policy, to) = rewriting_policy(scope.policies, &from)?;
+            Some(ImageLine { container, from, to, policy: policy.to_owned() })
+        })
+        .collect()
+}
+
+/// An existing pod: what `watcher.dev/original-images` records, and the policy that rewrites
+/// each original now (empty when none does any more).
+fn rewritten_images(pod: &PodView, policies: &[Arc<CompiledPolicy>]) -> Vec<ImageLine> {
+    let spec = pod.spec.as_ref();
+    let image_of = |name: &str| {
+        spec.and_then(|s| s.containers.iter().chain(s.init_containers.iter().flatten()).find(|c| c.name == name))
+            .and_then(|c| c.image.clone())
+    };
+    original_images(pod.annotations().get(ORIGINAL_IMAGES_ANNOTATION).map(String::as_str).unwrap_or(""))
+        .into_iter()
+        .map(|(container, from)| ImageLine {
+            container: container.to_owned(),
+            from: from.to_owned(),
+            to: image_of(container).unwrap_or_default(),
+            policy: rewriting_policy(policies, from).map(|(p, _)| p.to_owned()).unwrap_or_default(),
+        })
+        .collect()
+}
+
+impl Explanation {
+    /// For people: the pod, its exclusion, one line per Watcher, the images.
+    pub(crate) fn text(&self) -> String {
+        let mut out = format!("Pod {}/{}\n", self.namespace, self.pod);
+        if let Some(excluded) = &self.excluded {
+            out.push_str(&format!("× excluded ({:?}): {}\n", excluded.reason, excluded.message));
+        }
+        if self.watchers.is_empty() {
+            out.push_str(&format!("  no Watcher in namespace {}\n", self.namespace));
+        }
+        for line in &self.watchers {
+            let mark = match (line.injected, line.up_to_date) {
+                (true, Some(false)) => "‼",
+                (true, _) => "√",
+                (false, _) if matches!(line.reason, "NotAsked") => "-",
+                (false, _) => "×",
+            };
+            let state = if line.injected { "injected" } else { "not injected" };
+            out.push_str(&format!("{mark} {}: {state} ({}): {}\n", line.name, line.reason, line.message));
+        }
+        for image in &self.images {
+            let policy = if image.policy.is_empty() {
+                "no policy matches it now".to_owned()
+            } else {
+                format!("ImagePolicy {}", image.policy)
+            };
+            out.push_str(&format!("  image of {}: {} → {} ({policy})\n", image.container, image.from, image.to));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// What `check-inject` explains: a pod of the cluster, or a manifest.
+#[derive(Debug)]
+pub(crate) enum Target {
+    Pod(String),
+    Manifest(std::path::PathBuf),
+}
+
+/// Reads what admission reads (the namespace, its Watchers, the webhook configuration's
+/// selectors, the ImagePolicies) and explains `target`. An error: the pod or the manifest
+/// could not be read.
+pub(crate) async fn check_inject(
+    client: &kube::Client,
+    target: &Target,
+    namespace: Option<&str>,
+    operator_namespace: Option<&str>,
+) -> anyhow::Result<Explanation> {
+    use anyhow::Context as _;
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use kube::api::{Api, ListParams};
+    use watcher_api::ImagePolicy;
+
+    let (pod, existing, namespace) = match target {
+        Target::Pod(name) => {
+            let namespace = namespace.unwrap_or(client.default_namespace()).to_owned();
+            let pod = Api::<Pod>::namespaced(client.clone(), &namespace)
+                .get_opt(name)
+                .await
+                .with_context(|| format!("cannot read pod {namespace}/{name}"))?
+                .with_context(|| format!("pod {name} not found in namespace {namespace}"))?;
+            let view: PodView = serde_json::from_value(serde_json::to_value(&pod)?).context("cannot read the pod")?;
+            (view, true, namespace)
+        }
+        Target::Manifest(path) => {
+            let (view, in_manifest) = read_manifest(path)?;
+            let namespace =
+                namespace.map(str::to_owned).or(in_manifest).unwrap_or_else(|| client.default_namespace().to_owned());
+            (view, false, namespace)
+        }
+    };
+    let labels = Api::<Namespace>::all(client.clone())
+        .get_opt(&namespace)
+        .await
+        .with_context(|| format!("cannot read namespace {namespace}"))?
+        .with_context(|| format!("namespace {namespace} not found"))?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    let watchers = Api::<Watcher>::namespaced(client.clone(), &namespace)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("cannot list the Watchers of namespace {namespace} (are the CRDs installed?)"))?
+        .items;
+    let configuration = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get_opt(watcher_certs::registration::WEBHOOK_CONFIGURATION)
+        .await
+        .context("cannot read the webhook configuration")?;
+    let webhook = configuration.as_ref().and_then(|c| c.webhooks.as_ref()?.first().cloned());
+    if webhook.is_none() {
+        eprintln!(
+            "warning: MutatingWebhookConfiguration {} not found: no pod is injected until the operator is installed \
+             (`watcher-operator check` says more)",
+            watcher_certs::registration::WEBHOOK_CONFIGURATION
+        );
+    }
+    let selectors = webhook
+        .as_ref()
+        .map(|w| WebhookSelectors { namespace: w.namespace_selector.clone(), object: w.object_selector.clone() })
+        .unwrap_or_default();
+    let operator_namespace = operator_namespace
+        .map(str::to_owned)
+        .or_else(|| webhook.as_ref().and_then(|w| Some(w.client_config.service.as_ref()?.namespace.clone())))
+        .unwrap_or_else(|| "watcher-system".to_owned());
+    let mut policies: Vec<Arc<CompiledPolicy>> = Api::<ImagePolicy>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("cannot list the ImagePolicies")?
+        .items
+        .iter()
+        .map(|p| Arc::new(p.compile()))
+        .filter(|p| p.rules.is_ok() && p.selects(&labels))
+        .collect();
+    policies.sort_by(|a, b| a.name.cmp(&b.name));
+    let native_sidecars = client
+        .apiserver_version()
+        .await
+        .is_ok_and(|info| watcher_webhook::supports_native_sidecars(&info.major, &info.minor));
+    let options = InjectOptions { excluded_namespaces: vec![operator_namespace], native_sidecars };
+    let refs: Vec<&Watcher> = watchers.iter().collect();
+    let scope = Scope {
+        namespace: &namespace,
+        namespace_labels: &labels,
+        watchers: &refs,
+        selectors: &selectors,
+        policies: &policies,
+        options: &options,
+    };
+    Ok(explain(&pod, existing, &scope))
+}
+
+/// The one Pod of a manifest file (`-` is stdin), and the namespace it names.
+fn read_manifest(path: &std::path::Path) -> anyhow::Result<(PodView, Option<String>)> {
+    use anyhow::Context as _;
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?
+    };
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).with_context(|| format!("{} is not valid YAML", path.display()))?;
+    let mut pods = documents.into_iter().filter(|d| !d.is_null());
+    let (Some(document), None) = (pods.next(), pods.next()) else {
+        anyhow::bail!("{} must hold exactly one Pod", path.display());
+    };
+    let kind = document["kind"].as_str().unwrap_or_default();
+    anyhow::ensure!(
+        kind == "Pod",
+        "{} holds a {}, not a Pod: check-inject explains pods",
+        path.display(),
+        if kind.is_empty() { "document without a kind" } else { kind }
+    );
+    let namespace = document["metadata"]["namespace"].as_str().map(str::to_owned);
+    let pod: PodView =
+        serde_json::from_value(document).with_context(|| format!("{} is not a valid Pod", path.display()))?;
+    Ok((pod, namespace))
+}

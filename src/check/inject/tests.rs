@@ -1,0 +1,253 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::ByteString;
+use serde_json::{Value, json};
+use watcher_api::{CompiledPolicy, ImagePolicy, Watcher};
+use watcher_webhook::{InjectOptions, PodView, Reviewer, WebhookSelectors};
+
+use super::{Explanation, Scope, explain};
+
+fn watcher(name: &str, container: &str, image: &str, selector: Option<Value>) -> Watcher {
+    let mut spec = json!({"container": {"name": container, "image": image}});
+    if let Some(selector) = selector {
+        spec["selector"] = selector;
+    }
+    serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+        "metadata": {"name": name, "namespace": "team-a"}, "spec": spec}))
+    .expect("Watcher")
+}
+
+fn policy() -> Arc<CompiledPolicy> {
+    let policy: ImagePolicy =
+        serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy",
+        "metadata": {"name": "mirror"},
+        "spec": {"rewrites": [{"from": "docker.io/library/", "to": "mirror.internal/library/"}]}}))
+        .expect("ImagePolicy");
+    Arc::new(policy.compile())
+}
+
+fn options() -> InjectOptions {
+    InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true }
+}
+
+/// deploy/'s selectors: kube-apiserver never sends these namespaces.
+fn deploy_selectors() -> WebhookSelectors {
+    let config: Value = serde_saphyr::from_str(include_str!("../../../deploy/webhook.yaml")).expect("webhook.yaml");
+    WebhookSelectors {
+        namespace: Some(serde_json::from_value(config["webhooks"][0]["namespaceSelector"].clone()).expect("selector")),
+        object: None,
+    }
+}
+
+fn explain_in(
+    namespace: &str,
+    labels: &[(&str, &str)],
+    pod: Value,
+    existing: bool,
+    watchers: &[Watcher],
+) -> Explanation {
+    let mut namespace_labels: BTreeMap<String, String> =
+        labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    namespace_labels.insert("kubernetes.io/metadata.name".into(), namespace.into());
+    let pod: PodView = serde_json::from_value(pod).expect("pod");
+    let refs: Vec<&Watcher> = watchers.iter().collect();
+    let policies = [policy()];
+    let scope = Scope {
+        namespace,
+        namespace_labels: &namespace_labels,
+        watchers: &refs,
+        selectors: &deploy_selectors(),
+        policies: &policies,
+        options: &options(),
+    };
+    explain(&pod, existing, &scope)
+}
+
+fn reasons(explanation: &Explanation) -> Vec<(&str, bool, Option<bool>, &str)> {
+    explanation.watchers.iter().map(|w| (w.name.as_str(), w.injected, w.up_to_date, w.reason)).collect()
+}
+
+#[test]
+fn a_manifest_gets_a_reason_for_every_watcher() {
+    let watchers = [
+        watcher("log", "log", "busybox:1.36", None),
+        watcher("metrics", "metrics", "quay.io/m:1", Some(json!({"matchLabels": {"app": "web"}}))),
+        watcher("clash", "app", "busybox", None),
+        watcher("idle", "idle", "busybox", None),
+    ];
+    let pod = json!({"metadata": {"name": "web-1", "labels": {"app": "web"},
+                                  "annotations": {"watcher.dev/inject": "log,clash,ghost"}},
+                     "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}});
+    let explanation = explain_in("team-a", &[], pod, false, &watchers);
+    assert_eq!(explanation.excluded, None);
+    assert_eq!(
+        reasons(&explanation),
+        [
+            ("clash", false, None, "Collision"),
+            ("ghost", false, None, "WatcherMissing"),
+            ("idle", false, None, "NotAsked"),
+            ("log", true, None, "Annotation"),
+            ("metrics", true, None, "Selector"),
+        ]
+    );
+    assert_eq!(
+        explanation.watchers[0].message,
+        "asked by annotation watcher.dev/inject, but the pod already has a container named app"
+    );
+    assert_eq!(
+        explanation.watchers[1].message,
+        "asked by annotation, but there is no Watcher ghost in namespace team-a"
+    );
+    // The pod's image and the injected sidecar's, rewritten by the one policy; quay.io is not.
+    let images: Vec<(&str, &str, &str, &str)> = explanation
+        .images
+        .iter()
+        .map(|i| (i.container.as_str(), i.from.as_str(), i.to.as_str(), i.policy.as_str()))
+        .collect();
+    assert_eq!(
+        images,
+        [
+            ("log", "busybox:1.36", "mirror.internal/library/busybox:1.36", "mirror"),
+            ("app", "nginx:1.27", "mirror.internal/library/nginx:1.27", "mirror"),
+        ]
+    );
+}
+
+#[test]
+fn an_existing_pod_is_judged_by_what_it_carries() {
+    let log = watcher("log", "log", "busybox:1.36", None);
+    let hash = log.spec.spec_hash();
+    let watchers = [log, watcher("late", "late", "busybox", None), watcher("old", "old", "busybox:1.37", None)];
+    let pod = json!({"metadata": {"name": "app", "annotations": {
+            "watcher.dev/inject": "log,late,old",
+            "watcher.dev/injected": format!("log@{hash},old@00000000"),
+            "watcher.dev/original-images": "app=nginx"}},
+        "spec": {"containers": [{"name": "app", "image": "mirror.internal/library/nginx:latest"},
+                                {"name": "log", "image": "busybox:1.36"}, {"name": "old", "image": "busybox:1.36"}]}});
+    let explanation = explain_in("team-a", &[], pod, true, &watchers);
+    assert_eq!(
+        reasons(&explanation),
+        [
+            ("late", false, None, "Annotation"),
+            ("log", true, Some(true), "Annotation"),
+            ("old", true, Some(false), "Annotation")
+        ]
+    );
+    assert!(explanation.watchers[0].message.contains("not injected: the webhook did not see the pod"));
+    assert!(explanation.watchers[2].message.contains("outdated: injected with specHash 00000000"));
+    assert_eq!(explanation.images.len(), 1);
+    assert_eq!(
+        (explanation.images[0].from.as_str(), explanation.images[0].to.as_str(), explanation.images[0].policy.as_str()),
+        ("nginx", "mirror.internal/library/nginx:latest", "mirror")
+    );
+}
+
+#[test]
+fn exclusions_name_their_rule() {
+    let watchers = [watcher("log", "log", "busybox", Some(json!({})))];
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app", "image": "nginx"}]}});
+    let cases = [
+        ("kube-system", &[][..], "SystemNamespace"),
+        ("watcher-system", &[][..], "OperatorNamespace"),
+        ("team-a", &[("watcher.dev/injection", "disabled")][..], "DisabledLabel"),
+    ];
+    for (namespace, labels, reason) in cases {
+        let mut explanation = explain_in(namespace, labels, pod.clone(), false, &watchers);
+        let excluded = explanation.excluded.take().expect("excluded");
+        assert_eq!(serde_json::to_value(excluded.reason).expect("JSON"), json!(reason), "{namespace}");
+        assert!(explanation.images.is_empty(), "never rewritten either");
+        assert_eq!(
+            explanation.watchers.iter().map(|w| (w.injected, w.reason)).collect::<Vec<_>>(),
+            [(false, "Excluded")],
+            "{namespace}"
+        );
+    }
+}
+
+#[test]
+fn the_json_has_the_documented_shape() {
+    let explanation = explain_in(
+        "team-a",
+        &[],
+        json!({"metadata": {"generateName": "web-"}, "spec": {"containers": [{"name": "app", "image": "quay.io/a"}]}}),
+        false,
+        &[watcher("log", "log", "busybox", None)],
+    );
+    assert_eq!(
+        serde_json::to_value(&explanation).expect("JSON"),
+        json!({"namespace": "team-a", "pod": "web-", "excluded": null, "images": [],
+               "watchers": [{"name": "log", "injected": false, "upToDate": null, "reason": "NotAsked",
+                             "message": "not asked: not named in watcher.dev/inject, and Watcher log has no selector"}]})
+    );
+}
+
+/// The real AdmissionReviews kube-apiserver sent: what `check-inject -f` says of each pod is
+/// what the webhook does with it (Watchers injected, images rewritten).
+#[test]
+fn check_inject_and_the_webhook_decide_alike_on_the_real_fixtures() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/webhook/fixtures/admission-review");
+    let watchers = [
+        watcher("log-watcher", "log-watcher", "busybox:1.36", None),
+        watcher("metrics", "metrics", "quay.io/m:1", Some(json!({"matchLabels": {"app": "web"}}))),
+        watcher("watcher", "watcher", "busybox", Some(json!({}))),
+        watcher("dry", "dry", "alpine", Some(json!({"matchLabels": {"run": "dry"}}))),
+    ];
+    let reviewer = Reviewer::new(watchers.iter().cloned().map(Arc::new).collect::<Vec<_>>(), options())
+        .with_policies(Arc::new(vec![policy()]));
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).expect("fixtures") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let body = std::fs::read(&path).expect("fixture");
+        let review: Value = serde_json::from_slice(&body).expect("JSON");
+        let namespace = review["request"]["namespace"].as_str().expect("namespace").to_owned();
+        let watchers: Vec<Watcher> = watchers
+            .iter()
+            .cloned()
+            .map(|mut w| {
+                w.metadata.namespace = Some(namespace.clone());
+                w
+            })
+            .collect();
+        let explanation = explain_in(&namespace, &[], review["request"]["object"].clone(), false, &watchers);
+
+        let (answer, _) = reviewer.review(&body).expect("answered");
+        let answer = serde_json::to_value(&answer).expect("JSON");
+        let mut pod = review["request"]["object"].clone();
+        if let Some(patch) = answer["response"].get("patch") {
+            let bytes: ByteString = serde_json::from_value(patch.clone()).expect("base64");
+            let patch: json_patch::Patch = serde_json::from_slice(&bytes.0).expect("patch");
+            json_patch::patch(&mut pod, &patch).expect("applies");
+        }
+        let annotations = &pod["metadata"]["annotations"];
+        let injected: Vec<&str> = annotations["watcher.dev/injected"]
+            .as_str()
+            .unwrap_or("")
+            .split(',')
+            .filter_map(|e| e.split('@').next().filter(|n| !n.is_empty()))
+            .collect();
+        let mut explained: Vec<&str> =
+            explanation.watchers.iter().filter(|w| w.injected).map(|w| w.name.as_str()).collect();
+        let mut webhook = injected.clone();
+        explained.sort_unstable();
+        webhook.sort_unstable();
+        assert_eq!(explained, webhook, "{}", path.display());
+        let originals: Vec<String> = annotations["watcher.dev/original-images"]
+            .as_str()
+            .unwrap_or("")
+            .split(',')
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let explained: Vec<String> = explanation.images.iter().map(|i| format!("{}={}", i.container, i.from)).collect();
+        assert_eq!(explained.len(), originals.len(), "{}", path.display());
+        for entry in &explained {
+            assert!(originals.contains(entry), "{entry} in {originals:?} ({})", path.display());
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 4, "every fixture");
+}

@@ -1,0 +1,423 @@
+//! Every check against a mocked API server holding a healthy install, then with one thing
+//! broken at a time: the exact line and hint a user reads.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use http::{Method, Request, Response, StatusCode};
+use kube::client::Body;
+use serde_json::{Value, json};
+use watcher_certs::Authority;
+
+use super::{CheckOptions, Report, Status, check};
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+const CONFIG: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/watcher-operator";
+const SECRET: &str = "/api/v1/namespaces/watcher-system/secrets/watcher-operator-tls";
+const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/watcher-system/endpointslices";
+const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/watcher-system/leases/watcher-operator";
+const PODS: &str = "/api/v1/namespaces/default/pods";
+const SSAR: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+
+/// A cluster as the mocked API server answers it: objects by path; what a dry-run pod comes
+/// back as; what access reviews answer.
+struct Cluster {
+    objects: HashMap<String, Value>,
+    probe_patched: bool,
+    allowed: bool,
+}
+
+fn timestamp(time: SystemTime) -> String {
+    jiff::Timestamp::try_from(time).expect("time").to_string()
+}
+
+impl Cluster {
+    /// `kubectl apply -k deploy/` and the operator running: everything as it should be.
+    fn healthy() -> Self {
+        let (ca, ca_pem) = Authority::generate(30 * DAY).expect("CA");
+        let hosts = watcher_certs::service_hosts("watcher-operator", "watcher-system");
+        let serving = ca.issue(&hosts, 10 * DAY).expect("serving");
+        let mut objects = HashMap::new();
+        objects.insert(
+            "/version".into(),
+            json!({"major": "1", "minor": "36", "gitVersion": "v1.36.2",
+            "gitCommit": "", "gitTreeState": "", "buildDate": "", "goVersion": "", "compiler": "", "platform": ""}),
+        );
+        for crd in watcher_api::crds() {
+            let mut installed = serde_json::to_value(&crd).expect("CRD");
+            installed["status"] = json!({"conditions": [{"type": "Established", "status": "True"}]});
+            let name = crd.metadata.name.expect("name");
+            objects.insert(format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"), installed);
+        }
+        let mut config: Value =
+            serde_saphyr::from_str(include_str!("../../deploy/webhook.yaml")).expect("deploy/webhook.yaml");
+        config["webhooks"][0]["clientConfig"]["caBundle"] =
+            serde_json::to_value(k8s_openapi::ByteString(ca_pem.cert_pem.clone().into_bytes())).expect("base64");
+        config["webhooks"][0]["clientConfig"].as_object_mut().expect("object").remove("url");
+        objects.insert(CONFIG.into(), config);
+        let bytes = |s: &str| serde_json::to_value(k8s_openapi::ByteString(s.as_bytes().to_vec())).expect("base64");
+        objects.insert(
+            SECRET.into(),
+            json!({"metadata": {"name": "watcher-operator-tls"},
+                   "data": {"tls.crt": bytes(&serving.cert_pem), "ca.crt": bytes(&ca_pem.cert_pem)}}),
+        );
+        objects.insert(
+            "/api/v1/namespaces/watcher-system/services/watcher-operator".into(),
+            json!({"metadata": {"name": "watcher-operator"}}),
+        );
+        objects.insert(
+            SLICES.into(),
+            json!({"metadata": {}, "items": [{"metadata": {"name": "watcher-operator-x"}, "addressType": "IPv4",
+                "endpoints": [{"addresses": ["10.0.0.7"], "conditions": {"ready": true}},
+                              {"addresses": ["10.0.0.8"], "conditions": {"ready": false}}]}]}),
+        );
+        objects.insert(
+            "/apis/apps/v1/namespaces/watcher-system/deployments/watcher-operator".into(),
+            json!({"metadata": {"name": "watcher-operator"}, "spec": {"replicas": 2, "selector": {},
+                   "template": {}}, "status": {"availableReplicas": 2}}),
+        );
+        objects.insert(
+            LEASE.into(),
+            json!({"metadata": {"name": "watcher-operator"}, "spec": {"holderIdentity": "watcher-operator-7d9f-abc",
+                   "leaseDurationSeconds": 15, "renewTime": timestamp(SystemTime::now() - Duration::from_secs(3))}}),
+        );
+        objects.insert(
+            "/api/v1/namespaces/default".into(),
+            json!({"metadata": {"name": "default", "labels": {"kubernetes.io/metadata.name": "default"}}}),
+        );
+        objects.insert(
+            "/apis/admissionregistration.k8s.io/v1".into(),
+            json!({"groupVersion": "admissionregistration.k8s.io/v1", "resources": []}),
+        );
+        Self { objects, probe_patched: true, allowed: true }
+    }
+
+    fn without(mut self, path: &str) -> Self {
+        self.objects.remove(path);
+        self
+    }
+
+    fn edit(mut self, path: &str, edit: impl FnOnce(&mut Value)) -> Self {
+        edit(self.objects.get_mut(path).expect("object"));
+        self
+    }
+
+    /// Runs `check` against this cluster.
+    async fn check(self, pre: bool) -> Report {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let server = tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+                let body = request.into_body().collect_bytes().await.expect("body");
+                let (status, answer) = self.answer(&method, &path, &body);
+                let bytes = serde_json::to_vec(&answer).expect("JSON");
+                send.send_response(Response::builder().status(status).body(Body::from(bytes)).expect("response"));
+            }
+        });
+        let client = kube::Client::new(service, "default");
+        let options = CheckOptions { namespace: "watcher-system".into(), probe_namespace: "default".into(), pre };
+        let report = check(&client, &options).await;
+        drop(client);
+        server.await.expect("server");
+        report
+    }
+
+    fn answer(&self, method: &Method, path: &str, body: &[u8]) -> (StatusCode, Value) {
+        match (method.as_str(), path) {
+            ("POST", PODS) => {
+                let mut pod: Value = serde_json::from_slice(body).expect("pod");
+                if self.probe_patched {
+                    pod["metadata"]["annotations"]["watcher.dev/probed"] = json!("0.1.0");
+                }
+                (StatusCode::CREATED, pod)
+            }
+            ("POST", SSAR) => {
+                let mut review: Value = serde_json::from_slice(body).expect("review");
+                review["status"] =
+                    json!({"allowed": self.allowed, "reason": if self.allowed { "" } else { "RBAC: no rule" }});
+                (StatusCode::CREATED, review)
+            }
+            ("GET", path) => match self.objects.get(path) {
+                Some(object) => (StatusCode::OK, object.clone()),
+                None => (
+                    StatusCode::NOT_FOUND,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
+                ),
+            },
+            other => panic!("unexpected request {other:?}"),
+        }
+    }
+}
+
+fn line(report: &Report, name: &str) -> (Status, String, Option<String>) {
+    let check = report.get(name).unwrap_or_else(|| panic!("no check {name} in {report:#?}"));
+    (check.status, check.message.clone(), check.hint.clone())
+}
+
+fn failed(report: &Report) -> Vec<&str> {
+    report.checks.iter().filter(|c| c.status == Status::Failed).map(|c| c.name.as_str()).collect()
+}
+
+#[tokio::test]
+async fn a_healthy_install_passes_every_check() {
+    let report = Cluster::healthy().check(false).await;
+    assert!(report.ok(), "{}", report.text());
+    assert!(report.checks.iter().all(|c| c.status == Status::Passed), "{}", report.text());
+    let names: Vec<&str> = report.checks.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "API server",
+            "native sidecars",
+            "watchers.watcher.dev",
+            "ats.watcher.dev",
+            "podsets.watcher.dev",
+            "imagepolicies.watcher.dev",
+            "webhook configuration",
+            "failure policy",
+            "caBundle",
+            "serving certificate",
+            "Service endpoints",
+            "Deployment",
+            "leader Lease",
+            "admission probe",
+        ]
+    );
+    assert_eq!(line(&report, "Service endpoints").1, "Service watcher-system/watcher-operator has 1 ready endpoint(s)");
+    assert_eq!(
+        line(&report, "admission probe").1,
+        "a dry-run pod in default came back patched by the webhook (watcher-operator 0.1.0)"
+    );
+    assert!(report.text().ends_with("Status: √ every check passed\n"));
+}
+
+#[tokio::test]
+async fn a_missing_webhook_configuration_is_named_and_explains_the_probe() {
+    let report = Cluster { probe_patched: false, ..Cluster::healthy().without(CONFIG) }.check(false).await;
+    assert_eq!(
+        line(&report, "webhook configuration"),
+        (
+            Status::Failed,
+            "MutatingWebhookConfiguration watcher-operator not found: no pod is injected".into(),
+            Some(
+                "install the operator (`helm install watcher-operator charts/watcher-operator -n watcher-system \
+                 --create-namespace`, or `kubectl apply -k deploy/`); outside the cluster, \
+                 `watcher-operator run --webhook-url https://HOST:8443/mutate` creates it"
+                    .into()
+            )
+        )
+    );
+    let (status, message, _) = line(&report, "admission probe");
+    assert_eq!(status, Status::Failed);
+    assert!(message.contains("came back without the webhook's patch"), "{message}");
+    assert!(
+        message.ends_with(
+            "likely cause: webhook configuration: MutatingWebhookConfiguration watcher-operator not found: no pod is injected"
+        ),
+        "{message}"
+    );
+    assert!(!report.ok());
+}
+
+#[tokio::test]
+async fn a_ca_bundle_that_does_not_sign_the_serving_certificate_fails() {
+    let (_, other) = Authority::generate(30 * DAY).expect("another CA");
+    let bundle = serde_json::to_value(k8s_openapi::ByteString(other.cert_pem.into_bytes())).expect("base64");
+    let report =
+        Cluster::healthy().edit(CONFIG, |c| c["webhooks"][0]["clientConfig"]["caBundle"] = bundle).check(false).await;
+    assert_eq!(
+        line(&report, "serving certificate"),
+        (
+            Status::Failed,
+            "Secret watcher-system/watcher-operator-tls for watcher-operator.watcher-system.svc: the serving certificate \
+             is not signed by a CA of the bundle"
+                .into(),
+            Some(
+                "kube-apiserver refuses such a certificate; the operator re-issues it and the caBundle; see why in the \
+                 operator's log: `kubectl -n watcher-system logs deploy/watcher-operator`"
+                    .into()
+            )
+        )
+    );
+    assert_eq!(failed(&report), ["serving certificate"]);
+}
+
+#[tokio::test]
+async fn an_empty_ca_bundle_fails() {
+    let report = Cluster::healthy()
+        .edit(CONFIG, |c| {
+            c["webhooks"][0]["clientConfig"].as_object_mut().expect("object").remove("caBundle").map(drop).unwrap_or(())
+        })
+        .check(false)
+        .await;
+    let (status, message, hint) = line(&report, "caBundle");
+    assert_eq!((status, message.as_str()), (Status::Failed, "empty: kube-apiserver cannot verify the webhook"));
+    assert!(hint.is_some_and(|h| h.starts_with("the operator writes it when it runs")));
+}
+
+#[tokio::test]
+async fn a_service_without_ready_endpoints_fails() {
+    let report = Cluster::healthy().edit(SLICES, |list| list["items"][0]["endpoints"] = json!([])).check(false).await;
+    assert_eq!(
+        line(&report, "Service endpoints"),
+        (
+            Status::Failed,
+            "Service watcher-system/watcher-operator has no ready endpoints: kube-apiserver cannot reach the webhook"
+                .into(),
+            Some(
+                "are the operator's pods running and ready? `kubectl -n watcher-system get pods -l \
+                 app.kubernetes.io/name=watcher-operator`, then `kubectl -n watcher-system describe pods`"
+                    .into()
+            )
+        )
+    );
+}
+
+#[tokio::test]
+async fn an_expired_lease_fails() {
+    let stale = timestamp(SystemTime::now() - Duration::from_secs(300));
+    let report = Cluster::healthy().edit(LEASE, |lease| lease["spec"]["renewTime"] = json!(stale)).check(false).await;
+    assert_eq!(
+        line(&report, "leader Lease"),
+        (
+            Status::Failed,
+            "held by watcher-operator-7d9f-abc, last renewed 5m ago (it lasts 15s): no replica runs the controllers"
+                .into(),
+            Some(
+                "the holder stopped or lost the API server; `kubectl -n watcher-system get pods` and \
+                 `kubectl -n watcher-system logs deploy/watcher-operator`"
+                    .into()
+            )
+        )
+    );
+}
+
+#[tokio::test]
+async fn crds_older_than_the_binary_fail() {
+    let path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/watchers.watcher.dev";
+    let report = Cluster::healthy()
+        .edit(path, |crd| {
+            let spec = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+            spec.as_object_mut().expect("properties").remove("updatePolicy");
+        })
+        .check(false)
+        .await;
+    let (status, message, hint) = line(&report, "watchers.watcher.dev");
+    assert_eq!(status, Status::Failed);
+    assert!(message.starts_with("older than this binary: v1alpha1 lacks spec.updatePolicy"), "{message}");
+    assert_eq!(
+        hint.as_deref(),
+        Some(
+            "upgrade the CRDs to this binary's (Helm does not): watcher-operator crds | kubectl apply --server-side -f -"
+        )
+    );
+    let missing = Cluster::healthy().without(path).check(false).await;
+    assert_eq!(line(&missing, "watchers.watcher.dev").1, "not installed");
+}
+
+#[tokio::test]
+async fn a_probe_pod_returned_unpatched_fails() {
+    let report = Cluster { probe_patched: false, ..Cluster::healthy() }.check(false).await;
+    assert_eq!(
+        line(&report, "admission probe"),
+        (
+            Status::Failed,
+            "a dry-run pod in default came back without the webhook's patch: kube-apiserver did not reach the webhook \
+             (failurePolicy Ignore let the pod through without an error)"
+                .into(),
+            Some("fix the failed checks above; kube-apiserver's log names the error (`failed calling webhook`)".into())
+        )
+    );
+    assert_eq!(failed(&report), ["admission probe"]);
+}
+
+#[tokio::test]
+async fn a_registration_by_url_skips_the_service_and_deployment_and_checks_the_url_host() {
+    let report = Cluster::healthy()
+        .edit(CONFIG, |c| {
+            let client_config = c["webhooks"][0]["clientConfig"].as_object_mut().expect("object");
+            client_config.remove("service");
+            client_config.insert("url".into(), json!("https://127.0.0.1:8443/mutate"));
+        })
+        .check(false)
+        .await;
+    let skipped = "skipped: the webhook is registered by URL (the operator runs outside the cluster)";
+    assert_eq!(line(&report, "Service endpoints"), (Status::Passed, skipped.into(), None));
+    assert_eq!(line(&report, "Deployment"), (Status::Passed, skipped.into(), None));
+    // The serving certificate of the healthy install names the Service only.
+    assert_eq!(
+        line(&report, "serving certificate").1,
+        "Secret watcher-system/watcher-operator-tls for 127.0.0.1: the serving certificate does not name 127.0.0.1"
+    );
+}
+
+#[tokio::test]
+async fn failure_policy_fail_is_a_warning() {
+    let report =
+        Cluster::healthy().edit(CONFIG, |c| c["webhooks"][0]["failurePolicy"] = json!("Fail")).check(false).await;
+    let (status, message, _) = line(&report, "failure policy");
+    assert_eq!(status, Status::Warning);
+    assert_eq!(message, "Fail: no pod of a selected namespace can be created while the webhook is unreachable");
+    assert!(report.ok(), "a warning is not a failure");
+}
+
+#[tokio::test]
+async fn pre_checks_the_version_the_api_and_permissions() {
+    let report = Cluster::healthy().check(true).await;
+    assert!(report.ok(), "{}", report.text());
+    assert_eq!(report.checks.iter().filter(|c| c.group == "permissions").count(), super::INSTALLED.len());
+
+    let old = Cluster { allowed: false, ..Cluster::healthy() }
+        .edit("/version", |v| {
+            v["minor"] = json!("23");
+            v["gitVersion"] = json!("v1.23.17");
+        })
+        .check(true)
+        .await;
+    assert_eq!(
+        line(&old, "API server").1,
+        "Kubernetes v1.23.17 is older than 1.24, the oldest watcher-operator supports"
+    );
+    assert_eq!(line(&old, "native sidecars").0, Status::Warning);
+    assert_eq!(
+        line(&old, "create ClusterRole"),
+        (
+            Status::Failed,
+            "not allowed: RBAC: no rule".into(),
+            Some(
+                "install as a cluster administrator: the install creates cluster-wide objects (CRDs, a ClusterRole, \
+                 the webhook configuration)"
+                    .into()
+            )
+        )
+    );
+    assert_eq!(line(&old, "create Deployment").1, "not allowed in namespace watcher-system: RBAC: no rule");
+}
+
+/// `--pre` asks about every kind the install creates: the kinds of `deploy/`'s files.
+#[test]
+fn pre_covers_every_kind_deploy_installs() {
+    let files = [
+        "namespace.yaml",
+        "crds/crds.yaml",
+        "rbac.yaml",
+        "deployment.yaml",
+        "pdb.yaml",
+        "service.yaml",
+        "webhook.yaml",
+    ];
+    let kustomization = include_str!("../../deploy/kustomization.yaml");
+    for file in files {
+        assert!(kustomization.contains(&format!("- {file}")), "{file} listed in kustomization.yaml");
+    }
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut kinds: Vec<String> = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(format!("{root}/deploy/{file}")).expect("deploy file");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+        kinds.extend(docs.iter().filter_map(|d| d["kind"].as_str().map(str::to_owned)));
+    }
+    for kind in &kinds {
+        assert!(super::INSTALLED.iter().any(|(_, _, k, _)| k == kind), "--pre does not ask about {kind}");
+    }
+}

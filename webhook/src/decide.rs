@@ -1,0 +1,272 @@
+//! Who injects what, decided once: which Watchers a pod asks for and what becomes of each.
+//! [`crate::inject`] builds its patch from these decisions, and `watcher-operator
+//! check-inject` prints them, so the explanation of a pod can never disagree with admission.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::ResourceExt;
+use kube::core::{Selector, SelectorExt};
+use watcher_api::{INJECTION_DISABLED, INJECTION_LABEL, Watcher, injected_watchers, requested_watchers};
+
+use crate::{InjectOptions, PodView, SYSTEM_NAMESPACES};
+
+/// How a pod asks for a Watcher.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asked {
+    /// Named in `watcher.dev/inject`.
+    Annotation,
+    /// Selected by the Watcher's `spec.selector`.
+    Selector,
+}
+
+/// What becomes of one Watcher for one pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Injected by this admission.
+    Inject,
+    /// Already carried (`watcher.dev/injected`), with the specHash it was injected with.
+    AlreadyInjected {
+        /// The hash recorded on the pod.
+        hash: String,
+    },
+    /// Not injected: the pod already has a container of that name.
+    Collision {
+        /// The container name.
+        container: String,
+    },
+    /// Asked for by annotation, but no Watcher of that name exists in the namespace.
+    Missing,
+}
+
+/// The decision for one Watcher the pod asks for.
+#[derive(Clone, Debug)]
+pub struct Decision<'a> {
+    /// The Watcher's name.
+    pub name: String,
+    /// The Watcher (`None` when it is missing).
+    pub watcher: Option<&'a Watcher>,
+    /// How the pod asks for it.
+    pub asked: Asked,
+    /// What becomes of it.
+    pub verdict: Verdict,
+}
+
+/// The decisions for every Watcher `pod` asks for, in the order injection handles them:
+/// requested by annotation in the order written, then selected, by name. `watchers` may hold
+/// Watchers of any namespace: only those of `namespace` count. A container a Watcher adds takes
+/// its name for the Watchers after it.
+pub fn decide<'a>(pod: &PodView, namespace: &str, watchers: &[&'a Watcher]) -> Vec<Decision<'a>> {
+    let annotations = pod.annotations();
+    let in_namespace: Vec<&'a Watcher> =
+        watchers.iter().copied().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).collect();
+    let mut asked: Vec<(String, Option<&'a Watcher>, Asked)> = Vec::new();
+    for name in requested_watchers(annotations) {
+        let watcher = in_namespace.iter().copied().find(|w| w.name_any() == name);
+        asked.push((name.to_owned(), watcher, Asked::Annotation));
+    }
+    let mut selected: Vec<&'a Watcher> = in_namespace.iter().copied().filter(|w| w.selects(pod.labels())).collect();
+    selected.sort_by_key(|w| w.name_any());
+    for watcher in selected {
+        let name = watcher.name_any();
+        if !asked.iter().any(|(n, _, _)| *n == name) {
+            asked.push((name, Some(watcher), Asked::Selector));
+        }
+    }
+
+    let already = injected_watchers(annotations);
+    let spec = pod.spec.as_ref();
+    let mut container_names: Vec<&str> = spec
+        .map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()).map(|c| c.name.as_str()).collect())
+        .unwrap_or_default();
+    asked
+        .into_iter()
+        .map(|(name, watcher, how)| {
+            let verdict = match (watcher, already.iter().find(|(injected, _)| *injected == name)) {
+                (None, _) => Verdict::Missing,
+                (Some(_), Some((_, hash))) => Verdict::AlreadyInjected { hash: (*hash).to_owned() },
+                (Some(watcher), None) => {
+                    let container = watcher.spec.container.name.as_str();
+                    if container_names.contains(&container) {
+                        Verdict::Collision { container: container.to_owned() }
+                    } else {
+                        container_names.push(container);
+                        Verdict::Inject
+                    }
+                }
+            };
+            Decision { name, watcher, asked: how, verdict }
+        })
+        .collect()
+}
+
+/// Why no Watcher reaches a pod at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Exclusion {
+    /// `kube-system`, `kube-public`, `kube-node-lease`: refused by the webhook itself.
+    SystemNamespace,
+    /// The operator's own namespace: refused by the webhook itself.
+    OperatorNamespace,
+    /// The namespace is labelled `watcher.dev/injection=disabled`, which the webhook
+    /// configuration's namespaceSelector excludes.
+    DisabledLabel,
+    /// The webhook configuration's namespaceSelector does not select the namespace.
+    NamespaceSelector,
+    /// The webhook configuration's objectSelector does not select the pod.
+    ObjectSelector,
+}
+
+/// The selectors kube-apiserver applies before it calls the webhook, as registered.
+#[derive(Clone, Debug, Default)]
+pub struct WebhookSelectors {
+    /// `namespaceSelector` (absent: every namespace).
+    pub namespace: Option<LabelSelector>,
+    /// `objectSelector` (absent: every object).
+    pub object: Option<LabelSelector>,
+}
+
+/// Whether a label selector as registered matches; one the API server would have refused
+/// matches nothing.
+fn matches(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
+    match selector {
+        None => true,
+        Some(selector) => Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels)),
+    }
+}
+
+/// Whether a pod with `pod_labels`, created in `namespace` (with `namespace_labels`), is kept
+/// from injection, and by what: the webhook's own refusals first (they hold whatever the
+/// configuration says), then kube-apiserver's selectors.
+pub fn exclusion(
+    namespace: &str,
+    namespace_labels: &BTreeMap<String, String>,
+    pod_labels: &BTreeMap<String, String>,
+    selectors: &WebhookSelectors,
+    options: &InjectOptions,
+) -> Option<Exclusion> {
+    if SYSTEM_NAMESPACES.contains(&namespace) {
+        return Some(Exclusion::SystemNamespace);
+    }
+    if options.never_mutated(namespace) {
+        return Some(Exclusion::OperatorNamespace);
+    }
+    if !matches(selectors.namespace.as_ref(), namespace_labels) {
+        let mut enabled = namespace_labels.clone();
+        let disabled = enabled.remove(INJECTION_LABEL).is_some_and(|v| v == INJECTION_DISABLED);
+        if disabled && matches(selectors.namespace.as_ref(), &enabled) {
+            return Some(Exclusion::DisabledLabel);
+        }
+        return Some(Exclusion::NamespaceSelector);
+    }
+    if !matches(selectors.object.as_ref(), pod_labels) {
+        return Some(Exclusion::ObjectSelector);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn watcher(name: &str, container: &str, selector: Option<serde_json::Value>) -> Watcher {
+        let mut spec = json!({"container": {"name": container, "image": "busybox"}});
+        if let Some(selector) = selector {
+            spec["selector"] = selector;
+        }
+        serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+            "metadata": {"name": name, "namespace": "team-a"}, "spec": spec}))
+        .expect("Watcher")
+    }
+
+    fn pod(annotations: serde_json::Value, labels: serde_json::Value) -> PodView {
+        serde_json::from_value(json!({"metadata": {"annotations": annotations, "labels": labels},
+            "spec": {"containers": [{"name": "app"}]}}))
+        .expect("pod")
+    }
+
+    #[test]
+    fn every_reason_a_watcher_is_or_is_not_injected() {
+        let watchers = [
+            watcher("log", "log", None),
+            watcher("metrics", "metrics", Some(json!({"matchLabels": {"app": "web"}}))),
+            watcher("clash", "app", None),
+            watcher("twin", "log", None),
+            watcher("done", "done", None),
+        ];
+        let refs: Vec<&Watcher> = watchers.iter().collect();
+        let pod = pod(
+            json!({"watcher.dev/inject": "log,ghost,clash,twin,done", "watcher.dev/injected": "done@abc"}),
+            json!({"app": "web"}),
+        );
+        let decisions: Vec<(String, Asked, Verdict)> =
+            decide(&pod, "team-a", &refs).into_iter().map(|d| (d.name, d.asked, d.verdict)).collect();
+        assert_eq!(
+            decisions,
+            [
+                ("log".into(), Asked::Annotation, Verdict::Inject),
+                ("ghost".into(), Asked::Annotation, Verdict::Missing),
+                ("clash".into(), Asked::Annotation, Verdict::Collision { container: "app".into() }),
+                ("twin".into(), Asked::Annotation, Verdict::Collision { container: "log".into() }),
+                ("done".into(), Asked::Annotation, Verdict::AlreadyInjected { hash: "abc".into() }),
+                ("metrics".into(), Asked::Selector, Verdict::Inject),
+            ]
+        );
+        assert!(decide(&pod, "team-b", &refs).iter().all(|d| d.verdict == Verdict::Missing), "other namespace");
+    }
+
+    #[test]
+    fn every_reason_a_pod_is_excluded() {
+        let options = InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+        let registered: LabelSelector = serde_json::from_value(json!({"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "watcher-system"]},
+            {"key": "watcher.dev/injection", "operator": "NotIn", "values": ["disabled"]},
+            {"key": "team", "operator": "NotIn", "values": ["legacy"]}]}))
+        .expect("selector");
+        let selectors = WebhookSelectors {
+            namespace: Some(registered),
+            object: Some(
+                serde_json::from_value(json!({"matchExpressions": [
+                {"key": "sidecars", "operator": "NotIn", "values": ["off"]}]}))
+                .expect("selector"),
+            ),
+        };
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        };
+        let ns = |name: &str, more: &[(&str, &str)]| {
+            let mut l = labels(&[("kubernetes.io/metadata.name", name)]);
+            l.extend(labels(more));
+            l
+        };
+        let none = BTreeMap::new();
+        let cases = [
+            ("kube-system", ns("kube-system", &[]), none.clone(), Some(Exclusion::SystemNamespace)),
+            ("watcher-system", ns("watcher-system", &[]), none.clone(), Some(Exclusion::OperatorNamespace)),
+            (
+                "team-a",
+                ns("team-a", &[("watcher.dev/injection", "disabled")]),
+                none.clone(),
+                Some(Exclusion::DisabledLabel),
+            ),
+            ("team-b", ns("team-b", &[("team", "legacy")]), none.clone(), Some(Exclusion::NamespaceSelector)),
+            (
+                "team-c",
+                ns("team-c", &[("team", "legacy"), ("watcher.dev/injection", "disabled")]),
+                none.clone(),
+                Some(Exclusion::NamespaceSelector),
+            ),
+            ("team-d", ns("team-d", &[]), labels(&[("sidecars", "off")]), Some(Exclusion::ObjectSelector)),
+            ("team-e", ns("team-e", &[]), labels(&[("sidecars", "on")]), None),
+        ];
+        for (namespace, namespace_labels, pod_labels, expected) in cases {
+            assert_eq!(
+                exclusion(namespace, &namespace_labels, &pod_labels, &selectors, &options),
+                expected,
+                "{namespace}"
+            );
+        }
+        assert_eq!(exclusion("team-e", &none, &none, &WebhookSelectors::default(), &options), None, "no selectors");
+    }
+}
