@@ -290,6 +290,15 @@ impl Cli {
         }
     }
 
+    /// The log level when `RUST_LOG` is not set: the diagnostic commands print their own
+    /// findings, and the client's own error logs would repeat them.
+    pub(crate) fn default_log_filter(&self) -> &'static str {
+        match &self.command {
+            Some(Command::Check(_) | Command::CheckInject(_)) => "off",
+            _ => crate::telemetry::DEFAULT_FILTER,
+        }
+    }
+
     /// Runs the chosen command; `Ok(false)`: it ran, and says something failed (exit code 1).
     pub(crate) async fn execute(self) -> anyhow::Result<bool> {
         match self.command {

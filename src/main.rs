@@ -29,6 +29,6 @@ async fn run() -> anyhow::Result<bool> {
         .install_default()
         .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
     let cli = cli::Cli::parse_args();
-    telemetry::init_tracing(cli.log_format())?;
+    telemetry::init_tracing(cli.log_format(), cli.default_log_filter())?;
     cli.execute().await
 }

@@ -24,11 +24,13 @@ pub(crate) enum LogFormat {
 }
 
 /// The default filter: our own crates at `info`, the chatty libraries only when they warn.
-const DEFAULT_FILTER: &str = "info,kube=warn,kube_runtime=warn,kube_client=warn,hyper=warn,rustls=warn,tower=warn";
+pub(crate) const DEFAULT_FILTER: &str =
+    "info,kube=warn,kube_runtime=warn,kube_client=warn,hyper=warn,rustls=warn,tower=warn";
 
 /// Logs to stderr (stdout is for command output such as `crds`); `RUST_LOG` overrides the level.
-pub(crate) fn init_tracing(format: LogFormat) -> anyhow::Result<()> {
-    let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(DEFAULT_FILTER))?;
+/// `default_filter` applies when `RUST_LOG` is not set.
+pub(crate) fn init_tracing(format: LogFormat, default_filter: &str) -> anyhow::Result<()> {
+    let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(default_filter))?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let result = match format {
         LogFormat::Text => builder.try_init(),
