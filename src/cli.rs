@@ -198,6 +198,11 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "WATCHER_SYNC_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
     pub(crate) sync_namespaces: Vec<String>,
 
+    /// Whether the sync controller copies Secrets too; `--sync-secrets=false` copies ConfigMaps
+    /// only, and the operator then needs no access to Secrets outside its namespace.
+    #[arg(long, env = "WATCHER_SYNC_SECRETS", default_value_t = true, action = ArgAction::Set)]
+    pub(crate) sync_secrets: bool,
+
     /// Run the controllers only in the replica that holds Lease `watcher-operator`.
     /// `--leader-election=false` runs them in every replica: use it with one replica only.
     #[arg(long, env = "WATCHER_LEADER_ELECTION", default_value_t = true, action = ArgAction::Set)]
@@ -258,6 +263,16 @@ fn parse_webhook_url(value: &str) -> Result<String, String> {
         return Err("the webhook URL needs a host".into());
     }
     Ok(value.to_owned())
+}
+
+/// `watcher-operator run ARGS` as parsed, for tests.
+#[cfg(test)]
+pub(crate) fn run_args(args: &[&str]) -> RunArgs {
+    let cli = Cli::try_parse_from(["watcher-operator", "run"].iter().chain(args)).expect("run parses");
+    match cli.command {
+        Some(Command::Run(run)) => run,
+        _ => unreachable!("the run subcommand"),
+    }
 }
 
 /// Whether the binary runs as the kubectl plugin (`kubectl-watcher` on the `PATH`, as

@@ -144,7 +144,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespace,
         args.controllers.clone(),
         args.leader_election,
-        Controllers { ctx, cache: watcher_cache, policies: policy_cache, cache_ready, sync_namespaces },
+        Controllers {
+            ctx,
+            cache: watcher_cache,
+            policies: policy_cache,
+            cache_ready,
+            sync_namespaces,
+            sync_secrets: args.sync_secrets,
+        },
         shutdown(),
     ));
 
@@ -342,6 +349,8 @@ struct Controllers {
     cache_ready: watch::Receiver<bool>,
     /// Where sync sources live.
     sync_namespaces: Vec<String>,
+    /// Whether Secrets are synced (else ConfigMaps only).
+    sync_secrets: bool,
 }
 
 impl Controllers {
@@ -358,7 +367,7 @@ impl Controllers {
             ControllerName::Podset => watcher_controller::podset::run(self.ctx.clone()).boxed(),
             ControllerName::Images => watcher_controller::images::run(self.ctx.clone(), self.policies.clone()).boxed(),
             ControllerName::Sync => {
-                watcher_controller::sync::run(self.ctx.clone(), self.sync_namespaces.clone()).boxed()
+                watcher_controller::sync::run(self.ctx.clone(), self.sync_namespaces.clone(), self.sync_secrets).boxed()
             }
         });
         future::join_all(runs).await;
@@ -368,6 +377,35 @@ impl Controllers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With `--tls-cert-file` (cert-manager), the operator serves the files and never touches
+    /// the webhook configuration or its caBundle: not one request to the API server.
+    #[tokio::test]
+    async fn served_files_mean_no_registration_and_no_ca_bundle() {
+        let dir = std::env::temp_dir().join(format!("watcher-run-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let (ca, _) = watcher_certs::Authority::generate(Duration::from_secs(3600)).expect("CA");
+        let serving =
+            ca.issue(&["watcher-operator.watcher-system.svc".to_owned()], Duration::from_secs(600)).expect("cert");
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&cert, &serving.cert_pem).expect("cert written");
+        std::fs::write(&key, &serving.key_pem).expect("key written");
+        let args = crate::cli::run_args(&[
+            "--tls-cert-file",
+            cert.to_str().expect("UTF-8"),
+            "--tls-key-file",
+            key.to_str().expect("UTF-8"),
+        ]);
+        let (service, mut handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let client = Client::new(service, "watcher-system");
+        let (store, upkeep) =
+            start_certificates(&args, &client, "watcher-system", future::pending()).await.expect("files served");
+        assert!(store.is_loaded() && upkeep.is_none());
+        let request = tokio::time::timeout(Duration::from_millis(300), handle.next_request()).await;
+        assert!(request.is_err(), "no request to the API server");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     #[test]
     fn url_hosts_are_dns_names_or_bare_ips() {

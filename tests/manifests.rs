@@ -51,3 +51,270 @@ fn deploy_clears_a_url_registration() {
         assert_eq!(client_config["service"]["namespace"], "watcher-system");
     }
 }
+
+// The Helm chart.
+
+const CHART: &str = "charts/watcher-operator";
+/// The labels Helm's chart adds that `deploy/` has no use for.
+const HELM_LABELS: [&str; 4] =
+    ["helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"];
+
+/// `helm template` of the chart into `namespace` with `--set` values; `None`: no helm here.
+fn render(namespace: &str, sets: &[&str]) -> Option<Vec<Value>> {
+    let mut args = vec!["template", "watcher-operator", CHART, "-n", namespace];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    run_tool("helm", &args).map(|yaml| documents(&yaml))
+}
+
+/// The chart refuses `sets`: Helm's own error, from values.schema.json.
+fn refused(sets: &[&str]) -> Option<String> {
+    let mut args = vec!["template", "watcher-operator", CHART];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let output = match Command::new("helm").args(&args).current_dir(ROOT).output() {
+        Ok(output) => output,
+        Err(_) if std::env::var_os("WATCHER_REQUIRE_TOOLS").is_none() => return None,
+        Err(error) => panic!("cannot run helm: {error}"),
+    };
+    assert!(!output.status.success(), "{sets:?} was accepted");
+    Some(String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+fn get<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    find(objects, kind, "watcher-operator").unwrap_or_else(|| panic!("no {kind} watcher-operator"))
+}
+
+fn without_helm_labels(mut object: Value) -> Value {
+    if let Some(labels) = object["metadata"]["labels"].as_object_mut() {
+        labels.retain(|key, _| !HELM_LABELS.contains(&key.as_str()));
+    }
+    object
+}
+
+/// The chart with its defaults installs what `kubectl apply -k deploy/` installs, object by
+/// object (Helm's own labels aside), except the Namespace, which `helm install
+/// --create-namespace` creates, and the CRDs, which both take byte for byte from `crds`.
+#[test]
+fn the_chart_installs_what_deploy_installs() {
+    let (Some(chart), Some(deploy)) = (render("watcher-system", &[]), run_tool("kubectl", &["kustomize", "deploy/"]))
+    else {
+        return;
+    };
+    let deploy: Vec<Value> = documents(&deploy)
+        .into_iter()
+        .filter(|o| !matches!(o["kind"].as_str(), Some("Namespace" | "CustomResourceDefinition")))
+        .collect();
+    let key = |o: &Value| {
+        format!("{}/{}", o["kind"].as_str().unwrap_or_default(), o["metadata"]["name"].as_str().unwrap_or_default())
+    };
+    let mut chart_keys: Vec<String> = chart.iter().map(key).collect();
+    let mut deploy_keys: Vec<String> = deploy.iter().map(key).collect();
+    chart_keys.sort();
+    deploy_keys.sort();
+    assert_eq!(chart_keys, deploy_keys, "the same objects");
+    for object in &deploy {
+        let rendered = chart.iter().find(|o| key(o) == key(object)).expect("rendered");
+        assert_eq!(without_helm_labels(rendered.clone()), *object, "{} differs from deploy/", key(object));
+    }
+}
+
+/// The release namespace replaces `watcher-system` everywhere.
+#[test]
+fn the_release_namespace_is_used_everywhere() {
+    let Some(chart) = render("team-ops", &[]) else { return };
+    let text = serde_json::to_string(&chart).expect("JSON");
+    assert!(!text.contains("watcher-system"), "watcher-system left in the chart: {text}");
+    let webhook = get(&chart, "MutatingWebhookConfiguration");
+    assert_eq!(webhook["webhooks"][0]["clientConfig"]["service"]["namespace"], "team-ops");
+    assert_eq!(
+        webhook["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"],
+        serde_json::json!(["kube-system", "kube-public", "kube-node-lease", "team-ops"])
+    );
+    assert_eq!(get(&chart, "ClusterRoleBinding")["subjects"][0]["namespace"], "team-ops");
+    assert_eq!(get(&chart, "RoleBinding")["subjects"][0]["namespace"], "team-ops");
+}
+
+fn cluster_role_resources(chart: &[Value]) -> Vec<String> {
+    let rules = get(chart, "ClusterRole")["rules"].as_array().expect("rules").clone();
+    rules
+        .iter()
+        .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
+        .filter_map(|r| r.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Least privilege follows the values: each controller's rules only when it runs; Secrets
+/// cluster-wide only when sync copies them.
+#[test]
+fn rbac_grants_only_what_the_enabled_controllers_need() {
+    let cases: [(&[&str], &[&str], &[&str]); 6] = [
+        (&[], &["secrets", "configmaps", "deployments", "pods", "pods/eviction", "ats/status"], &[]),
+        (&["controllers={watcher,pods,at,podset,images}"], &["configmaps", "pods"], &["secrets"]),
+        (&["sync.secrets=false"], &["configmaps"], &["secrets"]),
+        (
+            &["controllers={watcher}"],
+            &["configmaps", "watchers/status"],
+            &["secrets", "pods", "deployments", "ats/status"],
+        ),
+        (&["controllers={images}"], &["deployments", "imagepolicies/status"], &["configmaps", "pods", "secrets"]),
+        (&["controllers={at,podset}"], &["pods", "ats/status", "podsets/status"], &["pods/eviction", "configmaps"]),
+    ];
+    for (sets, granted, refused) in cases {
+        let Some(chart) = render("watcher-system", sets) else { return };
+        let resources = cluster_role_resources(&chart);
+        for resource in granted {
+            assert!(resources.iter().any(|r| r == resource), "{sets:?}: {resource} not granted: {resources:?}");
+        }
+        for resource in refused {
+            assert!(!resources.iter().any(|r| r == resource), "{sets:?}: {resource} granted: {resources:?}");
+        }
+    }
+    // Only the tls Secret of its own namespace, when sync does not copy Secrets.
+    let Some(chart) = render("watcher-system", &["sync.secrets=false"]) else { return };
+    let role = get(&chart, "Role");
+    let secret_rules: Vec<&Value> =
+        role["rules"].as_array().expect("rules").iter().filter(|r| r["resources"][0] == "secrets").collect();
+    assert_eq!(secret_rules[0]["resourceNames"], serde_json::json!(["watcher-operator-tls"]));
+    let env = &get(&chart, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(env.as_array().expect("env").iter().any(|e| e["name"] == "WATCHER_SYNC_SECRETS" && e["value"] == "false"));
+}
+
+/// certManager.enabled: a Certificate (and a self-signed Issuer) into Secret
+/// watcher-operator-tls, served with --tls-cert-file, the CA injected by cert-manager; the
+/// operator gets no right to write the webhook configuration or its Secret.
+#[test]
+fn cert_manager_issues_and_injects_the_certificate() {
+    let Some(chart) = render("watcher-system", &["certManager.enabled=true"]) else { return };
+    let certificate = get(&chart, "Certificate");
+    assert_eq!(certificate["spec"]["secretName"], "watcher-operator-tls");
+    assert_eq!(certificate["spec"]["dnsNames"][0], "watcher-operator.watcher-system.svc");
+    assert_eq!(certificate["spec"]["issuerRef"]["name"], "watcher-operator-selfsigned");
+    assert!(find(&chart, "Issuer", "watcher-operator-selfsigned").is_some());
+    let pod = &get(&chart, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["containers"][0]["args"],
+        serde_json::json!([
+            "run",
+            "--tls-cert-file=/etc/watcher-operator/tls/tls.crt",
+            "--tls-key-file=/etc/watcher-operator/tls/tls.key"
+        ])
+    );
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "watcher-operator-tls");
+    let webhook = get(&chart, "MutatingWebhookConfiguration");
+    assert_eq!(webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "watcher-system/watcher-operator");
+    assert!(webhook["webhooks"][0]["clientConfig"].get("caBundle").is_none());
+    let resources = cluster_role_resources(&chart);
+    assert!(!resources.iter().any(|r| r == "mutatingwebhookconfigurations"), "{resources:?}");
+    assert!(get(&chart, "Role")["rules"].as_array().expect("rules").iter().all(|r| r["resources"][0] != "secrets"));
+
+    let Some(chart) = render(
+        "watcher-system",
+        &["certManager.enabled=true", "certManager.issuerRef.name=corp-ca", "certManager.issuerRef.kind=ClusterIssuer"],
+    ) else {
+        return;
+    };
+    assert!(find(&chart, "Issuer", "watcher-operator-selfsigned").is_none());
+    assert_eq!(
+        get(&chart, "Certificate")["spec"]["issuerRef"],
+        serde_json::json!({"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"})
+    );
+}
+
+/// Every other value reaches the object it is about.
+#[test]
+fn every_value_is_rendered_where_it_belongs() {
+    let sets = [
+        "image.repository=registry.example.com/watcher-operator",
+        "image.tag=0.2.0",
+        "imagePullSecrets[0].name=regcred",
+        "replicaCount=3",
+        "resources.requests.cpu=100m",
+        "nodeSelector.pool=system",
+        "tolerations[0].key=dedicated",
+        "tolerations[0].operator=Exists",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=zone",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+        "topologySpreadConstraints=null",
+        "priorityClassName=system-cluster-critical",
+        "podAnnotations.team=platform",
+        "podLabels.tier=control",
+        "controllers={watcher,pods}",
+        "sync.namespaces={watcher-system,shared}",
+        "logFormat=text",
+        "leaderElection=false",
+        "webhook.failurePolicy=Fail",
+        "webhook.timeoutSeconds=10",
+        "webhook.namespaceSelectorExpressions[0].key=team",
+        "webhook.namespaceSelectorExpressions[0].operator=Exists",
+        "webhook.objectSelector.matchLabels.sidecars=on",
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.serviceMonitor.labels.release=prometheus",
+        "podDisruptionBudget.minAvailable=2",
+    ];
+    let Some(chart) = render("watcher-system", &sets) else { return };
+    let deployment = get(&chart, "Deployment");
+    let pod = &deployment["spec"]["template"];
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(container["image"], "registry.example.com/watcher-operator:0.2.0");
+    assert_eq!(container["resources"]["requests"]["cpu"], "100m");
+    assert_eq!(pod["spec"]["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(pod["spec"]["nodeSelector"]["pool"], "system");
+    assert_eq!(pod["spec"]["tolerations"][0]["key"], "dedicated");
+    assert!(pod["spec"]["affinity"]["nodeAffinity"].is_object());
+    assert!(pod["spec"].get("topologySpreadConstraints").is_none());
+    assert_eq!(pod["spec"]["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["metadata"]["annotations"]["team"], "platform");
+    assert_eq!(pod["metadata"]["labels"]["tier"], "control");
+    assert_eq!(pod["metadata"]["labels"]["app.kubernetes.io/name"], "watcher-operator");
+    let env: Vec<(String, String)> = container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .filter_map(|e| Some((e["name"].as_str()?.to_owned(), e["value"].as_str()?.to_owned())))
+        .collect();
+    for expected in [
+        ("WATCHER_CONTROLLERS", "watcher,pods"),
+        ("WATCHER_SYNC_NAMESPACES", "watcher-system,shared"),
+        ("WATCHER_LOG_FORMAT", "text"),
+        ("WATCHER_LEADER_ELECTION", "false"),
+    ] {
+        assert!(env.iter().any(|(n, v)| (n.as_str(), v.as_str()) == expected), "{expected:?} in {env:?}");
+    }
+    let webhook = &get(&chart, "MutatingWebhookConfiguration")["webhooks"][0];
+    assert_eq!(webhook["failurePolicy"], "Fail");
+    assert_eq!(webhook["timeoutSeconds"], 10);
+    assert_eq!(
+        webhook["namespaceSelector"]["matchExpressions"][2],
+        serde_json::json!({"key": "team", "operator": "Exists"})
+    );
+    assert_eq!(webhook["objectSelector"], serde_json::json!({"matchLabels": {"sidecars": "on"}}));
+    let monitor = get(&chart, "ServiceMonitor");
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(get(&chart, "PodDisruptionBudget")["spec"]["minAvailable"], 2);
+}
+
+/// values.schema.json refuses a wrong type or an unknown enum value, with Helm's own error.
+#[test]
+fn the_schema_refuses_wrong_values() {
+    for sets in [
+        &["replicaCount=two"][..],
+        &["webhook.failurePolicy=Sometimes"],
+        &["logFormat=xml"],
+        &["controllers={watcher,bogus}"],
+        &["webhook.timeoutSeconds=60"],
+        &["certManager.enabled=yes"],
+        &["replicas=2"],
+    ] {
+        let Some(stderr) = refused(sets) else { return };
+        assert!(stderr.contains("values don't meet the specifications of the schema"), "{sets:?}: {stderr}");
+    }
+}

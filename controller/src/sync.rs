@@ -288,7 +288,8 @@ impl SyncContext {
 
 /// Runs the sync controllers (Secrets and ConfigMaps) until shutdown, with sources in
 /// `source_namespaces`.
-pub async fn run(ctx: Arc<Context>, source_namespaces: Vec<String>) {
+/// `secrets: false` syncs ConfigMaps only (the operator then needs no access to Secrets).
+pub async fn run(ctx: Arc<Context>, source_namespaces: Vec<String>, secrets: bool) {
     let shared = Arc::new(SyncContext::new(ctx.clone()));
     let (namespace_store, writer) = reflector::store::<NamespaceMeta>();
     let (changed, _) = broadcast::channel::<()>(16);
@@ -312,10 +313,14 @@ pub async fn run(ctx: Arc<Context>, source_namespaces: Vec<String>) {
         if namespace_store.wait_until_ready().await.is_err() {
             return;
         }
-        let secrets = run_kind::<Secret>(&shared, &source_namespaces, namespace_store.clone(), changed.subscribe());
         let config_maps =
             run_kind::<ConfigMap>(&shared, &source_namespaces, namespace_store.clone(), changed.subscribe());
-        futures::join!(secrets, config_maps);
+        if secrets {
+            let secrets = run_kind::<Secret>(&shared, &source_namespaces, namespace_store.clone(), changed.subscribe());
+            futures::join!(secrets, config_maps);
+        } else {
+            config_maps.await;
+        }
     };
     tokio::select! {
         () = namespaces => warn!(controller = CONTROLLER, "the namespace watch ended"),

@@ -1,0 +1,100 @@
+//! e2e: the operator as installed by Helm. `helm install` into a fresh namespace, then the
+//! binary runs outside the cluster with the token of the chart's ServiceAccount (so the chart's
+//! RBAC is what it has): it reconciles a Watcher and injects a pod. `helm uninstall` then
+//! leaves the CRDs and the Watchers in place.
+//! Run on purpose, with `helm` on the PATH: `cargo test --test e2e_helm -- --ignored`.
+
+mod common;
+
+use common::{
+    Operator, Registration, STEP, TestNamespace, client, exclusive, kubectl, kubectl_apply, service_account_kubeconfig,
+    wait_for, wait_until,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use watcher_api::Watcher;
+
+fn helm(args: &[&str]) -> String {
+    let output = std::process::Command::new("helm").args(args).output().expect("helm on the PATH");
+    assert!(output.status.success(), "helm {} failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: KUBECONFIG"]
+async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
+    let _one = exclusive().await;
+    let client = client().await;
+    // The chart's cluster-wide objects have fixed names: an earlier `kubectl apply -k deploy/`
+    // (e2e_install) may have left them, and Helm adopts nothing it did not create.
+    kubectl(&[
+        "delete",
+        "clusterrole/watcher-operator",
+        "clusterrolebinding/watcher-operator",
+        "mutatingwebhookconfiguration/watcher-operator",
+        "--ignore-not-found",
+    ]);
+    let release_ns = TestNamespace::create(&client, "watcher-e2e-helm").await;
+    let r = release_ns.name.as_str();
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
+    helm(&["install", "watcher-operator", chart, "-n", r]);
+    kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/watchers.watcher.dev",
+        "crd/ats.watcher.dev",
+        "crd/podsets.watcher.dev",
+        "crd/imagepolicies.watcher.dev",
+        "--timeout=60s",
+    ]);
+    // No kubelet runs the chart's Deployment here: this process is the operator.
+    let _ = Api::<Deployment>::namespaced(client.clone(), r)
+        .patch("watcher-operator", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}})))
+        .await;
+    let kubeconfig = service_account_kubeconfig(r, "watcher-operator");
+    let operator = Operator::start_as(r, Some(&kubeconfig), Registration::Url).await;
+
+    let ns = TestNamespace::create(&client, "watcher-e2e-helm-apps").await;
+    let n = ns.name.as_str();
+    kubectl_apply(
+        n,
+        &json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": "log-watcher"},
+                "spec": {"container": {"name": "log-watcher", "image": "busybox:1.36", "command": ["sleep", "3600"]},
+                         "configData": {"LEVEL": "debug"}}}),
+    );
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), n);
+    wait_for(STEP, || async { config_maps.get_opt("log-watcher-config").await.ok().flatten() }).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), n);
+    let app: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "app", "annotations": {"watcher.dev/inject": "log-watcher"}},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}))
+    .expect("valid Pod");
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    wait_until(STEP, || async {
+        pods.create(&dry_run, &app).await.is_ok_and(|p| p.annotations().contains_key("watcher.dev/injected"))
+    })
+    .await;
+    let created = pods.create(&PostParams::default(), &app).await.expect("pod created");
+    assert!(created.annotations().contains_key("watcher.dev/injected"));
+    operator.stop().await;
+
+    // Uninstall: the release's objects go; the CRDs and every Watcher stay.
+    helm(&["uninstall", "watcher-operator", "-n", r]);
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    for name in ["watchers.watcher.dev", "ats.watcher.dev", "podsets.watcher.dev", "imagepolicies.watcher.dev"] {
+        assert!(crds.get_opt(name).await.expect("read").is_some(), "{name} kept");
+    }
+    let watchers = Api::<Watcher>::namespaced(client.clone(), n);
+    assert!(watchers.get_opt("log-watcher").await.expect("read").is_some(), "the Watcher is kept");
+    assert!(
+        common::try_kubectl(&["get", "clusterrole", "watcher-operator"]).is_err(),
+        "the release's cluster-wide objects are gone"
+    );
+
+    ns.delete().await;
+    release_ns.delete().await;
+}
