@@ -362,7 +362,9 @@ impl Controllers {
         }
         let runs = names.iter().map(|name| match name {
             ControllerName::Watcher => watcher_controller::watcher::run(self.ctx.clone(), self.cache.clone()).boxed(),
-            ControllerName::Pods => watcher_controller::pods::run(self.ctx.clone(), self.cache.clone()).boxed(),
+            ControllerName::Pods => {
+                watcher_controller::pods::run(self.ctx.clone(), self.cache.clone(), self.policies.clone()).boxed()
+            }
             ControllerName::At => watcher_controller::at::run(self.ctx.clone()).boxed(),
             ControllerName::Podset => watcher_controller::podset::run(self.ctx.clone()).boxed(),
             ControllerName::Images => watcher_controller::images::run(self.ctx.clone(), self.policies.clone()).boxed(),

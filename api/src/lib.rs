@@ -60,6 +60,10 @@ pub const ORIGINAL_IMAGES_ANNOTATION: &str = "watcher.dev/original-images";
 /// `<container>=<image>,...` with the images it wrote. An image that differs from the one
 /// written there was set by the workload's owner, and the owner wins.
 pub const REWRITTEN_IMAGES_ANNOTATION: &str = "watcher.dev/rewritten-images";
+/// Annotation on a pod whose sidecar image the pod reconciler updated in place
+/// (`updatePolicy: InPlace`): when, RFC 3339. A pod that has not come back running and ready
+/// with the new image some minutes later stops the rollout.
+pub const SIDECAR_UPDATED_ANNOTATION: &str = "watcher.dev/sidecar-updated";
 /// Annotation of the probe pod that `watcher-operator check` creates with a server-side dry
 /// run: the webhook answers such a dry run (only a dry run) with a patch that adds
 /// [`PROBED_ANNOTATION`], proving that kube-apiserver reaches it and applies its patch.

@@ -87,11 +87,15 @@ pub enum NativeSidecar {
 #[serde(rename_all = "camelCase")]
 pub struct UpdatePolicy {
     /// `Report` (default) only counts them in `status.pods`; `Recreate` evicts those that a
-    /// ReplicaSet, StatefulSet or DaemonSet controls, so their owner recreates them injected.
+    /// ReplicaSet, StatefulSet or DaemonSet controls, so their owner recreates them injected;
+    /// `InPlace` gives a running pod whose sidecar differs only by image the new image without
+    /// a restart of the pod (any other difference goes the `Recreate` way).
     #[serde(default, rename = "type")]
     pub type_: UpdatePolicyType,
 
-    /// With `Recreate`: how many pods per Watcher may be evicted or terminating at once.
+    /// With `Recreate` and `InPlace`: how many pods per Watcher may be in flight at once
+    /// (evicted and terminating, or updated in place and not yet running and ready with the new
+    /// image).
     #[serde(default = "default_max_unavailable")]
     #[schemars(range(min = 1))]
     pub max_unavailable: i32,
@@ -115,6 +119,10 @@ pub enum UpdatePolicyType {
     Report,
     /// Count them, and evict the controller-owned ones.
     Recreate,
+    /// Count them; update a sidecar whose only difference is its image in place (same pod, no
+    /// restart of the app containers); evict the controller-owned ones with any other
+    /// difference, as `Recreate` does.
+    InPlace,
 }
 
 /// The observed state of a Watcher.

@@ -34,6 +34,7 @@ pub(crate) struct KindLabels {
 /// The reconcile metrics of every controller.
 #[derive(Clone)]
 pub struct Metrics {
+    in_place_updates: Counter,
     sync_conflicts: Family<KindLabels, Counter>,
     reconciles: Family<ControllerLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
@@ -48,12 +49,18 @@ impl Metrics {
     /// Metrics registered in `registry` under the `watcher_` prefix.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
+            in_place_updates: Counter::default(),
             sync_conflicts: Family::default(),
             reconciles: Family::default(),
             errors: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
         };
         registry.register("watcher_reconcile", "Reconciles run", metrics.reconciles.clone());
+        registry.register(
+            "watcher_sidecar_in_place_updates",
+            "Sidecar images updated in place in running pods (updatePolicy InPlace)",
+            metrics.in_place_updates.clone(),
+        );
         registry.register("watcher_reconcile_errors", "Reconciles that failed", metrics.errors.clone());
         registry.register("watcher_reconcile_duration_seconds", "Time a reconcile took", metrics.duration.clone());
         registry.register(
@@ -62,6 +69,16 @@ impl Metrics {
             metrics.sync_conflicts.clone(),
         );
         metrics
+    }
+
+    /// Counts one sidecar image updated in place.
+    pub fn in_place_update(&self) {
+        self.in_place_updates.inc();
+    }
+
+    /// Sidecar images updated in place so far.
+    pub fn in_place_updates(&self) -> u64 {
+        self.in_place_updates.get()
     }
 
     /// Counts `count` copies of `kind` blocked by objects that are not copies.

@@ -1,10 +1,12 @@
 //! Pods → injection drift on each Watcher: `status.pods` counts, an Event when pods are missing
-//! or outdated, and with `updatePolicy.type: Recreate` evictions so their controllers recreate
-//! them injected.
+//! or outdated, with `updatePolicy.type: Recreate` evictions so their controllers recreate
+//! them injected, and with `InPlace` sidecar images updated in running pods ([`in_place`]).
 //!
-//! Pods are watched as metadata only and kept as [`CountedPod`]s (labels, the two injection
-//! annotations, whether a controller recreates them): thousands of pods cost little memory. A pod event reaches only the
-//! Watchers of its namespace.
+//! Pods are kept as [`CountedPod`]s (labels, the injection annotations, whether a controller
+//! recreates them, and for injected pods their sidecar containers, shared between pods alike):
+//! thousands of pods cost little memory. A pod event reaches only the Watchers of its namespace.
+
+pub mod in_place;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +16,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, EvictParams, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
@@ -23,10 +24,12 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_api::{
-    INJECT_ANNOTATION, INJECTED_ANNOTATION, PodCounts, UpdatePolicyType, Watcher, injected_watchers, requested_watchers,
+    INJECT_ANNOTATION, INJECTED_ANNOTATION, ORIGINAL_IMAGES_ANNOTATION, PodCounts, SIDECAR_UPDATED_ANNOTATION,
+    UpdatePolicyType, Watcher, condition, injected_watchers, requested_watchers, set_condition,
 };
 
-use crate::{Context, Error, Result, WatcherCache};
+use self::in_place::{IN_PLACE_DEADLINE, InjectedSpec, Sidecar, Update};
+use crate::{Context, Error, PolicyCache, Result, WatcherCache};
 
 const CONTROLLER: &str = "pods";
 /// Pod events are gathered for this long before a Watcher is counted again.
@@ -39,8 +42,16 @@ const POD_PAGE_SIZE: u32 = 100;
 /// Owners that recreate a pod that is evicted.
 const RECREATING_OWNERS: [&str; 3] = ["ReplicaSet", "StatefulSet", "DaemonSet"];
 
-/// A pod as the pod reconciler holds it.
-pub type PodMeta = PartialObjectMeta<Pod>;
+/// A pod as the watch delivers it (reduced to a [`CountedPod`] at once).
+pub type PodMeta = Pod;
+
+/// The container and volume names of a Watcher (by namespace and name), so the sidecars of
+/// injected pods can be kept.
+pub type SidecarLookup = Arc<dyn Fn(&str, &str) -> Option<(String, Option<String>)> + Send + Sync>;
+
+/// The annotations a [`CountedPod`] keeps.
+const KEPT_ANNOTATIONS: [&str; 4] =
+    [INJECT_ANNOTATION, INJECTED_ANNOTATION, SIDECAR_UPDATED_ANNOTATION, ORIGINAL_IMAGES_ANNOTATION];
 
 /// A pod as the pod reconciler keeps it: only what counting and eviction read, about a hundred
 /// bytes of its own where the pod's whole metadata is several kilobytes.
@@ -60,11 +71,13 @@ pub struct CountedPod {
     pub created: Option<jiff::Timestamp>,
     /// Being deleted.
     pub terminating: bool,
+    /// For a pod that carries Watchers: their containers, volumes and what the kubelet reports.
+    pub injected: Option<Arc<InjectedSpec>>,
 }
 
 impl From<&PodMeta> for CountedPod {
     fn from(pod: &PodMeta) -> Self {
-        Self::new(pod, &Interner::default())
+        Self::new(pod, &Interner::default(), None)
     }
 }
 
@@ -74,6 +87,8 @@ impl From<&PodMeta> for CountedPod {
 struct Interner {
     maps: Mutex<std::collections::HashSet<Arc<BTreeMap<String, String>>>>,
     namespaces: Mutex<std::collections::HashSet<Arc<str>>>,
+    /// Containers and volumes of sidecars, as JSON.
+    specs: Mutex<std::collections::HashSet<Arc<str>>>,
 }
 
 impl Interner {
@@ -97,19 +112,33 @@ impl Interner {
         shared
     }
 
+    fn spec(&self, value: &impl serde::Serialize) -> Arc<str> {
+        let text = serde_json::to_string(value).unwrap_or_default();
+        let mut specs = lock(&self.specs);
+        if let Some(shared) = specs.get(text.as_str()) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(text);
+        specs.insert(shared.clone());
+        shared
+    }
+
     /// Forgets the sets and namespaces no pod uses any more.
     fn prune(&self) {
         lock(&self.maps).retain(|map| Arc::strong_count(map) > 1);
         lock(&self.namespaces).retain(|namespace| Arc::strong_count(namespace) > 1);
+        lock(&self.specs).retain(|spec| Arc::strong_count(spec) > 1);
     }
 }
 
 impl CountedPod {
-    fn new(pod: &PodMeta, interner: &Interner) -> Self {
+    /// `lookup` names the containers of the Watchers an injected pod carries; without it, no
+    /// sidecar is kept.
+    fn new(pod: &PodMeta, interner: &Interner, lookup: Option<&SidecarLookup>) -> Self {
         let annotations = pod
             .annotations()
             .iter()
-            .filter(|(key, _)| *key == INJECT_ANNOTATION || *key == INJECTED_ANNOTATION)
+            .filter(|(key, _)| KEPT_ANNOTATIONS.contains(&key.as_str()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         Self {
@@ -123,8 +152,67 @@ impl CountedPod {
                 .any(|o| o.controller == Some(true) && RECREATING_OWNERS.contains(&o.kind.as_str())),
             created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
             terminating: pod.metadata.deletion_timestamp.is_some(),
+            injected: lookup.and_then(|lookup| injected_spec(pod, lookup, interner)).map(Arc::new),
         }
     }
+}
+
+impl CountedPod {
+    /// The pod as the reconciler keeps it, with the sidecars of `watchers` (for tests).
+    #[cfg(test)]
+    pub(crate) fn with_sidecars_of(pod: &PodMeta, watchers: &[Watcher]) -> Self {
+        Self::new(pod, &Interner::default(), Some(&lookup_in(watchers.to_vec())))
+    }
+}
+
+/// The sidecars (and their volumes) of the Watchers `pod` carries, with what the kubelet
+/// reports of them.
+fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup, interner: &Interner) -> Option<InjectedSpec> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let wanted: Vec<(String, Option<String>)> =
+        injected_watchers(pod.annotations()).into_iter().filter_map(|(name, _)| lookup(namespace, name)).collect();
+    let spec = pod.spec.as_ref().filter(|_| !wanted.is_empty())?;
+    let status = pod.status.as_ref();
+    let mut sidecars = Vec::new();
+    let lists = [
+        (false, spec.containers.as_slice(), status.and_then(|s| s.container_statuses.as_deref())),
+        (
+            true,
+            spec.init_containers.as_deref().unwrap_or_default(),
+            status.and_then(|s| s.init_container_statuses.as_deref()),
+        ),
+    ];
+    for (init, containers, statuses) in lists {
+        for (index, container) in containers.iter().enumerate() {
+            if !wanted.iter().any(|(name, _)| *name == container.name) {
+                continue;
+            }
+            let reported = statuses.unwrap_or_default().iter().find(|s| s.name == container.name);
+            let running = reported.filter(|s| s.ready && s.state.as_ref().is_some_and(|st| st.running.is_some()));
+            sidecars.push(Sidecar {
+                name: container.name.as_str().into(),
+                init,
+                index,
+                spec: interner.spec(container),
+                image: container.image.as_deref().unwrap_or_default().into(),
+                running_image: running.map(|s| s.image.as_str().into()),
+            });
+        }
+    }
+    let volumes = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|v| wanted.iter().any(|(_, volume)| volume.as_deref() == Some(v.name.as_str())))
+        .map(|v| (v.name.as_str().into(), interner.spec(v)))
+        .collect();
+    let pull_secrets = spec.image_pull_secrets.iter().flatten().map(|s| s.name.as_str().into()).collect();
+    Some(InjectedSpec {
+        resource_version: pod.metadata.resource_version.as_deref().unwrap_or_default().into(),
+        sidecars,
+        volumes,
+        pull_secrets,
+    })
 }
 
 /// A cached pod, found by its name (the set needs no second copy of the name as a key).
@@ -161,16 +249,22 @@ pub struct PodIndex {
     listing: Mutex<ByNamespace>,
     synced: AtomicBool,
     interner: Interner,
+    lookup: Option<SidecarLookup>,
 }
 
 impl PodIndex {
+    /// An index that keeps the sidecars `lookup` names (for `updatePolicy: InPlace`).
+    pub fn new(lookup: SidecarLookup) -> Self {
+        Self { lookup: Some(lookup), ..Self::default() }
+    }
+
     /// Applies a watch event; returns the pod whose change should be counted (initial-list
     /// entries return nothing: the whole list is counted once, when it is complete).
     fn apply(&self, event: watcher::Event<PodMeta>) -> Option<PodMeta> {
         match event {
             watcher::Event::Init => lock(&self.listing).clear(),
             watcher::Event::InitApply(pod) => {
-                let counted = CountedPod::new(&pod, &self.interner);
+                let counted = CountedPod::new(&pod, &self.interner, self.lookup.as_ref());
                 let mut listing = lock(&self.listing);
                 listing.entry(counted.namespace.clone()).or_default().replace(ByName(Arc::new(counted)));
             }
@@ -181,7 +275,7 @@ impl PodIndex {
                 self.synced.store(true, Ordering::Release);
             }
             watcher::Event::Apply(pod) => {
-                let counted = CountedPod::new(&pod, &self.interner);
+                let counted = CountedPod::new(&pod, &self.interner, self.lookup.as_ref());
                 let mut index = self.by_namespace.write().unwrap_or_else(|p| p.into_inner());
                 index.entry(counted.namespace.clone()).or_default().replace(ByName(Arc::new(counted)));
                 return Some(pod);
@@ -214,10 +308,16 @@ impl PodIndex {
         self.synced.load(Ordering::Acquire)
     }
 
-    /// An index holding `pods`, synced (for tests).
+    /// An index holding `pods`, synced (for tests), keeping the sidecars of `watchers`.
     #[cfg(test)]
     pub(crate) fn with_pods(pods: impl IntoIterator<Item = PodMeta>) -> Self {
-        let index = Self::default();
+        Self::with_pods_of(pods, &[])
+    }
+
+    /// [`PodIndex::with_pods`], keeping the sidecars of `watchers`.
+    #[cfg(test)]
+    pub(crate) fn with_pods_of(pods: impl IntoIterator<Item = PodMeta>, watchers: &[Watcher]) -> Self {
+        let index = Self::new(lookup_in(watchers.to_vec()));
         index.apply(watcher::Event::Init);
         for pod in pods {
             index.apply(watcher::Event::InitApply(pod));
@@ -236,12 +336,33 @@ pub struct PodsContext {
     ctx: Arc<Context>,
     pods: Arc<PodIndex>,
     recorder: Recorder,
+    /// ImagePolicies: an image updated in place is rewritten as admission would.
+    policies: Option<PolicyCache>,
 }
 
-/// Runs the pod reconciler until shutdown, on the Watchers of the shared cache.
-pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
+/// A lookup of Watchers' container and volume names in a fixed list.
+pub fn lookup_in(watchers: Vec<Watcher>) -> SidecarLookup {
+    Arc::new(move |namespace: &str, name: &str| {
+        watchers
+            .iter()
+            .find(|w| w.metadata.namespace.as_deref() == Some(namespace) && w.name_any() == name)
+            .map(|w| (w.spec.container.name.clone(), w.spec.volume.as_ref().map(|v| v.name.clone())))
+    })
+}
+
+/// Runs the pod reconciler until shutdown, on the Watchers of the shared cache; `policies`
+/// rewrite the images it updates in place.
+pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) {
     let client = ctx.client.clone();
-    let pods = Arc::new(PodIndex::default());
+    let lookup: SidecarLookup = {
+        let cache = cache.clone();
+        Arc::new(move |namespace: &str, name: &str| {
+            let watchers = cache.in_namespace(namespace);
+            let watcher = watchers.iter().find(|w| w.name_any() == name)?;
+            Some((watcher.spec.container.name.clone(), watcher.spec.volume.as_ref().map(|v| v.name.clone())))
+        })
+    };
+    let pods = Arc::new(PodIndex::new(lookup));
     let (synced_tx, synced_rx) = futures::channel::mpsc::unbounded();
     // Consistent, paginated lists: with `any_semantic` (resourceVersion=0) kube-apiserver serves
     // the list from its watch cache and ignores the page size, one response holding every pod of
@@ -265,7 +386,8 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
         }
     });
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
-    let shared = Arc::new(PodsContext { ctx, pods, recorder: Recorder::new(client, reporter) });
+    let shared =
+        Arc::new(PodsContext { ctx, pods, recorder: Recorder::new(client, reporter), policies: Some(policies) });
     let watchers = cache.clone();
     let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
     Controller::for_shared_stream(triggers, cache.store.clone())
@@ -348,6 +470,84 @@ pub fn eviction_choice(watcher: &Watcher, pods: &[Arc<CountedPod>]) -> Vec<Strin
     candidates.into_iter().take(budget).map(|p| p.name.to_string()).collect()
 }
 
+/// What one pass of `updatePolicy: InPlace` does for a Watcher's pods.
+#[derive(Debug, Default, PartialEq)]
+pub struct InPlaceRollout {
+    /// In-place patches to write now.
+    pub patches: Vec<in_place::Patch>,
+    /// Pods to evict now: missing, or outdated by more than the image, that a controller
+    /// recreates.
+    pub evictions: Vec<String>,
+    /// Pods updated whose sidecar is not yet running and ready with the new image.
+    pub in_flight: Vec<String>,
+    /// Of those, the ones past [`IN_PLACE_DEADLINE`]: the rollout stops.
+    pub stuck: Vec<String>,
+}
+
+/// The next in-place step for `watcher` over `pods`: at most `maxUnavailable` pods in flight
+/// (updated in place and not yet running and ready with the new image, or evicted and
+/// terminating), none at all while one is stuck. `rules`: the ImagePolicy rules of the
+/// namespace.
+pub fn plan_in_place(
+    watcher: &Watcher,
+    pods: &[Arc<CountedPod>],
+    rules: &[&watcher_api::image::Rule],
+    now: jiff::Timestamp,
+) -> InPlaceRollout {
+    let mut rollout = InPlaceRollout::default();
+    let hash = watcher.spec.spec_hash();
+    let namespace = watcher.namespace().unwrap_or_default();
+    let container = watcher.spec.container.name.as_str();
+    let terminating = pods
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|p| *p.namespace == *namespace && p.terminating)
+        .filter(|p| {
+            let s = standing(watcher, &hash, p);
+            s.matched || s.injected
+        })
+        .count();
+    let mut live: Vec<&CountedPod> = live_pods_of(watcher, pods).collect();
+    live.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
+    for pod in &live {
+        let s = standing(watcher, &hash, pod);
+        if s.up_to_date && in_place::in_flight(pod, container) {
+            rollout.in_flight.push(pod.name.to_string());
+            let updated =
+                pod.annotations.get(SIDECAR_UPDATED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            let deadline = jiff::SignedDuration::try_from(IN_PLACE_DEADLINE).unwrap_or_default();
+            if updated.is_some_and(|at| now.duration_since(at) > deadline) {
+                rollout.stuck.push(pod.name.to_string());
+            }
+        }
+    }
+    let limit = usize::try_from(watcher.spec.update_policy.max_unavailable).unwrap_or(0);
+    let mut budget = limit.saturating_sub(terminating + rollout.in_flight.len());
+    if !rollout.stuck.is_empty() {
+        budget = 0; // never a wave of broken pods
+    }
+    let now_text = now.to_string();
+    let mut recreate = Vec::new();
+    for pod in live {
+        let s = standing(watcher, &hash, pod);
+        if s.matched && !s.injected {
+            recreate.push(pod);
+        } else if s.injected && !s.up_to_date {
+            match in_place::update(watcher, pod, rules, &now_text) {
+                Update::InPlace(patch) if budget > 0 => {
+                    budget -= 1;
+                    rollout.patches.push(patch);
+                }
+                Update::InPlace(_) => {}
+                Update::Recreate(_) => recreate.push(pod),
+            }
+        }
+    }
+    rollout.evictions =
+        recreate.into_iter().filter(|p| p.recreated_when_evicted).take(budget).map(|p| p.name.to_string()).collect();
+    rollout
+}
+
 /// Counts the Watcher's pods, evicts under Recreate, and records the counts.
 #[instrument(skip(watcher, ctx), fields(namespace = watcher.namespace(), watcher = watcher.name_any()))]
 pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<Action> {
@@ -358,8 +558,15 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<A
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
     let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
     let pods = ctx.pods.in_namespace(&namespace);
-    let counts = count(&watcher, &pods);
-    let action = evict(&watcher, &pods, &ctx, &namespace).await?;
+    let mut counts = count(&watcher, &pods);
+    let action = if watcher.spec.update_policy.type_ == UpdatePolicyType::InPlace {
+        let (action, patched) = roll_in_place(&watcher, &pods, &ctx, &namespace).await?;
+        // A pod counts as up to date once its patch is written.
+        counts.up_to_date += i32::try_from(patched).unwrap_or(i32::MAX);
+        action
+    } else {
+        evict(&watcher, &pods, &ctx, &namespace).await?
+    };
 
     let current = watcher.status.as_ref().and_then(|s| s.pods);
     if current != Some(counts) {
@@ -388,14 +595,107 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<A
     Ok(action)
 }
 
+/// How often a rollout in flight is looked at again (pod status changes also wake it).
+const IN_PLACE_RECHECK: Duration = Duration::from_secs(15);
+
+/// One step of an in-place rollout: the patches, then the evictions, an Event for what was
+/// updated, and the `SidecarsUpdated` condition when it changes. Returns the pods patched.
+async fn roll_in_place(
+    watcher: &Watcher,
+    pods: &[Arc<CountedPod>],
+    ctx: &PodsContext,
+    namespace: &str,
+) -> Result<(Action, usize)> {
+    let policies = ctx.policies.as_ref().map(|p| p.policies_for(namespace)).unwrap_or_default();
+    let rules: Vec<&watcher_api::image::Rule> = policies.iter().flat_map(|p| p.valid_rules()).collect();
+    let rollout = plan_in_place(watcher, pods, &rules, jiff::Timestamp::now());
+    let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), namespace);
+    let mut patched = Vec::new();
+    let mut conflict = false;
+    for patch in &rollout.patches {
+        let ops = Patch::Json::<()>(json_patch::Patch(patch.ops.clone()));
+        match api.patch(&patch.pod, &PatchParams::default(), &ops).await {
+            Ok(_) => {
+                info!(pod = patch.pod, image = patch.image, "sidecar image updated in place");
+                ctx.ctx.metrics.in_place_update();
+                patched.push(patch.pod.as_str());
+            }
+            // Changed since it was cached (409), or its container moved (422, the test op):
+            // planned again from the next event.
+            Err(kube::Error::Api(status)) if matches!(status.code, 409 | 422) => conflict = true,
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    if !patched.is_empty() {
+        let image = rollout.patches.first().map(|p| p.image.as_str()).unwrap_or_default();
+        let note =
+            format!("sidecar image updated in place to {image} in {} pod(s): {}", patched.len(), patched.join(", "));
+        publish(ctx, watcher, EventType::Normal, "SidecarUpdated", note).await;
+    }
+    let stuck = rollout.stuck.first().map(|pod| {
+        format!(
+            "pod {pod} has not run the new sidecar image within {} minutes of its update: the rollout is stopped",
+            IN_PLACE_DEADLINE.as_secs() / 60
+        )
+    });
+    set_rollout_condition(watcher, ctx, namespace, stuck).await?;
+    let mut action = evict_names(&api, &rollout.evictions).await?;
+    if conflict || !patched.is_empty() || !rollout.in_flight.is_empty() {
+        action = Action::requeue(IN_PLACE_RECHECK.min(EVICTION_RETRY));
+    }
+    Ok((action, patched.len()))
+}
+
+/// `SidecarsUpdated`: False with reason `Stuck` while a pod updated in place does not come
+/// back, True once none is stuck. Written only when it changes.
+async fn set_rollout_condition(
+    watcher: &Watcher,
+    ctx: &PodsContext,
+    namespace: &str,
+    stuck: Option<String>,
+) -> Result<()> {
+    let mut conditions = watcher.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let existing = conditions.iter().find(|c| c.type_ == "SidecarsUpdated");
+    let generation = watcher.metadata.generation;
+    let wanted = match &stuck {
+        Some(message) => condition("SidecarsUpdated", false, "Stuck", message.clone(), generation),
+        None if existing.is_some_and(|c| c.status == "False") => {
+            condition("SidecarsUpdated", true, "Progressing", "no pod updated in place is stuck", generation)
+        }
+        None => return Ok(()),
+    };
+    if existing.is_some_and(|c| c.status == wanted.status && c.reason == wanted.reason) {
+        return Ok(());
+    }
+    if let Some(message) = stuck {
+        publish(ctx, watcher, EventType::Warning, "SidecarUpdateStuck", message).await;
+    }
+    set_condition(&mut conditions, wanted);
+    let api = Api::<Watcher>::namespaced(ctx.ctx.client.clone(), namespace);
+    let patch = json!({"status": {"conditions": conditions}});
+    api.patch_status(&watcher.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+async fn publish(ctx: &PodsContext, watcher: &Watcher, type_: EventType, reason: &str, note: String) {
+    let event = Event { type_, reason: reason.into(), note: Some(note), action: "Update".into(), secondary: None };
+    if let Err(error) = ctx.recorder.publish(&event, &watcher.object_ref(&())).await {
+        warn!(%error, reason, "cannot publish an event");
+    }
+}
+
 /// Evicts the chosen pods; a refusal by a PodDisruptionBudget waits for the next try.
 async fn evict(watcher: &Watcher, pods: &[Arc<CountedPod>], ctx: &PodsContext, namespace: &str) -> Result<Action> {
-    let chosen = eviction_choice(watcher, pods);
+    let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), namespace);
+    evict_names(&api, &eviction_choice(watcher, pods)).await
+}
+
+async fn evict_names(api: &Api<Pod>, chosen: &[String]) -> Result<Action> {
     if chosen.is_empty() {
         return Ok(Action::await_change());
     }
-    let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), namespace);
-    for name in &chosen {
+    for name in chosen {
         match api.evict(name, &EvictParams::default()).await {
             Ok(_) => info!(pod = name, "evicted: its controller recreates it injected"),
             Err(kube::Error::Api(status)) if status.code == 429 => {
@@ -421,7 +721,7 @@ pub fn error_policy(watcher: Arc<Watcher>, error: &Error, ctx: Arc<PodsContext>)
 fn context_for_tests(ctx: Arc<Context>, pods: PodIndex) -> Arc<PodsContext> {
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: None };
     let recorder = Recorder::new(ctx.client.clone(), reporter);
-    Arc::new(PodsContext { ctx, pods: Arc::new(pods), recorder })
+    Arc::new(PodsContext { ctx, pods: Arc::new(pods), recorder, policies: None })
 }
 
 #[cfg(test)]

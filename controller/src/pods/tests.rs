@@ -219,3 +219,105 @@ async fn recreate_evicts_through_the_eviction_api_and_waits_on_a_budget() {
     drop(shared);
     server.await.expect("scenario passed");
 }
+
+// updatePolicy: InPlace, against the mocked API server.
+
+use super::in_place::tests::{counted as counted_in_place, injected_pod, log_watcher};
+
+fn in_place_index(pods: &[Value], watcher: &Watcher) -> PodIndex {
+    PodIndex::with_pods_of(
+        pods.iter().map(|p| serde_json::from_value::<PodMeta>(p.clone()).expect("pod")),
+        std::slice::from_ref(watcher),
+    )
+}
+
+/// Two pods carry the old image, `maxUnavailable: 1`: exactly one JSON patch (the container's
+/// image, the annotations, the resourceVersion precondition), a `SidecarUpdated` Event, and
+/// the counts with the patched pod up to date.
+#[tokio::test]
+async fn in_place_patches_one_container_image_within_the_cap() {
+    let old = log_watcher("busybox:1.36");
+    let mut new = log_watcher("busybox:1.37");
+    new.metadata.uid = Some("w-uid".into());
+    let pods = [injected_pod("web-1", &[&old], false, true, 1), injected_pod("web-2", &[&old], false, true, 2)];
+    assert_eq!(counted_in_place(&pods[0], &[&new]).name.as_ref(), "web-1");
+    let (ctx, mut api) = Context::test();
+    let metrics = ctx.metrics.clone();
+    let shared = context_for_tests(ctx, in_place_index(&pods, &new));
+    let hash = new.spec.spec_hash();
+    let server = tokio::spawn(async move {
+        let patch = api.expect(Method::PATCH, "/api/v1/namespaces/team-a/pods/web-1").await;
+        let ops = patch.body.as_array().expect("a JSON patch").clone();
+        assert_eq!(ops[0], json!({"op": "replace", "path": "/metadata/resourceVersion", "value": "100"}));
+        assert_eq!(ops[2], json!({"op": "replace", "path": "/spec/containers/1/image", "value": "busybox:1.37"}));
+        assert_eq!(ops[3]["value"], format!("log-watcher@{hash}"));
+        assert_eq!(ops.len(), 5, "{ops:?}");
+        patch.ok(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1"}}));
+        let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
+        assert_eq!(event.body["reason"], "SidecarUpdated");
+        assert_eq!(event.body["note"], "sidecar image updated in place to busybox:1.37 in 1 pod(s): web-1");
+        let body = event.body.clone();
+        event.respond(http::StatusCode::CREATED, &body);
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        assert_eq!(status.body["status"]["pods"], json!({"matched": 2, "injected": 2, "upToDate": 1, "missing": 0}));
+        status
+            .ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": "log-watcher"},
+                          "spec": {"container": {"name": "x"}}}));
+        let drift = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
+        let body = drift.body.clone();
+        drift.respond(http::StatusCode::CREATED, &body);
+        api.expect_no_more().await;
+    });
+    let action = reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");
+    assert_eq!(action, Action::requeue(super::EVICTION_RETRY));
+    assert_eq!(metrics.in_place_updates(), 1);
+    drop(shared);
+    server.await.expect("scenario passed");
+}
+
+/// A pod updated in place that has not come back after the deadline stops the rollout: no
+/// patch, a `SidecarUpdateStuck` Event and `SidecarsUpdated=False` (reason `Stuck`).
+#[tokio::test]
+async fn a_stuck_pod_halts_the_rollout() {
+    let old = log_watcher("busybox:1.36");
+    let mut new = log_watcher("busybox:1.37");
+    new.spec.update_policy.max_unavailable = 5;
+    new.status = Some(
+        serde_json::from_value(json!({"pods": {"matched": 2, "injected": 2, "upToDate": 1, "missing": 0},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Reconciled", "message": "",
+                        "lastTransitionTime": "2026-11-21T10:00:00Z"}]}))
+        .expect("status"),
+    );
+    let mut stuck = injected_pod("web-1", &[&new], false, false, 1);
+    stuck["metadata"]["annotations"]["watcher.dev/sidecar-updated"] = json!("2026-11-21T10:00:00Z");
+    stuck["status"]["containerStatuses"][1]["image"] = json!("docker.io/library/busybox:1.36");
+    let pods = [stuck, injected_pod("web-2", &[&old], false, true, 2)];
+    let (ctx, mut api) = Context::test();
+    let shared = context_for_tests(ctx, in_place_index(&pods, &new));
+    let server = tokio::spawn(async move {
+        let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
+        assert_eq!(event.body["reason"], "SidecarUpdateStuck");
+        assert_eq!(event.body["type"], "Warning");
+        let body = event.body.clone();
+        event.respond(http::StatusCode::CREATED, &body);
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        let conditions = status.body["status"]["conditions"].as_array().expect("conditions").clone();
+        assert_eq!(conditions.len(), 2, "Ready is kept: {conditions:?}");
+        assert_eq!(
+            (conditions[1]["type"].as_str(), conditions[1]["status"].as_str(), conditions[1]["reason"].as_str()),
+            (Some("SidecarsUpdated"), Some("False"), Some("Stuck"))
+        );
+        assert!(
+            conditions[1]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("pod web-1 has not run the new sidecar image"))
+        );
+        status
+            .ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": "log-watcher"},
+                          "spec": {"container": {"name": "x"}}}));
+        api.expect_no_more().await;
+    });
+    reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");
+    drop(shared);
+    server.await.expect("scenario passed: no pod patched");
+}
