@@ -114,6 +114,14 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
         return json_response(StatusCode::OK, object);
     }
     let object: Value = serde_json::from_slice(&body).unwrap_or_else(|_| json!({}));
+    // A JSON patch of a listed object: applied to it, as kube-apiserver answers.
+    if let (Value::Array(_), Some(found)) = (&object, server.find(path)) {
+        let mut patched = found.clone();
+        return match serde_json::from_value::<json_patch::Patch>(object).map(|p| json_patch::patch(&mut patched, &p)) {
+            Ok(Ok(())) => json_response(StatusCode::OK, &patched),
+            _ => json_response(StatusCode::UNPROCESSABLE_ENTITY, &json!({"kind": "Status", "code": 422})),
+        };
+    }
     match object.get("kind") {
         Some(_) => json_response(StatusCode::OK, &object),
         None => json_response(StatusCode::OK, &json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})),
