@@ -3,6 +3,7 @@
 
 mod decide;
 mod inject;
+mod json;
 mod metrics;
 mod pod;
 mod review;

@@ -1,83 +1,85 @@
 //! The parts of a pod that injection reads: names, labels, annotations, and which lists exist.
 //!
-//! Decoding only these (serde skips the rest without allocating) makes an admission several
-//! times cheaper than decoding a whole `Pod`, whose `managedFields` alone become hundreds of
-//! small allocations, and states plainly what `inject` depends on.
+//! Decoding only these (the rest is checked and dropped without allocating, see
+//! [`crate::json`]) makes an admission several times cheaper than decoding a whole `Pod`, whose
+//! `managedFields` alone become hundreds of small allocations, and states plainly what `inject`
+//! depends on.
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use crate::json::narrow;
 
 /// A pod as `inject` sees it.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodView {
     /// Name, namespace, labels and annotations.
-    #[serde(default)]
     pub metadata: PodMeta,
     /// The names in the pod's lists; `None` for a pod without a spec.
-    #[serde(default)]
     pub spec: Option<PodSpecView>,
 }
 
 /// The metadata `inject` reads.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodMeta {
     /// Absent for pods made from `generateName`.
-    #[serde(default)]
     pub name: Option<String>,
     /// The name prefix of pods made by controllers.
-    #[serde(default)]
     pub generate_name: Option<String>,
     /// May be absent: the request's namespace is the one that counts.
-    #[serde(default)]
     pub namespace: Option<String>,
     /// Labels, matched against Watcher selectors.
-    #[serde(default)]
     pub labels: Option<BTreeMap<String, String>>,
     /// Annotations: `watcher.dev/inject` and `watcher.dev/injected`. `None` when the pod has no
     /// annotations object at all (the patch must then create it).
-    #[serde(default)]
     pub annotations: Option<BTreeMap<String, String>>,
 }
 
 /// The lists of a pod spec, by the names of their entries. `None` means the list is absent
 /// (the patch must create it), `Some(empty)` that it exists and is empty.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodSpecView {
     /// Regular containers.
-    #[serde(default)]
     pub containers: Vec<ContainerView>,
     /// Init containers (native sidecars among them).
-    #[serde(default)]
     pub init_containers: Option<Vec<ContainerView>>,
     /// Volumes.
-    #[serde(default)]
     pub volumes: Option<Vec<Named>>,
     /// Image pull secrets.
-    #[serde(default)]
     pub image_pull_secrets: Option<Vec<Named>>,
 }
 
 /// A list entry, by name.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Named {
     /// The entry's name.
-    #[serde(default)]
     pub name: String,
 }
 
 /// A container, by name and image.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ContainerView {
     /// The container's name.
-    #[serde(default)]
     pub name: String,
     /// Its image, as written.
-    #[serde(default)]
     pub image: Option<String>,
 }
+
+narrow!(PodView { metadata: "metadata", spec: "spec" });
+narrow!(PodMeta {
+    name: "name",
+    generate_name: "generateName",
+    namespace: "namespace",
+    labels: "labels",
+    annotations: "annotations",
+});
+narrow!(PodSpecView {
+    containers: "containers",
+    init_containers: "initContainers",
+    volumes: "volumes",
+    image_pull_secrets: "imagePullSecrets",
+});
+narrow!(Named { name: "name" });
+narrow!(ContainerView { name: "name", image: "image" });
 
 static NO_STRINGS: BTreeMap<String, String> = BTreeMap::new();
 

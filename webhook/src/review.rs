@@ -4,14 +4,13 @@
 use std::sync::Arc;
 
 use k8s_openapi::ByteString;
-use kube::core::GroupVersionKind;
 use kube::core::admission::Operation;
 use kube::runtime::reflector::Store;
-use serde::de::IgnoredAny;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tracing::{debug, info, warn};
 use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION, Watcher};
 
+use crate::json::narrow;
 use crate::metrics::AdmissionResult;
 use crate::{InjectOptions, Injection, PodView, PolicySource, inject, rewrite_images};
 
@@ -29,57 +28,6 @@ pub enum ReviewError {
     NotUtf8(std::str::Utf8Error),
 }
 
-mod json {
-    //! A JSON syntax check that builds nothing.
-
-    use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-
-    /// Any JSON value, checked (strings unescaped in place, numbers parsed) and dropped.
-    pub(super) struct Valid;
-
-    impl<'de> Deserialize<'de> for Valid {
-        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            deserializer.deserialize_any(Checker)
-        }
-    }
-
-    struct Checker;
-
-    impl<'de> Visitor<'de> for Checker {
-        type Value = Valid;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("any JSON value")
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<Valid, E> {
-            Ok(Valid)
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<Valid, E> {
-            Ok(Valid)
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<Valid, E> {
-            Ok(Valid)
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<Valid, E> {
-            Ok(Valid)
-        }
-        fn visit_str<E>(self, _: &str) -> Result<Valid, E> {
-            Ok(Valid)
-        }
-        fn visit_unit<E>(self) -> Result<Valid, E> {
-            Ok(Valid)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Valid, A::Error> {
-            while seq.next_element::<Valid>()?.is_some() {}
-            Ok(Valid)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Valid, A::Error> {
-            while map.next_entry::<Valid, Valid>()?.is_some() {}
-            Ok(Valid)
-        }
-    }
-}
-
 /// Where the webhook finds the Watchers of a namespace.
 pub trait WatcherSource: Send + Sync {
     /// The Watchers of `namespace`.
@@ -95,23 +43,55 @@ impl WatcherSource for Store<Watcher> {
 }
 
 /// An `admission.k8s.io/v1` AdmissionReview, as far as the webhook reads it.
-#[derive(Deserialize)]
-struct Review<T> {
-    request: Option<Request<T>>,
+#[derive(Default)]
+struct Review {
+    request: Option<Request>,
 }
 
-/// The fields of an AdmissionRequest the webhook uses; the object decoded as `T`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Request<T> {
-    uid: String,
-    kind: GroupVersionKind,
+/// The fields of an AdmissionRequest the webhook uses, the object read as a pod.
+#[derive(Default)]
+struct Request {
+    uid: Option<String>,
+    kind: Option<Kind>,
     namespace: Option<String>,
-    operation: Operation,
-    object: Option<T>,
-    #[serde(default)]
+    operation: Option<Operation>,
+    object: Option<PodView>,
     dry_run: bool,
 }
+
+/// The request's `kind`.
+#[derive(Default)]
+struct Kind {
+    group: String,
+    version: String,
+    kind: String,
+}
+
+/// The review without its object: what a body whose object is no pod still tells.
+#[derive(Default)]
+struct Head {
+    request: Option<RequestHead>,
+}
+
+#[derive(Default)]
+struct RequestHead {
+    uid: Option<String>,
+    kind: Option<Kind>,
+    namespace: Option<String>,
+}
+
+narrow!(Review { request: "request" });
+narrow!(Request {
+    uid: "uid",
+    kind: "kind",
+    namespace: "namespace",
+    operation: "operation",
+    object: "object",
+    dry_run: "dryRun",
+});
+narrow!(Kind { group: "group", version: "version", kind: "kind" });
+narrow!(Head { request: "request" });
+narrow!(RequestHead { uid: "uid", kind: "kind", namespace: "namespace" });
 
 /// A fixed set of Watchers (tests, fuzzing, the offline preview).
 impl WatcherSource for Vec<Arc<Watcher>> {
@@ -140,25 +120,25 @@ impl<S: WatcherSource> Reviewer<S> {
 
     /// The answer to one AdmissionReview body, and how it ended.
     pub fn review(&self, body: &[u8]) -> Result<(Answer, AdmissionResult), ReviewError> {
-        // The narrow decode below skips the fields injection does not read, checking their
-        // syntax only: not their UTF-8, not the pairing of UTF-16 surrogate escapes, not that a
-        // number fits an f64, not the nesting depth (each found by the fuzz target). So the
-        // whole body is checked first: UTF-8, then a full parse that allocates nothing.
-        std::str::from_utf8(body).map_err(ReviewError::NotUtf8)?;
-        serde_json::from_slice::<json::Valid>(body).map_err(|error| ReviewError::Decode(error.to_string()))?;
-        let request = match serde_json::from_slice::<Review<PodView>>(body) {
+        // One pass: the narrow decode checks every field it does not read in full (see
+        // `crate::json`), so a body it accepts is JSON. UTF-8 is checked first (a vectorised
+        // scan), which lets the parse skip it per string and names the problem exactly.
+        let text = std::str::from_utf8(body).map_err(ReviewError::NotUtf8)?;
+        let request = match serde_json::from_str::<Review>(text) {
             Ok(review) => review.request.ok_or(ReviewError::NoRequest)?,
-            Err(pod_error) => return unreadable_object(body, &pod_error),
+            Err(pod_error) => return unreadable_object(text, &pod_error),
         };
-        Ok(self.respond(&request))
+        let (Some(uid), Some(kind)) = (request.uid.clone(), request.kind.as_ref()) else {
+            return Err(missing_uid_or_kind(request.uid.is_none()));
+        };
+        Ok(self.respond(uid, kind, &request))
     }
 
-    fn respond(&self, request: &Request<PodView>) -> (Answer, AdmissionResult) {
-        let uid = request.uid.clone();
-        if !is_pod(&request.kind.group, &request.kind.kind) {
-            return not_a_pod(uid, request.namespace.as_deref(), &request.kind);
+    fn respond(&self, uid: String, kind: &Kind, request: &Request) -> (Answer, AdmissionResult) {
+        if !is_pod(&kind.group, &kind.kind) {
+            return not_a_pod(uid, request.namespace.as_deref(), kind);
         }
-        if request.operation != Operation::Create {
+        if request.operation != Some(Operation::Create) {
             return (Answer::allow(uid), AdmissionResult::skipped);
         }
         let Some(pod) = request.object.as_ref() else {
@@ -195,22 +175,30 @@ fn answer_probe(pod: &PodView, injection: &mut Injection) {
     injection.probed = true;
 }
 
+/// A request without the fields every AdmissionRequest has.
+fn missing_uid_or_kind(uid: bool) -> ReviewError {
+    ReviewError::Decode(format!("missing field `{}` in the request", if uid { "uid" } else { "kind" }))
+}
+
 /// A body that is not a review of a Pod: deny with a reason when there is a uid to answer.
-fn unreadable_object(body: &[u8], pod_error: &serde_json::Error) -> Result<(Answer, AdmissionResult), ReviewError> {
-    let review =
-        serde_json::from_slice::<Review<IgnoredAny>>(body).map_err(|_| ReviewError::Decode(pod_error.to_string()))?;
+/// (A second pass, on this path only: the object is read without its pod fields.)
+fn unreadable_object(body: &str, pod_error: &serde_json::Error) -> Result<(Answer, AdmissionResult), ReviewError> {
+    let review = serde_json::from_str::<Head>(body).map_err(|_| ReviewError::Decode(pod_error.to_string()))?;
     let request = review.request.ok_or(ReviewError::NoRequest)?;
-    if !is_pod(&request.kind.group, &request.kind.kind) {
-        return Ok(not_a_pod(request.uid, request.namespace.as_deref(), &request.kind));
+    let (Some(uid), Some(kind)) = (request.uid, request.kind) else {
+        return Err(ReviewError::Decode(pod_error.to_string()));
+    };
+    if !is_pod(&kind.group, &kind.kind) {
+        return Ok(not_a_pod(uid, request.namespace.as_deref(), &kind));
     }
     let message = format!("cannot read the pod: {pod_error}");
-    warn!(uid = request.uid, namespace = request.namespace, %message, "admission request denied");
-    Ok((Answer::deny(request.uid, message), AdmissionResult::error))
+    warn!(uid, namespace = request.namespace, %message, "admission request denied");
+    Ok((Answer::deny(uid, message), AdmissionResult::error))
 }
 
 /// A review of anything but a Pod (the webhook's rules were widened): allowed unchanged, with a
 /// warning naming the kind. The webhook fails open wherever it has nothing to do.
-fn not_a_pod(uid: String, namespace: Option<&str>, kind: &GroupVersionKind) -> (Answer, AdmissionResult) {
+fn not_a_pod(uid: String, namespace: Option<&str>, kind: &Kind) -> (Answer, AdmissionResult) {
     let group = if kind.group.is_empty() { String::new() } else { format!(".{}", kind.group) };
     let warning = format!("watcher-operator mutates pods only; {}{group} admitted unchanged", kind.kind);
     info!(uid, namespace, kind = kind.kind, "not a pod: admitted unchanged");
@@ -223,7 +211,7 @@ fn is_pod(group: &str, kind: &str) -> bool {
     group.is_empty() && kind == "Pod"
 }
 
-fn log_injection(request: &Request<PodView>, namespace: &str, pod: &str, injection: &Injection) {
+fn log_injection(request: &Request, namespace: &str, pod: &str, injection: &Injection) {
     if !injection.patch.is_empty() {
         info!(uid = request.uid, namespace, pod, dry_run = request.dry_run, watchers = ?injection.injected,
               rewritten = ?injection.rewritten, warnings = ?injection.warnings, "pod mutated");

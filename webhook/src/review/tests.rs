@@ -421,3 +421,30 @@ async fn a_dry_run_probe_is_answered_with_a_patch() {
     assert_eq!(status, StatusCode::OK);
     assert!(review["response"].get("patch").is_none(), "only a dry run is probed: {review}");
 }
+
+/// The former fuzz findings, hidden deeper: in fields the narrow pod view skips (a container's
+/// `terminationMessagePath`, the managed fields). Each is still a 400: the one pass checks
+/// every field it does not read.
+#[rstest]
+#[case::lone_surrogate_in_a_container(
+    "\"terminationMessagePath\":\"/dev/termination-log\"",
+    "\"terminationMessagePath\":\"\\udbff\\r\""
+)]
+#[case::out_of_range_in_a_container(
+    "\"terminationMessagePath\":\"/dev/termination-log\"",
+    "\"terminationMessagePath\":1e999"
+)]
+#[case::too_deep_in_managed_fields(
+    "\"managedFields\":[{\"manager\":\"kubectl-client-side-apply\"",
+    &format!("\"managedFields\":[{{\"deep\":{}{},\"manager\":\"kubectl-client-side-apply\"", "[".repeat(200), "]".repeat(200))
+)]
+#[tokio::test]
+async fn findings_inside_the_pod_get_400(#[case] from: &str, #[case] to: &str) {
+    let (app, metrics) = app(vec![log_watcher()]);
+    let text = std::fs::read_to_string(format!("{FIXTURES}pod-create-named-annotated.json")).expect("fixture exists");
+    let body = text.replacen(from, to, 1);
+    assert_ne!(body, text, "the fixture has the field");
+    let (status, _, text) = post(&app, body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert_eq!(metrics.count(AdmissionResult::injected), 0);
+}
