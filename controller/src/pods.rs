@@ -439,6 +439,19 @@ fn live_pods_of<'a>(watcher: &'a Watcher, pods: &'a [Arc<CountedPod>]) -> impl I
     pods.iter().map(Arc::as_ref).filter(move |p| *p.namespace == *namespace && !p.terminating)
 }
 
+/// The Watcher's pods being deleted (matched or injected): they count against `maxUnavailable`.
+fn terminating_pods_of(watcher: &Watcher, hash: &str, pods: &[Arc<CountedPod>]) -> usize {
+    let namespace = watcher.namespace().unwrap_or_default();
+    pods.iter()
+        .map(Arc::as_ref)
+        .filter(|p| *p.namespace == *namespace && p.terminating)
+        .filter(|p| {
+            let s = standing(watcher, hash, p);
+            s.matched || s.injected
+        })
+        .count()
+}
+
 /// The pods to evict now under `updatePolicy: Recreate`: missing or outdated pods whose
 /// controller (a ReplicaSet, StatefulSet or DaemonSet) will recreate them, oldest first, no more
 /// than `maxUnavailable` minus the Watcher's pods already terminating.
@@ -448,16 +461,7 @@ pub fn eviction_choice(watcher: &Watcher, pods: &[Arc<CountedPod>]) -> Vec<Strin
         return Vec::new();
     }
     let hash = watcher.spec.spec_hash();
-    let namespace = watcher.namespace().unwrap_or_default();
-    let terminating = pods
-        .iter()
-        .map(Arc::as_ref)
-        .filter(|p| *p.namespace == *namespace && p.terminating)
-        .filter(|p| {
-            let s = standing(watcher, &hash, p);
-            s.matched || s.injected
-        })
-        .count();
+    let terminating = terminating_pods_of(watcher, &hash, pods);
     let budget = usize::try_from(policy.max_unavailable).unwrap_or(0).saturating_sub(terminating);
     let mut candidates: Vec<&CountedPod> = live_pods_of(watcher, pods)
         .filter(|p| p.recreated_when_evicted)
@@ -496,17 +500,8 @@ pub fn plan_in_place(
 ) -> InPlaceRollout {
     let mut rollout = InPlaceRollout::default();
     let hash = watcher.spec.spec_hash();
-    let namespace = watcher.namespace().unwrap_or_default();
     let container = watcher.spec.container.name.as_str();
-    let terminating = pods
-        .iter()
-        .map(Arc::as_ref)
-        .filter(|p| *p.namespace == *namespace && p.terminating)
-        .filter(|p| {
-            let s = standing(watcher, &hash, p);
-            s.matched || s.injected
-        })
-        .count();
+    let terminating = terminating_pods_of(watcher, &hash, pods);
     let mut live: Vec<&CountedPod> = live_pods_of(watcher, pods).collect();
     live.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
     for pod in &live {

@@ -211,6 +211,15 @@ fn mock() -> (kube::Client, ApiHandle) {
     (kube::Client::new(service, "default"), handle)
 }
 
+/// A first pass by URL that finds no configuration and creates one.
+async fn created_by_url(api: &mut ApiHandle) {
+    let (_, send) = expect(api, Method::GET, CONFIG_PATH).await;
+    respond(send, StatusCode::NOT_FOUND, &status(404, "NotFound"));
+    let (body, send) =
+        expect(api, Method::POST, "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations").await;
+    respond(send, StatusCode::CREATED, &body);
+}
+
 fn registered_as(
     registration: &Registration,
     ca_bundle: &ByteString,
@@ -295,11 +304,7 @@ async fn a_run_by_url_deletes_the_configuration_it_created() {
     let (client, mut api) = mock();
     let registrar = Registrar::new(Registration::Url(URL.into()), "watcher-system");
     let server = tokio::spawn(async move {
-        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
-        respond(send, StatusCode::NOT_FOUND, &status(404, "NotFound"));
-        let (body, send) =
-            expect(&mut api, Method::POST, "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations").await;
-        respond(send, StatusCode::CREATED, &body);
+        created_by_url(&mut api).await;
         let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
         respond(send, StatusCode::OK, &registered_as(&Registration::Url(URL.into()), &bundle(), "60"));
         let (body, send) = expect(&mut api, Method::DELETE, CONFIG_PATH).await;
@@ -320,11 +325,7 @@ async fn a_run_by_url_leaves_a_registration_taken_over_since() {
     let (client, mut api) = mock();
     let registrar = Registrar::new(Registration::Url(URL.into()), "watcher-system");
     let server = tokio::spawn(async move {
-        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
-        respond(send, StatusCode::NOT_FOUND, &status(404, "NotFound"));
-        let (body, send) =
-            expect(&mut api, Method::POST, "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations").await;
-        respond(send, StatusCode::CREATED, &body);
+        created_by_url(&mut api).await;
         let reapplied = registered_as(&by_service(), &ByteString(b"installed".to_vec()), "70");
         for _ in 0..2 {
             let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
