@@ -91,8 +91,12 @@ async fn check_and_check_inject_explain_the_installation() {
     Api::<Pod>::namespaced(client.clone(), op).create(&PostParams::default(), &asking).await.expect("pod created");
     let (_, excluded) = run_json(&["check-inject", "asking", "-n", op, "--operator-namespace", op]);
     assert_eq!(excluded["excluded"]["reason"], "OperatorNamespace", "{excluded:#}");
-    let (code, _) = run_json(&["check-inject", "no-such-pod", "-n", n]);
-    assert_ne!(code, 0, "no answer: exit code 1");
+    let missing = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
+        .args(["check-inject", "no-such-pod", "-n", n])
+        .output()
+        .expect("watcher-operator runs");
+    assert_eq!(missing.status.code(), Some(1), "no answer: exit code 1");
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("pod no-such-pod not found"));
 
     // The webhook configuration deleted: exit 1, the line named (before the operator's next
     // pass puts it back).
