@@ -15,9 +15,7 @@ use watcher_certs::registration::{Registrar, Registration};
 use watcher_certs::secret::{Lifetimes, SelfManaged};
 use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
 use watcher_controller::{Context, Metrics, PolicyCache, WatcherCache};
-use watcher_webhook::{
-    InjectOptions, PolicySource, Reviewer, WatcherSource, router, serve_tls, supports_native_sidecars,
-};
+use watcher_webhook::{InjectOptions, Reviewer, router, serve_tls, supports_native_sidecars};
 
 use crate::cli::{ControllerName, RunArgs};
 use crate::telemetry::{Readiness, serve_admin};
@@ -111,8 +109,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         excluded_namespaces: vec![namespace.clone()],
         native_sidecars: native_sidecars_supported(&client).await,
     };
-    let reviewer = Reviewer::new(CachedWatchers(watcher_cache.clone()), options)
-        .with_policies(Arc::new(CachedPolicies(policy_cache.clone())));
+    let reviewer = Reviewer::new(watcher_cache.clone(), options).with_policies(Arc::new(policy_cache.clone()));
     let app = router(reviewer, webhook_metrics);
     let tls_config = Arc::new(server_config(certs.clone())?);
     let (webhook_stop_tx, webhook_stop_rx) = watch::channel(false);
@@ -320,24 +317,6 @@ async fn run_controllers_while_leader(
         }
         Ok(Err(error)) => warn!(%error, "leader election failed"),
         Err(error) => warn!(%error, "leader election task failed"),
-    }
-}
-
-/// The webhook reads Watchers from the shared cache's namespace index.
-struct CachedWatchers(WatcherCache);
-
-impl WatcherSource for CachedWatchers {
-    fn watchers_in(&self, namespace: &str) -> Vec<Arc<watcher_api::Watcher>> {
-        self.0.in_namespace(namespace)
-    }
-}
-
-/// The webhook reads ImagePolicies from the shared cache.
-struct CachedPolicies(PolicyCache);
-
-impl PolicySource for CachedPolicies {
-    fn policies_for(&self, namespace: &str) -> Vec<Arc<watcher_api::CompiledPolicy>> {
-        self.0.policies_for(namespace)
     }
 }
 

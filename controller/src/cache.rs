@@ -37,10 +37,11 @@ pub struct WatcherCache {
 /// The Watchers of each namespace, rebuilt from the store on the first read after a change:
 /// Watchers change rarely, pods are admitted often, and filtering the whole store on every
 /// admission cost 12 µs with 1,000 Watchers (1 µs from the index).
+/// A read clones one `Arc`, however many Watchers the namespace has.
 #[derive(Default)]
 struct NamespaceIndex {
     stale: AtomicBool,
-    watchers: RwLock<HashMap<String, Vec<Arc<Watcher>>>>,
+    watchers: RwLock<HashMap<String, Arc<[Arc<Watcher>]>>>,
 }
 
 impl WatcherCache {
@@ -97,7 +98,7 @@ impl WatcherCache {
     }
 
     /// The cached Watchers of `namespace`.
-    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<Watcher>> {
+    pub fn in_namespace(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
         let index = &self.by_namespace;
         // A change marks the index stale after the store has it, so a rebuild that clears the
         // mark always sees that change.
@@ -106,10 +107,18 @@ impl WatcherCache {
             for watcher in self.store.state() {
                 rebuilt.entry(watcher.namespace().unwrap_or_default()).or_default().push(watcher);
             }
+            let rebuilt = rebuilt.into_iter().map(|(namespace, watchers)| (namespace, watchers.into())).collect();
             *index.watchers.write().unwrap_or_else(|p| p.into_inner()) = rebuilt;
         }
         let watchers = index.watchers.read().unwrap_or_else(|p| p.into_inner());
-        watchers.get(namespace).cloned().unwrap_or_default()
+        watchers.get(namespace).cloned().unwrap_or_else(|| Arc::new([]))
+    }
+}
+
+/// The webhook reads Watchers from the namespace index.
+impl watcher_webhook::WatcherSource for WatcherCache {
+    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
+        self.in_namespace(namespace)
     }
 }
 

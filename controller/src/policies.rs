@@ -108,6 +108,13 @@ impl PolicyCache {
     }
 }
 
+/// The webhook reads ImagePolicies from this cache.
+impl watcher_webhook::PolicySource for PolicyCache {
+    fn policies_for(&self, namespace: &str) -> Vec<Arc<CompiledPolicy>> {
+        PolicyCache::policies_for(self, namespace)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

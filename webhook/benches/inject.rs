@@ -64,6 +64,14 @@ fn main() {
     let mut watchers: Vec<Arc<Watcher>> = (0..100).map(|i| Arc::new(watcher(&format!("other-{i}")))).collect();
     watchers.extend(["log-watcher", "metrics-watcher", "audit-watcher"].map(|n| Arc::new(watcher(n))));
     let options = InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+    // The reviews read them as the operator does, from the shared cache's namespace index.
+    let cached = {
+        let (store, mut writer) = kube::runtime::reflector::store::<Watcher>();
+        for watcher in &watchers {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(watcher.as_ref().clone()));
+        }
+        watcher_controller::WatcherCache::from_store(store).0
+    };
 
     let one: Value = serde_json::from_str(FIXTURE).expect("fixture");
     let mut three = one.clone();
@@ -112,7 +120,7 @@ fn main() {
         println!("{:<44} {t:>10.2}", format!("inject, fixture pod, {label}"));
 
         let body = serde_json::to_vec(review).expect("body");
-        let reviewer = Reviewer::new(watchers.clone(), options.clone());
+        let reviewer = Reviewer::new(cached.clone(), options.clone());
         let t = measure(|| {
             let answer = reviewer.review(black_box(&body)).expect("answered");
             black_box(serde_json::to_vec(&answer.0).expect("encoded"));
@@ -138,7 +146,7 @@ fn main() {
             black_box(injection);
         });
         println!("{:<44} {t:>10.2}", format!("inject + rewrite, 1 Watcher, {label}"));
-        let reviewer = Reviewer::new(watchers.clone(), options.clone()).with_policies(Arc::new(policies));
+        let reviewer = Reviewer::new(cached.clone(), options.clone()).with_policies(Arc::new(policies));
         let t = measure(|| {
             let answer = reviewer.review(black_box(&body)).expect("answered");
             black_box(serde_json::to_vec(&answer.0).expect("encoded"));

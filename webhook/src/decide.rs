@@ -62,11 +62,11 @@ pub fn decide<'a>(pod: &PodView, namespace: &str, watchers: &[&'a Watcher]) -> V
         watchers.iter().copied().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).collect();
     let mut asked: Vec<(String, Option<&'a Watcher>, Asked)> = Vec::new();
     for name in requested_watchers(annotations) {
-        let watcher = in_namespace.iter().copied().find(|w| w.name_any() == name);
+        let watcher = in_namespace.iter().copied().find(|w| w.metadata.name.as_deref() == Some(name));
         asked.push((name.to_owned(), watcher, Asked::Annotation));
     }
     let mut selected: Vec<&'a Watcher> = in_namespace.iter().copied().filter(|w| w.selects(pod.labels())).collect();
-    selected.sort_by_key(|w| w.name_any());
+    selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     for watcher in selected {
         let name = watcher.name_any();
         if !asked.iter().any(|(n, _, _)| *n == name) {

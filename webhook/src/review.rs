@@ -31,13 +31,13 @@ pub enum ReviewError {
 /// Where the webhook finds the Watchers of a namespace.
 pub trait WatcherSource: Send + Sync {
     /// The Watchers of `namespace`.
-    fn watchers_in(&self, namespace: &str) -> Vec<Arc<Watcher>>;
+    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]>;
 }
 
 /// Filters the whole store on every call: fine for tests and small clusters. The operator reads
 /// the shared cache's namespace index instead.
 impl WatcherSource for Store<Watcher> {
-    fn watchers_in(&self, namespace: &str) -> Vec<Arc<Watcher>> {
+    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
         self.state().into_iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).collect()
     }
 }
@@ -95,7 +95,7 @@ narrow!(RequestHead { uid: "uid", kind: "kind", namespace: "namespace" });
 
 /// A fixed set of Watchers (tests, fuzzing, the offline preview).
 impl WatcherSource for Vec<Arc<Watcher>> {
-    fn watchers_in(&self, namespace: &str) -> Vec<Arc<Watcher>> {
+    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
         self.iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).cloned().collect()
     }
 }
