@@ -70,6 +70,7 @@ fn templates_are_rewritten_once_and_recorded() {
 fn the_owner_wins() {
     let mirror = rules(&[MIRROR]);
     let ours = recorded("app=nginx:1.27", "app=mirror.internal/library/nginx:1.27");
+    let no_rules = Vec::new();
     let cases = [
         (
             "the owner sets an image no rule matches: left as written, dropped from the annotations",
@@ -105,6 +106,13 @@ fn the_owner_wins() {
             app("mirror.internal/library/nginx:1.27"),
             ours,
             &rules(&[("quay.io/", "mirror.internal/quay/")]),
+            None,
+        ),
+        (
+            "the policy was deleted (no rule left): nothing written, nothing reverted",
+            app("mirror.internal/library/nginx:1.27"),
+            ours,
+            &no_rules,
             None,
         ),
         (
