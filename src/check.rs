@@ -68,7 +68,7 @@ async fn cluster(client: &Client, report: &mut Report, pre: bool) -> bool {
             report.fail(
                 GROUP,
                 "API server",
-                format!("cannot reach it: {}", causes(&error)),
+                format!("cannot reach it: {}", crate::cli::causes(&error)),
                 "check the kubeconfig and context: `kubectl cluster-info` (or pass --kubeconfig, --context)",
             );
             return false;
@@ -107,21 +107,6 @@ async fn cluster(client: &Client, report: &mut Report, pre: bool) -> bool {
         }
     }
     true
-}
-
-/// An error and its sources, `: `-separated, without repeats.
-fn causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let next = cause.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 fn number(s: &str) -> Option<u32> {

@@ -377,10 +377,34 @@ impl Cli {
     }
 }
 
+/// An error and its sources, `: `-separated, without repeats.
+pub(crate) fn causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn every_cause_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        let error = anyhow::Error::new(io)
+            .context("failed to read kubeconfig: No such file or directory")
+            .context("no cluster");
+        assert_eq!(causes(error.as_ref()), "no cluster: failed to read kubeconfig: No such file or directory");
+    }
 
     #[test]
     fn the_kubectl_plugin_is_known_by_its_name() {

@@ -16,8 +16,9 @@ async fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(error) => {
-            // One line with every cause, for people and for `kubectl logs` alike.
-            eprintln!("error: {error:#}");
+            // One line with every cause once, for people and for `kubectl logs` alike (kube's
+            // errors often repeat their source in their own message).
+            eprintln!("error: {}", cli::causes(error.as_ref()));
             ExitCode::FAILURE
         }
     }
