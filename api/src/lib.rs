@@ -85,12 +85,26 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 /// FNV-1a over the value's JSON form: struct fields serialise in declaration order and maps
 /// are `BTreeMap`s, so equal values hash equally in every process and every release.
 pub fn stable_hash<T: serde::Serialize>(value: &T) -> String {
-    let bytes = serde_json::to_vec(value).unwrap_or_default();
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in bytes {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    /// FNV-1a, fed as the JSON is written: no buffer (the webhook hashes every Watcher it injects).
+    struct Fnv(u64);
+    impl std::io::Write for Fnv {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            for byte in bytes {
+                self.0 ^= u64::from(*byte);
+                self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut fnv = Fnv(OFFSET_BASIS);
+    if serde_json::to_writer(&mut fnv, value).is_err() {
+        fnv.0 = OFFSET_BASIS; // a value that cannot be serialised hashes as no bytes
+    }
+    let hash = fnv.0;
     format!("{:08x}", (hash ^ (hash >> 32)) as u32)
 }
 

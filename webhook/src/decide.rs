@@ -58,14 +58,13 @@ pub struct Decision<'a> {
 /// its name for the Watchers after it.
 pub fn decide<'a>(pod: &PodView, namespace: &str, watchers: &[&'a Watcher]) -> Vec<Decision<'a>> {
     let annotations = pod.annotations();
-    let in_namespace: Vec<&'a Watcher> =
-        watchers.iter().copied().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).collect();
+    let in_namespace = || watchers.iter().copied().filter(|w| w.metadata.namespace.as_deref() == Some(namespace));
     let mut asked: Vec<(String, Option<&'a Watcher>, Asked)> = Vec::new();
     for name in requested_watchers(annotations) {
-        let watcher = in_namespace.iter().copied().find(|w| w.metadata.name.as_deref() == Some(name));
+        let watcher = in_namespace().find(|w| w.metadata.name.as_deref() == Some(name));
         asked.push((name.to_owned(), watcher, Asked::Annotation));
     }
-    let mut selected: Vec<&'a Watcher> = in_namespace.iter().copied().filter(|w| w.selects(pod.labels())).collect();
+    let mut selected: Vec<&'a Watcher> = in_namespace().filter(|w| w.selects(pod.labels())).collect();
     selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     for watcher in selected {
         let name = watcher.name_any();
