@@ -7,14 +7,14 @@
 mod common;
 
 use common::{
-    Operator, Registration, STEP, TestNamespace, client, exclusive, kubectl, kubectl_apply, service_account_kubeconfig,
-    wait_for, wait_until,
+    Operator, Registration, STEP, TestNamespace, client, create_injected_app, exclusive, kubectl, kubectl_apply,
+    service_account_kubeconfig, wait_for,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use watcher_api::Watcher;
 
@@ -69,16 +69,7 @@ async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
     let config_maps = Api::<ConfigMap>::namespaced(client.clone(), n);
     wait_for(STEP, || async { config_maps.get_opt("log-watcher-config").await.ok().flatten() }).await;
     let pods = Api::<Pod>::namespaced(client.clone(), n);
-    let app: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "app", "annotations": {"watcher.dev/inject": "log-watcher"}},
-        "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}))
-    .expect("valid Pod");
-    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
-    wait_until(STEP, || async {
-        pods.create(&dry_run, &app).await.is_ok_and(|p| p.annotations().contains_key("watcher.dev/injected"))
-    })
-    .await;
-    let created = pods.create(&PostParams::default(), &app).await.expect("pod created");
+    let created = create_injected_app(&pods, "log-watcher").await;
     assert!(created.annotations().contains_key("watcher.dev/injected"));
     operator.stop().await;
 

@@ -8,13 +8,13 @@
 mod common;
 
 use common::{
-    Operator, Registration, STEP, TestNamespace, client, exclusive, finish_pod, kubectl, kubectl_apply, rfc3339,
-    run_pods, service_account_kubeconfig, wait_for, wait_until,
+    Operator, Registration, STEP, TestNamespace, client, create_injected_app, exclusive, finish_pod, kubectl,
+    kubectl_apply, rfc3339, run_pods, service_account_kubeconfig, wait_for, wait_until,
 };
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, WebhookClientConfig};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use watcher_api::{At, AtPhase, PodSet, Watcher};
@@ -83,16 +83,7 @@ async fn installed_operator_works_under_its_own_rbac() {
 
     // The webhook: a pod that asks is injected (dry-run probes until the cache has the Watcher).
     let pods = Api::<Pod>::namespaced(client.clone(), n);
-    let app: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "app", "annotations": {"watcher.dev/inject": "log-watcher"}},
-        "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}))
-    .expect("valid Pod");
-    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
-    wait_until(STEP, || async {
-        pods.create(&dry_run, &app).await.is_ok_and(|p| p.annotations().contains_key("watcher.dev/injected"))
-    })
-    .await;
-    let created = pods.create(&PostParams::default(), &app).await.expect("pod created");
+    let created = create_injected_app(&pods, "log-watcher").await;
     assert!(created.annotations().contains_key("watcher.dev/injected"));
 
     // The pod reconciler counts it.

@@ -36,8 +36,8 @@ pub struct WatcherCache {
 
 /// The Watchers of each namespace, rebuilt from the store on the first read after a change:
 /// Watchers change rarely, pods are admitted often, and filtering the whole store on every
-/// admission cost 12 µs with 1,000 Watchers (1 µs from the index).
-/// A read clones one `Arc`, however many Watchers the namespace has.
+/// admission cost 12 µs with 1,000 Watchers. A read of the index clones one `Arc`, however many
+/// Watchers the namespace has (0.03 µs).
 #[derive(Default)]
 struct NamespaceIndex {
     stale: AtomicBool,

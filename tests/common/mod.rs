@@ -296,3 +296,18 @@ pub async fn run_pods(pods: &Api<Pod>, labels: &str) {
         let _ = pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await;
     }
 }
+
+/// Creates pod `app` asking for `watcher` by annotation once a dry run shows the webhook
+/// injecting it (the operator's cache may not have the Watcher yet), and returns it as created.
+pub async fn create_injected_app(pods: &Api<Pod>, watcher: &str) -> Pod {
+    let app: Pod = serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "app", "annotations": {"watcher.dev/inject": watcher}},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}))
+    .expect("valid Pod");
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    wait_until(STEP, || async {
+        pods.create(&dry_run, &app).await.is_ok_and(|p| p.annotations().contains_key("watcher.dev/injected"))
+    })
+    .await;
+    pods.create(&PostParams::default(), &app).await.expect("pod created")
+}
