@@ -8,7 +8,7 @@ mod common;
 
 use common::{
     Operator, Registration, STEP, TestNamespace, client, create_injected_app, exclusive, kubectl, kubectl_apply,
-    service_account_kubeconfig, wait_for,
+    service_account_kubeconfig, wait_for, wait_for_crds_established,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -42,15 +42,7 @@ async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
     let r = release_ns.name.as_str();
     let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
     helm(&["install", "watcher-operator", chart, "-n", r]);
-    kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/watchers.watcher.dev",
-        "crd/ats.watcher.dev",
-        "crd/podsets.watcher.dev",
-        "crd/imagepolicies.watcher.dev",
-        "--timeout=60s",
-    ]);
+    wait_for_crds_established();
     // No kubelet runs the chart's Deployment here: this process is the operator.
     let _ = Api::<Deployment>::namespaced(client.clone(), r)
         .patch("watcher-operator", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}})))

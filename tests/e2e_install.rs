@@ -9,7 +9,7 @@ mod common;
 
 use common::{
     Operator, Registration, STEP, TestNamespace, client, create_injected_app, exclusive, finish_pod, kubectl,
-    kubectl_apply, rfc3339, run_pods, service_account_kubeconfig, wait_for, wait_until,
+    kubectl_apply, rfc3339, run_pods, service_account_kubeconfig, wait_for, wait_for_crds_established, wait_until,
 };
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, WebhookClientConfig};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -34,15 +34,7 @@ async fn installed_operator_works_under_its_own_rbac() {
     let client = client().await;
     let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
     kubectl(&["apply", "-k", deploy]);
-    kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/watchers.watcher.dev",
-        "crd/ats.watcher.dev",
-        "crd/podsets.watcher.dev",
-        "crd/imagepolicies.watcher.dev",
-        "--timeout=60s",
-    ]);
+    wait_for_crds_established();
     // No kubelet runs the installed Deployment here: this process is the operator.
     let deployments = Api::<Deployment>::namespaced(client.clone(), OPERATOR_NAMESPACE);
     let _ = deployments

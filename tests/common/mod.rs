@@ -35,6 +35,15 @@ pub async fn install_crds(client: &Client) {
     }
 }
 
+/// Waits, as a user would with `kubectl wait`, until the API server serves the CRDs an install
+/// (`deploy/` or the chart) just created.
+pub fn wait_for_crds_established() {
+    let crds: Vec<String> = watcher_api::crds().iter().map(|crd| format!("crd/{}", crd.name_any())).collect();
+    let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+    args.extend(crds.iter().map(String::as_str));
+    kubectl(&args);
+}
+
 /// A namespace made for one test; `delete` removes it.
 pub struct TestNamespace {
     pub name: String,
