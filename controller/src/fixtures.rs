@@ -44,6 +44,12 @@ impl Call {
         self.send.send_response(response);
     }
 
+    /// Answers 201 with the request's own body, as kube-apiserver answers a create.
+    pub(crate) fn created(self) {
+        let body = self.body.clone();
+        self.respond(StatusCode::CREATED, &body);
+    }
+
     /// Answers 200 with `body`.
     pub(crate) fn ok(self, body: &impl serde::Serialize) {
         self.respond(StatusCode::OK, body);

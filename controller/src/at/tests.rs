@@ -193,8 +193,7 @@ async fn when_due_the_pod_is_created_then_the_status_written() {
         let create = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods").await;
         assert_eq!(create.body["metadata"]["name"], "backup-at");
         assert_eq!(create.body["spec"]["restartPolicy"], "Never");
-        let body = create.body.clone();
-        create.respond(http::StatusCode::CREATED, &body);
+        create.created();
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         assert_eq!(status.body["status"]["phase"], "Pending");
         assert_eq!(status.body["status"]["podName"], "backup-at");

@@ -175,8 +175,7 @@ async fn changed_counts_are_written_with_one_event() {
         let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
         assert_eq!(event.body["reason"], "InjectionDrift");
         assert_eq!(event.body["regarding"]["name"], "log-watcher");
-        let body = event.body.clone();
-        event.respond(http::StatusCode::CREATED, &body);
+        event.created();
         api.expect_no_more().await;
     });
     let action = reconcile(Arc::new(w), shared.clone()).await.expect("reconciled");
@@ -256,16 +255,14 @@ async fn in_place_patches_one_container_image_within_the_cap() {
         let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
         assert_eq!(event.body["reason"], "SidecarUpdated");
         assert_eq!(event.body["note"], "sidecar image updated in place to busybox:1.37 in 1 pod(s): web-1");
-        let body = event.body.clone();
-        event.respond(http::StatusCode::CREATED, &body);
+        event.created();
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         assert_eq!(status.body["status"]["pods"], json!({"matched": 2, "injected": 2, "upToDate": 1, "missing": 0}));
         status
             .ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": "log-watcher"},
                           "spec": {"container": {"name": "x"}}}));
         let drift = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
-        let body = drift.body.clone();
-        drift.respond(http::StatusCode::CREATED, &body);
+        drift.created();
         api.expect_no_more().await;
     });
     let action = reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");
@@ -298,8 +295,7 @@ async fn a_stuck_pod_halts_the_rollout() {
         let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
         assert_eq!(event.body["reason"], "SidecarUpdateStuck");
         assert_eq!(event.body["type"], "Warning");
-        let body = event.body.clone();
-        event.respond(http::StatusCode::CREATED, &body);
+        event.created();
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         let conditions = status.body["status"]["conditions"].as_array().expect("conditions").clone();
         assert_eq!(conditions.len(), 2, "Ready is kept: {conditions:?}");

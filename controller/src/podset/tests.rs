@@ -212,8 +212,7 @@ async fn a_message_change_adds_one_pod_of_the_new_template() {
         let create = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods").await;
         assert_eq!(create.body["metadata"]["labels"]["watcher.dev/pod-template-hash"], hash.as_str());
         assert_eq!(create.body["spec"]["containers"][0]["env"][0]["value"], "bye");
-        let body = create.body.clone();
-        create.respond(StatusCode::CREATED, &body);
+        create.created();
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         assert_eq!(status.body["status"]["conditions"][0]["reason"], "RollingOut");
         status.ok(&podset_body());

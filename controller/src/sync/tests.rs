@@ -270,8 +270,7 @@ async fn an_object_that_is_not_a_copy_is_left_alone_with_an_event() {
         assert_eq!(event.body["type"], "Warning");
         assert!(event.body["note"].as_str().is_some_and(|n| n.contains("team-a")), "{}", event.body);
         assert_eq!(event.body["regarding"]["name"], "regcred");
-        let body = event.body.clone();
-        event.respond(http::StatusCode::CREATED, &body);
+        event.created();
         api.expect_no_more().await;
     });
     let shared = SyncContext::new(ctx.clone());
