@@ -123,7 +123,7 @@ fn main() {
         let reviewer = Reviewer::new(cached.clone(), options.clone());
         let t = measure(|| {
             let answer = reviewer.review(black_box(&body)).expect("answered");
-            black_box(serde_json::to_vec(&answer.0).expect("encoded"));
+            black_box(answer.0.to_json().expect("encoded"));
         });
         println!("{:<44} {t:>10.2}", format!("review: decode + inject + encode, {label}"));
     }
@@ -149,7 +149,7 @@ fn main() {
         let reviewer = Reviewer::new(cached.clone(), options.clone()).with_policies(Arc::new(policies));
         let t = measure(|| {
             let answer = reviewer.review(black_box(&body)).expect("answered");
-            black_box(serde_json::to_vec(&answer.0).expect("encoded"));
+            black_box(answer.0.to_json().expect("encoded"));
         });
         println!("{:<44} {t:>10.2}", format!("review, 1 Watcher, {label}"));
     }

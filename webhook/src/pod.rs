@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::json::narrow;
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+
+use crate::json::{Key, Valid, narrow};
 
 /// A pod as `inject` sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -29,8 +31,10 @@ pub struct PodMeta {
     pub namespace: Option<String>,
     /// Labels, matched against Watcher selectors.
     pub labels: Option<BTreeMap<String, String>>,
-    /// Annotations: `watcher.dev/inject` and `watcher.dev/injected`. `None` when the pod has no
-    /// annotations object at all (the patch must then create it).
+    /// The pod's `watcher.dev/` annotations, the only ones injection reads (`watcher.dev/inject`,
+    /// `watcher.dev/injected`, ...): the others, `kubectl`'s last applied configuration among
+    /// them, are checked and dropped. `None` when the pod has no annotations object at all (the
+    /// patch must then create it).
     pub annotations: Option<BTreeMap<String, String>>,
 }
 
@@ -70,7 +74,7 @@ narrow!(PodMeta {
     generate_name: "generateName",
     namespace: "namespace",
     labels: "labels",
-    annotations: "annotations",
+    annotations: "annotations" => watcher_annotations,
 });
 narrow!(PodSpecView {
     containers: "containers",
@@ -80,6 +84,38 @@ narrow!(PodSpecView {
 });
 narrow!(Named { name: "name" });
 narrow!(ContainerView { name: "name", image: "image" });
+
+/// The prefix of every annotation injection reads.
+const OWN_PREFIX: &str = "watcher.dev/";
+
+/// Reads an annotations object (or `null`), keeping the `watcher.dev/` entries.
+fn watcher_annotations<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<BTreeMap<String, String>>, A::Error> {
+    struct Own(BTreeMap<String, String>);
+    impl<'de> Deserialize<'de> for Own {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct OwnVisitor;
+            impl<'de> Visitor<'de> for OwnVisitor {
+                type Value = Own;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a map of annotations")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Own, A::Error> {
+                    let mut own = BTreeMap::new();
+                    while let Some(key) = map.next_key::<Key<'de>>()? {
+                        if key.0.starts_with(OWN_PREFIX) {
+                            own.insert(key.0.into_owned(), map.next_value()?);
+                        } else {
+                            map.next_value::<Valid>()?;
+                        }
+                    }
+                    Ok(Own(own))
+                }
+            }
+            deserializer.deserialize_map(OwnVisitor)
+        }
+    }
+    Ok(map.next_value::<Option<Own>>()?.map(|own| own.0))
+}
 
 static NO_STRINGS: BTreeMap<String, String> = BTreeMap::new();
 
@@ -121,6 +157,28 @@ mod tests {
         let volumes: Vec<_> = spec.volumes.iter().flatten().map(|v| v.name.clone()).collect();
         assert_eq!(volumes, ["kube-api-access-zc9s7"]);
         assert_eq!(spec.image_pull_secrets, None);
+    }
+
+    /// The review path reads pods with `crate::json`; every other caller with serde's own
+    /// deserializers. Both read the captured pods alike.
+    #[test]
+    fn both_readers_agree_on_the_captured_pods() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/admission-review");
+        let mut read = 0;
+        for entry in std::fs::read_dir(dir).expect("fixtures") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let review: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).expect("readable")).expect("JSON");
+            let object = &review["request"]["object"];
+            let by_serde: PodView = serde_json::from_value(object.clone()).expect("a pod");
+            let by_json: PodView = crate::json::from_str(&object.to_string()).expect("a pod");
+            assert_eq!(by_json, by_serde, "{}", path.display());
+            read += 1;
+        }
+        assert_eq!(read, 4, "every capture read");
     }
 
     #[test]

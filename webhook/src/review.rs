@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use k8s_openapi::ByteString;
 use kube::core::admission::Operation;
 use kube::runtime::reflector::Store;
@@ -10,7 +12,7 @@ use serde::Serialize;
 use tracing::{debug, info, warn};
 use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION, Watcher};
 
-use crate::json::narrow;
+use crate::json::{self, narrow};
 use crate::metrics::AdmissionResult;
 use crate::{InjectOptions, Injection, PodView, PolicySource, inject, rewrite_images};
 
@@ -124,7 +126,7 @@ impl<S: WatcherSource> Reviewer<S> {
         // `crate::json`), so a body it accepts is JSON. UTF-8 is checked first (a vectorised
         // scan), which lets the parse skip it per string and names the problem exactly.
         let text = std::str::from_utf8(body).map_err(ReviewError::NotUtf8)?;
-        let request = match serde_json::from_str::<Review>(text) {
+        let request = match json::from_str::<Review>(text) {
             Ok(review) => review.request.ok_or(ReviewError::NoRequest)?,
             Err(pod_error) => return unreadable_object(text, &pod_error),
         };
@@ -182,8 +184,8 @@ fn missing_uid_or_kind(uid: bool) -> ReviewError {
 
 /// A body that is not a review of a Pod: deny with a reason when there is a uid to answer.
 /// (A second pass, on this path only: the object is read without its pod fields.)
-fn unreadable_object(body: &str, pod_error: &serde_json::Error) -> Result<(Answer, AdmissionResult), ReviewError> {
-    let review = serde_json::from_str::<Head>(body).map_err(|_| ReviewError::Decode(pod_error.to_string()))?;
+fn unreadable_object(body: &str, pod_error: &json::Error) -> Result<(Answer, AdmissionResult), ReviewError> {
+    let review = json::from_str::<Head>(body).map_err(|_| ReviewError::Decode(pod_error.to_string()))?;
     let request = review.request.ok_or(ReviewError::NoRequest)?;
     let (Some(uid), Some(kind)) = (request.uid, request.kind) else {
         return Err(ReviewError::Decode(pod_error.to_string()));
@@ -261,6 +263,41 @@ struct AnswerStatus {
 }
 
 impl Answer {
+    /// The answer as the JSON body of the response. Written here rather than by serde's derive
+    /// (which gives the same JSON, see the tests): the patch is base64-encoded straight into the
+    /// body, where serde would encode it into a string first and then scan that string for
+    /// characters to escape.
+    pub fn to_json(&self) -> serde_json::Result<Vec<u8>> {
+        let response = &self.response;
+        let patch = response.patch.as_ref().map(|p| p.0.as_slice()).unwrap_or_default();
+        let mut out = Vec::with_capacity(160 + patch.len() / 3 * 4);
+        out.extend_from_slice(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#);
+        serde_json::to_writer(&mut out, &response.uid)?;
+        out.extend_from_slice(if response.allowed { b",\"allowed\":true" } else { b",\"allowed\":false" });
+        if let Some(status) = &response.status {
+            out.extend_from_slice(b",\"status\":");
+            serde_json::to_writer(&mut out, status)?;
+        }
+        if response.patch.is_some() {
+            out.extend_from_slice(b",\"patch\":\"");
+            let start = out.len();
+            out.resize(start + base64::encoded_len(patch.len(), true).unwrap_or_default(), 0);
+            let written = BASE64.encode_slice(patch, &mut out[start..]).map_err(serde::ser::Error::custom)?;
+            out.truncate(start + written);
+            out.push(b'"');
+        }
+        if let Some(patch_type) = response.patch_type {
+            out.extend_from_slice(b",\"patchType\":");
+            serde_json::to_writer(&mut out, patch_type)?;
+        }
+        if !response.warnings.is_empty() {
+            out.extend_from_slice(b",\"warnings\":");
+            serde_json::to_writer(&mut out, &response.warnings)?;
+        }
+        out.extend_from_slice(b"}}");
+        Ok(out)
+    }
+
     fn new(response: AnswerResponse) -> Self {
         Self { api_version: "admission.k8s.io/v1", kind: "AdmissionReview", response }
     }

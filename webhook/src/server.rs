@@ -9,6 +9,7 @@ use axum::body::Bytes;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -57,7 +58,17 @@ pub fn router<S: WatcherSource + 'static>(reviewer: Reviewer<S>, metrics: Metric
 async fn mutate<S: WatcherSource>(State(state): State<Arc<WebhookState<S>>>, body: Bytes) -> Response {
     let start = Instant::now();
     let (response, result) = match state.reviewer.review(&body) {
-        Ok((review, result)) => (axum::Json(review).into_response(), result),
+        Ok((review, result)) => match review.to_json() {
+            Ok(json) => (([(CONTENT_TYPE, "application/json")], json).into_response(), result),
+            // Cannot happen for the strings and numbers of an answer; say so rather than panic.
+            Err(error) => {
+                warn!(%error, "cannot encode the answer");
+                (
+                    (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the answer: {error}\n")).into_response(),
+                    AdmissionResult::error,
+                )
+            }
+        },
         Err(error) => {
             warn!(%error, "bad admission request");
             ((StatusCode::BAD_REQUEST, format!("{error}\n")).into_response(), AdmissionResult::error)

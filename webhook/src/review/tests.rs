@@ -448,3 +448,24 @@ async fn findings_inside_the_pod_get_400(#[case] from: &str, #[case] to: &str) {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
     assert_eq!(metrics.count(AdmissionResult::injected), 0);
 }
+
+/// The body the server writes is the JSON serde's derive gives: with a patch and warnings, a
+/// denial with its status, a plain allow.
+#[test]
+fn answers_are_written_as_serde_writes_them() {
+    let reviewer = Reviewer::new(store(vec![log_watcher()]), InjectOptions::default());
+    let injected = fixture("pod-create-named-annotated.json");
+    let mut warned = injected.clone();
+    warned["request"]["object"]["metadata"]["annotations"]["watcher.dev/inject"] = json!("log-watcher,missing\"one");
+    let mut denied = injected.clone();
+    denied["request"]["object"]["spec"] = json!({"containers": "nginx"});
+    let mut updated = injected.clone();
+    updated["request"]["operation"] = json!("UPDATE");
+    for (body, patched, warnings) in [(injected, true, 0), (warned, true, 1), (denied, false, 0), (updated, false, 0)] {
+        let (answer, _) = reviewer.review(body.to_string().as_bytes()).expect("answered");
+        let written: Value = serde_json::from_slice(&answer.to_json().expect("encodes")).expect("JSON");
+        assert_eq!(written, serde_json::to_value(&answer).expect("serialises"));
+        assert_eq!(written["response"].get("patch").is_some(), patched, "{written}");
+        assert_eq!(written["response"]["warnings"].as_array().map_or(0, Vec::len), warnings, "{written}");
+    }
+}
