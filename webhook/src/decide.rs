@@ -2,6 +2,7 @@
 //! [`crate::inject`] builds its patch from these decisions, and `watcher-operator
 //! check-inject` prints them, so the explanation of a pod can never disagree with admission.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -56,15 +57,30 @@ pub struct Decision<'a> {
 /// requested by annotation in the order written, then selected, by name. `watchers` may hold
 /// Watchers of any namespace: only those of `namespace` count. A container a Watcher adds takes
 /// its name for the Watchers after it.
-pub fn decide<'a>(pod: &PodView, namespace: &str, watchers: &[&'a Watcher]) -> Vec<Decision<'a>> {
+pub fn decide<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: &'a [W]) -> Vec<Decision<'a>> {
     let annotations = pod.annotations();
-    let in_namespace = || watchers.iter().copied().filter(|w| w.metadata.namespace.as_deref() == Some(namespace));
-    let mut asked: Vec<(String, Option<&'a Watcher>, Asked)> = Vec::new();
-    for name in requested_watchers(annotations) {
-        let watcher = in_namespace().find(|w| w.metadata.name.as_deref() == Some(name));
-        asked.push((name.to_owned(), watcher, Asked::Annotation));
+    let requested = requested_watchers(annotations);
+    // One pass over the Watchers (a namespace may hold many): the first of each requested name,
+    // and every one that selects the pod.
+    let mut found: Vec<Option<&'a Watcher>> = vec![None; requested.len()];
+    let mut selected: Vec<&'a Watcher> = Vec::new();
+    for watcher in watchers.iter().map(Borrow::borrow) {
+        let name = watcher.metadata.name.as_deref().unwrap_or_default();
+        let position = requested.iter().position(|r| *r == name);
+        let selects = watcher.selects(pod.labels());
+        // The namespace last: most Watchers are neither asked for nor selecting.
+        if (position.is_none() && !selects) || watcher.metadata.namespace.as_deref() != Some(namespace) {
+            continue;
+        }
+        if let Some(slot) = position.and_then(|i| found.get_mut(i)) {
+            slot.get_or_insert(watcher);
+        }
+        if selects {
+            selected.push(watcher);
+        }
     }
-    let mut selected: Vec<&'a Watcher> = in_namespace().filter(|w| w.selects(pod.labels())).collect();
+    let mut asked: Vec<(String, Option<&'a Watcher>, Asked)> =
+        requested.iter().zip(found).map(|(name, watcher)| ((*name).to_owned(), watcher, Asked::Annotation)).collect();
     selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     for watcher in selected {
         let name = watcher.name_any();

@@ -1,12 +1,13 @@
 //! The mutation itself: a pod and the Watchers of its namespace in, JSON-patch operations out.
 //! Pure and synchronous; the admission handler and `watcher-operator inject` both call it.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use crate::PodView;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
-use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource};
+use k8s_openapi::api::core::v1::{ConfigMapEnvSource, EnvFromSource};
 use kube::ResourceExt;
 use serde_json::Value;
 use watcher_api::{
@@ -69,8 +70,14 @@ pub struct Injection {
 /// Injects into `pod` (created in `namespace`) every Watcher of that namespace that it asks for
 /// by annotation or that selects it, unless already injected.
 ///
-/// `watchers` may hold Watchers of any namespace: only those of `namespace` are used.
-pub fn inject(pod: &PodView, namespace: &str, watchers: &[&Watcher], options: &InjectOptions) -> Injection {
+/// `watchers` (references, `Arc`s or the Watchers themselves) may hold Watchers of any
+/// namespace: only those of `namespace` are used.
+pub fn inject<W: Borrow<Watcher>>(
+    pod: &PodView,
+    namespace: &str,
+    watchers: &[W],
+    options: &InjectOptions,
+) -> Injection {
     let mut injection = Injection::default();
     if options.never_mutated(namespace) {
         injection.skipped = Some(format!("namespace {namespace} is never injected"));
@@ -118,10 +125,10 @@ pub fn inject(pod: &PodView, namespace: &str, watchers: &[&Watcher], options: &I
         };
         patch.add_container(sidecar(watcher, native), native);
         if let Some(volume) = &watcher.spec.volume {
-            patch.add_volume(volume.name.clone(), to_value(volume.as_ref()));
+            patch.add_volume(&volume.name, to_value(volume.as_ref()));
         }
         if let Some(secret) = &watcher.spec.image_pull_secrets {
-            patch.add_pull_secret(secret.name.clone(), to_value(secret));
+            patch.add_pull_secret(&secret.name, to_value(secret));
         }
         entries.push((name.clone(), watcher.spec.spec_hash()));
         injection.injected.push(name.clone());
@@ -145,17 +152,25 @@ pub fn inject(pod: &PodView, namespace: &str, watchers: &[&Watcher], options: &I
     injection
 }
 
-/// The Watcher's container as it goes into the pod.
-fn sidecar(watcher: &Watcher, native: bool) -> Container {
-    let mut container = watcher.spec.container.clone();
-    if watcher.spec.has_config() {
-        container.env_from.get_or_insert_with(Vec::new).push(EnvFromSource {
-            config_map_ref: Some(ConfigMapEnvSource { name: config_map_name(&watcher.name_any()), optional: None }),
-            ..EnvFromSource::default()
-        });
-    }
-    if native {
-        container.restart_policy = Some("Always".into());
+/// The Watcher's container as it goes into the pod, as JSON: serialised from the Watcher
+/// as it is, then given the ConfigMap and the restart policy of a native sidecar.
+fn sidecar(watcher: &Watcher, native: bool) -> Value {
+    let mut container = to_value(&watcher.spec.container);
+    if let Value::Object(fields) = &mut container {
+        if watcher.spec.has_config() {
+            let source = EnvFromSource {
+                config_map_ref: Some(ConfigMapEnvSource { name: config_map_name(&watcher.name_any()), optional: None }),
+                ..EnvFromSource::default()
+            };
+            match fields.entry("envFrom").or_insert_with(|| Value::Array(Vec::new())) {
+                Value::Array(sources) => sources.push(to_value(&source)),
+                // `envFrom` is a list in every container serde writes.
+                other => *other = Value::Array(vec![to_value(&source)]),
+            }
+        }
+        if native {
+            fields.insert("restartPolicy".to_owned(), Value::String("Always".to_owned()));
+        }
     }
     container
 }
@@ -167,18 +182,18 @@ fn to_value<T: serde::Serialize>(value: &T) -> Value {
 
 /// Patch operations against one pod, tracking which lists exist and which names are taken so
 /// every path is valid for the pod as the earlier operations leave it.
-struct PodPatch {
+struct PodPatch<'a> {
     ops: Vec<PatchOperation>,
-    volume_names: Vec<String>,
-    secret_names: Vec<String>,
+    volume_names: Vec<&'a str>,
+    secret_names: Vec<&'a str>,
     has_containers: bool,
     has_init_containers: bool,
     has_volumes: bool,
     has_pull_secrets: bool,
 }
 
-impl PodPatch {
-    fn new(pod: &PodView) -> Self {
+impl<'a> PodPatch<'a> {
+    fn new(pod: &'a PodView) -> Self {
         let spec = pod.spec.as_ref();
         let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
         let init = spec.and_then(|s| s.init_containers.as_deref());
@@ -186,8 +201,8 @@ impl PodPatch {
         let secrets = spec.and_then(|s| s.image_pull_secrets.as_deref());
         Self {
             ops: Vec::new(),
-            volume_names: volumes.unwrap_or_default().iter().map(|v| v.name.clone()).collect(),
-            secret_names: secrets.unwrap_or_default().iter().map(|s| s.name.clone()).collect(),
+            volume_names: volumes.unwrap_or_default().iter().map(|v| v.name.as_str()).collect(),
+            secret_names: secrets.unwrap_or_default().iter().map(|s| s.name.as_str()).collect(),
             has_containers: !containers.is_empty(),
             has_init_containers: init.is_some(),
             has_volumes: volumes.is_some(),
@@ -195,8 +210,7 @@ impl PodPatch {
         }
     }
 
-    fn add_container(&mut self, container: Container, native: bool) {
-        let value = to_value(&container);
+    fn add_container(&mut self, value: Value, native: bool) {
         if native {
             append(&mut self.ops, &mut self.has_init_containers, "initContainers", value);
         } else {
@@ -204,14 +218,14 @@ impl PodPatch {
         }
     }
 
-    fn add_volume(&mut self, name: String, volume: Value) {
+    fn add_volume(&mut self, name: &'a str, volume: Value) {
         if !self.volume_names.contains(&name) {
             self.volume_names.push(name);
             append(&mut self.ops, &mut self.has_volumes, "volumes", volume);
         }
     }
 
-    fn add_pull_secret(&mut self, name: String, secret: Value) {
+    fn add_pull_secret(&mut self, name: &'a str, secret: Value) {
         if !self.secret_names.contains(&name) {
             self.secret_names.push(name);
             append(&mut self.ops, &mut self.has_pull_secrets, "imagePullSecrets", secret);

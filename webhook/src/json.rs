@@ -159,8 +159,13 @@ impl<'de> Reader<'de> {
     }
 
     /// Checks a string (its opening quote next) and steps over it.
+    #[inline]
     fn skip_string(&mut self) -> Result<()> {
-        self.pos += 1;
+        self.pos = find_special(self.bytes, self.pos + 1);
+        if self.bytes.get(self.pos) == Some(&b'"') {
+            self.pos += 1;
+            return Ok(());
+        }
         self.rest_of_string(None)
     }
 
@@ -508,52 +513,61 @@ impl<'de> Deserialize<'de> for Valid {
     }
 }
 
-/// An object key: borrowed from the body unless it holds an escape.
-pub(crate) struct Key<'de>(pub(crate) Cow<'de, str>);
+/// A string (an object key, say): borrowed from the body unless it holds an escape.
+#[derive(Debug, Default)]
+pub(crate) struct Text<'de>(pub(crate) Cow<'de, str>);
 
-impl<'de> Deserialize<'de> for Key<'de> {
+impl std::ops::Deref for Text<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Text<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
+        struct TextVisitor;
+        impl<'de> Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object key")
+                f.write_str("a string")
             }
-            fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(key)))
+            fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(text)))
             }
-            fn visit_str<E>(self, key: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(key.to_owned())))
+            fn visit_str<E>(self, text: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(text.to_owned())))
             }
-            fn visit_string<E>(self, key: String) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(key)))
+            fn visit_string<E>(self, text: String) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(text)))
             }
         }
-        deserializer.deserialize_str(KeyVisitor)
+        deserializer.deserialize_str(TextVisitor)
     }
 }
 
 /// `Deserialize` for a struct read from a JSON object: each listed key decodes into its field
 /// (left at `Default` when absent; a repeated key is an error, as with serde's derive), with
 /// the function after `=>` when one is named, and every other key's value is skipped as
-/// [`Valid`].
+/// [`Valid`]. A struct that borrows from the body names its lifetime `'de`.
 macro_rules! narrow {
-    ($ty:ident { $($field:ident: $key:literal $(=> $read:path)?),+ $(,)? }) => {
-        impl<'de> serde::Deserialize<'de> for $ty {
+    ($ty:ident $(<$de:lifetime>)? { $($field:ident: $key:literal $(=> $read:path)?),+ $(,)? }) => {
+        impl<'de> serde::Deserialize<'de> for $ty $(<$de>)? {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 struct NarrowVisitor;
                 impl<'de> serde::de::Visitor<'de> for NarrowVisitor {
-                    type Value = $ty;
+                    type Value = $ty $(<$de>)?;
                     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                         f.write_str(concat!("a JSON object (", stringify!($ty), ")"))
                     }
-                    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<$ty, A::Error> {
-                        let mut value = <$ty>::default();
+                    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                        let mut value = <$ty $(<$de>)?>::default();
                         let mut seen: u64 = 0;
-                        while let Some(key) = map.next_key::<$crate::json::Key<'de>>()? {
+                        while let Some(key) = map.next_key::<$crate::json::Text<'de>>()? {
                             let mut bit = 1_u64;
                             $(
-                                if key.0 == $key {
+                                if *key == *$key {
                                     if seen & bit != 0 {
                                         return Err(serde::de::Error::duplicate_field($key));
                                     }

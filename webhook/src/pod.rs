@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 
-use crate::json::{Key, Valid, narrow};
+use crate::json::{Text, Valid, narrow};
 
 /// A pod as `inject` sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -101,7 +101,7 @@ fn watcher_annotations<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<BTr
                 }
                 fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Own, A::Error> {
                     let mut own = BTreeMap::new();
-                    while let Some(key) = map.next_key::<Key<'de>>()? {
+                    while let Some(key) = map.next_key::<Text<'de>>()? {
                         if key.0.starts_with(OWN_PREFIX) {
                             own.insert(key.0.into_owned(), map.next_value()?);
                         } else {

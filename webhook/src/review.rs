@@ -5,14 +5,13 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use k8s_openapi::ByteString;
 use kube::core::admission::Operation;
 use kube::runtime::reflector::Store;
 use serde::Serialize;
 use tracing::{debug, info, warn};
 use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION, Watcher};
 
-use crate::json::{self, narrow};
+use crate::json::{self, Text, narrow};
 use crate::metrics::AdmissionResult;
 use crate::{InjectOptions, Injection, PodView, PolicySource, inject, rewrite_images};
 
@@ -44,18 +43,19 @@ impl WatcherSource for Store<Watcher> {
     }
 }
 
-/// An `admission.k8s.io/v1` AdmissionReview, as far as the webhook reads it.
+/// An `admission.k8s.io/v1` AdmissionReview, as far as the webhook reads it. Strings the
+/// answer does not carry are borrowed from the body.
 #[derive(Default)]
-struct Review {
-    request: Option<Request>,
+struct Review<'de> {
+    request: Option<Request<'de>>,
 }
 
 /// The fields of an AdmissionRequest the webhook uses, the object read as a pod.
 #[derive(Default)]
-struct Request {
+struct Request<'de> {
     uid: Option<String>,
-    kind: Option<Kind>,
-    namespace: Option<String>,
+    kind: Option<Kind<'de>>,
+    namespace: Option<Text<'de>>,
     operation: Option<Operation>,
     object: Option<PodView>,
     dry_run: bool,
@@ -63,27 +63,27 @@ struct Request {
 
 /// The request's `kind`.
 #[derive(Default)]
-struct Kind {
-    group: String,
-    version: String,
-    kind: String,
+struct Kind<'de> {
+    group: Text<'de>,
+    version: Text<'de>,
+    kind: Text<'de>,
 }
 
 /// The review without its object: what a body whose object is no pod still tells.
 #[derive(Default)]
-struct Head {
-    request: Option<RequestHead>,
+struct Head<'de> {
+    request: Option<RequestHead<'de>>,
 }
 
 #[derive(Default)]
-struct RequestHead {
+struct RequestHead<'de> {
     uid: Option<String>,
-    kind: Option<Kind>,
-    namespace: Option<String>,
+    kind: Option<Kind<'de>>,
+    namespace: Option<Text<'de>>,
 }
 
-narrow!(Review { request: "request" });
-narrow!(Request {
+narrow!(Review<'de> { request: "request" });
+narrow!(Request<'de> {
     uid: "uid",
     kind: "kind",
     namespace: "namespace",
@@ -91,9 +91,9 @@ narrow!(Request {
     object: "object",
     dry_run: "dryRun",
 });
-narrow!(Kind { group: "group", version: "version", kind: "kind" });
-narrow!(Head { request: "request" });
-narrow!(RequestHead { uid: "uid", kind: "kind", namespace: "namespace" });
+narrow!(Kind<'de> { group: "group", version: "version", kind: "kind" });
+narrow!(Head<'de> { request: "request" });
+narrow!(RequestHead<'de> { uid: "uid", kind: "kind", namespace: "namespace" });
 
 /// A fixed set of Watchers (tests, fuzzing, the offline preview).
 impl WatcherSource for Vec<Arc<Watcher>> {
@@ -126,17 +126,18 @@ impl<S: WatcherSource> Reviewer<S> {
         // `crate::json`), so a body it accepts is JSON. UTF-8 is checked first (a vectorised
         // scan), which lets the parse skip it per string and names the problem exactly.
         let text = std::str::from_utf8(body).map_err(ReviewError::NotUtf8)?;
-        let request = match json::from_str::<Review>(text) {
+        let mut request = match json::from_str::<Review>(text) {
             Ok(review) => review.request.ok_or(ReviewError::NoRequest)?,
             Err(pod_error) => return unreadable_object(text, &pod_error),
         };
-        let (Some(uid), Some(kind)) = (request.uid.clone(), request.kind.as_ref()) else {
+        let (Some(uid), Some(kind)) = (request.uid.take(), request.kind.as_ref()) else {
             return Err(missing_uid_or_kind(request.uid.is_none()));
         };
         Ok(self.respond(uid, kind, &request))
     }
 
-    fn respond(&self, uid: String, kind: &Kind, request: &Request) -> (Answer, AdmissionResult) {
+    /// The answer to `request` (its uid taken out as `uid`).
+    fn respond(&self, uid: String, kind: &Kind<'_>, request: &Request<'_>) -> (Answer, AdmissionResult) {
         if !is_pod(&kind.group, &kind.kind) {
             return not_a_pod(uid, request.namespace.as_deref(), kind);
         }
@@ -148,17 +149,16 @@ impl<S: WatcherSource> Reviewer<S> {
         };
         // Pods made from generateName have no name yet, and the object may omit its namespace:
         // the request's namespace is the one the pod is created in.
-        let Some(namespace) = request.namespace.clone().or_else(|| pod.metadata.namespace.clone()) else {
+        let Some(namespace) = request.namespace.as_deref().or(pod.metadata.namespace.as_deref()) else {
             return (Answer::deny(uid, "the request has no namespace".into()), AdmissionResult::error);
         };
-        let watchers = self.source.watchers_in(&namespace);
-        let refs: Vec<&Watcher> = watchers.iter().map(Arc::as_ref).collect();
-        let mut injection = inject(pod, &namespace, &refs, &self.options);
-        rewrite_images(pod, &namespace, &self.policies.policies_for(&namespace), &self.options, &mut injection);
+        let watchers = self.source.watchers_in(namespace);
+        let mut injection = inject(pod, namespace, &watchers, &self.options);
+        rewrite_images(pod, namespace, &self.policies.policies_for(namespace), &self.options, &mut injection);
         if request.dry_run {
             answer_probe(pod, &mut injection);
         }
-        log_injection(request, &namespace, pod.display_name(), &injection);
+        log_injection(&uid, request.dry_run, namespace, pod.display_name(), &injection);
         Answer::from_injection(uid, injection)
     }
 }
@@ -194,16 +194,16 @@ fn unreadable_object(body: &str, pod_error: &json::Error) -> Result<(Answer, Adm
         return Ok(not_a_pod(uid, request.namespace.as_deref(), &kind));
     }
     let message = format!("cannot read the pod: {pod_error}");
-    warn!(uid, namespace = request.namespace, %message, "admission request denied");
+    warn!(uid, namespace = request.namespace.as_deref(), %message, "admission request denied");
     Ok((Answer::deny(uid, message), AdmissionResult::error))
 }
 
 /// A review of anything but a Pod (the webhook's rules were widened): allowed unchanged, with a
 /// warning naming the kind. The webhook fails open wherever it has nothing to do.
-fn not_a_pod(uid: String, namespace: Option<&str>, kind: &Kind) -> (Answer, AdmissionResult) {
-    let group = if kind.group.is_empty() { String::new() } else { format!(".{}", kind.group) };
-    let warning = format!("watcher-operator mutates pods only; {}{group} admitted unchanged", kind.kind);
-    info!(uid, namespace, kind = kind.kind, "not a pod: admitted unchanged");
+fn not_a_pod(uid: String, namespace: Option<&str>, kind: &Kind<'_>) -> (Answer, AdmissionResult) {
+    let group = if kind.group.is_empty() { String::new() } else { format!(".{}", &*kind.group) };
+    let warning = format!("watcher-operator mutates pods only; {}{group} admitted unchanged", &*kind.kind);
+    info!(uid, namespace, kind = &*kind.kind, "not a pod: admitted unchanged");
     let mut answer = Answer::allow(uid);
     answer.response.warnings.push(warning);
     (answer, AdmissionResult::skipped)
@@ -213,15 +213,15 @@ fn is_pod(group: &str, kind: &str) -> bool {
     group.is_empty() && kind == "Pod"
 }
 
-fn log_injection(request: &Request, namespace: &str, pod: &str, injection: &Injection) {
+fn log_injection(uid: &str, dry_run: bool, namespace: &str, pod: &str, injection: &Injection) {
     if !injection.patch.is_empty() {
-        info!(uid = request.uid, namespace, pod, dry_run = request.dry_run, watchers = ?injection.injected,
+        info!(uid, namespace, pod, dry_run, watchers = ?injection.injected,
               rewritten = ?injection.rewritten, warnings = ?injection.warnings, "pod mutated");
     } else if injection.warnings.is_empty() && !injection.asked {
         // Most pods of a cluster ask for nothing: one line each would drown the rest.
-        debug!(uid = request.uid, namespace, pod, reason = injection.skipped.as_deref(), "pod not injected");
+        debug!(uid, namespace, pod, reason = injection.skipped.as_deref(), "pod not injected");
     } else {
-        info!(uid = request.uid, namespace, pod, dry_run = request.dry_run, reason = injection.skipped.as_deref(),
+        info!(uid, namespace, pod, dry_run, reason = injection.skipped.as_deref(),
               warnings = ?injection.warnings, "pod not injected");
     }
 }
@@ -247,11 +247,40 @@ struct AnswerResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<AnswerStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<ByteString>,
+    patch: Option<Patch>,
     #[serde(skip_serializing_if = "Option::is_none")]
     patch_type: Option<&'static str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     warnings: Vec<String>,
+}
+
+/// JSON-patch operations, serialised base64-encoded as the API wants them.
+#[derive(Debug)]
+struct Patch(Vec<json_patch::PatchOperation>);
+
+impl Patch {
+    /// Appends the patch, base64-encoded, to `out`: its JSON is written at the end of `out`, moved
+    /// up, and encoded into the room left before it, so the answer is built in one buffer.
+    fn write_base64(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let start = out.len();
+        serde_json::to_writer(&mut *out, &self.0)?;
+        let json_len = out.len() - start;
+        let encoded_len = base64::encoded_len(json_len, true).unwrap_or_default();
+        out.resize(start + encoded_len + json_len, 0);
+        out.copy_within(start..start + json_len, start + encoded_len);
+        let (encoded, json) = out.split_at_mut(start + encoded_len);
+        let written = BASE64.encode_slice(json, &mut encoded[start..]).map_err(serde::ser::Error::custom)?;
+        out.truncate(start + written);
+        Ok(())
+    }
+}
+
+impl Serialize for Patch {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut encoded = Vec::new();
+        self.write_base64(&mut encoded).map_err(serde::ser::Error::custom)?;
+        serializer.serialize_str(std::str::from_utf8(&encoded).map_err(serde::ser::Error::custom)?)
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -265,12 +294,12 @@ struct AnswerStatus {
 impl Answer {
     /// The answer as the JSON body of the response. Written here rather than by serde's derive
     /// (which gives the same JSON, see the tests): the patch is base64-encoded straight into the
-    /// body, where serde would encode it into a string first and then scan that string for
-    /// characters to escape.
+    /// body, where serde would write it to a buffer, encode that into a string, and then scan
+    /// the string for characters to escape.
     pub fn to_json(&self) -> serde_json::Result<Vec<u8>> {
         let response = &self.response;
-        let patch = response.patch.as_ref().map(|p| p.0.as_slice()).unwrap_or_default();
-        let mut out = Vec::with_capacity(160 + patch.len() / 3 * 4);
+        // Room for a patch of a sidecar or two: growing the buffer on the way costs more.
+        let mut out = Vec::with_capacity(if response.patch.is_some() { 8192 } else { 256 });
         out.extend_from_slice(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#);
         serde_json::to_writer(&mut out, &response.uid)?;
         out.extend_from_slice(if response.allowed { b",\"allowed\":true" } else { b",\"allowed\":false" });
@@ -278,12 +307,9 @@ impl Answer {
             out.extend_from_slice(b",\"status\":");
             serde_json::to_writer(&mut out, status)?;
         }
-        if response.patch.is_some() {
+        if let Some(patch) = &response.patch {
             out.extend_from_slice(b",\"patch\":\"");
-            let start = out.len();
-            out.resize(start + base64::encoded_len(patch.len(), true).unwrap_or_default(), 0);
-            let written = BASE64.encode_slice(patch, &mut out[start..]).map_err(serde::ser::Error::custom)?;
-            out.truncate(start + written);
+            patch.write_base64(&mut out)?;
             out.push(b'"');
         }
         if let Some(patch_type) = response.patch_type {
@@ -324,27 +350,18 @@ impl Answer {
         if injection.patch.is_empty() {
             return (answer, AdmissionResult::skipped);
         }
-        match serde_json::to_vec(&injection.patch) {
-            Ok(patch) => {
-                answer.response.patch = Some(ByteString(patch));
-                answer.response.patch_type = Some("JSONPatch");
-                let result = if !injection.injected.is_empty() {
-                    AdmissionResult::injected
-                } else if !injection.rewritten.is_empty() {
-                    AdmissionResult::rewritten
-                } else if injection.probed {
-                    AdmissionResult::probe
-                } else {
-                    AdmissionResult::rewritten
-                };
-                (answer, result)
-            }
-            // Cannot happen for JSON values; allow the pod unchanged rather than block it.
-            Err(error) => {
-                warn!(%error, "cannot serialise the patch");
-                (answer, AdmissionResult::error)
-            }
-        }
+        let result = if !injection.injected.is_empty() {
+            AdmissionResult::injected
+        } else if !injection.rewritten.is_empty() {
+            AdmissionResult::rewritten
+        } else if injection.probed {
+            AdmissionResult::probe
+        } else {
+            AdmissionResult::rewritten
+        };
+        answer.response.patch = Some(Patch(injection.patch));
+        answer.response.patch_type = Some("JSONPatch");
+        (answer, result)
     }
 }
 

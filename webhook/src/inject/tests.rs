@@ -122,6 +122,23 @@ fn native_sidecar_modes(
     assert_eq!(injection.warnings.len(), warnings, "{:?}", injection.warnings);
 }
 
+/// The Watcher's own `envFrom` comes first, the ConfigMap after it; nothing else is added.
+#[test]
+fn the_config_map_follows_the_containers_own_env_from() {
+    let spec = json!({
+        "container": {"name": "log-watcher", "image": "busybox:1.36",
+                      "envFrom": [{"secretRef": {"name": "token"}}], "restartPolicy": "OnFailure"},
+        "configData": {"LEVEL": "debug"},
+        "nativeSidecar": "Never",
+    });
+    let (_, patched) = run(&annotated("log-watcher"), &[watcher("log-watcher", "team-a", spec)], &options(true));
+    assert_eq!(
+        patched["spec"]["containers"][1],
+        json!({"name": "log-watcher", "image": "busybox:1.36", "restartPolicy": "OnFailure",
+               "envFrom": [{"secretRef": {"name": "token"}}, {"configMapRef": {"name": "log-watcher-config"}}]})
+    );
+}
+
 #[test]
 fn native_sidecar_appends_to_existing_init_containers() {
     let pod = pod(
