@@ -162,10 +162,11 @@ fn sidecar(watcher: &Watcher, native: bool) -> Value {
                 config_map_ref: Some(ConfigMapEnvSource { name: config_map_name(&watcher.name_any()), optional: None }),
                 ..EnvFromSource::default()
             };
-            match fields.entry("envFrom").or_insert_with(|| Value::Array(Vec::new())) {
-                Value::Array(sources) => sources.push(to_value(&source)),
-                // `envFrom` is a list in every container serde writes.
-                other => *other = Value::Array(vec![to_value(&source)]),
+            match fields.get_mut("envFrom") {
+                Some(Value::Array(sources)) => sources.push(to_value(&source)),
+                _ => {
+                    fields.insert("envFrom".to_owned(), Value::Array(vec![to_value(&source)]));
+                }
             }
         }
         if native {

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 
+use watcher_api::GROUP;
+
 use crate::json::{Text, Valid, narrow};
 
 /// A pod as `inject` sees it.
@@ -85,9 +87,6 @@ narrow!(PodSpecView {
 narrow!(Named { name: "name" });
 narrow!(ContainerView { name: "name", image: "image" });
 
-/// The prefix of every annotation injection reads.
-const OWN_PREFIX: &str = "watcher.dev/";
-
 /// Reads an annotations object (or `null`), keeping the `watcher.dev/` entries.
 fn watcher_annotations<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<BTreeMap<String, String>>, A::Error> {
     struct Own(BTreeMap<String, String>);
@@ -102,7 +101,7 @@ fn watcher_annotations<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<BTr
                 fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Own, A::Error> {
                     let mut own = BTreeMap::new();
                     while let Some(key) = map.next_key::<Text<'de>>()? {
-                        if key.0.starts_with(OWN_PREFIX) {
+                        if key.strip_prefix(GROUP).is_some_and(|name| name.starts_with('/')) {
                             own.insert(key.0.into_owned(), map.next_value()?);
                         } else {
                             map.next_value::<Valid>()?;
@@ -179,6 +178,22 @@ mod tests {
             read += 1;
         }
         assert_eq!(read, 4, "every capture read");
+    }
+
+    /// `kubectl apply` leaves its last applied configuration among the annotations: dropped.
+    #[test]
+    fn only_the_operators_own_annotations_are_kept() {
+        let review: serde_json::Value =
+            serde_json::from_str(include_str!("../fixtures/admission-review/pod-create-named-annotated.json"))
+                .expect("fixture");
+        let object = &review["request"]["object"];
+        assert!(object["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].is_string());
+        let pod: PodView = crate::json::from_str(&object.to_string()).expect("a pod");
+        let keys: Vec<_> = pod.annotations().keys().collect();
+        assert_eq!(keys, ["watcher.dev/inject"]);
+        let bare: PodView =
+            serde_json::from_value(serde_json::json!({"metadata": {"annotations": {"a": "b"}}})).expect("a pod");
+        assert_eq!(bare.metadata.annotations, Some(BTreeMap::new()), "the object is there, empty");
     }
 
     #[test]
