@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION};
-use watcher_certs::registration::WEBHOOK_CONFIGURATION;
+use watcher_certs::registration::{CREATED_BY_RUN_ANNOTATION, WEBHOOK_CONFIGURATION};
 use watcher_certs::secret::SECRET_NAME;
 use watcher_webhook::{InjectOptions, WebhookSelectors, exclusion, supports_native_sidecars};
 
@@ -49,6 +49,7 @@ pub(crate) async fn check(client: &Client, options: &CheckOptions) -> Report {
     }
     if options.pre {
         permissions(client, &mut report, &options.namespace).await;
+        adoptable(client, &mut report).await;
         return report;
     }
     crds(client, &mut report).await;
@@ -171,6 +172,59 @@ async fn permissions(client: &Client, report: &mut Report, namespace: &str) {
             ),
         }
     }
+}
+
+/// `--pre`: a webhook configuration already there that `helm install` would refuse to adopt
+/// (most often what a run outside the cluster left when it was killed).
+async fn adoptable(client: &Client, report: &mut Report) {
+    const GROUP: &str = "permissions";
+    const NAME: &str = "no MutatingWebhookConfiguration in the way";
+    let api = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    match api.get_opt(WEBHOOK_CONFIGURATION).await {
+        Ok(None) => {
+            report.pass(GROUP, NAME, format!("MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION} does not exist yet"))
+        }
+        Ok(Some(existing)) => match helm_adoption(&existing) {
+            None => report.pass(
+                GROUP,
+                NAME,
+                format!("MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION} belongs to a Helm release"),
+            ),
+            Some(message) => report.warn(
+                GROUP,
+                NAME,
+                message,
+                "`kubectl delete mutatingwebhookconfiguration watcher-operator` before `helm install` (the installed \
+                 operator keeps the new one), or `helm install --take-ownership` (Helm 3.17 or later) to adopt it; \
+                 `kubectl apply -k deploy/` takes it over as it is",
+            ),
+        },
+        Err(error) => report.warn(
+            GROUP,
+            NAME,
+            format!("cannot read MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}: {}", crate::cli::causes(&error)),
+            "check that you may get mutatingwebhookconfigurations",
+        ),
+    }
+}
+
+/// Why `helm install` would refuse to adopt `existing` (Helm adopts only objects labelled
+/// `app.kubernetes.io/managed-by: Helm` with its release annotations), or `None`.
+pub(crate) fn helm_adoption(existing: &MutatingWebhookConfiguration) -> Option<String> {
+    let by_helm = existing.labels().get(watcher_api::MANAGED_BY_LABEL).is_some_and(|v| v == "Helm")
+        && existing.annotations().contains_key("meta.helm.sh/release-name");
+    if by_helm {
+        return None;
+    }
+    let origin = match existing.annotations().get(CREATED_BY_RUN_ANNOTATION) {
+        Some(url) => {
+            format!("created by a run outside the cluster (--webhook-url {url}) that was not stopped gracefully")
+        }
+        None => "not installed by Helm (kubectl apply -k deploy/, or by hand)".to_owned(),
+    };
+    Some(format!(
+        "MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION} exists, {origin}: `helm install` will refuse to adopt it"
+    ))
 }
 
 /// Every CRD of this binary: installed, established, and equal to this binary's.

@@ -14,6 +14,13 @@
 //! that form stands: it logs a warning naming both and does not write again until the form in
 //! place changes (back to its own, it resumes keeping the `caBundle`). A run by URL puts back,
 //! on a graceful stop, what it replaced, or deletes the configuration it created.
+//!
+//! What a run by URL did is also written on the object, so that a run stopped without a chance
+//! to undo it (SIGKILL, a crash, a closed terminal) leaves nothing a later run mistakes for an
+//! installation: a configuration it created carries [`CREATED_BY_RUN_ANNOTATION`], one it took
+//! over carries the `clientConfig` it replaced in [`REPLACED_ANNOTATION`]. A later run by URL
+//! that finds either undoes the first run's work on its own graceful stop (deletes, or restores
+//! what the first run replaced), instead of restoring the first run's URL.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -34,6 +41,12 @@ pub const WEBHOOK_CONFIGURATION: &str = "watcher-operator";
 pub const WEBHOOK_PATH: &str = "/mutate";
 /// The port of the Service in front of the webhook (`deploy/service.yaml`).
 pub const SERVICE_PORT: i32 = 443;
+/// Annotation on a configuration that a run by URL created (its value: that URL). A graceful
+/// stop of any later run by URL deletes it.
+pub const CREATED_BY_RUN_ANNOTATION: &str = "watcher.dev/created-by-run";
+/// Annotation on a configuration that a run by URL took over: the `clientConfig` (JSON) it
+/// replaced, which a graceful stop of any later run by URL puts back.
+pub const REPLACED_ANNOTATION: &str = "watcher.dev/replaced-registration";
 
 /// How kube-apiserver reaches the webhook.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,13 +92,26 @@ impl Form {
     }
 }
 
+/// `Service NAMESPACE/NAME:PORT/PATH` (as kube-apiserver calls it), for people.
+fn fmt_service(service: &ServiceReference, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    write!(f, "Service {}/{}:{}", service.namespace, service.name, service.port.unwrap_or(SERVICE_PORT))?;
+    match service.path.as_deref() {
+        Some(path) if path.starts_with('/') => f.write_str(path),
+        Some(path) => write!(f, "/{path}"),
+        None => Ok(()),
+    }
+}
+
 impl std::fmt::Display for Form {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.service, &self.url) {
-            (Some(s), None) => write!(f, "Service {}/{}", s.namespace, s.name),
+            (Some(s), None) => fmt_service(s, f),
             (None, Some(url)) => write!(f, "URL {url}"),
             (None, None) => f.write_str("neither Service nor URL"),
-            (Some(s), Some(url)) => write!(f, "Service {}/{} and URL {url}", s.namespace, s.name),
+            (Some(s), Some(url)) => {
+                fmt_service(s, f)?;
+                write!(f, " and URL {url}")
+            }
         }
     }
 }
@@ -119,13 +145,81 @@ impl std::fmt::Display for Registration {
     }
 }
 
-/// What the configuration was before this operator first wrote it, to restore on a stop.
+/// What the configuration was before this operator first wrote it (or before the run by URL
+/// that left it), to restore on a stop.
 #[derive(Clone, Debug, PartialEq)]
 enum Replaced {
-    /// There was none: this operator created it.
+    /// There was none: this run, or an earlier run by URL, created it.
     Nothing,
     /// Its webhooks' `clientConfig`, `caBundle` included (all alike, as every writer keeps them).
     ClientConfig(WebhookClientConfig),
+}
+
+/// What a graceful stop does, for people: never the `caBundle`'s bytes.
+impl std::fmt::Display for Replaced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Nothing => f.write_str("delete the configuration (created by a run by URL)"),
+            Self::ClientConfig(previous) => write!(f, "restore the registration by {}", Form::of(previous)),
+        }
+    }
+}
+
+/// What a graceful stop of a run by URL will undo, read from a configuration it found: a
+/// configuration in URL form that an earlier run by URL created or took over (and could not
+/// undo: it was killed) is that run's leftover, undone as that run would have; otherwise the
+/// form it replaces, when it replaces one.
+fn to_undo(existing: &MutatingWebhookConfiguration, foreign: Option<&WebhookClientConfig>) -> Option<Replaced> {
+    let annotations = existing.metadata.annotations.as_ref();
+    let by_url = existing.webhooks.iter().flatten().all(|w| w.client_config.url.is_some());
+    if by_url && annotations.is_some_and(|a| a.contains_key(CREATED_BY_RUN_ANNOTATION)) {
+        return Some(Replaced::Nothing);
+    }
+    let recorded = annotations.and_then(|a| a.get(REPLACED_ANNOTATION));
+    if let Some(previous) = recorded.filter(|_| by_url).and_then(|json| serde_json::from_str(json).ok()) {
+        return Some(Replaced::ClientConfig(previous));
+    }
+    foreign.cloned().map(Replaced::ClientConfig)
+}
+
+/// Records on the configuration what a run by URL must undo (so a run killed before its stop
+/// leaves that knowledge behind), or clears the record when the operator registers by Service.
+/// Returns whether anything changed.
+fn record(
+    configuration: &mut MutatingWebhookConfiguration,
+    registration: &Registration,
+    undo: Option<&Replaced>,
+) -> bool {
+    let annotations = configuration.metadata.annotations.get_or_insert_default();
+    let before = annotations.clone();
+    match (registration, undo) {
+        (Registration::Url(url), Some(Replaced::Nothing)) => {
+            annotations.remove(REPLACED_ANNOTATION);
+            annotations.entry(CREATED_BY_RUN_ANNOTATION.to_owned()).or_insert_with(|| url.clone());
+        }
+        (Registration::Url(_), Some(Replaced::ClientConfig(previous))) => {
+            annotations.remove(CREATED_BY_RUN_ANNOTATION);
+            let json = serde_json::to_string(previous).unwrap_or_default();
+            annotations.insert(REPLACED_ANNOTATION.to_owned(), json);
+        }
+        (Registration::Url(_), None) => {}
+        (Registration::Service { .. }, _) => return clear_record(configuration),
+    }
+    let changed = *annotations != before;
+    if annotations.is_empty() {
+        configuration.metadata.annotations = None;
+    }
+    changed
+}
+
+/// Removes what a run by URL recorded on the configuration; returns whether there was any.
+fn clear_record(configuration: &mut MutatingWebhookConfiguration) -> bool {
+    let Some(annotations) = configuration.metadata.annotations.as_mut() else { return false };
+    let cleared = [CREATED_BY_RUN_ANNOTATION, REPLACED_ANNOTATION].map(|key| annotations.remove(key).is_some());
+    if annotations.is_empty() {
+        configuration.metadata.annotations = None;
+    }
+    cleared.contains(&true)
 }
 
 #[derive(Debug, Default)]
@@ -168,42 +262,38 @@ impl Registrar {
         let api = Api::<MutatingWebhookConfiguration>::all(client.clone());
         let client_config = self.registration.client_config(ca_bundle);
         let mine = Form::of(&client_config);
-        let (written, replaced) = match api.get_opt(WEBHOOK_CONFIGURATION).await? {
+        let first = !self.state().taken;
+        let (written, undo) = match api.get_opt(WEBHOOK_CONFIGURATION).await? {
             Some(mut existing) => {
                 let foreign = foreign_client_config(&existing, &mine).cloned();
-                {
+                if let Some(other) = foreign.as_ref().filter(|_| !first) {
+                    let other = Form::of(other);
                     let mut state = self.state();
-                    match &foreign {
-                        None => {
-                            state.taken = true;
-                            if state.yielded_to.take().is_some() {
-                                info!(registration = %self.registration, "the webhook is registered by this operator's form again");
-                            }
-                        }
-                        Some(other) if state.taken => {
-                            let other = Form::of(other);
-                            if state.yielded_to.as_ref() != Some(&other) {
-                                warn!(
-                                    "MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION} is registered by {other}, written by another operator or a user after this one \
-                                     registered by {}; leaving it as it is until it changes",
-                                    self.registration
-                                );
-                                state.yielded_to = Some(other);
-                            }
-                            return Ok(Registered::Yielded);
-                        }
-                        Some(_) => {}
+                    if state.yielded_to.as_ref() != Some(&other) {
+                        warn!(
+                            "MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION} is registered by {other}, written by another operator or a user after this one \
+                             registered by {}; leaving it as it is until it changes",
+                            self.registration
+                        );
+                        state.yielded_to = Some(other);
                     }
+                    return Ok(Registered::Yielded);
                 }
-                if !set_client_config(&mut existing, &client_config) {
+                if foreign.is_none() && self.state().yielded_to.take().is_some() {
+                    info!(registration = %self.registration, "the webhook is registered by this operator's form again");
+                }
+                let undo = if first { to_undo(&existing, foreign.as_ref()) } else { None };
+                let recorded = first && record(&mut existing, &self.registration, undo.as_ref());
+                if !set_client_config(&mut existing, &client_config) && !recorded {
+                    self.took(first, undo);
                     return Ok(Registered::Unchanged);
                 }
-                let written = api.replace(WEBHOOK_CONFIGURATION, &PostParams::default(), &existing).await;
-                (written, foreign.map(Replaced::ClientConfig))
+                (api.replace(WEBHOOK_CONFIGURATION, &PostParams::default(), &existing).await, undo)
             }
             None => match &self.registration {
                 Registration::Url(_) => {
-                    let desired = webhook_configuration(client_config, &self.namespace);
+                    let mut desired = webhook_configuration(client_config, &self.namespace);
+                    record(&mut desired, &self.registration, Some(&Replaced::Nothing));
                     (api.create(&PostParams::default(), &desired).await, Some(Replaced::Nothing))
                 }
                 Registration::Service { .. } => {
@@ -217,19 +307,30 @@ impl Registrar {
         };
         match written {
             Ok(_) => {
-                let mut state = self.state();
-                if !state.taken {
-                    info!(registration = %self.registration, replaced = ?replaced, "registered the webhook in MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}");
-                    state.replaced = replaced;
+                if first {
+                    info!(
+                        "registered the webhook in MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION} by {}{}",
+                        self.registration,
+                        on_stop(&self.registration, undo.as_ref()),
+                    );
                 } else {
                     info!(registration = %self.registration, "updated the CA bundle of MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}");
                 }
-                state.taken = true;
+                self.took(first, undo);
                 Ok(Registered::Written)
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(Registered::Conflict),
             Err(error) => Err(error.into()),
         }
+    }
+
+    /// Marks the registration as this operator's, and on the first pass what its stop undoes.
+    fn took(&self, first: bool, undo: Option<Replaced>) {
+        let mut state = self.state();
+        if first {
+            state.replaced = undo;
+        }
+        state.taken = true;
     }
 
     /// On a graceful stop of a run by URL: puts back what the first write replaced (the
@@ -254,20 +355,24 @@ impl Registrar {
                     let preconditions =
                         Preconditions { resource_version: existing.metadata.resource_version.clone(), uid: None };
                     let params = DeleteParams { preconditions: Some(preconditions), ..DeleteParams::default() };
-                    api.delete(WEBHOOK_CONFIGURATION, &params)
-                        .await
-                        .map(|_| "deleted the webhook configuration it created")
+                    api.delete(WEBHOOK_CONFIGURATION, &params).await.map(|_| {
+                        format!("deleted MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}, created by a run by URL")
+                    })
                 }
                 Replaced::ClientConfig(previous) => {
                     set_client_config(&mut existing, previous);
-                    api.replace(WEBHOOK_CONFIGURATION, &PostParams::default(), &existing)
-                        .await
-                        .map(|_| "restored the webhook registration it replaced")
+                    clear_record(&mut existing);
+                    api.replace(WEBHOOK_CONFIGURATION, &PostParams::default(), &existing).await.map(|_| {
+                        format!(
+                            "restored MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION} to the registration by {}",
+                            Form::of(previous)
+                        )
+                    })
                 }
             };
             match done {
                 Ok(what) => {
-                    info!(registration = ?replaced, "{what}");
+                    info!("{what}");
                     return Ok(());
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 => continue,
@@ -277,6 +382,18 @@ impl Registrar {
         }
         warn!("the webhook configuration kept changing; left as it is");
         Ok(())
+    }
+}
+
+/// The end of the start line: what a graceful stop will do.
+fn on_stop(registration: &Registration, undo: Option<&Replaced>) -> String {
+    match (registration, undo) {
+        (Registration::Url(_), Some(undo)) => format!("; a graceful stop will {undo}"),
+        (Registration::Url(_), None) => "; a graceful stop leaves it as it is".to_owned(),
+        (Registration::Service { .. }, Some(Replaced::ClientConfig(previous))) => {
+            format!(" (it was registered by {})", Form::of(previous))
+        }
+        (Registration::Service { .. }, _) => String::new(),
     }
 }
 

@@ -356,7 +356,13 @@ async fn patch_template<W: Workload>(ctx: &ImagesContext, cached: &W, rules: &[&
         let patch = template_patch(current.resource_version().as_deref(), &rewrite);
         match api.patch(&current.name_any(), &PatchParams::default(), &Patch::Strategic(&patch)).await {
             Ok(_) => {
-                info!(kind = W::KIND, namespace, name = current.name_any(), images = ?rewrite.images, "rewrote the pod template");
+                info!(
+                    kind = W::KIND,
+                    namespace,
+                    name = current.name_any(),
+                    rewritten = rewrite.rewritten_images,
+                    "rewrote the pod template"
+                );
                 return Ok(!rewrite.rewritten_images.is_empty());
             }
             Err(kube::Error::Api(status)) if status.code == 409 && attempt < PATCH_ATTEMPTS => {

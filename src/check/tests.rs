@@ -363,9 +363,13 @@ async fn failure_policy_fail_is_a_warning() {
 
 #[tokio::test]
 async fn pre_checks_the_version_the_api_and_permissions() {
-    let report = Cluster::healthy().check(true).await;
+    let report = Cluster::healthy().without(CONFIG).check(true).await;
     assert!(report.ok(), "{}", report.text());
-    assert_eq!(report.checks.iter().filter(|c| c.group == "permissions").count(), super::INSTALLED.len());
+    assert_eq!(report.checks.iter().filter(|c| c.group == "permissions").count(), super::INSTALLED.len() + 1);
+    assert_eq!(
+        line(&report, "no MutatingWebhookConfiguration in the way"),
+        (Status::Passed, "MutatingWebhookConfiguration watcher-operator does not exist yet".into(), None)
+    );
 
     let old = Cluster { allowed: false, ..Cluster::healthy() }
         .edit("/version", |v| {
@@ -392,6 +396,41 @@ async fn pre_checks_the_version_the_api_and_permissions() {
         )
     );
     assert_eq!(line(&old, "create Deployment").1, "not allowed in namespace watcher-system: RBAC: no rule");
+}
+
+/// `--pre` names a webhook configuration `helm install` would refuse, and what to do about it:
+/// a killed run's leftover, one from `deploy/`, and none in the way of a Helm release.
+#[tokio::test]
+async fn pre_names_a_webhook_configuration_helm_cannot_adopt() {
+    let leftover = Cluster::healthy()
+        .edit(CONFIG, |c| {
+            c["metadata"]["annotations"] = json!({"watcher.dev/created-by-run": "https://127.0.0.1:8443/mutate"});
+        })
+        .check(true)
+        .await;
+    let (status, message, hint) = line(&leftover, "no MutatingWebhookConfiguration in the way");
+    assert_eq!(status, Status::Warning);
+    assert_eq!(
+        message,
+        "MutatingWebhookConfiguration watcher-operator exists, created by a run outside the cluster \
+         (--webhook-url https://127.0.0.1:8443/mutate) that was not stopped gracefully: `helm install` will refuse to adopt it"
+    );
+    let hint = hint.expect("hint");
+    assert!(hint.contains("kubectl delete mutatingwebhookconfiguration watcher-operator"), "{hint}");
+    assert!(hint.contains("--take-ownership"), "{hint}");
+    assert!(leftover.ok(), "a warning: kubectl apply -k deploy/ still works");
+
+    let deployed = Cluster::healthy().check(true).await;
+    assert!(line(&deployed, "no MutatingWebhookConfiguration in the way").1.contains("not installed by Helm"));
+
+    let released = Cluster::healthy()
+        .edit(CONFIG, |c| {
+            c["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "Helm"});
+            c["metadata"]["annotations"] = json!({"meta.helm.sh/release-name": "watcher-operator"});
+        })
+        .check(true)
+        .await;
+    assert_eq!(line(&released, "no MutatingWebhookConfiguration in the way").0, Status::Passed);
 }
 
 /// `--pre` asks about every kind the install creates: the kinds of `deploy/`'s files.

@@ -5,7 +5,10 @@ use kube::client::Body;
 use serde_json::{Value, json};
 use tower_test::mock::Handle;
 
-use super::{Registered, Registrar, Registration, WEBHOOK_CONFIGURATION, set_client_config, webhook_configuration};
+use super::{
+    CREATED_BY_RUN_ANNOTATION, Form, REPLACED_ANNOTATION, Registered, Registrar, Registration, Replaced,
+    WEBHOOK_CONFIGURATION, on_stop, set_client_config, webhook_configuration,
+};
 
 const CONFIG_PATH: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/watcher-operator";
 const URL: &str = "https://127.0.0.1:8443/mutate";
@@ -120,7 +123,11 @@ async fn switching_to_a_url_replaces_the_service() {
         assert_eq!(body["metadata"]["resourceVersion"], "41", "optimistic concurrency");
         let mut expected = serde_json::to_value(installed_from_deploy()).expect("serialises");
         expected["webhooks"][0]["clientConfig"] = json!({"url": URL, "caBundle": encoded});
-        assert_eq!(body, expected, "only clientConfig changes");
+        // What a stop restores, recorded on the object for a run that is killed before it.
+        let replaced = serde_json::to_string(&installed_from_deploy().webhooks.expect("webhooks")[0].client_config)
+            .expect("serialises");
+        expected["metadata"]["annotations"] = json!({REPLACED_ANNOTATION: replaced});
+        assert_eq!(body, expected, "only clientConfig changes, and the record of what it replaced");
         respond(send, StatusCode::OK, &body);
         assert!(api.next_request().await.is_none(), "nothing more");
     })
@@ -173,6 +180,7 @@ async fn a_url_registration_creates_a_missing_configuration() {
         let (body, send) =
             expect(&mut api, Method::POST, "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations").await;
         assert_eq!(body["metadata"]["name"], WEBHOOK_CONFIGURATION);
+        assert_eq!(body["metadata"]["annotations"], json!({CREATED_BY_RUN_ANNOTATION: URL}), "marked as a run's");
         assert_eq!(body["webhooks"][0]["clientConfig"]["url"], URL);
         assert!(body["webhooks"][0]["clientConfig"].get("service").is_none());
         assert_eq!(body["webhooks"][0]["failurePolicy"], "Ignore");
@@ -357,4 +365,130 @@ async fn a_run_by_service_restores_nothing() {
     registrar.restore(&client).await.expect("nothing to do");
     drop(client);
     server.await.expect("scenario passed");
+}
+
+/// A configuration as a run by URL left it when it was killed: created by it (marked so), or
+/// taken over from the Service form (the replaced `clientConfig` recorded).
+fn left_by_a_killed_run(created: bool, resource_version: &str) -> MutatingWebhookConfiguration {
+    let installed = registered_as(&by_service(), &ByteString(b"installed".to_vec()), "1");
+    let mut config = if created {
+        webhook_configuration(Registration::Url(URL.into()).client_config(&bundle()), "watcher-system")
+    } else {
+        registered_as(&Registration::Url(URL.into()), &bundle(), "1")
+    };
+    let (key, value) = if created {
+        (CREATED_BY_RUN_ANNOTATION, URL.to_owned())
+    } else {
+        let previous = &installed.webhooks.expect("webhooks")[0].client_config;
+        (REPLACED_ANNOTATION, serde_json::to_string(previous).expect("serialises"))
+    };
+    config.metadata.annotations = Some([(key.to_owned(), value)].into());
+    config.metadata.resource_version = Some(resource_version.into());
+    config
+}
+
+/// A run by URL was killed after it created the configuration; the next run by URL (same URL,
+/// same CA: nothing to write) deletes it on its graceful stop, so `helm install` can follow.
+#[tokio::test]
+async fn a_later_run_deletes_what_a_killed_run_created() {
+    let (client, mut api) = mock();
+    let registrar = Registrar::new(Registration::Url(URL.into()), "watcher-system");
+    let server = tokio::spawn(async move {
+        let leftover = left_by_a_killed_run(true, "90");
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &leftover);
+        // The stop.
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &leftover);
+        let (body, send) = expect(&mut api, Method::DELETE, CONFIG_PATH).await;
+        assert_eq!(body["preconditions"], json!({"resourceVersion": "90"}));
+        respond(send, StatusCode::OK, &status(200, ""));
+        assert!(api.next_request().await.is_none(), "nothing more");
+    });
+    assert_eq!(registrar.register(&client, &bundle()).await.expect("registers"), Registered::Unchanged);
+    registrar.restore(&client).await.expect("deleted");
+    drop(client);
+    server.await.expect("scenario passed");
+}
+
+/// A run by URL was killed after it took the Service form over; the next run by URL restores
+/// the Service form the first one replaced (not the first one's URL), and clears the record.
+#[tokio::test]
+async fn a_later_run_restores_what_a_killed_run_replaced() {
+    let (client, mut api) = mock();
+    let registrar = Registrar::new(Registration::Url("https://10.0.0.1:9443/mutate".into()), "watcher-system");
+    let installed = registered_as(&by_service(), &ByteString(b"installed".to_vec()), "1");
+    let server = tokio::spawn(async move {
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &left_by_a_killed_run(false, "91"));
+        let (body, send) = expect(&mut api, Method::PUT, CONFIG_PATH).await;
+        assert_eq!(body["webhooks"][0]["clientConfig"]["url"], "https://10.0.0.1:9443/mutate");
+        let recorded: serde_json::Value =
+            serde_json::from_str(body["metadata"]["annotations"][REPLACED_ANNOTATION].as_str().expect("recorded"))
+                .expect("JSON");
+        assert_eq!(recorded["service"]["name"], "watcher-operator", "the record is kept");
+        respond(send, StatusCode::OK, &body);
+        // The stop.
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &body);
+        let (body, send) = expect(&mut api, Method::PUT, CONFIG_PATH).await;
+        assert_eq!(body["webhooks"], serde_json::to_value(&installed).expect("serialises")["webhooks"]);
+        assert!(body["metadata"].get("annotations").is_none(), "the record is cleared: {body}");
+        respond(send, StatusCode::OK, &body);
+        assert!(api.next_request().await.is_none(), "nothing more");
+    });
+    assert_eq!(registrar.register(&client, &bundle()).await.expect("registers"), Registered::Written);
+    registrar.restore(&client).await.expect("restored");
+    drop(client);
+    server.await.expect("scenario passed");
+}
+
+/// The installed operator (by Service) that finds a killed run's configuration takes it over
+/// and clears the record: a later run by URL must not delete an installation.
+#[tokio::test]
+async fn the_installed_operator_clears_a_killed_runs_record() {
+    let registered = register(by_service(), |mut api| async move {
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &left_by_a_killed_run(true, "92"));
+        let (body, send) = expect(&mut api, Method::PUT, CONFIG_PATH).await;
+        assert!(body["metadata"].get("annotations").is_none(), "the record is cleared: {body}");
+        assert_eq!(body["webhooks"][0]["clientConfig"]["service"]["name"], "watcher-operator");
+        respond(send, StatusCode::OK, &body);
+        assert!(api.next_request().await.is_none(), "nothing more");
+    })
+    .await;
+    assert_eq!(registered, Registered::Written);
+}
+
+/// What the log says of a registration: where kube-apiserver calls, and what a stop will do;
+/// never the bytes of a CA bundle.
+#[test]
+fn registrations_read_as_a_person_would_write_them() {
+    let service = by_service();
+    let url = Registration::Url(URL.into());
+    assert_eq!(service.to_string(), "Service watcher-system/watcher-operator:443/mutate");
+    assert_eq!(url.to_string(), "URL https://127.0.0.1:8443/mutate");
+    let previous = Replaced::ClientConfig(service.client_config(&bundle()));
+    assert_eq!(
+        on_stop(&url, Some(&previous)),
+        "; a graceful stop will restore the registration by Service watcher-system/watcher-operator:443/mutate"
+    );
+    assert_eq!(
+        on_stop(&url, Some(&Replaced::Nothing)),
+        "; a graceful stop will delete the configuration (created by a run by URL)"
+    );
+    assert_eq!(on_stop(&url, None), "; a graceful stop leaves it as it is");
+    assert_eq!(
+        on_stop(&service, Some(&Replaced::ClientConfig(url.client_config(&bundle())))),
+        " (it was registered by URL https://127.0.0.1:8443/mutate)"
+    );
+    assert_eq!(on_stop(&service, None), "");
+    let both = Form { service: service.form().service, url: Some(URL.into()) };
+    assert_eq!(
+        both.to_string(),
+        "Service watcher-system/watcher-operator:443/mutate and URL https://127.0.0.1:8443/mutate"
+    );
+    for text in [previous.to_string(), Replaced::Nothing.to_string()] {
+        assert!(!text.contains("ByteString") && !text.contains("CERTIFICATE"), "{text}");
+    }
 }
