@@ -8,7 +8,7 @@ mod common;
 
 use common::{
     Operator, Registration, STEP, TestNamespace, client, create_injected_app, exclusive, kubectl, kubectl_apply,
-    service_account_kubeconfig, wait_for, wait_for_crds_established,
+    service_account_kubeconfig, wait_for, wait_for_crds_established, wait_until,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -80,4 +80,53 @@ async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
 
     ns.delete().await;
     release_ns.delete().await;
+}
+
+/// A run outside the cluster killed with SIGKILL leaves the configuration it created; the next
+/// run stopped gracefully deletes it (the object says a run created it), and `helm install` as
+/// README shows it succeeds.
+#[tokio::test]
+#[ignore = "needs a cluster: KUBECONFIG"]
+async fn helm_install_follows_a_run_by_url_that_was_killed() {
+    let _one = exclusive().await;
+    let client = client().await;
+    kubectl(&[
+        "delete",
+        "clusterrole/watcher-operator",
+        "clusterrolebinding/watcher-operator",
+        "mutatingwebhookconfiguration/watcher-operator",
+        "--ignore-not-found",
+    ]);
+    common::install_crds(&client).await;
+    let run_ns = TestNamespace::create(&client, "watcher-e2e-killed").await;
+    let configurations =
+        Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(client.clone());
+
+    Operator::start(&run_ns.name).await.kill();
+    let leftover = configurations.get("watcher-operator").await.expect("the killed run's configuration is left");
+    assert!(leftover.annotations().contains_key("watcher.dev/created-by-run"), "{:?}", leftover.metadata);
+    let pre = std::process::Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
+        .args(["check", "--pre", "-o", "json"])
+        .output()
+        .expect("check --pre runs");
+    let report: serde_json::Value = serde_json::from_slice(&pre.stdout).expect("JSON");
+    let in_the_way = report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == "no MutatingWebhookConfiguration in the way")
+        .expect("check --pre looks for it")
+        .clone();
+    assert_eq!(in_the_way["status"], "warning", "{in_the_way}");
+    assert!(in_the_way["hint"].as_str().is_some_and(|h| h.contains("kubectl delete mutatingwebhookconfiguration")));
+
+    Operator::start(&run_ns.name).await.stop().await;
+    wait_until(STEP, || async { configurations.get_opt("watcher-operator").await.ok().flatten().is_none() }).await;
+
+    let release_ns = TestNamespace::create(&client, "watcher-e2e-helm-after").await;
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
+    helm(&["install", "watcher-operator", chart, "-n", &release_ns.name]);
+    helm(&["uninstall", "watcher-operator", "-n", &release_ns.name]);
+    release_ns.delete().await;
+    run_ns.delete().await;
 }
