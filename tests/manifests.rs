@@ -223,7 +223,10 @@ fn rbac_grants_exactly_what_the_enabled_controllers_call() {
         let granted = cluster_role_grants(&chart);
         let extra: Vec<_> = granted.difference(&expected).collect();
         let missing: Vec<_> = expected.difference(&granted).collect();
-        assert!(extra.is_empty() && missing.is_empty(), "{set}: granted beyond the calls {extra:?}, missing {missing:?}");
+        assert!(
+            extra.is_empty() && missing.is_empty(),
+            "{set}: granted beyond the calls {extra:?}, missing {missing:?}"
+        );
     }
 }
 

@@ -38,6 +38,7 @@ pub struct ImagePolicySpec {
 
     /// Namespaces whose pods (and workloads) this policy rewrites; all when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::label_selector_schema")]
     pub namespace_selector: Option<LabelSelector>,
 
     /// Also rewrite the pod templates of Deployments, StatefulSets and DaemonSets (a rollout
@@ -48,6 +49,10 @@ pub struct ImagePolicySpec {
 
 /// One rule.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.from.endsWith('/') == self.to.endsWith('/')",
+    "message": "a prefix (from ending in /) is rewritten to a prefix (to ending in /), a whole reference to a whole reference",
+}]))]
 pub struct ImageRewrite {
     /// A whole image reference (`alpine:latest`), or a prefix ending in `/`
     /// (`docker.io/library/`) that keeps the rest of the reference, tag and digest included.

@@ -10,6 +10,7 @@ mod condition;
 pub mod image;
 mod image_policy;
 mod podset;
+pub mod validation;
 mod watcher;
 
 pub use annotations::{injected_annotation_value, injected_watchers, requested_watchers};

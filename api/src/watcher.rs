@@ -34,11 +34,15 @@ use crate::Condition;
 #[serde(rename_all = "camelCase")]
 pub struct WatcherSpec {
     /// The sidecar: a full core/v1 Container, added to every pod that asks for this Watcher.
+    /// Its `name` is a DNS-1123 label and its `image` is required, as in a pod.
+    #[schemars(schema_with = "container_schema")]
     pub container: Container,
 
-    /// A volume added to the pod unless the pod already has a volume of that name.
+    /// A volume added to the pod unless the pod already has a volume of that name (a
+    /// DNS-1123 label).
     // Boxed: a `Volume` is 3 KiB inline, and most Watchers in the cache have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "volume_schema")]
     pub volume: Option<Box<Volume>>,
 
     /// String data of the ConfigMap `<name>-config` that the sidecar gets as environment
@@ -57,6 +61,7 @@ pub struct WatcherSpec {
 
     /// Pods of this namespace whose labels match are injected without asking by annotation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::label_selector_schema")]
     pub selector: Option<LabelSelector>,
 
     /// How the sidecar is added: `Always` as a native sidecar (an init container with
@@ -164,6 +169,27 @@ pub struct PodCounts {
     pub missing: i32,
 }
 
+/// A core/v1 Container as a pod needs it: a DNS-1123 label for a name, an image.
+fn container_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Container>();
+    crate::validation::name_is_dns1123_label(&mut schema);
+    if let Some(image) = schema.get_mut("properties").and_then(|p| p.get_mut("image")).and_then(|i| i.as_object_mut()) {
+        image.insert("minLength".into(), serde_json::json!(1));
+    }
+    if let Some(required) = schema.get_mut("required").and_then(|r| r.as_array_mut()) {
+        required.push(serde_json::json!("image"));
+    }
+    schema
+}
+
+/// A core/v1 Volume whose name is a DNS-1123 label.
+fn volume_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Volume>();
+    crate::validation::name_is_dns1123_label(&mut schema);
+    schema.insert("nullable".into(), serde_json::json!(true));
+    schema
+}
+
 /// `{key: base64}`, as ConfigMap `binaryData` is: the API server checks the encoding.
 fn binary_data_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
@@ -178,6 +204,40 @@ pub fn config_map_name(watcher_name: &str) -> String {
 }
 
 impl WatcherSpec {
+    /// What in this spec would make kube-apiserver refuse a pod injected with it, each problem
+    /// naming its field. The CRD schema refuses all of it at apply time (from Kubernetes 1.25
+    /// for its CEL rules); a Watcher stored before that is never injected while this is not
+    /// empty.
+    pub fn problems(&self) -> Vec<String> {
+        use crate::validation::{is_dns1123_label, selector_problems};
+        let mut problems = Vec::new();
+        let container = &self.container;
+        if !is_dns1123_label(&container.name) {
+            problems.push(format!("spec.container.name: {:?} is not a DNS-1123 label", container.name));
+        }
+        if container.image.as_deref().is_none_or(str::is_empty) {
+            problems.push("spec.container.image: required".to_owned());
+        }
+        for (i, env) in container.env.iter().flatten().enumerate() {
+            if env.name.is_empty() || env.name.contains('=') {
+                problems
+                    .push(format!("spec.container.env[{i}].name: {:?} is not an environment variable name", env.name));
+            }
+        }
+        for (i, mount) in container.volume_mounts.iter().flatten().enumerate() {
+            if mount.mount_path.is_empty() {
+                problems.push(format!("spec.container.volumeMounts[{i}].mountPath: required"));
+            }
+        }
+        if let Some(volume) = self.volume.as_deref().filter(|v| !is_dns1123_label(&v.name)) {
+            problems.push(format!("spec.volume.name: {:?} is not a DNS-1123 label", volume.name));
+        }
+        if let Some(selector) = &self.selector {
+            problems.extend(selector_problems(selector, "spec.selector"));
+        }
+        problems
+    }
+
     /// Whether the Watcher has a ConfigMap (any `configData` or `configBinaryData` key).
     pub fn has_config(&self) -> bool {
         self.config_data.as_ref().is_some_and(|d| !d.is_empty())

@@ -243,6 +243,15 @@ fn desired_status(watcher: &Watcher, outcome: &ConfigOutcome) -> WatcherStatus {
             condition("Ready", false, "ConfigMapConflict", message.clone(), generation)
         }
     };
+    let problems = watcher.spec.problems();
+    let ready = if problems.is_empty() || ready.status != "True" {
+        ready
+    } else {
+        // Stored before the CRD had the rule, or on Kubernetes 1.24 (no CEL): the webhook never
+        // injects it, and says so here.
+        let message = format!("not injected: a pod would be invalid with it: {}", problems.join("; "));
+        condition("Ready", false, "InvalidSpec", message, generation)
+    };
     set_condition(&mut status.conditions, ready);
     status
 }

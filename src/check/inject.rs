@@ -130,6 +130,11 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                     "Collision",
                     format!("{}, but the pod already has a container named {container}", how.1),
                 ),
+                Verdict::Invalid { problems } => line(
+                    false,
+                    "Invalid",
+                    format!("{}, but the pod would be invalid with it: {}", how.1, problems.join("; ")),
+                ),
                 Verdict::Missing => line(
                     false,
                     "WatcherMissing",

@@ -38,6 +38,13 @@ pub enum Verdict {
     },
     /// Asked for by annotation, but no Watcher of that name exists in the namespace.
     Missing,
+    /// Not injected: the pod would be invalid with it (a name that is not a DNS label, a
+    /// volumeMount of a volume neither the pod nor the Watcher has, ...), so kube-apiserver
+    /// would refuse the pod.
+    Invalid {
+        /// What is wrong, each problem naming its field.
+        problems: Vec<String>,
+    },
 }
 
 /// The decision for one Watcher the pod asks for.
@@ -94,6 +101,8 @@ pub fn decide<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: 
     let mut container_names: Vec<&str> = spec
         .map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()).map(|c| c.name.as_str()).collect())
         .unwrap_or_default();
+    let mut volume_names: Vec<&str> =
+        spec.and_then(|s| s.volumes.as_deref()).unwrap_or_default().iter().map(|v| v.name.as_str()).collect();
     asked
         .into_iter()
         .map(|(name, watcher, how)| {
@@ -102,10 +111,14 @@ pub fn decide<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: 
                 (Some(_), Some((_, hash))) => Verdict::AlreadyInjected { hash: (*hash).to_owned() },
                 (Some(watcher), None) => {
                     let container = watcher.spec.container.name.as_str();
-                    if container_names.contains(&container) {
+                    let problems = problems_in(watcher, &volume_names);
+                    if !problems.is_empty() {
+                        Verdict::Invalid { problems }
+                    } else if container_names.contains(&container) {
                         Verdict::Collision { container: container.to_owned() }
                     } else {
                         container_names.push(container);
+                        volume_names.extend(watcher.spec.volume.as_deref().map(|v| v.name.as_str()));
                         Verdict::Inject
                     }
                 }
@@ -113,6 +126,22 @@ pub fn decide<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: 
             Decision { name, watcher, asked: how, verdict }
         })
         .collect()
+}
+
+/// What would make a pod with `volumes` invalid once `watcher` is injected: the Watcher's own
+/// problems, and volumeMounts of volumes neither the pod nor the Watcher has.
+fn problems_in(watcher: &Watcher, volumes: &[&str]) -> Vec<String> {
+    let mut problems = watcher.spec.problems();
+    let own = watcher.spec.volume.as_deref().map(|v| v.name.as_str());
+    for (i, mount) in watcher.spec.container.volume_mounts.iter().flatten().enumerate() {
+        let name = mount.name.as_str();
+        if own != Some(name) && !volumes.contains(&name) {
+            problems.push(format!(
+                "spec.container.volumeMounts[{i}].name: volume {name:?} is neither the pod's nor the Watcher's"
+            ));
+        }
+    }
+    problems
 }
 
 /// Why no Watcher reaches a pod at all.
@@ -209,10 +238,11 @@ mod tests {
             watcher("clash", "app", None),
             watcher("twin", "log", None),
             watcher("done", "done", None),
+            watcher("typo", "Bad_Name", None),
         ];
         let refs: Vec<&Watcher> = watchers.iter().collect();
         let pod = pod(
-            json!({"watcher.dev/inject": "log,ghost,clash,twin,done", "watcher.dev/injected": "done@abc"}),
+            json!({"watcher.dev/inject": "log,ghost,clash,twin,done,typo", "watcher.dev/injected": "done@abc"}),
             json!({"app": "web"}),
         );
         let decisions: Vec<(String, Asked, Verdict)> =
@@ -225,6 +255,13 @@ mod tests {
                 ("clash".into(), Asked::Annotation, Verdict::Collision { container: "app".into() }),
                 ("twin".into(), Asked::Annotation, Verdict::Collision { container: "log".into() }),
                 ("done".into(), Asked::Annotation, Verdict::AlreadyInjected { hash: "abc".into() }),
+                (
+                    "typo".into(),
+                    Asked::Annotation,
+                    Verdict::Invalid {
+                        problems: vec!["spec.container.name: \"Bad_Name\" is not a DNS-1123 label".into()]
+                    }
+                ),
                 ("metrics".into(), Asked::Selector, Verdict::Inject),
             ]
         );

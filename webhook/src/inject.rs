@@ -107,6 +107,13 @@ pub fn inject<W: Borrow<Watcher>>(
                     .push(format!("Watcher {name} not injected: the pod already has a container named {container}"));
                 continue;
             }
+            (Verdict::Invalid { problems }, _) => {
+                injection.warnings.push(format!(
+                    "Watcher {name} not injected: the pod would be invalid with it: {}",
+                    problems.join("; ")
+                ));
+                continue;
+            }
             // Reinvocation, or a pod copied from an injected one: nothing to do.
             (Verdict::AlreadyInjected { .. } | Verdict::Inject, _) => continue,
         };

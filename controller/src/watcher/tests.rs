@@ -213,3 +213,26 @@ async fn api_errors_back_off_and_are_counted() {
     assert_eq!(second, Action::requeue(std::time::Duration::from_secs(10)));
     assert_eq!(ctx.metrics.errors_of("watcher", "api_server_error"), 2);
 }
+
+/// A Watcher stored with a container name the schema now refuses: the ConfigMap is kept up to
+/// date as ever, and `Ready=False` says why the webhook never injects it.
+#[tokio::test]
+async fn an_invalid_spec_is_not_ready_and_says_why() {
+    let spec = json!({"container": {"name": "Bad_Name", "image": "busybox:1.36"},
+                      "selector": {"matchExpressions": [{"key": "app", "operator": "Like", "values": ["web"]}]}});
+    let (result, _) = run_scenario(watcher(spec.clone(), None), vec![], |mut api| async move {
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        let ready = &status.body["status"]["conditions"][0];
+        assert_eq!((ready["type"].as_str(), ready["status"].as_str()), (Some("Ready"), Some("False")));
+        assert_eq!(ready["reason"], "InvalidSpec");
+        assert_eq!(
+            ready["message"],
+            "not injected: a pod would be invalid with it: spec.container.name: \"Bad_Name\" is not a DNS-1123 label; \
+             spec.selector.matchExpressions[0].operator: \"Like\" is not one of In, NotIn, Exists, DoesNotExist"
+        );
+        status.ok(&watcher_echo(spec));
+        api.expect_no_more().await;
+    })
+    .await;
+    result.expect("reconciled");
+}

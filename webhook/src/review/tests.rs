@@ -469,3 +469,55 @@ fn answers_are_written_as_serde_writes_them() {
         assert_eq!(written["response"]["warnings"].as_array().map_or(0, Vec::len), warnings, "{written}");
     }
 }
+
+/// A Watcher stored before its CRD had the rules (or on Kubernetes 1.24, without CEL) whose
+/// injection would make the pod invalid: the real pod is admitted without it, with a warning
+/// naming the field, and a valid Watcher it also asks for is still injected.
+#[rstest]
+#[case::container_name(json!({"container": {"name": "Bad_Name", "image": "busybox:1.36"}}), "spec.container.name: \"Bad_Name\" is not a DNS-1123 label")]
+#[case::volume_name(json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}, "volume": {"name": "Logs", "emptyDir": {}}}), "spec.volume.name")]
+#[case::no_image(json!({"container": {"name": "log-watcher"}}), "spec.container.image: required")]
+#[case::mount_of_no_volume(
+    json!({"container": {"name": "log-watcher", "image": "busybox:1.36", "volumeMounts": [{"name": "logs", "mountPath": "/logs"}]}}),
+    "volume \"logs\" is neither the pod's nor the Watcher's"
+)]
+#[case::selector(
+    json!({"container": {"name": "log-watcher", "image": "busybox:1.36"},
+           "selector": {"matchExpressions": [{"key": "app", "operator": "Exists", "values": ["web"]}]}}),
+    "values: must be empty with operator Exists"
+)]
+#[tokio::test]
+async fn a_watcher_that_would_make_the_pod_invalid_is_left_out(#[case] spec: Value, #[case] problem: &str) {
+    let fine = watcher("metrics", json!({"container": {"name": "metrics", "image": "m:1"}}));
+    let (app, _) = app(vec![watcher("log-watcher", spec), fine.clone()]);
+    let mut request = fixture("pod-create-named-annotated.json");
+    request["request"]["object"]["metadata"]["annotations"]["watcher.dev/inject"] = json!("log-watcher,metrics");
+    let (status, review, _) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(review["response"]["allowed"], true);
+    let warnings = review["response"]["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let warning = warnings[0].as_str().expect("text");
+    assert!(warning.starts_with("Watcher log-watcher not injected: the pod would be invalid with it: "), "{warning}");
+    assert!(warning.contains(problem), "{warning}");
+    let (_, pod) = patched_pod(&request, &review);
+    let names: Vec<&str> =
+        pod["spec"]["initContainers"].as_array().expect("sidecars").iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["metrics"], "only the valid Watcher");
+    assert_eq!(pod["metadata"]["annotations"]["watcher.dev/injected"], format!("metrics@{}", fine.spec.spec_hash()));
+}
+
+/// A volumeMount of a volume the pod has (the captured pod's `data`) is fine.
+#[tokio::test]
+async fn a_mount_of_the_pods_own_volume_is_injected() {
+    let (app, _) = app(vec![watcher(
+        "log-watcher",
+        json!({"container": {"name": "log-watcher", "image": "busybox:1.36",
+                             "volumeMounts": [{"name": "data", "mountPath": "/data"}]}}),
+    )]);
+    let request = fixture("pod-create-named-annotated.json");
+    let (_, review, _) = post(&app, request.to_string()).await;
+    assert!(review["response"].get("warnings").is_none(), "{review}");
+    let (_, pod) = patched_pod(&request, &review);
+    assert_eq!(pod["spec"]["initContainers"][0]["name"], "log-watcher");
+}

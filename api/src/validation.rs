@@ -1,0 +1,245 @@
+//! What kube-apiserver would refuse, said once: the syntax of names, label keys and values and
+//! selectors, as the CRD schemas declare it (patterns and CEL rules, enforced at `kubectl apply`)
+//! and as plain functions (for objects stored before the schema had a rule, and on Kubernetes
+//! 1.24, which does not run CEL rules). The webhook never injects a Watcher these functions
+//! find a problem with, and the Watcher's `Ready` condition says why.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::json;
+
+/// A DNS-1123 label: what container, volume and port names must be.
+pub const DNS1123_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// A label key: an optional DNS-1123 subdomain prefix and `/`, then a name of at most 63
+/// characters (letters, digits, `-`, `_`, `.`; alphanumeric at both ends).
+pub const LABEL_KEY: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+/// A label value: empty, or at most 63 characters of the name syntax.
+pub const LABEL_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$";
+/// The longest label key: a 253-character prefix, `/` and a 63-character name.
+const LABEL_KEY_MAX: usize = 253 + 1 + 63;
+/// The selector operators of a label selector.
+pub const OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
+
+/// Whether `name` is a DNS-1123 label (at most 63 characters).
+pub fn is_dns1123_label(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let inner = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-';
+    (1..=63).contains(&bytes.len())
+        && bytes.iter().all(inner)
+        && bytes.first() != Some(&b'-')
+        && bytes.last() != Some(&b'-')
+}
+
+/// Whether `name` is the name part of a label key (or a label value, non-empty).
+fn is_label_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let alnum = |b: Option<&u8>| b.is_some_and(u8::is_ascii_alphanumeric);
+    (1..=63).contains(&bytes.len())
+        && alnum(bytes.first())
+        && alnum(bytes.last())
+        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Whether `key` is a label key.
+pub fn is_label_key(key: &str) -> bool {
+    match key.split_once('/') {
+        Some((prefix, name)) => prefix.len() <= 253 && prefix.split('.').all(is_dns1123_label) && is_label_name(name),
+        None => is_label_name(key),
+    }
+}
+
+/// Whether `value` is a label value (empty is one).
+pub fn is_label_value(value: &str) -> bool {
+    value.is_empty() || is_label_name(value)
+}
+
+/// What is wrong with a label selector, each problem naming its field under `field`.
+pub fn selector_problems(selector: &LabelSelector, field: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (key, value) in selector.match_labels.iter().flatten() {
+        if !is_label_key(key) {
+            problems.push(format!("{field}.matchLabels: {key:?} is not a label key"));
+        }
+        if !is_label_value(value) {
+            problems.push(format!("{field}.matchLabels[{key:?}]: {value:?} is not a label value"));
+        }
+    }
+    for (i, requirement) in selector.match_expressions.iter().flatten().enumerate() {
+        let at = format!("{field}.matchExpressions[{i}]");
+        if !is_label_key(&requirement.key) {
+            problems.push(format!("{at}.key: {:?} is not a label key", requirement.key));
+        }
+        let values = requirement.values.as_deref().unwrap_or_default();
+        match requirement.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => {
+                problems.push(format!("{at}.values: required with operator {}", requirement.operator));
+            }
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                problems.push(format!("{at}.values: must be empty with operator {}", requirement.operator));
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => problems.push(format!("{at}.operator: {other:?} is not one of In, NotIn, Exists, DoesNotExist")),
+        }
+        for value in values.iter().filter(|v| !is_label_value(v)) {
+            problems.push(format!("{at}.values: {value:?} is not a label value"));
+        }
+    }
+    problems
+}
+
+/// The schema of a label selector with the rules kube-apiserver applies to one: label syntax
+/// for keys and values, the four operators, values with `In`/`NotIn` only. String lengths are
+/// bounded, so the CEL rules' estimated cost stays within kube-apiserver's budget.
+pub fn label_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "A label selector: matchLabels and matchExpressions, ANDed. An empty selector selects every pod.",
+        "type": "object",
+        "nullable": true,
+        "properties": {
+            "matchLabels": {
+                "description": "Labels that must be present with these values.",
+                "type": "object",
+                "additionalProperties": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE},
+                "x-kubernetes-validations": [{
+                    "rule": format!("self.all(k, size(k) <= {LABEL_KEY_MAX} && k.matches('{}'))", LABEL_KEY.replace('\\', "\\\\")),
+                    "message": "every key must be a label key: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+                }],
+            },
+            "matchExpressions": {
+                "description": "Requirements on labels.",
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["key", "operator"],
+                    "properties": {
+                        "key": {"description": "The label key.", "type": "string", "maxLength": LABEL_KEY_MAX, "pattern": LABEL_KEY},
+                        "operator": {"description": "In, NotIn, Exists or DoesNotExist.", "type": "string", "enum": OPERATORS},
+                        "values": {
+                            "description": "Label values: required with In and NotIn, empty with Exists and DoesNotExist.",
+                            "type": "array",
+                            "items": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE},
+                        },
+                    },
+                    "x-kubernetes-validations": [
+                        {
+                            "rule": "!(self.operator == 'In' || self.operator == 'NotIn') || (has(self.values) && size(self.values) > 0)",
+                            "message": "values are required with operator In or NotIn",
+                        },
+                        {
+                            "rule": "!(self.operator == 'Exists' || self.operator == 'DoesNotExist') || !has(self.values) || size(self.values) == 0",
+                            "message": "values must be empty with operator Exists or DoesNotExist",
+                        },
+                    ],
+                },
+            },
+        },
+    })
+}
+
+/// Adds to `schema` (of an object with a `name` property) that the name is a DNS-1123 label.
+pub(crate) fn name_is_dns1123_label(schema: &mut schemars::Schema) {
+    if let Some(name) = schema.get_mut("properties").and_then(|p| p.get_mut("name")).and_then(|n| n.as_object_mut()) {
+        name.insert("maxLength".into(), json!(63));
+        name.insert("pattern".into(), json!(DNS1123_LABEL));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns1123_labels() {
+        for good in ["a", "log-watcher", "a1", &"x".repeat(63)] {
+            assert!(is_dns1123_label(good), "{good}");
+        }
+        for bad in ["", "Bad_Name", "-a", "a-", "a.b", "A", &"x".repeat(64), "é"] {
+            assert!(!is_dns1123_label(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn label_keys_and_values() {
+        let longest_prefix = format!("{0}.{0}.{0}.{1}", "p".repeat(63), "p".repeat(61));
+        assert_eq!(longest_prefix.len(), 253);
+        for good in ["app", "app.kubernetes.io/name", "a_b.c-d", "x/y", &format!("{longest_prefix}/a")] {
+            assert!(is_label_key(good), "{good}");
+        }
+        let long_label = format!("{}/a", "p".repeat(64));
+        let too_long = format!("{longest_prefix}p/a");
+        for bad in
+            ["", "/a", "a/", "-a", "a b", "x' || true", "A.B/c", "a/b/c", &"k".repeat(64), &long_label, &too_long]
+        {
+            assert!(!is_label_key(bad), "{bad}");
+        }
+        for good in ["", "web", "v1.2_3-x", &"v".repeat(63)] {
+            assert!(is_label_value(good), "{good}");
+        }
+        for bad in ["x' || true", "-web", "web-", "a b", "\"", "\\", &"v".repeat(64), "ünï"] {
+            assert!(!is_label_value(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_functions_and_the_patterns_agree() {
+        // The schema's regular expressions (RE2 in kube-apiserver, the same syntax here) and the
+        // functions the webhook uses must refuse the same strings.
+        let key = regex::Regex::new(LABEL_KEY).expect("regex");
+        let value = regex::Regex::new(LABEL_VALUE).expect("regex");
+        let label = regex::Regex::new(DNS1123_LABEL).expect("regex");
+        let samples = [
+            "",
+            "a",
+            "A",
+            "a/b",
+            "a.b/c",
+            "x' || true",
+            "app.kubernetes.io/name",
+            "-a",
+            "a-",
+            "a_b",
+            "a..b/c",
+            "1",
+            "a/",
+            "/a",
+            "a b",
+            "web-1",
+            "Web.1",
+            &"k".repeat(63),
+            &"k".repeat(64),
+            "ä",
+        ];
+        for s in samples {
+            assert_eq!(key.is_match(s) && s.len() <= LABEL_KEY_MAX, is_label_key(s), "key {s:?}");
+            assert_eq!(value.is_match(s), is_label_value(s), "value {s:?}");
+            assert_eq!(label.is_match(s) && s.len() <= 63, is_dns1123_label(s), "label {s:?}");
+        }
+    }
+
+    #[test]
+    fn every_selector_problem_names_its_field() {
+        let selector: LabelSelector = serde_json::from_value(json!({
+        "matchLabels": {"app": "web", "bad key": "x' || true"},
+        "matchExpressions": [
+            {"key": "tier", "operator": "Like", "values": ["a"]},
+            {"key": "tier", "operator": "Exists", "values": ["a"]},
+            {"key": "tier", "operator": "In"},
+            {"key": "tier", "operator": "In", "values": ["front", "b\"ack"]},
+        ]}))
+        .expect("selector");
+        assert_eq!(
+            selector_problems(&selector, "spec.selector"),
+            [
+                "spec.selector.matchLabels: \"bad key\" is not a label key",
+                "spec.selector.matchLabels[\"bad key\"]: \"x' || true\" is not a label value",
+                "spec.selector.matchExpressions[0].operator: \"Like\" is not one of In, NotIn, Exists, DoesNotExist",
+                "spec.selector.matchExpressions[1].values: must be empty with operator Exists",
+                "spec.selector.matchExpressions[2].values: required with operator In",
+                "spec.selector.matchExpressions[3].values: \"b\\\"ack\" is not a label value",
+            ]
+        );
+        let fine: LabelSelector = serde_json::from_value(json!({"matchLabels": {"app": "web"}, "matchExpressions": [
+                {"key": "tier", "operator": "DoesNotExist"}, {"key": "tier", "operator": "NotIn", "values": ["db"]}]}))
+        .expect("selector");
+        assert!(selector_problems(&fine, "spec.selector").is_empty());
+    }
+}

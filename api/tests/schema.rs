@@ -1,0 +1,352 @@
+//! The CRD schemas as kube-apiserver applies them at `kubectl apply`: the OpenAPI rules
+//! (types, patterns, enums, bounds, formats; unknown fields refused, as kubectl's strict field
+//! validation does) checked here by a small validator of that subset, and the CEL
+//! `x-kubernetes-validations` evaluated by kube-rs's `kube-cel`, as kube-apiserver would.
+//! Every sample of `deploy/samples/` and every example of README is valid; each mistake a
+//! user made on a real cluster is refused, naming the field.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::{Value, json};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+fn crd(kind: &str) -> CustomResourceDefinition {
+    watcher_api::crds().into_iter().find(|c| c.spec.names.kind == kind).unwrap_or_else(|| panic!("no CRD {kind}"))
+}
+
+fn schema(kind: &str) -> Value {
+    let crd = crd(kind);
+    let version = &crd.spec.versions[0];
+    let schema = version.schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()).expect("schema");
+    serde_json::to_value(schema).expect("serialises")
+}
+
+/// The schema node at `path` (property names; `[]` for items, `{}` for additionalProperties).
+fn node<'a>(schema: &'a Value, path: &str) -> &'a Value {
+    path.split('.').fold(schema, |node, step| match step {
+        "[]" => &node["items"],
+        "{}" => &node["additionalProperties"],
+        name => &node["properties"][name],
+    })
+}
+
+/// What kube-apiserver's OpenAPI validation (the structural subset CRDs use) says of `value`.
+fn openapi_errors(schema: &Value, value: &Value, path: &str, errors: &mut Vec<String>) {
+    if value.is_null() {
+        if schema["nullable"] != true {
+            errors.push(format!("{path}: null"));
+        }
+        return;
+    }
+    if schema["x-kubernetes-int-or-string"] == true || schema["x-kubernetes-preserve-unknown-fields"] == true {
+        return;
+    }
+    let typed = match schema["type"].as_str() {
+        Some("object") => value.is_object(),
+        Some("array") => value.is_array(),
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        Some("boolean") => value.is_boolean(),
+        _ => true,
+    };
+    if !typed {
+        errors.push(format!("{path}: not of type {}", schema["type"]));
+        return;
+    }
+    if let Some(allowed) = schema["enum"].as_array().filter(|a| !a.contains(value)) {
+        errors.push(format!("{path}: Unsupported value {value}: supported values: {allowed:?}"));
+    }
+    if let Some(text) = value.as_str() {
+        let length = text.chars().count() as u64;
+        if schema["minLength"].as_u64().is_some_and(|min| length < min) {
+            errors.push(format!("{path}: should be at least {} chars long", schema["minLength"]));
+        }
+        if schema["maxLength"].as_u64().is_some_and(|max| length > max) {
+            errors.push(format!("{path}: Too long"));
+        }
+        if let Some(pattern) = schema["pattern"].as_str() {
+            if !regex::Regex::new(pattern).expect("pattern").is_match(text) {
+                errors.push(format!("{path}: should match '{pattern}'"));
+            }
+        }
+        if schema["format"] == "date-time" {
+            let rfc3339 = regex::Regex::new(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+                .expect("regex");
+            if !rfc3339.is_match(text) {
+                errors.push(format!("{path}: must be a date-time"));
+            }
+        }
+    }
+    if let Some(number) = value.as_f64() {
+        if schema["minimum"].as_f64().is_some_and(|min| number < min) {
+            errors.push(format!("{path}: should be greater than or equal to {}", schema["minimum"]));
+        }
+    }
+    if let Some(items) = value.as_array() {
+        if schema["minItems"].as_u64().is_some_and(|min| (items.len() as u64) < min) {
+            errors.push(format!("{path}: should have at least {} items", schema["minItems"]));
+        }
+        for (i, item) in items.iter().enumerate() {
+            openapi_errors(&schema["items"], item, &format!("{path}[{i}]"), errors);
+        }
+    }
+    if let Some(fields) = value.as_object() {
+        for required in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            if fields.get(required).is_none_or(Value::is_null) {
+                errors.push(format!("{path}.{required}: Required value"));
+            }
+        }
+        for (name, field) in fields {
+            let at = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+            match (schema["properties"].get(name), schema.get("additionalProperties")) {
+                (Some(property), _) => openapi_errors(property, field, &at, errors),
+                (None, Some(additional)) if additional.is_object() => openapi_errors(additional, field, &at, errors),
+                // ObjectMeta is kube-apiserver's own, not the CRD's.
+                _ if path.is_empty() && ["apiVersion", "kind", "metadata"].contains(&name.as_str()) => {}
+                _ => errors.push(format!("{at}: unknown field")),
+            }
+        }
+    }
+}
+
+/// Every error kube-apiserver would give `object` at create: OpenAPI first, then CEL (which
+/// runs only on an object the OpenAPI rules accept, as in kube-apiserver).
+fn refusals(object: &Value) -> Vec<String> {
+    let kind = object["kind"].as_str().expect("kind");
+    let schema = schema(kind);
+    let mut errors = Vec::new();
+    openapi_errors(&schema, object, "", &mut errors);
+    if errors.is_empty() {
+        if let Err(failures) = kube_cel::Validator::new().validate(&schema, object, None) {
+            errors.extend(failures.iter().map(|f| format!("{}: {}", f.field_path, f.message)));
+        }
+    }
+    errors
+}
+
+fn watcher(spec: Value) -> Value {
+    json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": "w"}, "spec": spec})
+}
+
+fn sidecar() -> Value {
+    json!({"name": "log-watcher", "image": "busybox:1.36"})
+}
+
+/// The objects of a YAML file (several documents allowed).
+fn yaml_objects(text: &str) -> Vec<Value> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).expect("YAML");
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+#[test]
+fn each_rule_is_where_design_says() {
+    let watcher = schema("Watcher");
+    let spec = node(&watcher, "spec");
+    assert_eq!(node(spec, "container.name")["pattern"], watcher_api::validation::DNS1123_LABEL);
+    assert_eq!(node(spec, "container.name")["maxLength"], 63);
+    assert!(node(spec, "container")["required"].as_array().expect("required").contains(&json!("image")));
+    assert_eq!(node(spec, "volume.name")["pattern"], watcher_api::validation::DNS1123_LABEL);
+    assert_eq!(node(spec, "updatePolicy.maxUnavailable")["minimum"], 1.0);
+    let policy = schema("ImagePolicy");
+    for selector in [node(spec, "selector"), node(&policy, "spec.namespaceSelector")] {
+        assert_eq!(node(selector, "matchLabels.{}")["pattern"], watcher_api::validation::LABEL_VALUE);
+        assert!(
+            node(selector, "matchLabels")["x-kubernetes-validations"][0]["rule"]
+                .as_str()
+                .expect("rule")
+                .contains("matches")
+        );
+        assert_eq!(node(selector, "matchExpressions.[].key")["pattern"], watcher_api::validation::LABEL_KEY);
+        assert_eq!(
+            node(selector, "matchExpressions.[].operator")["enum"],
+            json!(["In", "NotIn", "Exists", "DoesNotExist"])
+        );
+        assert_eq!(node(selector, "matchExpressions.[]")["x-kubernetes-validations"].as_array().map(Vec::len), Some(2));
+        assert_eq!(node(selector, "matchExpressions.[].values.[]")["pattern"], watcher_api::validation::LABEL_VALUE);
+    }
+    assert_eq!(node(&schema("At"), "spec.schedule")["format"], "date-time");
+    assert_eq!(node(&schema("PodSet"), "spec.count")["minimum"], 0.0);
+    let policy = schema("ImagePolicy");
+    let rewrite = node(&policy, "spec.rewrites.[]");
+    assert_eq!(node(rewrite, "from")["minLength"], 1);
+    assert!(rewrite["x-kubernetes-validations"][0]["rule"].as_str().expect("rule").contains("endsWith('/')"));
+}
+
+/// Only `rule` and `message`: `fieldPath`, `reason`, `messageExpression` and `optionalOldSelf`
+/// are refused (strict field validation) or dropped by the older servers the CRDs must install on.
+#[test]
+fn rules_use_only_what_every_server_from_1_24_reads() {
+    fn visit(node: &Value, path: &str, out: &mut Vec<String>) {
+        match node {
+            Value::Object(fields) => {
+                for rule in fields.get("x-kubernetes-validations").and_then(Value::as_array).into_iter().flatten() {
+                    let keys: Vec<&str> = rule.as_object().expect("rule").keys().map(String::as_str).collect();
+                    if keys != ["message", "rule"] {
+                        out.push(format!("{path}: {keys:?}"));
+                    }
+                }
+                for (name, child) in fields {
+                    visit(child, &format!("{path}.{name}"), out);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|i| visit(i, path, out)),
+            _ => {}
+        }
+    }
+    let mut problems = Vec::new();
+    for kind in ["Watcher", "At", "PodSet", "ImagePolicy"] {
+        visit(&schema(kind), kind, &mut problems);
+    }
+    assert_eq!(problems, Vec::<String>::new());
+}
+
+/// Each CEL rule within kube-apiserver's cost budget by kube-cel's estimate (bounded strings
+/// and lists where a rule reads them).
+#[test]
+fn rules_stay_within_the_cost_budget() {
+    fn rules(node: &Value, out: &mut Vec<(String, Value)>) {
+        if let Some(fields) = node.as_object() {
+            for rule in fields.get("x-kubernetes-validations").and_then(Value::as_array).into_iter().flatten() {
+                out.push((rule["rule"].as_str().expect("rule").to_owned(), node.clone()));
+            }
+            fields.values().for_each(|child| rules(child, out));
+        }
+    }
+    let mut found = Vec::new();
+    for kind in ["Watcher", "ImagePolicy"] {
+        rules(&schema(kind), &mut found);
+    }
+    assert_eq!(found.len(), 7, "three per selector, one per rewrite");
+    for (rule, node) in found {
+        let compiled = kube_cel::compile_schema(&node);
+        let warnings = kube_cel::estimate_rule_cost(&rule, &compiled);
+        assert!(warnings.is_empty(), "{rule}: {warnings:?}");
+    }
+}
+
+#[test]
+fn samples_and_readme_examples_are_valid() {
+    let mut objects = Vec::new();
+    for sample in ["watcher", "at", "podset", "imagepolicy"] {
+        let path = format!("{ROOT}/deploy/samples/{sample}.yaml");
+        objects.extend(yaml_objects(&std::fs::read_to_string(&path).expect("sample")));
+    }
+    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).expect("README");
+    let mut blocks = 0;
+    for block in readme.split("```yaml\n").skip(1).filter_map(|b| b.split("```").next()) {
+        if block.contains("apiVersion: watcher.dev/") {
+            objects.extend(yaml_objects(block));
+            blocks += 1;
+        }
+    }
+    assert!(blocks > 0, "README shows at least one whole object");
+    for object in &objects {
+        assert_eq!(refusals(object), Vec::<String>::new(), "{object}");
+    }
+    // The examples of DESIGN's contract, as a user would write them.
+    let valid = [
+        watcher(json!({"container": sidecar(), "volume": {"name": "logs", "emptyDir": {}},
+            "selector": {"matchLabels": {"app": "web", "app.kubernetes.io/part-of": "shop"},
+                         "matchExpressions": [{"key": "tier", "operator": "In", "values": ["front", "back"]},
+                                              {"key": "legacy", "operator": "DoesNotExist"},
+                                              {"key": "canary", "operator": "Exists", "values": []}]},
+            "updatePolicy": {"type": "InPlace", "maxUnavailable": 2}})),
+        watcher(json!({"container": sidecar(), "selector": {}})),
+        json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy", "metadata": {"name": "p"},
+               "spec": {"rewrites": [{"from": "docker.io/library/", "to": "mirror.internal/library/"},
+                                     {"from": "alpine:latest", "to": "nginx:1.13"}]}}),
+    ];
+    for object in &valid {
+        assert_eq!(refusals(object), Vec::<String>::new(), "{object}");
+    }
+}
+
+/// What users applied on a real cluster, and much like it: refused at apply time, the field named.
+#[test]
+fn mistakes_are_refused_naming_the_field() {
+    let with_selector = |selector: Value| watcher(json!({"container": sidecar(), "selector": selector}));
+    let cases = [
+        (watcher(json!({"container": {"name": "Bad_Name", "image": "busybox"}})), "spec.container.name: should match"),
+        (watcher(json!({"container": {"name": "log-watcher"}})), "spec.container.image: Required value"),
+        (
+            watcher(json!({"container": sidecar(), "volume": {"name": "Logs", "emptyDir": {}}})),
+            "spec.volume.name: should match",
+        ),
+        (
+            with_selector(json!({"matchExpressions": [{"key": "tier", "operator": "Like", "values": ["a"]}]})),
+            "spec.selector.matchExpressions[0].operator: Unsupported value",
+        ),
+        (
+            with_selector(json!({"matchExpressions": [{"key": "tier", "operator": "Exists", "values": ["a"]}]})),
+            "values must be empty with operator Exists or DoesNotExist",
+        ),
+        (
+            with_selector(json!({"matchExpressions": [{"key": "tier", "operator": "NotIn"}]})),
+            "values are required with operator In or NotIn",
+        ),
+        (with_selector(json!({"matchLabels": {"app": "x' || true"}})), "spec.selector.matchLabels.app: should match"),
+        (with_selector(json!({"matchLabels": {"x' || true": "web"}})), "every key must be a label key"),
+        (with_selector(json!({"matchLabels": {"a/b/c": "web"}})), "every key must be a label key"),
+        (
+            with_selector(json!({"matchExpressions": [{"key": "bad key", "operator": "Exists"}]})),
+            "spec.selector.matchExpressions[0].key: should match",
+        ),
+        (
+            watcher(json!({"container": sidecar(), "updatePolicy": {"maxUnavailable": 0}})),
+            "spec.updatePolicy.maxUnavailable: should be greater than or equal to 1",
+        ),
+        (
+            json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy", "metadata": {"name": "p"},
+                "spec": {"rewrites": [{"from": "docker.io/library/", "to": "mirror.internal/library/alpine:3"}]}}),
+            "a prefix (from ending in /) is rewritten to a prefix",
+        ),
+        (
+            json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy", "metadata": {"name": "p"},
+                "spec": {"rewrites": [{"from": "", "to": "x"}]}}),
+            "spec.rewrites[0].from: should be at least 1 chars long",
+        ),
+        (
+            json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy", "metadata": {"name": "p"},
+                "spec": {"rewrites": [{"from": "a", "to": "b"}], "namespaceSelector": {"matchLabels": {"mirror": "o n"}}}}),
+            "spec.namespaceSelector.matchLabels.mirror: should match",
+        ),
+        (
+            json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "At", "metadata": {"name": "a"},
+                "spec": {"schedule": "tomorrow at ten", "command": "echo"}}),
+            "spec.schedule: must be a date-time",
+        ),
+        (
+            json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "PodSet", "metadata": {"name": "p"},
+                "spec": {"count": -1, "message": "hi"}}),
+            "spec.count: should be greater than or equal to 0",
+        ),
+    ];
+    for (object, expected) in cases {
+        let errors = refusals(&object);
+        assert!(errors.iter().any(|e| e.contains(expected)), "{object}\nexpected {expected:?}, got {errors:?}");
+    }
+}
+
+/// The schema and the webhook's own check refuse the same Watchers: what a schema without CEL
+/// (Kubernetes 1.24) or an object stored before a rule let through, the webhook still refuses.
+#[test]
+fn the_schema_and_the_webhook_check_agree() {
+    let specs = [
+        json!({"container": sidecar()}),
+        json!({"container": {"name": "Bad_Name", "image": "busybox"}}),
+        json!({"container": {"name": "log-watcher"}}),
+        json!({"container": sidecar(), "volume": {"name": "Logs", "emptyDir": {}}}),
+        json!({"container": sidecar(), "selector": {"matchExpressions": [{"key": "t", "operator": "Like", "values": ["a"]}]}}),
+        json!({"container": sidecar(), "selector": {"matchExpressions": [{"key": "t", "operator": "Exists", "values": ["a"]}]}}),
+        json!({"container": sidecar(), "selector": {"matchExpressions": [{"key": "t", "operator": "In"}]}}),
+        json!({"container": sidecar(), "selector": {"matchLabels": {"app": "x' || true"}}}),
+        json!({"container": sidecar(), "selector": {"matchLabels": {"bad key": "web"}}}),
+        json!({"container": sidecar(), "selector": {"matchLabels": {"app": "web"}}}),
+    ];
+    for spec in specs {
+        let object = watcher(spec.clone());
+        let parsed: watcher_api::WatcherSpec = serde_json::from_value(spec).expect("spec");
+        assert_eq!(refusals(&object).is_empty(), parsed.problems().is_empty(), "{object}: {:?}", parsed.problems());
+    }
+}
