@@ -178,13 +178,22 @@ pub(crate) fn watchers(count: usize) -> Vec<Value> {
 }
 
 /// `count` pods of Deployments, spread over the namespaces of [`watchers`], as kube-apiserver
-/// lists them (managed fields and kubectl's last-applied annotation included); every tenth asks
-/// for `watcher-0` of its namespace by annotation.
+/// lists them: the spec and status of a pod kube-apiserver 1.36 stored
+/// (`controller/fixtures/stored-pods/pod-1.36-plain.json`: defaults, the ServiceAccount volume
+/// and mounts), managed fields and kubectl's last-applied annotation; every tenth asks for
+/// `watcher-0` of its namespace by annotation and carries its sidecar.
 pub(crate) fn pods(count: usize) -> Vec<Value> {
+    let stored: Value = serde_json::from_str(include_str!("../../controller/fixtures/stored-pods/pod-1.36-plain.json"))
+        .expect("stored pod");
+    let mut plain_spec = stored["spec"].clone();
+    if let Some(spec) = plain_spec.as_object_mut() {
+        spec.remove("initContainers");
+    }
     (0..count)
         .map(|i| {
             let mut annotations = json!({"kubectl.kubernetes.io/last-applied-configuration": "x".repeat(400)});
-            if i % 10 == 0 {
+            let injected = i % 10 == 0;
+            if injected {
                 annotations["watcher.dev/inject"] = json!(format!("watcher-{}", i % 10));
                 annotations["watcher.dev/injected"] = json!(format!("watcher-{}@0badc0de", i % 10));
             }
@@ -200,6 +209,8 @@ pub(crate) fn pods(count: usize) -> Vec<Value> {
                              "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
                                                 "time": "2026-11-21T10:00:00Z", "fieldsType": "FieldsV1",
                                                 "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}}}]},
+                "spec": if injected { stored["spec"].clone() } else { plain_spec.clone() },
+                "status": stored["status"].clone(),
             })
         })
         .collect()

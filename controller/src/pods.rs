@@ -7,6 +7,7 @@
 //! thousands of pods cost little memory. A pod event reaches only the Watchers of its namespace.
 
 pub mod in_place;
+mod meta;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,14 +37,14 @@ const CONTROLLER: &str = "pods";
 const DEBOUNCE: Duration = Duration::from_millis(500);
 /// An eviction refused by a PodDisruptionBudget (429) is tried again after this.
 const EVICTION_RETRY: Duration = Duration::from_secs(10);
-/// Pods per list page: the page is held decoded (metadata with managed fields) while it is
-/// reduced to [`CountedPod`]s.
-const POD_PAGE_SIZE: u32 = 100;
+/// Pods per list page, as client-go lists: kube-apiserver serves fewer, larger pages faster.
+/// A page is held decoded while it is reduced to [`CountedPod`]s, and [`PodMeta`] keeps little
+/// of each pod.
+const POD_PAGE_SIZE: u32 = 500;
 /// Owners that recreate a pod that is evicted.
 const RECREATING_OWNERS: [&str; 3] = ["ReplicaSet", "StatefulSet", "DaemonSet"];
 
-/// A pod as the watch delivers it (reduced to a [`CountedPod`] at once).
-pub type PodMeta = Pod;
+pub use self::meta::PodMeta;
 
 /// The container and volume names of a Watcher (by namespace and name), so the sidecars of
 /// injected pods can be kept.
@@ -366,7 +367,7 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
     let (synced_tx, synced_rx) = futures::channel::mpsc::unbounded();
     // Consistent, paginated lists: with `any_semantic` (resourceVersion=0) kube-apiserver serves
     // the list from its watch cache and ignores the page size, one response holding every pod of
-    // the cluster; small pages keep the transient decoding memory per page small.
+    // the cluster; pages keep the transient decoding memory bounded.
     let config = watcher::Config::default().page_size(POD_PAGE_SIZE);
     let pod_events = watcher(Api::<PodMeta>::all(client.clone()), config).default_backoff().filter_map({
         let pods = pods.clone();
