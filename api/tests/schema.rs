@@ -65,10 +65,10 @@ fn openapi_errors(schema: &Value, value: &Value, path: &str, errors: &mut Vec<St
         if schema["maxLength"].as_u64().is_some_and(|max| length > max) {
             errors.push(format!("{path}: Too long"));
         }
-        if let Some(pattern) = schema["pattern"].as_str() {
-            if !regex::Regex::new(pattern).expect("pattern").is_match(text) {
-                errors.push(format!("{path}: should match '{pattern}'"));
-            }
+        if let Some(pattern) = schema["pattern"].as_str()
+            && !regex::Regex::new(pattern).expect("pattern").is_match(text)
+        {
+            errors.push(format!("{path}: should match '{pattern}'"));
         }
         if schema["format"] == "date-time" {
             let rfc3339 = regex::Regex::new(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
@@ -78,10 +78,10 @@ fn openapi_errors(schema: &Value, value: &Value, path: &str, errors: &mut Vec<St
             }
         }
     }
-    if let Some(number) = value.as_f64() {
-        if schema["minimum"].as_f64().is_some_and(|min| number < min) {
-            errors.push(format!("{path}: should be greater than or equal to {}", schema["minimum"]));
-        }
+    if let Some(number) = value.as_f64()
+        && schema["minimum"].as_f64().is_some_and(|min| number < min)
+    {
+        errors.push(format!("{path}: should be greater than or equal to {}", schema["minimum"]));
     }
     if let Some(items) = value.as_array() {
         if schema["minItems"].as_u64().is_some_and(|min| (items.len() as u64) < min) {
@@ -117,10 +117,10 @@ fn refusals(object: &Value) -> Vec<String> {
     let schema = schema(kind);
     let mut errors = Vec::new();
     openapi_errors(&schema, object, "", &mut errors);
-    if errors.is_empty() {
-        if let Err(failures) = kube_cel::Validator::new().validate(&schema, object, None) {
-            errors.extend(failures.iter().map(|f| format!("{}: {}", f.field_path, f.message)));
-        }
+    if errors.is_empty()
+        && let Err(failures) = kube_cel::Validator::new().validate(&schema, object, None)
+    {
+        errors.extend(failures.iter().map(|f| format!("{}: {}", f.field_path, f.message)));
     }
     errors
 }
