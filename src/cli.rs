@@ -1,4 +1,5 @@
-//! The command line: `run` (default), `crds`, `inject`, `certs`, `check`, `check-inject`.
+//! The command line: `run` (default), `crds`, `inject`, `certs`, `check`, `check-inject`,
+//! `rollout`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,6 +38,67 @@ enum Command {
     /// Why a pod is, or would be, injected or not, Watcher by Watcher, and which ImagePolicy
     /// rewrites which image: for a pod of the cluster (`POD -n NS`) or a manifest (`-f FILE`).
     CheckInject(CheckInjectArgs),
+    /// A Watcher's sidecar rollout (`updatePolicy` Recreate or InPlace), as `kubectl rollout`
+    /// shows and steers a Deployment's: status, pause, resume, history, undo.
+    #[command(subcommand)]
+    Rollout(RolloutCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum RolloutCommand {
+    /// Follow the rollout: exit 0 once every pod outside the partition runs the current spec,
+    /// 1 when it is paused, stuck, or at --timeout.
+    Status(RolloutStatusArgs),
+    /// Start no new update (`updatePolicy.paused: true`); those in flight finish.
+    Pause(RolloutArgs),
+    /// Go on with a paused rollout (`updatePolicy.paused: false`).
+    Resume(RolloutArgs),
+    /// The Watcher's revisions: number, spec hash, how many pods carry each, and its image.
+    History(RolloutArgs),
+    /// Write a revision's container back into the Watcher (default: the revision before the
+    /// current one).
+    Undo(RolloutUndoArgs),
+}
+
+/// The Watcher a `rollout` command is about.
+#[derive(Debug, Args)]
+struct RolloutArgs {
+    /// The Watcher's name.
+    watcher: String,
+    /// Its namespace (default: the kubeconfig context's).
+    #[arg(short = 'n', long, env = "WATCHER_ROLLOUT_NAMESPACE", value_parser = parse_namespace)]
+    namespace: Option<String>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+}
+
+/// Flags of `rollout status`.
+#[derive(Debug, Args)]
+struct RolloutStatusArgs {
+    #[command(flatten)]
+    target: RolloutArgs,
+    /// How long to wait (`30s`, `5m`, `1h`); `0` waits for ever.
+    #[arg(long, env = "WATCHER_ROLLOUT_TIMEOUT", default_value = "0", value_parser = crate::rollout::parse_timeout)]
+    timeout: std::time::Duration,
+}
+
+/// Flags of `rollout undo`.
+#[derive(Debug, Args)]
+struct RolloutUndoArgs {
+    #[command(flatten)]
+    target: RolloutArgs,
+    /// The revision to go back to (see `rollout history`).
+    #[arg(long, env = "WATCHER_TO_REVISION")]
+    to_revision: Option<i64>,
+}
+
+impl RolloutArgs {
+    /// A client, and the namespace: the flag's, else the kubeconfig context's.
+    async fn client(&self) -> anyhow::Result<(kube::Client, String)> {
+        let client = self.cluster.client().await?;
+        let namespace = self.namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
+        Ok((client, namespace))
+    }
 }
 
 /// How to reach the cluster, as kubectl takes it. Without either flag: in-cluster config, then
@@ -309,7 +371,7 @@ impl Cli {
     /// findings, and the client's own error logs would repeat them.
     pub(crate) fn default_log_filter(&self) -> &'static str {
         match &self.command {
-            Some(Command::Check(_) | Command::CheckInject(_)) => "off",
+            Some(Command::Check(_) | Command::CheckInject(_) | Command::Rollout(_)) => "off",
             _ => crate::telemetry::DEFAULT_FILTER,
         }
     }
@@ -356,6 +418,32 @@ impl Cli {
                     Output::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
                 }
                 Ok(true)
+            }
+            Some(Command::Rollout(command)) => {
+                use crate::rollout;
+                match command {
+                    RolloutCommand::Status(args) => {
+                        let (client, namespace) = args.target.client().await?;
+                        let timeout = Some(args.timeout).filter(|t| !t.is_zero());
+                        rollout::status(&client, &namespace, &args.target.watcher, timeout).await
+                    }
+                    RolloutCommand::Pause(args) => {
+                        let (client, namespace) = args.client().await?;
+                        rollout::set_paused(&client, &namespace, &args.watcher, true).await.map(|()| true)
+                    }
+                    RolloutCommand::Resume(args) => {
+                        let (client, namespace) = args.client().await?;
+                        rollout::set_paused(&client, &namespace, &args.watcher, false).await.map(|()| true)
+                    }
+                    RolloutCommand::History(args) => {
+                        let (client, namespace) = args.client().await?;
+                        rollout::print_history(&client, &namespace, &args.watcher).await.map(|()| true)
+                    }
+                    RolloutCommand::Undo(args) => {
+                        let (client, namespace) = args.target.client().await?;
+                        rollout::undo(&client, &namespace, &args.target.watcher, args.to_revision).await.map(|()| true)
+                    }
+                }
             }
             Some(Command::Inject(args)) => {
                 let namespace = args.namespace.as_deref();

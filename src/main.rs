@@ -3,6 +3,7 @@
 mod check;
 mod cli;
 mod offline;
+mod rollout;
 mod run;
 mod telemetry;
 

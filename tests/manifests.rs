@@ -180,9 +180,10 @@ const CALLS: &[(&str, &str, &[&str], &[&str])] = &[
     // watcher.rs: the owned ConfigMaps (a labelled watch, POST, merge patch, delete) and status.
     ("watcher", "", &["configmaps"], &["get", "list", "watch", "create", "patch", "update", "delete"]),
     ("watcher", "watcher.dev", &["watchers/status"], &["get", "patch", "update"]),
-    // pods.rs: the pod index, evictions, and the counts on each Watcher.
-    ("pods", "", &["pods"], &["get", "list", "watch"]),
+    // pods.rs: the pod index, in-place patches, evictions, the revisions, and the counts.
+    ("pods", "", &["pods"], &["get", "list", "watch", "patch"]),
     ("pods", "", &["pods/eviction"], &["create"]),
+    ("pods", "apps", &["controllerrevisions"], &["get", "list", "watch", "create", "delete"]),
     ("pods", "watcher.dev", &["watchers/status"], &["get", "patch", "update"]),
     // at.rs and podset.rs: their resources, status and the pods they own.
     ("at", "watcher.dev", &["ats"], &["get", "list", "watch"]),

@@ -104,11 +104,26 @@ pub struct UpdatePolicy {
     #[serde(default = "default_max_unavailable")]
     #[schemars(range(min = 1))]
     pub max_unavailable: i32,
+
+    /// With `Recreate` and `InPlace`: the N newest of the Watcher's pods keep the spec they
+    /// have (a canary: a high partition, lowered step by step). Default 0: every pod.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub partition: i32,
+
+    /// With `Recreate` and `InPlace`: start no new update (those in flight finish).
+    #[serde(default)]
+    pub paused: bool,
 }
 
 impl Default for UpdatePolicy {
     fn default() -> Self {
-        Self { type_: UpdatePolicyType::default(), max_unavailable: default_max_unavailable() }
+        Self {
+            type_: UpdatePolicyType::default(),
+            max_unavailable: default_max_unavailable(),
+            partition: 0,
+            paused: false,
+        }
     }
 }
 
@@ -128,6 +143,33 @@ pub enum UpdatePolicyType {
     /// restart of the app containers); evict the controller-owned ones with any other
     /// difference, as `Recreate` does.
     InPlace,
+}
+
+/// What injection uses of a Watcher's spec, and all that its `specHash` hashes: what a
+/// ControllerRevision of the Watcher keeps, so a pod's revision can be compared with the
+/// current spec.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InjectionSpec {
+    /// The sidecar container.
+    pub container: Container,
+    /// The volume added with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<Box<Volume>>,
+    /// The image pull secret added with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_secrets: Option<LocalObjectReference>,
+    /// How the sidecar is added.
+    pub native_sidecar: NativeSidecar,
+    /// Whether the sidecar gets the Watcher's ConfigMap (`envFrom`).
+    pub config: bool,
+}
+
+impl InjectionSpec {
+    /// The `specHash` of this spec: equal to [`WatcherSpec::spec_hash`] of the spec it came from.
+    pub fn hash(&self) -> String {
+        crate::stable_hash(&(&self.container, &self.volume, &self.image_pull_secrets, self.native_sidecar, self.config))
+    }
 }
 
 /// The observed state of a Watcher.
@@ -244,6 +286,17 @@ impl WatcherSpec {
             || self.config_binary_data.as_ref().is_some_and(|d| !d.is_empty())
     }
 
+    /// What injection uses of this spec (see [`InjectionSpec`]).
+    pub fn injection(&self) -> InjectionSpec {
+        InjectionSpec {
+            container: self.container.clone(),
+            volume: self.volume.clone(),
+            image_pull_secrets: self.image_pull_secrets.clone(),
+            native_sidecar: self.native_sidecar,
+            config: self.has_config(),
+        }
+    }
+
     /// Hash of everything injection uses: the container, volume, pull secret, sidecar mode and
     /// whether the container gets the ConfigMap. Config values are not part of it: they reach the
     /// sidecar through the ConfigMap, not through the pod.
@@ -273,7 +326,10 @@ mod tests {
     fn defaults_of_a_minimal_spec() {
         let spec = spec();
         assert_eq!(spec.native_sidecar, NativeSidecar::Auto);
-        assert_eq!(spec.update_policy, UpdatePolicy { type_: UpdatePolicyType::Report, max_unavailable: 1 });
+        assert_eq!(
+            spec.update_policy,
+            UpdatePolicy { type_: UpdatePolicyType::Report, max_unavailable: 1, partition: 0, paused: false }
+        );
         assert!(!spec.has_config());
     }
 
@@ -295,6 +351,21 @@ mod tests {
         let mut selector = base.clone();
         selector.selector = Some(LabelSelector::default());
         assert_eq!(base.spec_hash(), selector.spec_hash(), "who is injected is not what is injected");
+    }
+
+    /// A revision's hash is the hash of the spec it keeps, through JSON and back (as a
+    /// ControllerRevision stores it).
+    #[test]
+    fn a_revision_hashes_as_its_spec() {
+        let mut spec = spec();
+        spec.config_data = Some([("LEVEL".to_owned(), "debug".to_owned())].into());
+        spec.volume = Some(Box::new(
+            serde_json::from_value(serde_json::json!({"name": "logs", "emptyDir": {}})).expect("volume"),
+        ));
+        let stored: InjectionSpec =
+            serde_json::from_value(serde_json::to_value(spec.injection()).expect("JSON")).expect("read back");
+        assert_eq!(stored.hash(), spec.spec_hash());
+        assert_eq!(stored, spec.injection());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Pods → injection drift on each Watcher: `status.pods` counts, an Event when pods are missing
-//! or outdated, with `updatePolicy.type: Recreate` evictions so their controllers recreate
-//! them injected, and with `InPlace` sidecar images updated in running pods ([`in_place`]).
+//! or outdated, and with `updatePolicy.type` `Recreate` or `InPlace` a rollout ([`rollout`]:
+//! which pods go next; [`revisions`]: the specs pods carry; [`in_place`]: the patch of a
+//! sidecar's image).
 //!
 //! Pods are kept as [`CountedPod`]s (labels, the injection annotations, whether a controller
 //! recreates them, and for injected pods their sidecar containers, shared between pods alike):
@@ -8,28 +9,32 @@
 
 pub mod in_place;
 mod meta;
+pub mod revisions;
+pub mod rollout;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, EvictParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_api::{
-    INJECT_ANNOTATION, INJECTED_ANNOTATION, ORIGINAL_IMAGES_ANNOTATION, PodCounts, SIDECAR_UPDATED_ANNOTATION,
-    UpdatePolicyType, Watcher, condition, injected_watchers, requested_watchers, set_condition,
+    INJECT_ANNOTATION, INJECTED_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, ORIGINAL_IMAGES_ANNOTATION, PodCounts,
+    SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher, condition, injected_watchers, requested_watchers,
+    set_condition,
 };
 
-use self::in_place::{IN_PLACE_DEADLINE, InjectedSpec, Sidecar, Update};
+use self::in_place::{InjectedSpec, Sidecar};
 use crate::{Context, Error, PolicyCache, Result, WatcherCache};
 
 const CONTROLLER: &str = "pods";
@@ -88,8 +93,6 @@ impl From<&PodMeta> for CountedPod {
 struct Interner {
     maps: Mutex<std::collections::HashSet<Arc<BTreeMap<String, String>>>>,
     namespaces: Mutex<std::collections::HashSet<Arc<str>>>,
-    /// Containers and volumes of sidecars, as JSON.
-    specs: Mutex<std::collections::HashSet<Arc<str>>>,
 }
 
 impl Interner {
@@ -113,22 +116,10 @@ impl Interner {
         shared
     }
 
-    fn spec(&self, value: &impl serde::Serialize) -> Arc<str> {
-        let text = serde_json::to_string(value).unwrap_or_default();
-        let mut specs = lock(&self.specs);
-        if let Some(shared) = specs.get(text.as_str()) {
-            return shared.clone();
-        }
-        let shared: Arc<str> = Arc::from(text);
-        specs.insert(shared.clone());
-        shared
-    }
-
     /// Forgets the sets and namespaces no pod uses any more.
     fn prune(&self) {
         lock(&self.maps).retain(|map| Arc::strong_count(map) > 1);
         lock(&self.namespaces).retain(|namespace| Arc::strong_count(namespace) > 1);
-        lock(&self.specs).retain(|spec| Arc::strong_count(spec) > 1);
     }
 }
 
@@ -153,7 +144,7 @@ impl CountedPod {
                 .any(|o| o.controller == Some(true) && RECREATING_OWNERS.contains(&o.kind.as_str())),
             created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
             terminating: pod.metadata.deletion_timestamp.is_some(),
-            injected: lookup.and_then(|lookup| injected_spec(pod, lookup, interner)).map(Arc::new),
+            injected: lookup.and_then(|lookup| injected_spec(pod, lookup)).map(Arc::new),
         }
     }
 }
@@ -166,9 +157,8 @@ impl CountedPod {
     }
 }
 
-/// The sidecars (and their volumes) of the Watchers `pod` carries, with what the kubelet
-/// reports of them.
-fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup, interner: &Interner) -> Option<InjectedSpec> {
+/// The sidecars of the Watchers `pod` carries, with what the kubelet reports of them.
+fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup) -> Option<InjectedSpec> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let wanted: Vec<(String, Option<String>)> =
         injected_watchers(pod.annotations()).into_iter().filter_map(|(name, _)| lookup(namespace, name)).collect();
@@ -194,25 +184,14 @@ fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup, interner: &Interner) -> 
                 name: container.name.as_str().into(),
                 init,
                 index,
-                spec: interner.spec(container),
                 image: container.image.as_deref().unwrap_or_default().into(),
                 running_image: running.map(|s| s.image.as_str().into()),
             });
         }
     }
-    let volumes = spec
-        .volumes
-        .iter()
-        .flatten()
-        .filter(|v| wanted.iter().any(|(_, volume)| volume.as_deref() == Some(v.name.as_str())))
-        .map(|v| (v.name.as_str().into(), interner.spec(v)))
-        .collect();
-    let pull_secrets = spec.image_pull_secrets.iter().flatten().map(|s| s.name.as_str().into()).collect();
     Some(InjectedSpec {
         resource_version: pod.metadata.resource_version.as_deref().unwrap_or_default().into(),
         sidecars,
-        volumes,
-        pull_secrets,
     })
 }
 
@@ -339,6 +318,10 @@ pub struct PodsContext {
     recorder: Recorder,
     /// ImagePolicies: an image updated in place is rewritten as admission would.
     policies: Option<PolicyCache>,
+    /// The Watchers' ControllerRevisions, from the reconciler's own watch.
+    revisions: Store<ControllerRevision>,
+    /// Whether the revisions' initial list is in.
+    revisions_listed: Arc<AtomicBool>,
 }
 
 /// A lookup of Watchers' container and volume names in a fixed list.
@@ -387,12 +370,25 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
         }
     });
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
-    let shared =
-        Arc::new(PodsContext { ctx, pods, recorder: Recorder::new(client, reporter), policies: Some(policies) });
+    let labels = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
+    let (revisions, revision_events, revisions_listed) = crate::cached_watch(
+        Api::<ControllerRevision>::all(client.clone()),
+        watcher::Config::default().labels(&labels),
+        |_| {},
+    );
+    let shared = Arc::new(PodsContext {
+        ctx,
+        pods,
+        recorder: Recorder::new(client, reporter),
+        policies: Some(policies),
+        revisions,
+        revisions_listed,
+    });
     let watchers = cache.clone();
     let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
     Controller::for_shared_stream(triggers, cache.store.clone())
         .reconcile_all_on(futures::stream::select(resyncs, synced_rx))
+        .owns_stream(revision_events)
         .watches_stream(pod_events, move |pod: PodMeta| {
             let namespace = pod.namespace().unwrap_or_default();
             watchers.in_namespace(&namespace).iter().map(|w| ObjectRef::from(w.as_ref())).collect::<Vec<_>>()
@@ -453,115 +449,28 @@ fn terminating_pods_of(watcher: &Watcher, hash: &str, pods: &[Arc<CountedPod>]) 
         .count()
 }
 
-/// The pods to evict now under `updatePolicy: Recreate`: missing or outdated pods whose
-/// controller (a ReplicaSet, StatefulSet or DaemonSet) will recreate them, oldest first, no more
-/// than `maxUnavailable` minus the Watcher's pods already terminating.
-pub fn eviction_choice(watcher: &Watcher, pods: &[Arc<CountedPod>]) -> Vec<String> {
-    let policy = &watcher.spec.update_policy;
-    if policy.type_ != UpdatePolicyType::Recreate {
-        return Vec::new();
-    }
-    let hash = watcher.spec.spec_hash();
-    let terminating = terminating_pods_of(watcher, &hash, pods);
-    let budget = usize::try_from(policy.max_unavailable).unwrap_or(0).saturating_sub(terminating);
-    let mut candidates: Vec<&CountedPod> = live_pods_of(watcher, pods)
-        .filter(|p| p.recreated_when_evicted)
-        .filter(|p| {
-            let s = standing(watcher, &hash, p);
-            (s.matched && !s.injected) || (s.injected && !s.up_to_date)
-        })
-        .collect();
-    candidates.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
-    candidates.into_iter().take(budget).map(|p| p.name.to_string()).collect()
-}
-
-/// What one pass of `updatePolicy: InPlace` does for a Watcher's pods.
-#[derive(Debug, Default, PartialEq)]
-pub struct InPlaceRollout {
-    /// In-place patches to write now.
-    pub patches: Vec<in_place::Patch>,
-    /// Pods to evict now: missing, or outdated by more than the image, that a controller
-    /// recreates.
-    pub evictions: Vec<String>,
-    /// Pods updated whose sidecar is not yet running and ready with the new image.
-    pub in_flight: Vec<String>,
-    /// Of those, the ones past [`IN_PLACE_DEADLINE`]: the rollout stops.
-    pub stuck: Vec<String>,
-}
-
-/// The next in-place step for `watcher` over `pods`: at most `maxUnavailable` pods in flight
-/// (updated in place and not yet running and ready with the new image, or evicted and
-/// terminating), none at all while one is stuck. `rules`: the ImagePolicy rules of the
-/// namespace.
-pub fn plan_in_place(
-    watcher: &Watcher,
-    pods: &[Arc<CountedPod>],
-    rules: &[&watcher_api::image::Rule],
-    now: jiff::Timestamp,
-) -> InPlaceRollout {
-    let mut rollout = InPlaceRollout::default();
-    let hash = watcher.spec.spec_hash();
-    let container = watcher.spec.container.name.as_str();
-    let terminating = terminating_pods_of(watcher, &hash, pods);
-    let mut live: Vec<&CountedPod> = live_pods_of(watcher, pods).collect();
-    live.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
-    for pod in &live {
-        let s = standing(watcher, &hash, pod);
-        if s.up_to_date && in_place::in_flight(pod, container) {
-            rollout.in_flight.push(pod.name.to_string());
-            let updated =
-                pod.annotations.get(SIDECAR_UPDATED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
-            let deadline = jiff::SignedDuration::try_from(IN_PLACE_DEADLINE).unwrap_or_default();
-            if updated.is_some_and(|at| now.duration_since(at) > deadline) {
-                rollout.stuck.push(pod.name.to_string());
-            }
-        }
-    }
-    let limit = usize::try_from(watcher.spec.update_policy.max_unavailable).unwrap_or(0);
-    let mut budget = limit.saturating_sub(terminating + rollout.in_flight.len());
-    if !rollout.stuck.is_empty() {
-        budget = 0; // never a wave of broken pods
-    }
-    let now_text = now.to_string();
-    let mut recreate = Vec::new();
-    for pod in live {
-        let s = standing(watcher, &hash, pod);
-        if s.matched && !s.injected {
-            recreate.push(pod);
-        } else if s.injected && !s.up_to_date {
-            match in_place::update(watcher, pod, rules, &now_text) {
-                Update::InPlace(patch) if budget > 0 => {
-                    budget -= 1;
-                    rollout.patches.push(patch);
-                }
-                Update::InPlace(_) => {}
-                Update::Recreate(_) => recreate.push(pod),
-            }
-        }
-    }
-    rollout.evictions =
-        recreate.into_iter().filter(|p| p.recreated_when_evicted).take(budget).map(|p| p.name.to_string()).collect();
-    rollout
-}
-
-/// Counts the Watcher's pods, evicts under Recreate, and records the counts.
+/// Counts the Watcher's pods, takes a step of its rollout (`Recreate`, `InPlace`), and records
+/// the counts.
 #[instrument(skip(watcher, ctx), fields(namespace = watcher.namespace(), watcher = watcher.name_any()))]
 pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<Action> {
     if !ctx.pods.is_synced() {
         // Counts would be short; every Watcher is counted when the list is in.
         return Ok(Action::await_change());
     }
+    if !ctx.revisions_listed.load(Ordering::Acquire) {
+        return Ok(Action::requeue(crate::UNLISTED_RETRY)); // the cache would say "no revision"
+    }
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
     let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
     let pods = ctx.pods.in_namespace(&namespace);
     let mut counts = count(&watcher, &pods);
-    let action = if watcher.spec.update_policy.type_ == UpdatePolicyType::InPlace {
-        let (action, patched) = roll_in_place(&watcher, &pods, &ctx, &namespace).await?;
+    let action = if watcher.spec.update_policy.type_ == UpdatePolicyType::Report {
+        Action::await_change()
+    } else {
+        let (action, patched) = roll(&watcher, &pods, &ctx, &namespace).await?;
         // A pod counts as up to date once its patch is written.
         counts.up_to_date += i32::try_from(patched).unwrap_or(i32::MAX);
         action
-    } else {
-        evict(&watcher, &pods, &ctx, &namespace).await?
     };
 
     let current = watcher.status.as_ref().and_then(|s| s.pods);
@@ -594,17 +503,59 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<A
 /// How often a rollout in flight is looked at again (pod status changes also wake it).
 const IN_PLACE_RECHECK: Duration = Duration::from_secs(15);
 
-/// One step of an in-place rollout: the patches, then the evictions, an Event for what was
-/// updated, and the `SidecarsUpdated` condition when it changes. Returns the pods patched.
-async fn roll_in_place(
+/// Keeps the Watcher's revisions: the current spec's created, the oldest beyond the history
+/// that no pod carries deleted.
+async fn keep_revisions(
+    watcher: &Watcher,
+    pods: &[Arc<CountedPod>],
+    mine: &[&ControllerRevision],
+    ctx: &PodsContext,
+    namespace: &str,
+) -> Result<()> {
+    let name = watcher.name_any();
+    let carried: BTreeSet<String> = pods
+        .iter()
+        .flat_map(|pod| {
+            injected_watchers(&pod.annotations).into_iter().filter(|(n, _)| *n == name).map(|(_, h)| h.to_owned())
+        })
+        .collect();
+    let plan = revisions::plan_revisions(watcher, mine, &carried);
+    let api = Api::<ControllerRevision>::namespaced(ctx.ctx.client.clone(), namespace);
+    if let Some(revision) = plan.create {
+        let params = PostParams { field_manager: Some(watcher_api::FIELD_MANAGER.to_owned()), ..PostParams::default() };
+        match api.create(&params, &revision).await {
+            Ok(created) => {
+                info!(revision = created.name_any(), number = created.revision, "kept the spec as a revision")
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {} // ours, a moment before the cache saw it
+            Err(error) => return Err(error.into()),
+        }
+    }
+    for old in plan.delete {
+        match api.delete(&old, &DeleteParams::default()).await {
+            Ok(_) => info!(revision = old, "pruned a revision no pod carries"),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
+}
+
+/// One step of a rollout: the revisions kept, the in-place patches, then the evictions, an
+/// Event for what was updated, and the `SidecarsUpdated` condition when it changes. Returns the
+/// pods patched.
+async fn roll(
     watcher: &Watcher,
     pods: &[Arc<CountedPod>],
     ctx: &PodsContext,
     namespace: &str,
 ) -> Result<(Action, usize)> {
+    let all = ctx.revisions.state();
+    let mine = revisions::revisions_of(watcher, &all);
+    keep_revisions(watcher, pods, &mine, ctx, namespace).await?;
     let policies = ctx.policies.as_ref().map(|p| p.policies_for(namespace)).unwrap_or_default();
     let rules: Vec<&watcher_api::image::Rule> = policies.iter().flat_map(|p| p.valid_rules()).collect();
-    let rollout = plan_in_place(watcher, pods, &rules, jiff::Timestamp::now());
+    let rollout = rollout::plan(watcher, pods, &mine, &rules, jiff::Timestamp::now());
     let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), namespace);
     let mut patched = Vec::new();
     let mut conflict = false;
@@ -629,13 +580,7 @@ async fn roll_in_place(
             format!("sidecar image updated in place to {image} in {} pod(s): {}", patched.len(), patched.join(", "));
         publish(ctx, watcher, EventType::Normal, "SidecarUpdated", note).await;
     }
-    let stuck = rollout.stuck.first().map(|pod| {
-        format!(
-            "pod {pod} has not run the new sidecar image within {} minutes of its update: the rollout is stopped",
-            IN_PLACE_DEADLINE.as_secs() / 60
-        )
-    });
-    set_rollout_condition(watcher, ctx, namespace, stuck).await?;
+    set_rollout_condition(watcher, ctx, namespace, &rollout).await?;
     let mut action = evict_names(&api, &rollout.evictions).await?;
     if conflict || !patched.is_empty() || !rollout.in_flight.is_empty() {
         action = Action::requeue(IN_PLACE_RECHECK.min(EVICTION_RETRY));
@@ -643,31 +588,25 @@ async fn roll_in_place(
     Ok((action, patched.len()))
 }
 
-/// `SidecarsUpdated`: False with reason `Stuck` while a pod updated in place does not come
-/// back, True once none is stuck. Written only when it changes.
+/// `SidecarsUpdated`, as [`rollout::condition`] says it; written only when it changes, with an
+/// Event when the rollout gets stuck.
 async fn set_rollout_condition(
     watcher: &Watcher,
     ctx: &PodsContext,
     namespace: &str,
-    stuck: Option<String>,
+    rollout: &rollout::Rollout,
 ) -> Result<()> {
+    let (status, reason, message) = rollout::condition(watcher, rollout);
     let mut conditions = watcher.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
     let existing = conditions.iter().find(|c| c.type_ == "SidecarsUpdated");
     let generation = watcher.metadata.generation;
-    let wanted = match &stuck {
-        Some(message) => condition("SidecarsUpdated", false, "Stuck", message.clone(), generation),
-        None if existing.is_some_and(|c| c.status == "False") => {
-            condition("SidecarsUpdated", true, "Progressing", "no pod updated in place is stuck", generation)
-        }
-        None => return Ok(()),
-    };
-    if existing.is_some_and(|c| c.status == wanted.status && c.reason == wanted.reason) {
+    if existing.is_some_and(|c| c.reason == reason && c.message == message && c.observed_generation == generation) {
         return Ok(());
     }
-    if let Some(message) = stuck {
-        publish(ctx, watcher, EventType::Warning, "SidecarUpdateStuck", message).await;
+    if reason == "Stuck" && existing.is_none_or(|c| c.reason != "Stuck") {
+        publish(ctx, watcher, EventType::Warning, "SidecarUpdateStuck", message.clone()).await;
     }
-    set_condition(&mut conditions, wanted);
+    set_condition(&mut conditions, condition("SidecarsUpdated", status, reason, message, generation));
     let api = Api::<Watcher>::namespaced(ctx.ctx.client.clone(), namespace);
     let patch = json!({"status": {"conditions": conditions}});
     api.patch_status(&watcher.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
@@ -682,11 +621,6 @@ async fn publish(ctx: &PodsContext, watcher: &Watcher, type_: EventType, reason:
 }
 
 /// Evicts the chosen pods; a refusal by a PodDisruptionBudget waits for the next try.
-async fn evict(watcher: &Watcher, pods: &[Arc<CountedPod>], ctx: &PodsContext, namespace: &str) -> Result<Action> {
-    let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), namespace);
-    evict_names(&api, &eviction_choice(watcher, pods)).await
-}
-
 async fn evict_names(api: &Api<Pod>, chosen: &[String]) -> Result<Action> {
     if chosen.is_empty() {
         return Ok(Action::await_change());
@@ -714,10 +648,21 @@ pub fn error_policy(watcher: Arc<Watcher>, error: &Error, ctx: Arc<PodsContext>)
 
 /// A context over `pods`, for tests that fill the index themselves.
 #[cfg(test)]
-fn context_for_tests(ctx: Arc<Context>, pods: PodIndex) -> Arc<PodsContext> {
+fn context_for_tests(ctx: Arc<Context>, pods: PodIndex, revisions: Vec<ControllerRevision>) -> Arc<PodsContext> {
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: None };
     let recorder = Recorder::new(ctx.client.clone(), reporter);
-    Arc::new(PodsContext { ctx, pods: Arc::new(pods), recorder, policies: None })
+    let (store, mut writer) = kube::runtime::reflector::store();
+    for revision in revisions {
+        writer.apply_watcher_event(&watcher::Event::Apply(revision));
+    }
+    Arc::new(PodsContext {
+        ctx,
+        pods: Arc::new(pods),
+        recorder,
+        policies: None,
+        revisions: store,
+        revisions_listed: Arc::new(AtomicBool::new(true)),
+    })
 }
 
 #[cfg(test)]

@@ -1,26 +1,24 @@
-//! `updatePolicy: InPlace`: a running pod whose injected sidecar differs from what the current
-//! Watcher spec would inject **only by image** gets the new image by a patch of that one
-//! container's `image` (the one field of a container kube-apiserver lets a running pod change),
-//! and the new hash. Same pod, same uid, app containers untouched. Any other difference is
-//! never applied half in place: such pods go the `Recreate` way.
+//! `updatePolicy: InPlace`: a running pod whose revision differs from the current spec **only
+//! by the sidecar's image** gets the new image by a patch of that one container's `image` (the
+//! one field of a container kube-apiserver lets a running pod change), and the new hash. Same
+//! pod, same uid, app containers untouched. Any other difference is never applied half in
+//! place: such pods go the `Recreate` way.
 //!
-//! What the current spec would inject is asked of the webhook's own pure `inject`, on a pod
-//! without the sidecar; the pod's container is compared with it field by field, allowing only
-//! the fields kube-apiserver fills in by default.
+//! The decision is made between revisions (what the pod was injected with, kept as a
+//! ControllerRevision, and the current spec): the stored container is read only to find the
+//! sidecar and to see that nobody changed its image by hand.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use json_patch::PatchOperation;
 use kube::ResourceExt;
-use serde_json::{Value, json};
+use serde_json::json;
 use watcher_api::image::{self, Rule};
 use watcher_api::{
-    INJECTED_ANNOTATION, NativeSidecar, ORIGINAL_IMAGES_ANNOTATION, SIDECAR_UPDATED_ANNOTATION, Watcher,
+    INJECTED_ANNOTATION, InjectionSpec, ORIGINAL_IMAGES_ANNOTATION, SIDECAR_UPDATED_ANNOTATION, Watcher,
     injected_annotation_value, injected_watchers,
 };
-use watcher_webhook::{InjectOptions, PodView};
 
 use super::CountedPod;
 
@@ -37,8 +35,6 @@ pub struct Sidecar {
     pub init: bool,
     /// Its index in its list.
     pub index: usize,
-    /// The container as stored (JSON, shared between pods alike).
-    pub spec: Arc<str>,
     /// Its image, as in the spec.
     pub image: Box<str>,
     /// The image the kubelet reports while the container runs and is ready.
@@ -52,10 +48,6 @@ pub struct InjectedSpec {
     pub resource_version: Box<str>,
     /// The containers of the Watchers the pod carries.
     pub sidecars: Vec<Sidecar>,
-    /// The volumes of those Watchers, by name (JSON as stored).
-    pub volumes: Vec<(Box<str>, Arc<str>)>,
-    /// The names of the pod's image pull secrets.
-    pub pull_secrets: Vec<Box<str>>,
 }
 
 impl InjectedSpec {
@@ -67,10 +59,12 @@ impl InjectedSpec {
 /// How an outdated injected pod is brought up to date.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Update {
-    /// Only the image (or nothing) differs: patch it in place.
+    /// Only the image differs between the pod's revision and the current spec: patch it in place.
     InPlace(Patch),
-    /// Anything else differs (or cannot be told): the `Recreate` way.
+    /// Anything else differs, or the pod's revision is gone: the `Recreate` way.
     Recreate(String),
+    /// The sidecar's image was changed by hand: left alone, and reported.
+    LeftAlone(String),
 }
 
 /// The in-place patch of one pod.
@@ -85,81 +79,11 @@ pub struct Patch {
     pub image: String,
 }
 
-/// What the current spec of `watcher` injects into a pod: its container (native or not), its
-/// volume, its pull secret, by the webhook's `inject` on a pod that has none of them.
-fn desired(watcher: &Watcher, native: bool) -> (Option<Value>, Option<Value>) {
-    let pod: PodView = serde_json::from_value(json!({
-        "metadata": {"annotations": {watcher_api::INJECT_ANNOTATION: watcher.name_any()}},
-        "spec": {"containers": [{"name": "\u{0}app"}]},
-    }))
-    .unwrap_or_default();
-    let options = InjectOptions { excluded_namespaces: Vec::new(), native_sidecars: native };
-    let namespace = watcher.namespace().unwrap_or_default();
-    let injection = watcher_webhook::inject(&pod, &namespace, &[watcher], &options);
-    let (mut container, mut volume) = (None, None);
-    for op in injection.patch {
-        let PatchOperation::Add(add) = op else { continue };
-        let value = match add.value {
-            Value::Array(mut list) if list.len() == 1 => list.remove(0),
-            value => value,
-        };
-        match add.path.to_string().as_str() {
-            "/spec/containers/-" | "/spec/initContainers" => container = Some(value),
-            "/spec/volumes" => volume = Some(value),
-            _ => {}
-        }
-    }
-    (container, volume)
-}
-
-/// Fields kube-apiserver fills in when a pod is created; a stored container or volume may have
-/// them where the Watcher's spec does not.
-const DEFAULTED: [&str; 11] = [
-    "terminationMessagePath",
-    "terminationMessagePolicy",
-    "imagePullPolicy",
-    "defaultMode",
-    "protocol",
-    "timeoutSeconds",
-    "periodSeconds",
-    "successThreshold",
-    "failureThreshold",
-    "apiVersion",
-    "scheme",
-];
-
-/// Whether `stored` is `desired` as kube-apiserver stores it: every field of `desired` equal,
-/// lists of the same length, and nothing more but defaulted or empty fields.
-pub fn same_but_defaults(desired: &Value, stored: &Value) -> bool {
-    match (desired, stored) {
-        (Value::Object(want), Value::Object(have)) => {
-            want.iter().all(|(key, value)| same_but_defaults(value, have.get(key).unwrap_or(&Value::Null)))
-                && have
-                    .iter()
-                    .all(|(key, value)| want.contains_key(key) || DEFAULTED.contains(&key.as_str()) || is_empty(value))
-        }
-        (Value::Array(want), Value::Array(have)) => {
-            want.len() == have.len() && want.iter().zip(have).all(|(w, h)| same_but_defaults(w, h))
-        }
-        (Value::Null, other) => is_empty(other),
-        (want, have) => want == have,
-    }
-}
-
-fn is_empty(value: &Value) -> bool {
-    match value {
-        Value::Null => true,
-        Value::Object(map) => map.is_empty(),
-        Value::Array(list) => list.is_empty(),
-        _ => false,
-    }
-}
-
-fn without_image(mut container: Value) -> Value {
-    if let Some(map) = container.as_object_mut() {
-        map.remove("image");
-    }
-    container
+/// `spec` with the sidecar's image left out: what must be equal for an update in place.
+fn without_image(spec: &InjectionSpec) -> InjectionSpec {
+    let mut spec = spec.clone();
+    spec.container.image = None;
+    spec
 }
 
 /// The normalized form of an image reference, to compare what the spec says with what the
@@ -175,39 +99,44 @@ pub fn in_flight(pod: &CountedPod, container: &str) -> bool {
     sidecar.running_image.as_deref().map(normalized) != Some(normalized(&sidecar.image))
 }
 
-/// How `pod` (injected with an older spec of `watcher`) is brought up to date; `rules` are the
-/// ImagePolicy rules admission would apply in its namespace, `now` goes into the annotation.
-pub fn update(watcher: &Watcher, pod: &CountedPod, rules: &[&Rule], now: &str) -> Update {
+/// The image admission wrote for `wanted`, as the pod records it: the original is in
+/// `watcher.dev/original-images` when an ImagePolicy rewrote it.
+fn originals(pod: &CountedPod) -> BTreeMap<&str, &str> {
+    pod.annotations
+        .get(ORIGINAL_IMAGES_ANNOTATION)
+        .map(|recorded| recorded.split(',').filter_map(|entry| entry.trim().split_once('=')).collect())
+        .unwrap_or_default()
+}
+
+/// How `pod`, injected with revision `carried` of `watcher` (`None`: that revision is gone), is
+/// brought to the current spec; `rules` are the ImagePolicy rules admission would apply in its
+/// namespace, `now` goes into the annotation.
+pub fn update(
+    watcher: &Watcher,
+    carried: Option<&InjectionSpec>,
+    pod: &CountedPod,
+    rules: &[&Rule],
+    now: &str,
+) -> Update {
     let recreate = |why: &str| Update::Recreate(why.to_owned());
+    let Some(carried) = carried else { return recreate("the revision the pod carries is gone") };
+    let current = watcher.spec.injection();
+    if without_image(carried) != without_image(&current) {
+        return recreate("the spec differs by more than the sidecar's image");
+    }
     let Some(spec) = pod.injected.as_deref() else { return recreate("the pod's spec is not known") };
-    let container_name = watcher.spec.container.name.as_str();
-    let Some(sidecar) = spec.sidecar(container_name) else { return recreate("the sidecar container is not there") };
-    let native = match watcher.spec.native_sidecar {
-        NativeSidecar::Auto => sidecar.init,
-        NativeSidecar::Always => true,
-        NativeSidecar::Never => false,
-    };
-    if native != sidecar.init {
-        return recreate("the sidecar moves between containers and initContainers");
+    let name = current.container.name.as_str();
+    let Some(sidecar) = spec.sidecar(name) else { return recreate("the sidecar container is not there") };
+    let was = carried.container.image.as_deref().unwrap_or_default();
+    let originals = originals(pod);
+    let admitted = originals.get(name).copied().unwrap_or(&sidecar.image);
+    if normalized(admitted) != normalized(was) {
+        return Update::LeftAlone(format!(
+            "pod {}: sidecar {name} runs {} where its revision says {was} (changed by hand): left alone",
+            pod.name, sidecar.image
+        ));
     }
-    let (Some(container), volume) = desired(watcher, native) else { return recreate("nothing to inject") };
-    let Ok(stored) = serde_json::from_str::<Value>(&sidecar.spec) else { return recreate("unreadable container") };
-    if !same_but_defaults(&without_image(container.clone()), &without_image(stored)) {
-        return recreate("the container differs by more than its image");
-    }
-    if let Some(volume) = volume {
-        let name = volume["name"].as_str().unwrap_or_default();
-        let stored = spec.volumes.iter().find(|(n, _)| &**n == name).and_then(|(_, v)| serde_json::from_str(v).ok());
-        if !stored.is_some_and(|stored: Value| same_but_defaults(&volume, &stored)) {
-            return recreate("the volume differs");
-        }
-    }
-    if let Some(secret) = &watcher.spec.image_pull_secrets
-        && !spec.pull_secrets.iter().any(|s| **s == *secret.name)
-    {
-        return recreate("a new image pull secret");
-    }
-    let wanted = container["image"].as_str().unwrap_or_default().to_owned();
+    let wanted = current.container.image.clone().unwrap_or_default();
     let target = image::rewrite(rules.iter().copied(), &wanted).unwrap_or_else(|| wanted.clone());
     Update::InPlace(Patch {
         pod: pod.name.to_string(),
@@ -243,9 +172,8 @@ fn patch_ops(
         {"op": "add", "path": annotation(SIDECAR_UPDATED_ANNOTATION), "value": now},
     ]);
     // An image an ImagePolicy rewrote keeps its original on record, as admission does.
-    if let Some(recorded) = pod.annotations.get(ORIGINAL_IMAGES_ANNOTATION) {
-        let mut originals: BTreeMap<&str, &str> =
-            recorded.split(',').filter_map(|entry| entry.trim().split_once('=')).collect();
+    if pod.annotations.contains_key(ORIGINAL_IMAGES_ANNOTATION) {
+        let mut originals = originals(pod);
         let container = &*sidecar.name;
         if target != wanted {
             originals.insert(container, wanted);

@@ -6,8 +6,13 @@ use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use watcher_api::{PodCounts, Watcher};
 
-use super::{CountedPod, PodIndex, PodMeta, context_for_tests, count, eviction_choice, reconcile};
+use super::{CountedPod, PodIndex, PodMeta, context_for_tests, count, reconcile};
 use crate::Context;
+
+/// The pods a `Recreate` rollout evicts now.
+fn eviction_choice(watcher: &Watcher, pods: &[Arc<CountedPod>]) -> Vec<String> {
+    super::rollout::plan(watcher, pods, &[], &[], "2026-11-21T11:00:00Z".parse().expect("time")).evictions
+}
 
 fn watcher(policy: &str, max_unavailable: i32, status: Option<Value>) -> Watcher {
     let mut object = json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
@@ -162,7 +167,7 @@ async fn changed_counts_are_written_with_one_event() {
     let w = watcher("Report", 1, None);
     let pods = [("asked", json!({}), json!({"watcher.dev/inject": "log-watcher"}), None)];
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, store(&pods));
+    let shared = context_for_tests(ctx, store(&pods), Vec::new());
     let server = tokio::spawn(async move {
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         assert_eq!(
@@ -189,11 +194,18 @@ async fn unchanged_counts_write_nothing() {
     let w = watcher("Report", 1, Some(json!({"pods": {"matched": 1, "injected": 0, "upToDate": 0, "missing": 1}})));
     let pods = [("asked", json!({}), json!({"watcher.dev/inject": "log-watcher"}), None)];
     let (ctx, api) = Context::test();
-    let shared = context_for_tests(ctx, store(&pods));
+    let shared = context_for_tests(ctx, store(&pods), Vec::new());
     let server = tokio::spawn(api.expect_no_more());
     reconcile(Arc::new(w), shared.clone()).await.expect("reconciled");
     drop(shared);
     server.await.expect("no request at all");
+}
+
+const REVISIONS_PATH: &str = "/apis/apps/v1/namespaces/team-a/controllerrevisions?fieldManager=watcher-operator";
+
+fn watcher_echo() -> Value {
+    json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": "log-watcher"},
+           "spec": {"container": {"name": "x"}}})
 }
 
 #[tokio::test]
@@ -204,8 +216,21 @@ async fn recreate_evicts_through_the_eviction_api_and_waits_on_a_budget() {
         ("b", json!({"app": "web"}), json!({}), Some("ReplicaSet")),
     ];
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, store(&pods));
+    let shared = context_for_tests(ctx, store(&pods), Vec::new());
     let server = tokio::spawn(async move {
+        // The current spec is kept as a revision first.
+        let revision = api.expect(Method::POST, REVISIONS_PATH).await;
+        assert_eq!(revision.body["revision"], 1);
+        let created = revision.body.clone();
+        revision.respond(http::StatusCode::CREATED, &created);
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        let condition = &status.body["status"]["conditions"][0];
+        assert_eq!(
+            (condition["type"].as_str(), condition["reason"].as_str()),
+            (Some("SidecarsUpdated"), Some("Progressing"))
+        );
+        assert_eq!(condition["message"], "0 of 2 pods on the current spec, 2 to update");
+        status.ok(&watcher_echo());
         let eviction = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods/a/eviction").await;
         assert_eq!(eviction.body["metadata"]["name"], "a");
         eviction.ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
@@ -219,49 +244,87 @@ async fn recreate_evicts_through_the_eviction_api_and_waits_on_a_budget() {
     server.await.expect("scenario passed");
 }
 
-// updatePolicy: InPlace, against the mocked API server.
+// Rollouts against the mocked API server, over pods as kube-apiserver 1.36 stored them.
 
-use super::in_place::tests::{counted as counted_in_place, injected_pod, log_watcher};
+use super::in_place::tests::{fixture_watcher, stored};
+use super::revisions::desired_revision;
+use k8s_openapi::api::apps::v1::ControllerRevision;
 
-fn in_place_index(pods: &[Value], watcher: &Watcher) -> PodIndex {
+const FX_STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/namespaces/fx-limits/watchers/log-watcher/status";
+const FX_REVISIONS: &str = "/apis/apps/v1/namespaces/fx-limits/controllerrevisions";
+
+/// Pod `web-N` of a ReplicaSet, stored by kube-apiserver 1.36 in a namespace with a LimitRange,
+/// injected with the fixture Watcher (busybox:1.36), reported running and ready.
+fn stored_pod(n: u32) -> Value {
+    let mut pod = stored("pod-1.36-limits.json");
+    pod["metadata"]["name"] = json!(format!("web-{n}"));
+    pod["metadata"]["creationTimestamp"] = json!(format!("2026-11-21T10:00:{n:02}Z"));
+    pod["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}]);
+    pod["status"]["initContainerStatuses"] = json!([{"name": "log-watcher", "image": "docker.io/library/busybox:1.36",
+        "imageID": "", "restartCount": 0, "ready": true, "started": true, "state": {"running": {"startedAt": "2026-11-21T10:01:00Z"}}}]);
+    pod
+}
+
+fn stored_index(pods: &[Value], watcher: &Watcher) -> PodIndex {
     PodIndex::with_pods_of(
         pods.iter().map(|p| serde_json::from_value::<PodMeta>(p.clone()).expect("pod")),
         std::slice::from_ref(watcher),
     )
 }
 
-/// Two pods carry the old image, `maxUnavailable: 1`: exactly one JSON patch (the container's
-/// image, the annotations, the resourceVersion precondition), a `SidecarUpdated` Event, and
-/// the counts with the patched pod up to date.
+/// The revision of the spec the stored pods carry.
+fn old_revision(number: i64) -> ControllerRevision {
+    desired_revision(&fixture_watcher("fx-limits", "busybox:1.36"), number).expect("revision")
+}
+
+/// Two pods on the old image, `maxUnavailable: 1`: the new spec kept as a revision, exactly one
+/// JSON patch (the container's image where kube-apiserver stored it, the annotations, the
+/// resourceVersion precondition), a `SidecarUpdated` Event, `SidecarsUpdated` with the counts,
+/// and the counts with the patched pod up to date.
 #[tokio::test]
 async fn in_place_patches_one_container_image_within_the_cap() {
-    let old = log_watcher("busybox:1.36");
-    let mut new = log_watcher("busybox:1.37");
-    new.metadata.uid = Some("w-uid".into());
-    let pods = [injected_pod("web-1", &[&old], false, true, 1), injected_pod("web-2", &[&old], false, true, 2)];
-    assert_eq!(counted_in_place(&pods[0], &[&new]).name.as_ref(), "web-1");
+    let new = fixture_watcher("fx-limits", "busybox:1.37");
+    let pods = [stored_pod(1), stored_pod(2)];
+    let resource_version = pods[0]["metadata"]["resourceVersion"].clone();
     let (ctx, mut api) = Context::test();
     let metrics = ctx.metrics.clone();
-    let shared = context_for_tests(ctx, in_place_index(&pods, &new));
+    let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1)]);
     let hash = new.spec.spec_hash();
     let server = tokio::spawn(async move {
-        let patch = api.expect(Method::PATCH, "/api/v1/namespaces/team-a/pods/web-1").await;
-        let ops = patch.body.as_array().expect("a JSON patch").clone();
-        assert_eq!(ops[0], json!({"op": "replace", "path": "/metadata/resourceVersion", "value": "100"}));
-        assert_eq!(ops[2], json!({"op": "replace", "path": "/spec/containers/1/image", "value": "busybox:1.37"}));
-        assert_eq!(ops[3]["value"], format!("log-watcher@{hash}"));
-        assert_eq!(ops.len(), 5, "{ops:?}");
+        let revision = api.expect(Method::POST, &format!("{FX_REVISIONS}?fieldManager=watcher-operator")).await;
+        assert_eq!(revision.body["metadata"]["name"], format!("log-watcher-{hash}"));
+        assert_eq!(revision.body["revision"], 2, "numbered after the last");
+        assert_eq!(revision.body["data"]["container"]["image"], "busybox:1.37");
+        assert_eq!(revision.body["metadata"]["ownerReferences"][0]["uid"], "w-uid");
+        let created = revision.body.clone();
+        revision.respond(http::StatusCode::CREATED, &created);
+        let patch = api.expect(Method::PATCH, "/api/v1/namespaces/fx-limits/pods/web-1").await;
+        assert_eq!(
+            patch.body,
+            json!([
+                {"op": "replace", "path": "/metadata/resourceVersion", "value": resource_version},
+                {"op": "test", "path": "/spec/initContainers/0/name", "value": "log-watcher"},
+                {"op": "replace", "path": "/spec/initContainers/0/image", "value": "busybox:1.37"},
+                {"op": "replace", "path": "/metadata/annotations/watcher.dev~1injected", "value": format!("log-watcher@{hash}")},
+                {"op": "add", "path": "/metadata/annotations/watcher.dev~1sidecar-updated", "value": patch.body[4]["value"]},
+            ])
+        );
         patch.ok(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1"}}));
-        let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
+        let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await;
         assert_eq!(event.body["reason"], "SidecarUpdated");
         assert_eq!(event.body["note"], "sidecar image updated in place to busybox:1.37 in 1 pod(s): web-1");
         event.created();
-        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        let condition = api.expect(Method::PATCH, FX_STATUS_PATH).await;
+        assert_eq!(
+            condition.body["status"]["conditions"][0]["message"],
+            "0 of 2 pods on the current spec, 2 to update"
+        );
+        condition.ok(&watcher_echo());
+        let status = api.expect(Method::PATCH, FX_STATUS_PATH).await;
         assert_eq!(status.body["status"]["pods"], json!({"matched": 2, "injected": 2, "upToDate": 1, "missing": 0}));
-        status
-            .ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": "log-watcher"},
-                          "spec": {"container": {"name": "x"}}}));
-        let drift = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
+        status.ok(&watcher_echo());
+        let drift = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await;
         drift.created();
         api.expect_no_more().await;
     });
@@ -272,12 +335,62 @@ async fn in_place_patches_one_container_image_within_the_cap() {
     server.await.expect("scenario passed");
 }
 
+/// The revisions kept: none written in a steady state; beyond the history the oldest no pod
+/// carries deleted, the carried one kept.
+#[tokio::test]
+async fn revisions_are_created_once_and_pruned_beyond_the_history() {
+    let current = fixture_watcher("fx-limits", "busybox:1.36");
+    let status = json!({"pods": {"matched": 1, "injected": 1, "upToDate": 1, "missing": 0},
+        "conditions": [{"type": "SidecarsUpdated", "status": "True", "reason": "Complete",
+                        "message": "1 of 1 pods on the current spec", "lastTransitionTime": "2026-11-21T10:00:00Z"}]});
+    let mut steady = current.clone();
+    steady.status = Some(serde_json::from_value(status.clone()).expect("status"));
+    let (ctx, api) = Context::test();
+    let shared = context_for_tests(ctx, stored_index(&[stored_pod(1)], &steady), vec![old_revision(1)]);
+    let server = tokio::spawn(api.expect_no_more());
+    reconcile(Arc::new(steady), shared.clone()).await.expect("reconciled");
+    drop(shared);
+    server.await.expect("a steady state writes nothing");
+
+    // Eleven more specs came and went; the pod still carries revision 1.
+    let mut revisions = vec![old_revision(1)];
+    for i in 0..11 {
+        revisions
+            .push(desired_revision(&fixture_watcher("fx-limits", &format!("busybox:2.{i}")), i + 2).expect("revision"));
+    }
+    let mut newest = fixture_watcher("fx-limits", "busybox:2.10");
+    newest.spec.update_policy.paused = true; // nothing else moves: the pass is about revisions
+    newest.status = Some(serde_json::from_value(status).expect("status"));
+    let doomed: Vec<String> = revisions[1..3].iter().map(|r| r.metadata.name.clone().expect("name")).collect();
+    let (ctx, mut api) = Context::test();
+    let shared = context_for_tests(ctx, stored_index(&[stored_pod(1)], &newest), revisions);
+    let server = tokio::spawn(async move {
+        // 12 revisions, 10 kept: the two oldest that no pod carries go; then the condition
+        // (paused), the counts and their Event.
+        let seen = api
+            .serve(5, |method, _, _| match *method {
+                Method::DELETE => (200, json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})),
+                _ => (200, watcher_echo()),
+            })
+            .await;
+        let deleted: Vec<String> = seen
+            .iter()
+            .filter(|(method, _, _)| *method == Method::DELETE)
+            .map(|(_, path, _)| path.rsplit('/').next().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(deleted, doomed);
+        api.expect_no_more().await;
+    });
+    reconcile(Arc::new(newest), shared.clone()).await.expect("reconciled");
+    drop(shared);
+    server.await.expect("scenario passed");
+}
+
 /// A pod updated in place that has not come back after the deadline stops the rollout: no
 /// patch, a `SidecarUpdateStuck` Event and `SidecarsUpdated=False` (reason `Stuck`).
 #[tokio::test]
 async fn a_stuck_pod_halts_the_rollout() {
-    let old = log_watcher("busybox:1.36");
-    let mut new = log_watcher("busybox:1.37");
+    let mut new = fixture_watcher("fx-limits", "busybox:1.37");
     new.spec.update_policy.max_unavailable = 5;
     new.status = Some(
         serde_json::from_value(json!({"pods": {"matched": 2, "injected": 2, "upToDate": 1, "missing": 0},
@@ -285,32 +398,32 @@ async fn a_stuck_pod_halts_the_rollout() {
                         "lastTransitionTime": "2026-11-21T10:00:00Z"}]}))
         .expect("status"),
     );
-    let mut stuck = injected_pod("web-1", &[&new], false, false, 1);
+    let mut stuck = stored_pod(1);
+    stuck["spec"]["initContainers"][0]["image"] = json!("busybox:1.37");
+    stuck["metadata"]["annotations"]["watcher.dev/injected"] = json!(format!("log-watcher@{}", new.spec.spec_hash()));
     stuck["metadata"]["annotations"]["watcher.dev/sidecar-updated"] = json!("2026-11-21T10:00:00Z");
-    stuck["status"]["containerStatuses"][1]["image"] = json!("docker.io/library/busybox:1.36");
-    let pods = [stuck, injected_pod("web-2", &[&old], false, true, 2)];
+    let pods = [stuck, stored_pod(2)];
+    let current = desired_revision(&new, 2).expect("revision");
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, in_place_index(&pods, &new));
+    let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1), current]);
     let server = tokio::spawn(async move {
-        let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
+        let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await;
         assert_eq!(event.body["reason"], "SidecarUpdateStuck");
         assert_eq!(event.body["type"], "Warning");
         event.created();
-        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        let status = api.expect(Method::PATCH, FX_STATUS_PATH).await;
         let conditions = status.body["status"]["conditions"].as_array().expect("conditions").clone();
         assert_eq!(conditions.len(), 2, "Ready is kept: {conditions:?}");
         assert_eq!(
             (conditions[1]["type"].as_str(), conditions[1]["status"].as_str(), conditions[1]["reason"].as_str()),
             (Some("SidecarsUpdated"), Some("False"), Some("Stuck"))
         );
-        assert!(
-            conditions[1]["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("pod web-1 has not run the new sidecar image"))
+        assert_eq!(
+            conditions[1]["message"],
+            "1 of 2 pods on the current spec, 1 updating, 1 to update; pod web-1 has not run the new sidecar image \
+             within 5 minutes of its update"
         );
-        status
-            .ok(&json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": "log-watcher"},
-                          "spec": {"container": {"name": "x"}}}));
+        status.ok(&watcher_echo());
         api.expect_no_more().await;
     });
     reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");

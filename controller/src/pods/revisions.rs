@@ -1,0 +1,106 @@
+//! Revisions: every Watcher spec that pods may carry, kept as a ControllerRevision
+//! `<watcher>-<specHash>` owned by the Watcher, as a DaemonSet or StatefulSet keeps its
+//! templates. Whether a pod can be updated in place is decided between the revision it carries
+//! and the current spec, never by comparing the stored pod with what `inject` would write now:
+//! kube-apiserver stores pods as the other admission plugins leave them (the ServiceAccount
+//! token mount, LimitRange resources, other webhooks' changes).
+//!
+//! The revisions are read from the pod reconciler's own watch (labelled
+//! `app.kubernetes.io/managed-by=watcher-operator`): no read per pod or per reconcile.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::{Resource, ResourceExt};
+use watcher_api::{InjectionSpec, MANAGED_BY, MANAGED_BY_LABEL, Watcher};
+
+/// Label on every revision: the Watcher it belongs to.
+pub const WATCHER_LABEL: &str = "watcher.dev/watcher";
+/// Revisions kept per Watcher besides those pods still carry (which are never pruned).
+pub const HISTORY: usize = 10;
+
+/// The name of the revision of `watcher` with `hash`.
+pub fn revision_name(watcher: &str, hash: &str) -> String {
+    format!("{watcher}-{hash}")
+}
+
+/// A revision of `watcher`'s current spec, numbered `number`.
+pub fn desired_revision(watcher: &Watcher, number: i64) -> Option<ControllerRevision> {
+    let owner = watcher.controller_owner_ref(&())?;
+    let injection = watcher.spec.injection();
+    let name = watcher.name_any();
+    Some(ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some(revision_name(&name, &injection.hash())),
+            namespace: watcher.namespace(),
+            labels: Some(
+                [(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()), (WATCHER_LABEL.to_owned(), name)].into(),
+            ),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        data: Some(RawExtension(serde_json::to_value(&injection).unwrap_or_default())),
+        revision: number,
+    })
+}
+
+/// The spec a revision keeps, or `None` when it cannot be read (then the pods that carry it
+/// go the `Recreate` way).
+pub fn injection_of(revision: &ControllerRevision) -> Option<InjectionSpec> {
+    let data = revision.data.as_ref()?;
+    serde_json::from_value(data.0.clone()).ok()
+}
+
+/// The revisions of `watcher` among `all` (any Watcher's), by number.
+pub fn revisions_of<'a>(watcher: &Watcher, all: &'a [Arc<ControllerRevision>]) -> Vec<&'a ControllerRevision> {
+    let (name, namespace) = (watcher.name_any(), watcher.namespace());
+    let mut mine: Vec<&ControllerRevision> = all
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|r| r.namespace() == namespace && r.labels().get(WATCHER_LABEL) == Some(&name))
+        .filter(|r| r.owner_references().iter().any(|o| Some(&o.uid) == watcher.meta().uid.as_ref()))
+        .collect();
+    mine.sort_by_key(|r| r.revision);
+    mine
+}
+
+/// The revision of `watcher` with `hash`, read.
+pub fn carried(watcher: &Watcher, hash: &str, mine: &[&ControllerRevision]) -> Option<InjectionSpec> {
+    let name = revision_name(&watcher.name_any(), hash);
+    mine.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())).and_then(|r| injection_of(r))
+}
+
+/// What to write of `watcher`'s revisions.
+#[derive(Debug, Default, PartialEq)]
+pub struct RevisionPlan {
+    /// The current spec's revision, when there is none yet.
+    pub create: Option<ControllerRevision>,
+    /// Revisions beyond the history that no pod carries, oldest first.
+    pub delete: Vec<String>,
+}
+
+/// Keeps a revision of the current spec; prunes the oldest beyond [`HISTORY`], never one that
+/// a pod still carries (`carried`: hashes on the Watcher's pods) nor the current one.
+pub fn plan_revisions(watcher: &Watcher, mine: &[&ControllerRevision], carried: &BTreeSet<String>) -> RevisionPlan {
+    let hash = watcher.spec.spec_hash();
+    let current = revision_name(&watcher.name_any(), &hash);
+    let exists = mine.iter().any(|r| r.metadata.name.as_deref() == Some(current.as_str()));
+    let next = mine.iter().map(|r| r.revision).max().unwrap_or(0) + 1;
+    let create = if exists { None } else { desired_revision(watcher, next) };
+    let total = mine.len() + usize::from(create.is_some());
+    let prefix = format!("{}-", watcher.name_any());
+    let prunable: Vec<String> = mine
+        .iter()
+        .filter_map(|r| r.metadata.name.clone())
+        .filter(|name| *name != current)
+        .filter(|name| !name.strip_prefix(&prefix).is_some_and(|h| carried.contains(h)))
+        .collect();
+    let delete = prunable.into_iter().take(total.saturating_sub(HISTORY)).collect();
+    RevisionPlan { create, delete }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,69 @@
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use serde_json::json;
+
+use super::{HISTORY, desired_revision, injection_of, plan_revisions, revision_name, revisions_of};
+use crate::pods::in_place::tests::fixture_watcher;
+
+fn revision(image: &str, number: i64) -> ControllerRevision {
+    desired_revision(&fixture_watcher("team-a", image), number).expect("revision")
+}
+
+#[test]
+fn a_revision_keeps_what_injection_uses_owned_by_the_watcher() {
+    let watcher = fixture_watcher("team-a", "busybox:1.36");
+    let revision = revision("busybox:1.36", 3);
+    let hash = watcher.spec.spec_hash();
+    assert_eq!(revision.metadata.name.as_deref(), Some(revision_name("log-watcher", &hash).as_str()));
+    assert_eq!(revision.metadata.namespace.as_deref(), Some("team-a"));
+    assert_eq!(revision.revision, 3);
+    let owner = &revision.metadata.owner_references.as_ref().expect("owner")[0];
+    assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("Watcher", "w-uid", Some(true)));
+    assert_eq!(revision.metadata.labels.as_ref().expect("labels")["watcher.dev/watcher"], "log-watcher");
+    let kept = injection_of(&revision).expect("readable");
+    assert_eq!(kept, watcher.spec.injection());
+    assert_eq!(kept.hash(), hash);
+    let unreadable =
+        ControllerRevision { data: Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(json!(7))), ..revision };
+    assert!(injection_of(&unreadable).is_none());
+}
+
+#[test]
+fn created_once_per_spec_and_numbered_after_the_last() {
+    let watcher = fixture_watcher("team-a", "busybox:1.37");
+    let old = revision("busybox:1.36", 4);
+    let plan = plan_revisions(&watcher, &[&old], &BTreeSet::new());
+    let created = plan.create.expect("the current spec's revision");
+    assert_eq!(created.revision, 5);
+    assert!(plan.delete.is_empty());
+    let again = plan_revisions(&watcher, &[&old, &created], &BTreeSet::new());
+    assert_eq!(again, super::RevisionPlan::default(), "nothing to write in a steady state");
+}
+
+#[test]
+fn pruned_beyond_the_history_never_one_a_pod_carries() {
+    let watcher = fixture_watcher("team-a", "busybox:2.0");
+    let old: Vec<ControllerRevision> =
+        (0..HISTORY + 2).map(|i| revision(&format!("busybox:1.{i}"), i as i64 + 1)).collect();
+    let refs: Vec<&ControllerRevision> = old.iter().collect();
+    let oldest = |i: usize| old[i].metadata.name.clone().expect("name");
+    let plan = plan_revisions(&watcher, &refs, &BTreeSet::new());
+    // 12 old + the new one, 10 kept: the three oldest go.
+    assert_eq!(plan.delete, [oldest(0), oldest(1), oldest(2)]);
+    let carried_hash = oldest(0).strip_prefix("log-watcher-").expect("hash").to_owned();
+    let plan = plan_revisions(&watcher, &refs, &BTreeSet::from([carried_hash]));
+    assert_eq!(plan.delete, [oldest(1), oldest(2), oldest(3)], "a carried revision is never pruned");
+}
+
+#[test]
+fn only_the_watchers_own_revisions_count() {
+    let watcher = fixture_watcher("team-a", "busybox:1.36");
+    let mine = std::sync::Arc::new(revision("busybox:1.36", 1));
+    let mut other_uid = revision("busybox:1.35", 2);
+    other_uid.metadata.owner_references.as_mut().expect("owner")[0].uid = "another".into();
+    let mut other_namespace = revision("busybox:1.34", 3);
+    other_namespace.metadata.namespace = Some("team-b".into());
+    let all = vec![mine.clone(), std::sync::Arc::new(other_uid), std::sync::Arc::new(other_namespace)];
+    assert_eq!(revisions_of(&watcher, &all), [mine.as_ref()]);
+}

@@ -1,0 +1,163 @@
+//! Which of a Watcher's pods a rollout updates next, and how far it is, for `updatePolicy`
+//! `Recreate` and `InPlace` alike: oldest first (creationTimestamp, then name); the
+//! `partition` newest pods keep the spec they have; `paused` starts nothing new; at most
+//! `maxUnavailable` pods in flight (evicted and terminating, or updated in place and not yet
+//! running and ready with the new image); none at all while one is stuck.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use watcher_api::{SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher};
+
+use super::in_place::{self, IN_PLACE_DEADLINE, Update};
+use super::revisions;
+use super::{CountedPod, live_pods_of, standing, terminating_pods_of};
+
+/// One pass of a rollout: what to do now, and the counts the `SidecarsUpdated` condition says.
+#[derive(Debug, Default, PartialEq)]
+pub struct Rollout {
+    /// In-place patches to write now.
+    pub patches: Vec<in_place::Patch>,
+    /// Pods to evict now (their controllers recreate them injected).
+    pub evictions: Vec<String>,
+    /// Pods updated in place whose sidecar is not yet running and ready with the new image.
+    pub in_flight: Vec<String>,
+    /// Why the rollout cannot go on by itself: pods updated in place and not back within
+    /// [`IN_PLACE_DEADLINE`], sidecars changed by hand, outdated pods nothing recreates.
+    pub stuck: Vec<String>,
+    /// The Watcher's pods (asking for it or carrying it, not being deleted).
+    pub total: usize,
+    /// Of those, the ones on the current spec.
+    pub updated: usize,
+    /// Outdated or missing pods outside the partition: what the rollout is to update.
+    pub outdated: usize,
+    /// Outdated or missing pods the partition keeps as they are.
+    pub held: usize,
+}
+
+/// The next step of `watcher`'s rollout over `pods` (any namespace: only the Watcher's count).
+/// `revisions`: the Watcher's ControllerRevisions; `rules`: the ImagePolicy rules of the
+/// namespace; `now`: for the stuck deadline and the pods' annotation.
+pub fn plan(
+    watcher: &Watcher,
+    pods: &[Arc<CountedPod>],
+    revisions: &[&ControllerRevision],
+    rules: &[&watcher_api::image::Rule],
+    now: jiff::Timestamp,
+) -> Rollout {
+    let policy = &watcher.spec.update_policy;
+    let mut rollout = Rollout::default();
+    if policy.type_ == UpdatePolicyType::Report {
+        return rollout;
+    }
+    let hash = watcher.spec.spec_hash();
+    let container = watcher.spec.container.name.as_str();
+    let mut mine: Vec<&CountedPod> = live_pods_of(watcher, pods)
+        .filter(|pod| {
+            let s = standing(watcher, &hash, pod);
+            s.matched || s.injected
+        })
+        .collect();
+    mine.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
+    rollout.total = mine.len();
+    let partition = usize::try_from(policy.partition).unwrap_or(0).min(mine.len());
+    let (updatable, kept) = mine.split_at(mine.len() - partition);
+
+    let deadline = jiff::SignedDuration::try_from(IN_PLACE_DEADLINE).unwrap_or_default();
+    for pod in &mine {
+        if !standing(watcher, &hash, pod).up_to_date {
+            continue;
+        }
+        rollout.updated += 1;
+        if policy.type_ == UpdatePolicyType::InPlace && in_place::in_flight(pod, container) {
+            rollout.in_flight.push(pod.name.to_string());
+            let updated =
+                pod.annotations.get(SIDECAR_UPDATED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            if updated.is_some_and(|at| now.duration_since(at) > deadline) {
+                rollout.stuck.push(format!(
+                    "pod {} has not run the new sidecar image within {} minutes of its update",
+                    pod.name,
+                    IN_PLACE_DEADLINE.as_secs() / 60
+                ));
+            }
+        }
+    }
+    let outdated = |pod: &&&CountedPod| !standing(watcher, &hash, pod).up_to_date;
+    rollout.held = kept.iter().filter(outdated).count();
+
+    let terminating = terminating_pods_of(watcher, &hash, pods);
+    let limit = usize::try_from(policy.max_unavailable).unwrap_or(0);
+    let mut budget = limit.saturating_sub(terminating + rollout.in_flight.len());
+    if policy.paused || !rollout.stuck.is_empty() {
+        budget = 0; // paused, or never a wave of broken pods
+    }
+    let now_text = now.to_string();
+    let mut recreate = Vec::new();
+    for pod in updatable.iter().filter(outdated) {
+        rollout.outdated += 1;
+        let s = standing(watcher, &hash, pod);
+        let update = match (policy.type_, s.injected) {
+            (UpdatePolicyType::InPlace, true) => {
+                let carried =
+                    pod_hash(watcher, pod).and_then(|carried| revisions::carried(watcher, &carried, revisions));
+                in_place::update(watcher, carried.as_ref(), pod, rules, &now_text)
+            }
+            _ => Update::Recreate(if s.injected { "an older spec" } else { "not injected" }.to_owned()),
+        };
+        match update {
+            Update::InPlace(patch) if budget > 0 => {
+                budget -= 1;
+                rollout.patches.push(patch);
+            }
+            Update::InPlace(_) => {}
+            Update::LeftAlone(why) => rollout.stuck.push(why),
+            Update::Recreate(_) if pod.recreated_when_evicted => recreate.push(pod.name.to_string()),
+            Update::Recreate(why) => rollout.stuck.push(format!(
+                "pod {} ({why}) is not controlled by a ReplicaSet, StatefulSet or DaemonSet: delete it and \
+                 create it again",
+                pod.name
+            )),
+        }
+    }
+    rollout.evictions = recreate.into_iter().take(budget).collect();
+    rollout
+}
+
+/// The spec hash `pod` carries for `watcher`.
+fn pod_hash(watcher: &Watcher, pod: &CountedPod) -> Option<String> {
+    let name = kube::ResourceExt::name_any(watcher);
+    watcher_api::injected_watchers(&pod.annotations).into_iter().find(|(n, _)| *n == name).map(|(_, h)| h.to_owned())
+}
+
+/// The `SidecarsUpdated` condition of a rollout: status, reason and message with the counts.
+pub fn condition(watcher: &Watcher, rollout: &Rollout) -> (bool, &'static str, String) {
+    let policy = &watcher.spec.update_policy;
+    let mut message = format!("{} of {} pods on the current spec", rollout.updated, rollout.total);
+    if !rollout.in_flight.is_empty() {
+        message.push_str(&format!(", {} updating", rollout.in_flight.len()));
+    }
+    if rollout.outdated > 0 {
+        message.push_str(&format!(", {} to update", rollout.outdated));
+    }
+    if rollout.held > 0 {
+        message.push_str(&format!(", {} kept by partition {}", rollout.held, policy.partition));
+    }
+    if let Some(first) = rollout.stuck.first() {
+        let more = rollout.stuck.len() - 1;
+        let more = if more > 0 { format!(" (and {more} more)") } else { String::new() };
+        return (false, "Stuck", format!("{message}; {first}{more}"));
+    }
+    if rollout.outdated > 0 || !rollout.in_flight.is_empty() {
+        if policy.paused {
+            return (false, "Paused", format!("{message}; paused"));
+        }
+        return (false, "Progressing", message);
+    }
+    if rollout.held > 0 {
+        return (false, "Partitioned", message);
+    }
+    (true, "Complete", message)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,162 @@
+//! Which pods go next: oldest first, the partition's newest kept, paused, at most
+//! `maxUnavailable` in flight; and the `SidecarsUpdated` condition. Over copies of a pod
+//! kube-apiserver 1.36 stored in a namespace with a LimitRange.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use serde_json::{Value, json};
+use watcher_api::Watcher;
+
+use super::{condition, plan};
+use crate::pods::CountedPod;
+use crate::pods::in_place::tests::{counted, fixture_watcher, stored};
+use crate::pods::revisions::desired_revision;
+
+const NOW: &str = "2026-11-21T11:00:00Z";
+
+/// Pod `web-N` of a ReplicaSet, created N seconds after the first, as the fixture stored it;
+/// the kubelet reports its sidecar running and ready with its image.
+fn pod(n: u32) -> Value {
+    let mut pod = stored("pod-1.36-limits.json");
+    pod["metadata"]["name"] = json!(format!("web-{n}"));
+    pod["metadata"]["creationTimestamp"] = json!(format!("2026-11-21T10:00:{n:02}Z"));
+    pod["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}]);
+    let image = pod["spec"]["initContainers"][0]["image"].clone();
+    pod["status"]["initContainerStatuses"] = json!([{"name": "log-watcher", "image": format!("docker.io/library/{}", image.as_str().unwrap_or_default()),
+        "imageID": "", "restartCount": 0, "ready": true, "started": true, "state": {"running": {"startedAt": NOW}}}]);
+    pod
+}
+
+fn watcher(image: &str, policy: Value) -> Watcher {
+    let mut watcher = fixture_watcher("fx-limits", image);
+    watcher.spec.update_policy = serde_json::from_value(policy).expect("policy");
+    watcher
+}
+
+/// The revision of the spec the fixture pods carry.
+fn old_revision() -> ControllerRevision {
+    desired_revision(&watcher("busybox:1.36", json!({"type": "InPlace"})), 1).expect("revision")
+}
+
+fn names(list: &[impl AsRef<str>]) -> Vec<&str> {
+    list.iter().map(AsRef::as_ref).collect()
+}
+
+fn run(watcher: &Watcher, pods: &[Value]) -> super::Rollout {
+    let counted: Vec<Arc<CountedPod>> = pods.iter().map(|p| counted(p, watcher)).collect();
+    let revision = old_revision();
+    plan(watcher, &counted, &[&revision], &[], NOW.parse().expect("time"))
+}
+
+#[test]
+fn partition_keeps_the_newest_and_updates_the_oldest_first() {
+    let pods: Vec<Value> = [3, 1, 4, 2].into_iter().map(pod).collect();
+    let new = watcher("busybox:1.37", json!({"type": "InPlace", "maxUnavailable": 4, "partition": 2}));
+    let rollout = run(&new, &pods);
+    assert_eq!(names(&rollout.patches.iter().map(|p| p.pod.clone()).collect::<Vec<_>>()), ["web-1", "web-2"]);
+    assert_eq!((rollout.total, rollout.updated, rollout.outdated, rollout.held), (4, 0, 2, 2));
+    assert_eq!(
+        condition(&new, &rollout),
+        (false, "Progressing", "0 of 4 pods on the current spec, 2 to update, 2 kept by partition 2".into())
+    );
+
+    // web-1 and web-2 patched and ready with the new image: partitioned, done for now.
+    let mut after = pods.clone();
+    for patch in &rollout.patches {
+        let pod = after.iter_mut().find(|p| p["metadata"]["name"] == patch.pod.as_str()).expect("pod");
+        json_patch::patch(pod, &json_patch::Patch(patch.ops.clone())).expect("applies");
+        pod["status"]["initContainerStatuses"][0]["image"] = json!("docker.io/library/busybox:1.37");
+    }
+    let partitioned = run(&new, &after);
+    assert!(partitioned.patches.is_empty());
+    assert_eq!(condition(&new, &partitioned).1, "Partitioned");
+
+    // Partition 0: the two newest follow, oldest first; then complete.
+    let all = watcher("busybox:1.37", json!({"type": "InPlace", "maxUnavailable": 4}));
+    let rest = run(&all, &after);
+    assert_eq!(names(&rest.patches.iter().map(|p| p.pod.clone()).collect::<Vec<_>>()), ["web-3", "web-4"]);
+    for patch in &rest.patches {
+        let pod = after.iter_mut().find(|p| p["metadata"]["name"] == patch.pod.as_str()).expect("pod");
+        json_patch::patch(pod, &json_patch::Patch(patch.ops.clone())).expect("applies");
+        pod["status"]["initContainerStatuses"][0]["image"] = json!("docker.io/library/busybox:1.37");
+    }
+    let done = run(&all, &after);
+    assert_eq!(condition(&all, &done), (true, "Complete", "4 of 4 pods on the current spec".into()));
+}
+
+#[test]
+fn paused_starts_nothing_new_and_in_flight_pods_use_the_budget() {
+    let pods: Vec<Value> = (1..=3).map(pod).collect();
+    let paused = watcher("busybox:1.37", json!({"type": "InPlace", "maxUnavailable": 3, "paused": true}));
+    let rollout = run(&paused, &pods);
+    assert!(rollout.patches.is_empty() && rollout.evictions.is_empty());
+    assert_eq!(
+        condition(&paused, &rollout),
+        (false, "Paused", "0 of 3 pods on the current spec, 3 to update; paused".into())
+    );
+
+    // One pod patched, its new image not yet running: with maxUnavailable 1 nothing else moves.
+    let one = watcher("busybox:1.37", json!({"type": "InPlace", "maxUnavailable": 1}));
+    let first = run(&one, &pods);
+    assert_eq!(first.patches.len(), 1);
+    let mut after = pods.clone();
+    json_patch::patch(&mut after[0], &json_patch::Patch(first.patches[0].ops.clone())).expect("applies");
+    let second = run(&one, &after);
+    assert_eq!((second.patches.len(), names(&second.in_flight)), (0, vec!["web-1"]));
+    assert_eq!(condition(&one, &second).1, "Progressing");
+}
+
+#[test]
+fn a_stuck_pod_or_a_hand_edit_stops_the_rollout() {
+    let mut pods: Vec<Value> = (1..=3).map(pod).collect();
+    let new = watcher("busybox:1.37", json!({"type": "InPlace", "maxUnavailable": 3}));
+    let first = run(&new, &pods[..1]);
+    json_patch::patch(&mut pods[0], &json_patch::Patch(first.patches[0].ops.clone())).expect("applies");
+    pods[0]["metadata"]["annotations"]["watcher.dev/sidecar-updated"] = json!("2026-11-21T10:50:00Z");
+    let stuck = run(&new, &pods);
+    assert!(stuck.patches.is_empty() && stuck.evictions.is_empty(), "never a wave of broken pods");
+    let (status, reason, message) = condition(&new, &stuck);
+    assert_eq!((status, reason), (false, "Stuck"));
+    assert!(
+        message.ends_with("pod web-1 has not run the new sidecar image within 5 minutes of its update"),
+        "{message}"
+    );
+
+    let mut edited: Vec<Value> = (1..=2).map(pod).collect();
+    edited[0]["spec"]["initContainers"][0]["image"] = json!("busybox:latest");
+    let rollout = run(&new, &edited);
+    assert_eq!(
+        names(&rollout.patches.iter().map(|p| p.pod.clone()).collect::<Vec<_>>()),
+        ["web-2"],
+        "the other goes on"
+    );
+    assert!(condition(&new, &rollout).2.contains("(changed by hand): left alone"));
+}
+
+#[test]
+fn recreate_evicts_oldest_first_within_partition_and_budget() {
+    let mut pods: Vec<Value> = (1..=4).map(pod).collect();
+    pods[3]["metadata"].as_object_mut().expect("metadata").remove("ownerReferences"); // a bare pod
+    let new = watcher("busybox:1.37", json!({"type": "Recreate", "maxUnavailable": 2, "partition": 1}));
+    let rollout = run(&new, &pods);
+    assert_eq!(names(&rollout.evictions), ["web-1", "web-2"]);
+    assert!(rollout.patches.is_empty());
+    let paused = watcher("busybox:1.37", json!({"type": "Recreate", "maxUnavailable": 2, "paused": true}));
+    assert!(run(&paused, &pods).evictions.is_empty());
+    // The bare pod, outside the partition: nothing recreates it, and the rollout says so.
+    let all = watcher("busybox:1.37", json!({"type": "Recreate", "maxUnavailable": 4}));
+    let rollout = run(&all, &pods);
+    assert_eq!(names(&rollout.evictions), ["web-1", "web-2", "web-3"]);
+    let (_, reason, message) = condition(&all, &rollout);
+    assert_eq!(reason, "Stuck");
+    assert!(message.contains("pod web-4 (an older spec) is not controlled by a ReplicaSet"), "{message}");
+}
+
+#[test]
+fn report_rolls_nothing() {
+    let pods: Vec<Value> = (1..=2).map(pod).collect();
+    let report = watcher("busybox:1.37", json!({"type": "Report"}));
+    assert_eq!(run(&report, &pods), super::Rollout::default());
+}
