@@ -1,9 +1,10 @@
 //! An in-place sidecar rollout over 1,000 injected pods, against the real binary and a fake API
 //! server: requests per pod and memory.
 //!
-//! `cargo bench --bench inplace [-- PODS]` lists PODS pods (default 1,000) of one namespace,
-//! each injected with Watcher `log-watcher` (image `busybox:1.36`, reported running and ready by
-//! the "kubelet"), and runs `watcher-operator run --controllers=pods` twice:
+//! `cargo bench --bench inplace [-- PODS]` lists PODS pods (default 1,000) of one namespace, each
+//! a copy of a pod kube-apiserver 1.24 stored after injection of Watcher `log-watcher` (image
+//! `busybox:1.36`, reported running and ready by the "kubelet"), and the ControllerRevision of
+//! that spec, and runs `watcher-operator run --controllers=pods` twice:
 //! 1. idle: the Watcher still names `busybox:1.36`: every pod is up to date, nothing to write;
 //! 2. rollout: the Watcher names `busybox:1.37` with `updatePolicy: {type: InPlace,
 //!    maxUnavailable: PODS}`: every pod is patched in place.
@@ -24,40 +25,45 @@ use fake_apiserver::{FakeApiServer, kubeconfig, rss_kib};
 use serde_json::{Value, json};
 use watcher_api::Watcher;
 
+/// The Watcher the stored pods were injected with (`controller/fixtures/stored-pods/
+/// watcher.yaml`), in `team-0`, with `image` and `updatePolicy: InPlace`.
 fn watcher(image: &str, pods: usize) -> Value {
-    json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
-        "metadata": {"name": "log-watcher", "namespace": "team-0", "uid": "w", "generation": 2, "resourceVersion": "1"},
-        "spec": {"container": {"name": "log-watcher", "image": image, "command": ["sh", "-c", "tail -F /var/log/app.log"]},
-                 "selector": {"matchLabels": {"app": "web"}}, "nativeSidecar": "Never",
-                 "updatePolicy": {"type": "InPlace", "maxUnavailable": pods}}})
+    let mut watcher: Value =
+        serde_saphyr::from_str(include_str!("../controller/fixtures/stored-pods/watcher.yaml")).expect("watcher.yaml");
+    watcher["metadata"] = json!({"name": "log-watcher", "namespace": "team-0", "uid": "w", "generation": 2,
+                                 "resourceVersion": "1"});
+    watcher["spec"]["container"]["image"] = json!(image);
+    watcher["spec"]["updatePolicy"] = json!({"type": "InPlace", "maxUnavailable": pods});
+    watcher
 }
 
-/// `count` pods as kube-apiserver stores them once the webhook injected `log-watcher` with
-/// `busybox:1.36`, running and ready.
-fn pods(count: usize) -> Vec<Value> {
+/// The revision of the spec the pods carry (busybox:1.36), as the pod reconciler kept it.
+fn old_revision(count: usize) -> Value {
     let old: Watcher = serde_json::from_value(watcher("busybox:1.36", count)).expect("Watcher");
-    let hash = old.spec.spec_hash();
+    let revision = watcher_controller::pods::revisions::desired_revision(&old, 1).expect("revision");
+    serde_json::to_value(revision).expect("JSON")
+}
+
+/// `count` copies of a pod kube-apiserver 1.24 stored after the webhook injected `log-watcher`
+/// with `busybox:1.36` (`controller/fixtures/stored-pods/pod-1.24-plain.json`: the
+/// ServiceAccount token mounted into every container, defaults), running and ready.
+fn pods(count: usize) -> Vec<Value> {
+    let stored: Value = serde_json::from_str(include_str!("../controller/fixtures/stored-pods/pod-1.24-plain.json"))
+        .expect("stored pod");
     (0..count)
         .map(|i| {
             let running = |name: &str, image: &str| json!({"name": name, "image": image, "imageID": "", "ready": true,
                 "restartCount": 0, "state": {"running": {"startedAt": "2026-11-21T10:00:00Z"}}});
-            json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("web-7d876db474-{i:05}"), "namespace": "team-0",
-                             "uid": format!("10000000-0000-4000-8000-{i:012}"), "resourceVersion": format!("{}", 10 + i),
-                             "creationTimestamp": "2026-11-21T10:00:00Z",
-                             "labels": {"app": "web", "pod-template-hash": "7d876db474"},
-                             "annotations": {"watcher.dev/injected": format!("log-watcher@{hash}"),
-                                             "kubectl.kubernetes.io/last-applied-configuration": "x".repeat(400)},
-                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d876db474",
-                                                  "uid": "20000000-0000-4000-8000-000000000000", "controller": true}]},
-                "spec": {"containers": [
-                    {"name": "app", "image": "nginx:1.27", "terminationMessagePath": "/dev/termination-log",
-                     "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent", "resources": {}},
-                    {"name": "log-watcher", "image": "busybox:1.36", "command": ["sh", "-c", "tail -F /var/log/app.log"],
-                     "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
-                     "imagePullPolicy": "IfNotPresent", "resources": {}}]},
-                "status": {"phase": "Running", "containerStatuses": [
-                    running("app", "docker.io/library/nginx:1.27"), running("log-watcher", "docker.io/library/busybox:1.36")]}})
+            let mut pod = stored.clone();
+            pod["metadata"]["name"] = json!(format!("web-7d876db474-{i:05}"));
+            pod["metadata"]["namespace"] = json!("team-0");
+            pod["metadata"]["uid"] = json!(format!("10000000-0000-4000-8000-{i:012}"));
+            pod["metadata"]["resourceVersion"] = json!(format!("{}", 10 + i));
+            pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": "web-7d876db474", "uid": "20000000-0000-4000-8000-000000000000", "controller": true}]);
+            pod["status"] = json!({"phase": "Running", "containerStatuses": [
+                running("app", "docker.io/library/busybox:1.36"), running("log-watcher", "docker.io/library/busybox:1.36")]});
+            pod
         })
         .collect()
 }
@@ -73,6 +79,7 @@ async fn run(image: &str, count: usize, expected_pod_writes: usize) -> Run {
     let (server, addr) = FakeApiServer::default()
         .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", vec![watcher(image, count)])
         .with_list("/api/v1/pods", "PodList", pods(count))
+        .with_list("/apis/apps/v1/controllerrevisions", "ControllerRevisionList", vec![old_revision(count)])
         .start()
         .await;
     let dir =
@@ -98,8 +105,9 @@ async fn run(image: &str, count: usize, expected_pod_writes: usize) -> Run {
             .map(|l| l.iter().filter(|w| w.starts_with("PATCH /api/v1/namespaces/team-0/pods/")).count())
             .unwrap_or(0)
     };
-    // The pass is done when the counts are written (after the patches).
-    while server.status_writes.load(Ordering::Relaxed) < 1 {
+    // The pass is done when the counts are written (after the patches and the rollout's
+    // condition).
+    while server.status_writes.load(Ordering::Relaxed) < 2 {
         assert!(started.elapsed() < Duration::from_secs(120), "no status write within 120 s");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

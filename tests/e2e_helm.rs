@@ -24,13 +24,9 @@ fn helm(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-#[tokio::test]
-#[ignore = "needs a cluster: KUBECONFIG"]
-async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
-    let _one = exclusive().await;
-    let client = client().await;
-    // The chart's cluster-wide objects have fixed names: an earlier `kubectl apply -k deploy/`
-    // (e2e_install) may have left them, and Helm adopts nothing it did not create.
+/// The chart's cluster-wide objects have fixed names: an earlier `kubectl apply -k deploy/`
+/// (e2e_install) may have left them, and Helm adopts nothing it did not create.
+fn clear_cluster_wide_objects() {
     kubectl(&[
         "delete",
         "clusterrole/watcher-operator",
@@ -38,6 +34,14 @@ async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
         "mutatingwebhookconfiguration/watcher-operator",
         "--ignore-not-found",
     ]);
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: KUBECONFIG"]
+async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
+    let _one = exclusive().await;
+    let client = client().await;
+    clear_cluster_wide_objects();
     let release_ns = TestNamespace::create(&client, "watcher-e2e-helm").await;
     let r = release_ns.name.as_str();
     let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
@@ -90,13 +94,7 @@ async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
 async fn helm_install_follows_a_run_by_url_that_was_killed() {
     let _one = exclusive().await;
     let client = client().await;
-    kubectl(&[
-        "delete",
-        "clusterrole/watcher-operator",
-        "clusterrolebinding/watcher-operator",
-        "mutatingwebhookconfiguration/watcher-operator",
-        "--ignore-not-found",
-    ]);
+    clear_cluster_wide_objects();
     common::install_crds(&client).await;
     let run_ns = TestNamespace::create(&client, "watcher-e2e-killed").await;
     let configurations =

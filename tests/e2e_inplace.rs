@@ -96,6 +96,13 @@ async fn a_new_sidecar_image_reaches_running_pods_in_place() {
     for pod in &started {
         kubelet_reports(&pods, pod).await;
     }
+    // As a user would before changing the spec: the rollout of the current one is complete (its
+    // revision is kept, so the next change can be decided between revisions).
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
+        .args(["rollout", "status", "log-watcher", "-n", n, "--timeout", "60s"])
+        .output()
+        .expect("rollout status runs");
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
     let uids: BTreeMap<String, String> = started.iter().map(|p| (p.name_any(), p.uid().unwrap_or_default())).collect();
 
     // The new image: one pod at a time gets it in place; the next only once the kubelet reports

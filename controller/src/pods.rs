@@ -166,12 +166,8 @@ fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup) -> Option<InjectedSpec> 
     let status = pod.status.as_ref();
     let mut sidecars = Vec::new();
     let lists = [
-        (false, spec.containers.as_slice(), status.and_then(|s| s.container_statuses.as_deref())),
-        (
-            true,
-            spec.init_containers.as_deref().unwrap_or_default(),
-            status.and_then(|s| s.init_container_statuses.as_deref()),
-        ),
+        (false, spec.containers.as_slice(), status.map(|s| s.container_statuses.as_slice())),
+        (true, spec.init_containers.as_slice(), status.map(|s| s.init_container_statuses.as_slice())),
     ];
     for (init, containers, statuses) in lists {
         for (index, container) in containers.iter().enumerate() {
@@ -179,7 +175,7 @@ fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup) -> Option<InjectedSpec> 
                 continue;
             }
             let reported = statuses.unwrap_or_default().iter().find(|s| s.name == container.name);
-            let running = reported.filter(|s| s.ready && s.state.as_ref().is_some_and(|st| st.running.is_some()));
+            let running = reported.filter(|s| s.ready && s.state);
             sidecars.push(Sidecar {
                 name: container.name.as_str().into(),
                 init,

@@ -228,6 +228,16 @@ async fn created_by_url(api: &mut ApiHandle) {
     respond(send, StatusCode::CREATED, &body);
 }
 
+/// The stop of a run by URL that is to delete the configuration: it finds `found` and deletes
+/// it, only as it found it (resourceVersion precondition).
+async fn deleted_at_the_stop(api: &mut ApiHandle, found: &MutatingWebhookConfiguration) {
+    let (_, send) = expect(api, Method::GET, CONFIG_PATH).await;
+    respond(send, StatusCode::OK, found);
+    let (body, send) = expect(api, Method::DELETE, CONFIG_PATH).await;
+    assert_eq!(body["preconditions"], json!({"resourceVersion": found.metadata.resource_version}));
+    respond(send, StatusCode::OK, &status(200, ""));
+}
+
 fn registered_as(
     registration: &Registration,
     ca_bundle: &ByteString,
@@ -313,11 +323,7 @@ async fn a_run_by_url_deletes_the_configuration_it_created() {
     let registrar = Registrar::new(Registration::Url(URL.into()), "watcher-system");
     let server = tokio::spawn(async move {
         created_by_url(&mut api).await;
-        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
-        respond(send, StatusCode::OK, &registered_as(&Registration::Url(URL.into()), &bundle(), "60"));
-        let (body, send) = expect(&mut api, Method::DELETE, CONFIG_PATH).await;
-        assert_eq!(body["preconditions"], json!({"resourceVersion": "60"}));
-        respond(send, StatusCode::OK, &status(200, ""));
+        deleted_at_the_stop(&mut api, &registered_as(&Registration::Url(URL.into()), &bundle(), "60")).await;
         assert!(api.next_request().await.is_none(), "nothing more");
     });
     assert_eq!(registrar.register(&client, &bundle()).await.expect("registers"), Registered::Written);
@@ -397,12 +403,7 @@ async fn a_later_run_deletes_what_a_killed_run_created() {
         let leftover = left_by_a_killed_run(true, "90");
         let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
         respond(send, StatusCode::OK, &leftover);
-        // The stop.
-        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
-        respond(send, StatusCode::OK, &leftover);
-        let (body, send) = expect(&mut api, Method::DELETE, CONFIG_PATH).await;
-        assert_eq!(body["preconditions"], json!({"resourceVersion": "90"}));
-        respond(send, StatusCode::OK, &status(200, ""));
+        deleted_at_the_stop(&mut api, &leftover).await;
         assert!(api.next_request().await.is_none(), "nothing more");
     });
     assert_eq!(registrar.register(&client, &bundle()).await.expect("registers"), Registered::Unchanged);

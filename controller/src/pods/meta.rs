@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -19,12 +19,77 @@ pub struct PodMeta {
     /// Name, namespace, uid, resourceVersion, timestamps, labels, owners, and the
     /// `watcher.dev/` annotations.
     pub metadata: ObjectMeta,
-    /// The spec of a pod that carries a Watcher (`watcher.dev/injected`); `None` otherwise.
+    /// The containers of a pod that carries a Watcher (`watcher.dev/injected`); `None` otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub spec: Option<PodSpec>,
-    /// The status of a pod that carries a Watcher; `None` otherwise.
+    pub spec: Option<Spec>,
+    /// What the kubelet reports of them; `None` for a pod that carries no Watcher.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<PodStatus>,
+    pub status: Option<Status>,
+}
+
+/// The containers of a pod: a k8s-openapi `PodSpec` decoded whole is kilobytes (a `Volume` alone
+/// is 3 KiB inline), and a list page holds hundreds of them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spec {
+    /// The app containers and regular sidecars.
+    #[serde(default)]
+    pub containers: Vec<Container>,
+    /// Init containers, native sidecars among them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub init_containers: Vec<Container>,
+}
+
+/// A container's name and image.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Container {
+    /// The container's name.
+    pub name: String,
+    /// Its image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+/// What the kubelet reports of a pod's containers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    /// Of `spec.containers`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_statuses: Vec<ContainerStatus>,
+    /// Of `spec.initContainers`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub init_container_statuses: Vec<ContainerStatus>,
+}
+
+/// One container as the kubelet reports it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContainerStatus {
+    /// The container's name.
+    pub name: String,
+    /// The image it runs (as the runtime names it: `docker.io/library/busybox:1.37`).
+    #[serde(default)]
+    pub image: String,
+    /// Whether it passes its readiness probe.
+    #[serde(default)]
+    pub ready: bool,
+    /// Whether it is running now (`state.running` present).
+    #[serde(default, deserialize_with = "running", serialize_with = "as_state")]
+    pub state: bool,
+}
+
+/// `state: {running: {...}}` → true; waiting, terminated or absent → false.
+fn running<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    struct State {
+        running: Option<IgnoredAny>,
+    }
+    Ok(Option::<State>::deserialize(deserializer)?.is_some_and(|s| s.running.is_some()))
+}
+
+fn as_state<S: serde::Serializer>(running: &bool, serializer: S) -> Result<S::Ok, S::Error> {
+    let state = if *running { serde_json::json!({"running": {}}) } else { serde_json::json!({}) };
+    state.serialize(serializer)
 }
 
 /// The metadata fields the pod reconciler reads.
@@ -152,10 +217,24 @@ mod tests {
             let mut value = stored(name);
             value["metadata"]["managedFields"] = json!([{"manager": "kubectl", "fieldsType": "FieldsV1",
                                                           "fieldsV1": {"f:metadata": {}}}]);
+            value["status"]["containerStatuses"] = json!([{"name": "app", "image": "docker.io/library/busybox:1.36",
+                "imageID": "x", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": "2026-11-21T10:00:00Z"}}}]);
             let full: k8s_openapi::api::core::v1::Pod = serde_json::from_value(value.clone()).expect("Pod");
             let pod: PodMeta = serde_json::from_value(value).expect("PodMeta");
-            assert_eq!(pod.spec, full.spec, "{name}");
-            assert_eq!(pod.status, full.status, "{name}");
+            let (spec, full_spec) = (pod.spec.expect("spec"), full.spec.expect("spec"));
+            let names = |containers: &[super::Container]| -> Vec<(String, Option<String>)> {
+                containers.iter().map(|c| (c.name.clone(), c.image.clone())).collect()
+            };
+            let full_names = |containers: &[k8s_openapi::api::core::v1::Container]| -> Vec<(String, Option<String>)> {
+                containers.iter().map(|c| (c.name.clone(), c.image.clone())).collect()
+            };
+            assert_eq!(names(&spec.containers), full_names(&full_spec.containers), "{name}");
+            assert_eq!(
+                names(&spec.init_containers),
+                full_names(full_spec.init_containers.as_deref().unwrap_or_default())
+            );
+            let reported = &pod.status.expect("status").container_statuses[0];
+            assert_eq!((reported.name.as_str(), reported.ready, reported.state), ("app", true, true));
             assert_eq!(pod.metadata.labels, full.metadata.labels);
             assert_eq!(pod.metadata.creation_timestamp, full.metadata.creation_timestamp);
             assert_eq!(pod.metadata.resource_version, full.metadata.resource_version);

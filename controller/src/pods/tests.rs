@@ -246,25 +246,12 @@ async fn recreate_evicts_through_the_eviction_api_and_waits_on_a_budget() {
 
 // Rollouts against the mocked API server, over pods as kube-apiserver 1.36 stored them.
 
-use super::in_place::tests::{fixture_watcher, stored};
+use super::in_place::tests::{fixture_watcher, stored_replica};
 use super::revisions::desired_revision;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 
 const FX_STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/namespaces/fx-limits/watchers/log-watcher/status";
 const FX_REVISIONS: &str = "/apis/apps/v1/namespaces/fx-limits/controllerrevisions";
-
-/// Pod `web-N` of a ReplicaSet, stored by kube-apiserver 1.36 in a namespace with a LimitRange,
-/// injected with the fixture Watcher (busybox:1.36), reported running and ready.
-fn stored_pod(n: u32) -> Value {
-    let mut pod = stored("pod-1.36-limits.json");
-    pod["metadata"]["name"] = json!(format!("web-{n}"));
-    pod["metadata"]["creationTimestamp"] = json!(format!("2026-11-21T10:00:{n:02}Z"));
-    pod["metadata"]["ownerReferences"] =
-        json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}]);
-    pod["status"]["initContainerStatuses"] = json!([{"name": "log-watcher", "image": "docker.io/library/busybox:1.36",
-        "imageID": "", "restartCount": 0, "ready": true, "started": true, "state": {"running": {"startedAt": "2026-11-21T10:01:00Z"}}}]);
-    pod
-}
 
 fn stored_index(pods: &[Value], watcher: &Watcher) -> PodIndex {
     PodIndex::with_pods_of(
@@ -285,7 +272,7 @@ fn old_revision(number: i64) -> ControllerRevision {
 #[tokio::test]
 async fn in_place_patches_one_container_image_within_the_cap() {
     let new = fixture_watcher("fx-limits", "busybox:1.37");
-    let pods = [stored_pod(1), stored_pod(2)];
+    let pods = [stored_replica(1), stored_replica(2)];
     let resource_version = pods[0]["metadata"]["resourceVersion"].clone();
     let (ctx, mut api) = Context::test();
     let metrics = ctx.metrics.clone();
@@ -346,7 +333,7 @@ async fn revisions_are_created_once_and_pruned_beyond_the_history() {
     let mut steady = current.clone();
     steady.status = Some(serde_json::from_value(status.clone()).expect("status"));
     let (ctx, api) = Context::test();
-    let shared = context_for_tests(ctx, stored_index(&[stored_pod(1)], &steady), vec![old_revision(1)]);
+    let shared = context_for_tests(ctx, stored_index(&[stored_replica(1)], &steady), vec![old_revision(1)]);
     let server = tokio::spawn(api.expect_no_more());
     reconcile(Arc::new(steady), shared.clone()).await.expect("reconciled");
     drop(shared);
@@ -363,7 +350,7 @@ async fn revisions_are_created_once_and_pruned_beyond_the_history() {
     newest.status = Some(serde_json::from_value(status).expect("status"));
     let doomed: Vec<String> = revisions[1..3].iter().map(|r| r.metadata.name.clone().expect("name")).collect();
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, stored_index(&[stored_pod(1)], &newest), revisions);
+    let shared = context_for_tests(ctx, stored_index(&[stored_replica(1)], &newest), revisions);
     let server = tokio::spawn(async move {
         // 12 revisions, 10 kept: the two oldest that no pod carries go; then the condition
         // (paused), the counts and their Event.
@@ -398,11 +385,11 @@ async fn a_stuck_pod_halts_the_rollout() {
                         "lastTransitionTime": "2026-11-21T10:00:00Z"}]}))
         .expect("status"),
     );
-    let mut stuck = stored_pod(1);
+    let mut stuck = stored_replica(1);
     stuck["spec"]["initContainers"][0]["image"] = json!("busybox:1.37");
     stuck["metadata"]["annotations"]["watcher.dev/injected"] = json!(format!("log-watcher@{}", new.spec.spec_hash()));
     stuck["metadata"]["annotations"]["watcher.dev/sidecar-updated"] = json!("2026-11-21T10:00:00Z");
-    let pods = [stuck, stored_pod(2)];
+    let pods = [stuck, stored_replica(2)];
     let current = desired_revision(&new, 2).expect("revision");
     let (ctx, mut api) = Context::test();
     let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1), current]);

@@ -38,6 +38,20 @@ pub(crate) fn counted(pod: &Value, watcher: &Watcher) -> Arc<CountedPod> {
     Arc::new(CountedPod::with_sidecars_of(&pod, std::slice::from_ref(watcher)))
 }
 
+/// Pod `web-N` of a ReplicaSet, as kube-apiserver 1.36 stored it in a namespace with a
+/// LimitRange (`pod-1.36-limits.json`), created N seconds after the first, injected with the
+/// fixture Watcher (busybox:1.36); the kubelet reports its sidecar running and ready.
+pub(crate) fn stored_replica(n: u32) -> Value {
+    let mut pod = stored("pod-1.36-limits.json");
+    pod["metadata"]["name"] = json!(format!("web-{n}"));
+    pod["metadata"]["creationTimestamp"] = json!(format!("2026-11-21T10:00:{n:02}Z"));
+    pod["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}]);
+    pod["status"]["initContainerStatuses"] = json!([{"name": "log-watcher", "image": "docker.io/library/busybox:1.36",
+        "imageID": "", "restartCount": 0, "ready": true, "started": true, "state": {"running": {"startedAt": NOW}}}]);
+    pod
+}
+
 /// Where the sidecar is in a fixture: `(list, index)`.
 fn sidecar_path(pod: &Value) -> (&'static str, usize) {
     for list in ["initContainers", "containers"] {

@@ -10,23 +10,13 @@ use watcher_api::Watcher;
 
 use super::{condition, plan};
 use crate::pods::CountedPod;
-use crate::pods::in_place::tests::{counted, fixture_watcher, stored};
+use crate::pods::in_place::tests::{counted, fixture_watcher, stored_replica};
 use crate::pods::revisions::desired_revision;
 
 const NOW: &str = "2026-11-21T11:00:00Z";
 
-/// Pod `web-N` of a ReplicaSet, created N seconds after the first, as the fixture stored it;
-/// the kubelet reports its sidecar running and ready with its image.
 fn pod(n: u32) -> Value {
-    let mut pod = stored("pod-1.36-limits.json");
-    pod["metadata"]["name"] = json!(format!("web-{n}"));
-    pod["metadata"]["creationTimestamp"] = json!(format!("2026-11-21T10:00:{n:02}Z"));
-    pod["metadata"]["ownerReferences"] =
-        json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}]);
-    let image = pod["spec"]["initContainers"][0]["image"].clone();
-    pod["status"]["initContainerStatuses"] = json!([{"name": "log-watcher", "image": format!("docker.io/library/{}", image.as_str().unwrap_or_default()),
-        "imageID": "", "restartCount": 0, "ready": true, "started": true, "state": {"running": {"startedAt": NOW}}}]);
-    pod
+    stored_replica(n)
 }
 
 fn watcher(image: &str, policy: Value) -> Watcher {
