@@ -551,7 +551,7 @@ async fn roll(
     keep_revisions(watcher, pods, &mine, ctx, namespace).await?;
     let policies = ctx.policies.as_ref().map(|p| p.policies_for(namespace)).unwrap_or_default();
     let rules: Vec<&watcher_api::image::Rule> = policies.iter().flat_map(|p| p.valid_rules()).collect();
-    let rollout = rollout::plan(watcher, pods, &mine, &rules, jiff::Timestamp::now());
+    let mut rollout = rollout::plan(watcher, pods, &mine, &rules, jiff::Timestamp::now());
     let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), namespace);
     let mut patched = Vec::new();
     let mut conflict = false;
@@ -576,6 +576,12 @@ async fn roll(
             format!("sidecar image updated in place to {image} in {} pod(s): {}", patched.len(), patched.join(", "));
         publish(ctx, watcher, EventType::Normal, "SidecarUpdated", note).await;
     }
+    // The condition counts a pod patched now as on the current spec and updating, as the
+    // counts do.
+    let patched: Vec<String> = patched.into_iter().map(str::to_owned).collect();
+    rollout.updated += patched.len();
+    rollout.outdated -= patched.len();
+    rollout.in_flight.extend(patched.iter().cloned());
     set_rollout_condition(watcher, ctx, namespace, &rollout).await?;
     let mut action = evict_names(&api, &rollout.evictions).await?;
     if conflict || !patched.is_empty() || !rollout.in_flight.is_empty() {

@@ -305,7 +305,7 @@ async fn in_place_patches_one_container_image_within_the_cap() {
         let condition = api.expect(Method::PATCH, FX_STATUS_PATH).await;
         assert_eq!(
             condition.body["status"]["conditions"][0]["message"],
-            "0 of 2 pods on the current spec, 2 to update"
+            "1 of 2 pods on the current spec, 1 updating, 1 to update"
         );
         condition.ok(&watcher_echo());
         let status = api.expect(Method::PATCH, FX_STATUS_PATH).await;
