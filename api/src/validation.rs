@@ -64,23 +64,27 @@ pub fn selector_problems(selector: &LabelSelector, field: &str) -> Vec<String> {
         }
     }
     for (i, requirement) in selector.match_expressions.iter().flatten().enumerate() {
-        let at = format!("{field}.matchExpressions[{i}]");
+        // A closure, not a string: the webhook checks every Watcher it injects, and a valid
+        // selector should cost no allocation.
+        let at = || format!("{field}.matchExpressions[{i}]");
         if !is_label_key(&requirement.key) {
-            problems.push(format!("{at}.key: {:?} is not a label key", requirement.key));
+            problems.push(format!("{}.key: {:?} is not a label key", at(), requirement.key));
         }
         let values = requirement.values.as_deref().unwrap_or_default();
         match requirement.operator.as_str() {
             "In" | "NotIn" if values.is_empty() => {
-                problems.push(format!("{at}.values: required with operator {}", requirement.operator));
+                problems.push(format!("{}.values: required with operator {}", at(), requirement.operator));
             }
             "Exists" | "DoesNotExist" if !values.is_empty() => {
-                problems.push(format!("{at}.values: must be empty with operator {}", requirement.operator));
+                problems.push(format!("{}.values: must be empty with operator {}", at(), requirement.operator));
             }
             "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => problems.push(format!("{at}.operator: {other:?} is not one of In, NotIn, Exists, DoesNotExist")),
+            other => {
+                problems.push(format!("{}.operator: {other:?} is not one of In, NotIn, Exists, DoesNotExist", at()))
+            }
         }
         for value in values.iter().filter(|v| !is_label_value(v)) {
-            problems.push(format!("{at}.values: {value:?} is not a label value"));
+            problems.push(format!("{}.values: {value:?} is not a label value", at()));
         }
     }
     problems

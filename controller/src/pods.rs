@@ -4,8 +4,8 @@
 //! sidecar's image).
 //!
 //! Pods are kept as [`CountedPod`]s (labels, the injection annotations, whether a controller
-//! recreates them, and for injected pods their sidecar containers, shared between pods alike):
-//! thousands of pods cost little memory. A pod event reaches only the Watchers of its namespace.
+//! recreates them, and for injected pods where their sidecars are, with which image, and what
+//! the kubelet reports of them): thousands of pods cost little memory. A pod event reaches only the Watchers of its namespace.
 
 pub mod in_place;
 mod meta;
@@ -51,9 +51,9 @@ const RECREATING_OWNERS: [&str; 3] = ["ReplicaSet", "StatefulSet", "DaemonSet"];
 
 pub use self::meta::PodMeta;
 
-/// The container and volume names of a Watcher (by namespace and name), so the sidecars of
-/// injected pods can be kept.
-pub type SidecarLookup = Arc<dyn Fn(&str, &str) -> Option<(String, Option<String>)> + Send + Sync>;
+/// The container name of a Watcher (by namespace and name), so the sidecars of injected pods can
+/// be kept.
+pub type SidecarLookup = Arc<dyn Fn(&str, &str) -> Option<String> + Send + Sync>;
 
 /// The annotations a [`CountedPod`] keeps.
 const KEPT_ANNOTATIONS: [&str; 4] =
@@ -160,7 +160,7 @@ impl CountedPod {
 /// The sidecars of the Watchers `pod` carries, with what the kubelet reports of them.
 fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup) -> Option<InjectedSpec> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let wanted: Vec<(String, Option<String>)> =
+    let wanted: Vec<String> =
         injected_watchers(pod.annotations()).into_iter().filter_map(|(name, _)| lookup(namespace, name)).collect();
     let spec = pod.spec.as_ref().filter(|_| !wanted.is_empty())?;
     let status = pod.status.as_ref();
@@ -171,11 +171,11 @@ fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup) -> Option<InjectedSpec> 
     ];
     for (init, containers, statuses) in lists {
         for (index, container) in containers.iter().enumerate() {
-            if !wanted.iter().any(|(name, _)| *name == container.name) {
+            if !wanted.contains(&container.name) {
                 continue;
             }
             let reported = statuses.unwrap_or_default().iter().find(|s| s.name == container.name);
-            let running = reported.filter(|s| s.ready && s.state);
+            let running = reported.filter(|s| s.ready && s.running);
             sidecars.push(Sidecar {
                 name: container.name.as_str().into(),
                 init,
@@ -320,13 +320,13 @@ pub struct PodsContext {
     revisions_listed: Arc<AtomicBool>,
 }
 
-/// A lookup of Watchers' container and volume names in a fixed list.
+/// A lookup of Watchers' container names in a fixed list.
 pub fn lookup_in(watchers: Vec<Watcher>) -> SidecarLookup {
     Arc::new(move |namespace: &str, name: &str| {
         watchers
             .iter()
             .find(|w| w.metadata.namespace.as_deref() == Some(namespace) && w.name_any() == name)
-            .map(|w| (w.spec.container.name.clone(), w.spec.volume.as_ref().map(|v| v.name.clone())))
+            .map(|w| w.spec.container.name.clone())
     })
 }
 
@@ -339,7 +339,7 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
         Arc::new(move |namespace: &str, name: &str| {
             let watchers = cache.in_namespace(namespace);
             let watcher = watchers.iter().find(|w| w.name_any() == name)?;
-            Some((watcher.spec.container.name.clone(), watcher.spec.volume.as_ref().map(|v| v.name.clone())))
+            Some(watcher.spec.container.name.clone())
         })
     };
     let pods = Arc::new(PodIndex::new(lookup));

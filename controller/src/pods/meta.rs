@@ -74,12 +74,12 @@ pub struct ContainerStatus {
     #[serde(default)]
     pub ready: bool,
     /// Whether it is running now (`state.running` present).
-    #[serde(default, deserialize_with = "running", serialize_with = "as_state")]
-    pub state: bool,
+    #[serde(default, rename = "state", deserialize_with = "is_running", serialize_with = "as_state")]
+    pub running: bool,
 }
 
 /// `state: {running: {...}}` → true; waiting, terminated or absent → false.
-fn running<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+fn is_running<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
     #[derive(Deserialize)]
     struct State {
         running: Option<IgnoredAny>,
@@ -234,7 +234,7 @@ mod tests {
                 full_names(full_spec.init_containers.as_deref().unwrap_or_default())
             );
             let reported = &pod.status.expect("status").container_statuses[0];
-            assert_eq!((reported.name.as_str(), reported.ready, reported.state), ("app", true, true));
+            assert_eq!((reported.name.as_str(), reported.ready, reported.running), ("app", true, true));
             assert_eq!(pod.metadata.labels, full.metadata.labels);
             assert_eq!(pod.metadata.creation_timestamp, full.metadata.creation_timestamp);
             assert_eq!(pod.metadata.resource_version, full.metadata.resource_version);
