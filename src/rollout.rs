@@ -93,11 +93,18 @@ pub(crate) async fn status(
             }
         }
         if timeout.is_some_and(|t| started.elapsed() >= t) {
-            eprintln!("error: timed out waiting for the rollout of watcher {name}: {}", last.trim_end_matches("..."));
+            let progress = progress(&watcher).unwrap_or("no progress reported yet");
+            eprintln!("error: timed out waiting for the rollout of watcher {name}: {progress}");
             return Ok(false);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// The Watcher's `SidecarsUpdated` message, for the timeout's line.
+fn progress(watcher: &Watcher) -> Option<&str> {
+    let conditions = &watcher.status.as_ref()?.conditions;
+    conditions.iter().find(|c| c.type_ == "SidecarsUpdated").map(|c| c.message.as_str())
 }
 
 /// `rollout pause` and `rollout resume`.
