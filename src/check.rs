@@ -54,6 +54,9 @@ pub(crate) async fn check(client: &Client, options: &CheckOptions) -> Report {
     }
     crds(client, &mut report).await;
     let registration = registration(client, &mut report, &options.namespace).await;
+    if registration.is_some() {
+        admission_scope(client, &mut report, &options.namespace).await;
+    }
     operator(client, &mut report, &options.namespace, registration.as_ref()).await;
     probe(client, &mut report, options, registration.as_ref()).await;
     report
@@ -410,16 +413,130 @@ async fn registration(client: &Client, report: &mut Report, namespace: &str) -> 
     Some(registered)
 }
 
+/// The admission scope: which pods kube-apiserver sends the webhook (matchConditions, 1.28 or
+/// later), compared with what the operator computes from the Watchers, ImagePolicies and
+/// namespaces of the cluster; and whether required Watchers fail closed.
+async fn admission_scope(client: &Client, report: &mut Report, namespace: &str) {
+    use watcher_controller::scope::{SCOPE_ANNOTATION, in_place, within_limits};
+    const GROUP: &str = "admission";
+    let all = ListParams::default();
+    let read = async {
+        Ok::<_, kube::Error>((
+            client.apiserver_version().await?,
+            Api::<MutatingWebhookConfiguration>::all(client.clone()).get(WEBHOOK_CONFIGURATION).await?,
+            Api::<watcher_api::Watcher>::all(client.clone()).list(&all).await?,
+            Api::<watcher_api::ImagePolicy>::all(client.clone()).list(&all).await?,
+            Api::<Namespace>::all(client.clone()).list_metadata(&all).await?,
+        ))
+    };
+    let (info, configuration, watchers, policies, namespaces) = match read.await {
+        Ok(read) => read,
+        Err(error) => {
+            let hint = "check your access: `kubectl get watchers,imagepolicies -A`";
+            return report.warn(GROUP, "scope", format!("cannot read what the scope is computed from: {error}"), hint);
+        }
+    };
+    let policies: Vec<watcher_api::CompiledPolicy> = policies.items.iter().map(|p| p.compile()).collect();
+    let scope = watcher_webhook::Scope::compute(
+        &watchers.items,
+        &policies,
+        namespaces.items.iter().map(|ns| (ns.metadata.name.as_deref().unwrap_or_default(), ns.labels())),
+        namespace,
+    );
+    let summary = scope.summary();
+    if !watcher_webhook::scope::supports_match_conditions(&info.major, &info.minor) {
+        report.warn(
+            GROUP,
+            "scope",
+            format!(
+                "Kubernetes {} has no webhook matchConditions (1.28 or later): every pod of a served namespace is sent \
+                 to the webhook, whatever it asks for",
+                info.git_version
+            ),
+            "fine with failurePolicy: Ignore; on 1.28 or later the operator narrows it to the pods it could change",
+        );
+        if summary.required > 0 {
+            report.warn(
+                GROUP,
+                "required Watchers",
+                format!(
+                    "{} required, enforced only while the webhook answers: while it is unreachable their pods are admitted \
+                     without them (required.watcher.dev needs matchConditions, Kubernetes 1.28 or later)",
+                    summary.required
+                ),
+                "upgrade to Kubernetes 1.28 or later, or set the webhook's failurePolicy: Fail (every pod of a served \
+                 namespace is then refused while it is unreachable)",
+            );
+        }
+        return;
+    }
+    let (wanted, _) = within_limits(scope.conditions());
+    let registered = in_place(&configuration);
+    let reason = configuration.annotations().get(SCOPE_ANNOTATION);
+    match reason {
+        Some(why) => report.warn(
+            GROUP,
+            "scope",
+            format!("{summary}; {why}"),
+            "see the operator's log; fewer distinct selectors (or one shared across namespaces) make the conditions smaller",
+        ),
+        None if registered == wanted && wanted.scope.is_none() => {
+            report.pass(GROUP, "scope", format!("{summary}: every pod of a served namespace is sent"))
+        }
+        None if registered == wanted => report.pass(
+            GROUP,
+            "scope",
+            format!("{summary}: only the pods they apply to are sent (matchConditions up to date)"),
+        ),
+        None => report.warn(
+            GROUP,
+            "scope",
+            format!("{summary}: the matchConditions in place are not yet what they need"),
+            "the leader writes them within seconds of a change: is the operator running? (see the operator checks)",
+        ),
+    }
+    if summary.required > 0 {
+        if registered.required.is_some() {
+            report.pass(
+                GROUP,
+                "required Watchers",
+                format!(
+                    "{}: their pods go to required.watcher.dev (failurePolicy: Fail), refused while the webhook is unreachable",
+                    summary.required
+                ),
+            );
+        } else {
+            report.warn(
+                GROUP,
+                "required Watchers",
+                format!(
+                    "{}, but required.watcher.dev is not registered: an outage admits their pods",
+                    summary.required
+                ),
+                "see the scope check above and the operator's log",
+            );
+        }
+    }
+}
+
 fn selectors(webhook: &MutatingWebhook) -> WebhookSelectors {
     WebhookSelectors { namespace: webhook.namespace_selector.clone(), object: webhook.object_selector.clone() }
 }
 
 fn failure_policy(report: &mut Report, webhook: &MutatingWebhook) {
     const GROUP: &str = "registration";
+    let scoped = webhook.match_conditions.iter().flatten().any(|c| c.name == watcher_webhook::scope::SCOPE_CONDITION);
     match webhook.failure_policy.as_deref().unwrap_or("Fail") {
         "Ignore" => {
             report.pass(GROUP, "failure policy", "Ignore: pods are created, uninjected, while the webhook is down")
         }
+        other if scoped => report.pass(
+            GROUP,
+            "failure policy",
+            format!(
+                "{other}: while the webhook is unreachable only the pods it could change are refused (matchConditions)"
+            ),
+        ),
         other => report.warn(
             GROUP,
             "failure policy",

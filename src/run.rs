@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use watcher_certs::registration::{Registrar, Registration};
 use watcher_certs::secret::{Lifetimes, SelfManaged};
 use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
+use watcher_controller::scope::ScopeWriter;
 use watcher_controller::{Context, Metrics, PolicyCache, WatcherCache};
 use watcher_webhook::{InjectOptions, Reviewer, router, serve_tls, supports_native_sidecars};
 
@@ -136,6 +137,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let ctx = Arc::new(Context::new(client.clone(), metrics));
     let sync_namespaces =
         if args.sync_namespaces.is_empty() { vec![namespace.clone()] } else { args.sync_namespaces.clone() };
+    let registration = registration(&args, &namespace);
     let controllers = tokio::spawn(run_controllers_while_leader(
         client,
         namespace,
@@ -143,6 +145,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         args.leader_election,
         Controllers {
             ctx,
+            registration,
             cache: watcher_cache,
             policies: policy_cache,
             cache_ready,
@@ -189,13 +192,8 @@ async fn start_certificates(
         return Ok((store, None));
     }
     let mut hosts = service_hosts(&args.service_name, namespace);
-    let registration = match &args.webhook_url {
-        Some(url) => {
-            hosts.extend(url_host(url));
-            Registration::Url(url.clone())
-        }
-        None => Registration::Service { name: args.service_name.clone(), namespace: namespace.to_owned() },
-    };
+    hosts.extend(args.webhook_url.as_deref().and_then(url_host));
+    let registration = registration(args, namespace);
     let manager = SelfManaged {
         client: client.clone(),
         namespace: namespace.to_owned(),
@@ -205,6 +203,14 @@ async fn start_certificates(
     };
     let upkeep = tokio::spawn(manager.run(store.clone(), shutdown));
     Ok((store, Some(upkeep)))
+}
+
+/// How kube-apiserver reaches this operator's webhook: by `--webhook-url`, else by the Service.
+fn registration(args: &RunArgs, namespace: &str) -> Registration {
+    match &args.webhook_url {
+        Some(url) => Registration::Url(url.clone()),
+        None => Registration::Service { name: args.service_name.clone(), namespace: namespace.to_owned() },
+    }
 }
 
 /// The host of a webhook URL, without the brackets of an IPv6 address.
@@ -271,7 +277,7 @@ async fn run_controllers_while_leader(
     let mut shutdown = std::pin::pin!(shutdown.fuse());
     if !leader_election {
         tokio::select! {
-            () = controllers.run(&names) => {},
+            () = controllers.run(&names, &namespace) => {},
             () = &mut shutdown => {},
         }
         return;
@@ -299,7 +305,7 @@ async fn run_controllers_while_leader(
         }
         info!(lease = LEASE_NAME, namespace, "became leader: starting controllers");
         tokio::select! {
-            () = controllers.run(&names) => break,
+            () = controllers.run(&names, &namespace) => break,
             lost = leader.wait_for(|is_leader| !*is_leader) => {
                 warn!(lease = LEASE_NAME, "lost the lease: controllers stopped");
                 if lost.is_err() { break }
@@ -323,6 +329,9 @@ async fn run_controllers_while_leader(
 /// What the controllers share: the context and the caches.
 struct Controllers {
     ctx: Arc<Context>,
+    /// How this operator's webhook is registered (the admission scope is written by the
+    /// operator whose registration stands).
+    registration: Registration,
     cache: WatcherCache,
     policies: PolicyCache,
     cache_ready: watch::Receiver<bool>,
@@ -333,14 +342,25 @@ struct Controllers {
 }
 
 impl Controllers {
-    /// Runs the named controllers, once the Watcher cache has synced, until they all stop
-    /// (on SIGTERM).
-    async fn run(&self, names: &[ControllerName]) {
+    /// Runs the named controllers and the admission scope's writer, once the caches have
+    /// synced, until they all stop (on SIGTERM).
+    async fn run(&self, names: &[ControllerName], namespace: &str) {
         if self.cache_ready.clone().wait_for(|ready| *ready).await.is_err() {
             return;
         }
+        let (scope_writer, scope) = ScopeWriter::new(
+            self.ctx.client.clone(),
+            self.registration.clone(),
+            namespace.to_owned(),
+            self.cache.clone(),
+            self.policies.clone(),
+        );
+        // The writer runs as long as the controllers do (they end on SIGTERM), and stops with
+        // them when the lease is lost: only the leader writes.
         let runs = names.iter().map(|name| match name {
-            ControllerName::Watcher => watcher_controller::watcher::run(self.ctx.clone(), self.cache.clone()).boxed(),
+            ControllerName::Watcher => {
+                watcher_controller::watcher::run(self.ctx.clone(), self.cache.clone(), scope.clone()).boxed()
+            }
             ControllerName::Pods => {
                 watcher_controller::pods::run(self.ctx.clone(), self.cache.clone(), self.policies.clone()).boxed()
             }
@@ -351,7 +371,11 @@ impl Controllers {
                 watcher_controller::sync::run(self.ctx.clone(), self.sync_namespaces.clone(), self.sync_secrets).boxed()
             }
         });
-        future::join_all(runs).await;
+        let writer = scope_writer.run().then(|()| future::pending::<()>());
+        tokio::select! {
+            _ = future::join_all(runs) => {},
+            () = writer => {},
+        }
     }
 }
 

@@ -174,7 +174,8 @@ const CALLS: &[(&str, &str, &[&str], &[&str])] = &[
     // The webhook's caches (controller/src/cache.rs, policies.rs), in every replica.
     ("", "watcher.dev", &["watchers", "imagepolicies"], &["get", "list", "watch"]),
     ("", "", &["namespaces"], &["list", "watch"]),
-    // Events (controller/src/context.rs), and the self-managed registration (certs/src/registration.rs).
+    // Events (controller/src/context.rs), the self-managed registration (certs/src/registration.rs)
+    // and the admission scope (controller/src/scope.rs: get, update).
     ("", "events.k8s.io", &["events"], &["create", "patch"]),
     ("", "admissionregistration.k8s.io", &["mutatingwebhookconfigurations"], &["get", "patch", "update", "create"]),
     // watcher.rs: the owned ConfigMaps (a labelled watch, POST, merge patch, delete) and status.
@@ -231,13 +232,14 @@ fn rbac_grants_exactly_what_the_enabled_controllers_call() {
     }
 }
 
-/// Secrets cluster-wide only when sync copies them; cert-manager drops the registration rights.
+/// Secrets cluster-wide only when sync copies them; cert-manager leaves only the rights the
+/// admission scope needs on the webhook configuration.
 #[test]
 fn rbac_grants_only_what_the_enabled_controllers_need() {
     let cases: [(&[&str], &[&str], &[&str]); 3] = [
         (&[], &["secrets", "configmaps", "deployments", "pods", "pods/eviction", "ats/status"], &[]),
         (&["sync.secrets=false"], &["configmaps"], &["secrets"]),
-        (&["certManager.enabled=true"], &["configmaps"], &["mutatingwebhookconfigurations"]),
+        (&["certManager.enabled=true"], &["configmaps", "mutatingwebhookconfigurations"], &[]),
     ];
     for (sets, granted, refused) in cases {
         let Some(chart) = render("watcher-system", sets) else { return };
@@ -261,7 +263,8 @@ fn rbac_grants_only_what_the_enabled_controllers_need() {
 
 /// certManager.enabled: a Certificate (and a self-signed Issuer) into Secret
 /// watcher-operator-tls, served with --tls-cert-file, the CA injected by cert-manager; the
-/// operator gets no right to write the webhook configuration or its Secret.
+/// operator gets no right to its Secret, and updates the webhook configuration only for its
+/// matchConditions.
 #[test]
 fn cert_manager_issues_and_injects_the_certificate() {
     let Some(chart) = render("watcher-system", &["certManager.enabled=true"]) else { return };
@@ -283,8 +286,12 @@ fn cert_manager_issues_and_injects_the_certificate() {
     let webhook = get(&chart, "MutatingWebhookConfiguration");
     assert_eq!(webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "watcher-system/watcher-operator");
     assert!(webhook["webhooks"][0]["clientConfig"].get("caBundle").is_none());
-    let resources = cluster_role_resources(&chart);
-    assert!(!resources.iter().any(|r| r == "mutatingwebhookconfigurations"), "{resources:?}");
+    let webhook_grants: Vec<String> = cluster_role_grants(&chart)
+        .into_iter()
+        .filter(|(_, resource, _)| resource == "mutatingwebhookconfigurations")
+        .map(|(_, _, verb)| verb)
+        .collect();
+    assert_eq!(webhook_grants, ["get", "update"], "the matchConditions only: no create, no patch");
     assert!(get(&chart, "Role")["rules"].as_array().expect("rules").iter().all(|r| r["resources"][0] != "secrets"));
 
     let Some(chart) = render(

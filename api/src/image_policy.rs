@@ -126,6 +126,11 @@ impl CompiledPolicy {
         self.rules.is_ok() && self.selector.as_ref().is_none_or(|s| s.matches(namespace_labels))
     }
 
+    /// Whether the policy applies to every namespace (it has rules and no `namespaceSelector`).
+    pub fn applies_everywhere(&self) -> bool {
+        !self.valid_rules().is_empty() && self.selector.is_none()
+    }
+
     /// The rules, when the policy is valid.
     pub fn valid_rules(&self) -> &[Rule] {
         self.rules.as_deref().unwrap_or_default()

@@ -73,6 +73,22 @@ pub struct WatcherSpec {
     /// What happens to pods injected with an older spec, or not injected at all.
     #[serde(default)]
     pub update_policy: UpdatePolicy,
+
+    /// `Ignore` (default): a pod that cannot get this Watcher (the webhook is unreachable, a
+    /// container name collides) is admitted without it, and counted as missing. `Fail`: the
+    /// Watcher is required, and such a pod is refused (see README, "Required Watchers").
+    #[serde(default)]
+    pub failure_policy: FailurePolicy,
+}
+
+/// What becomes of a pod that asks for a Watcher it cannot get.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum FailurePolicy {
+    /// Admitted without the Watcher (with a warning), and counted as missing.
+    #[default]
+    Ignore,
+    /// Refused: the Watcher is required.
+    Fail,
 }
 
 /// Whether the sidecar is added as a native sidecar (init container, `restartPolicy: Always`).
@@ -246,6 +262,11 @@ pub fn config_map_name(watcher_name: &str) -> String {
 }
 
 impl WatcherSpec {
+    /// Whether a pod that asks for this Watcher is never admitted without it.
+    pub fn is_required(&self) -> bool {
+        self.failure_policy == FailurePolicy::Fail
+    }
+
     /// What in this spec would make kube-apiserver refuse a pod injected with it, each problem
     /// naming its field. The CRD schema refuses all of it at apply time (from Kubernetes 1.25
     /// for its CEL rules); a Watcher stored before that is never injected while this is not

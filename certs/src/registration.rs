@@ -87,7 +87,8 @@ pub struct Form {
 }
 
 impl Form {
-    fn of(client_config: &WebhookClientConfig) -> Self {
+    /// The form of `client_config`.
+    pub fn of(client_config: &WebhookClientConfig) -> Self {
         Self { service: client_config.service.clone(), url: client_config.url.clone() }
     }
 }
@@ -136,6 +137,11 @@ impl Registration {
 
     fn form(&self) -> Form {
         Form::of(&self.client_config(&ByteString(Vec::new())))
+    }
+
+    /// Whether `client_config` reaches the webhook this way (whatever its `caBundle`).
+    pub fn is_form_of(&self, client_config: &WebhookClientConfig) -> bool {
+        Form::of(client_config) == self.form()
     }
 }
 

@@ -10,6 +10,7 @@ mod metrics;
 pub mod pods;
 pub mod podset;
 mod policies;
+pub mod scope;
 pub mod sync;
 pub mod watcher;
 

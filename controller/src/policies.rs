@@ -24,6 +24,8 @@ pub struct PolicyCache {
     /// Every namespace, as metadata.
     pub namespaces: Store<NamespaceMeta>,
     compiled: Arc<Compiled>,
+    /// Marked on every change of a policy or a namespace (the admission scope follows both).
+    changed: tokio::sync::watch::Sender<()>,
 }
 
 /// The compiled policies, in name order, rebuilt on the first read after a change.
@@ -40,6 +42,8 @@ impl PolicyCache {
         let (namespaces, namespace_writer) = reflector::store::<NamespaceMeta>();
         let compiled = Arc::new(Compiled { stale: AtomicBool::new(true), ..Compiled::default() });
         let stale = compiled.clone();
+        let changed = tokio::sync::watch::Sender::new(());
+        let (policy_changed, namespace_changed) = (changed.clone(), changed.clone());
         let policy_fill = watcher(Api::<ImagePolicy>::all(client.clone()), watcher::Config::default().any_semantic())
             .default_backoff()
             .modify(|policy| policy.managed_fields_mut().clear())
@@ -49,6 +53,7 @@ impl PolicyCache {
                     // After the store took it, so a rebuild that clears the mark sees the change.
                     Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
                         stale.stale.store(true, Ordering::Release);
+                        policy_changed.send_replace(());
                     }
                     Ok(_) => {}
                     Err(error) => tracing::warn!(%error, "cannot watch ImagePolicies (are the CRDs installed?)"),
@@ -59,22 +64,31 @@ impl PolicyCache {
             .default_backoff()
             .modify(|namespace| namespace.managed_fields_mut().clear())
             .reflect(namespace_writer)
-            .for_each(|event| {
-                if let Err(error) = event {
-                    tracing::warn!(%error, "cannot watch namespaces");
+            .for_each(move |event| {
+                match event {
+                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                        namespace_changed.send_replace(());
+                    }
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(%error, "cannot watch namespaces"),
                 }
                 futures::future::ready(())
             });
         let fill = async move {
             futures::join!(policy_fill, namespace_fill);
         };
-        (Self { policies, namespaces, compiled }, fill)
+        (Self { policies, namespaces, compiled, changed }, fill)
     }
 
     /// A cache over stores filled by the caller (tests, benchmarks).
     pub fn from_stores(policies: Store<ImagePolicy>, namespaces: Store<NamespaceMeta>) -> Self {
         let compiled = Arc::new(Compiled { stale: AtomicBool::new(true), ..Compiled::default() });
-        Self { policies, namespaces, compiled }
+        Self { policies, namespaces, compiled, changed: tokio::sync::watch::Sender::new(()) }
+    }
+
+    /// A receiver marked changed whenever a policy or a namespace changes.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.changed.subscribe()
     }
 
     /// Every policy, compiled, in name order.

@@ -25,6 +25,7 @@ use watcher_api::{
     FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL, Watcher, WatcherStatus, condition, config_map_name, set_condition,
 };
 
+use crate::scope::ScopeStatus;
 use crate::{Context, Error, Result, WatcherCache};
 
 const CONTROLLER: &str = "watcher";
@@ -42,25 +43,30 @@ pub struct WatcherContext {
     config_maps: Store<ConfigMap>,
     /// Whether the ConfigMaps' initial list is in.
     listed: Arc<AtomicBool>,
+    /// Whether the webhook's registered matchConditions send the pods of each Watcher.
+    scope: ScopeStatus,
 }
 
 impl WatcherContext {
     /// A context over `config_maps`, already listed (for tests that fill the store themselves).
     #[cfg(test)]
-    pub(crate) fn new(ctx: Arc<Context>, config_maps: Store<ConfigMap>) -> Arc<Self> {
-        Arc::new(Self { ctx, config_maps, listed: Arc::new(AtomicBool::new(true)) })
+    pub(crate) fn new(ctx: Arc<Context>, config_maps: Store<ConfigMap>, scope: ScopeStatus) -> Arc<Self> {
+        Arc::new(Self { ctx, config_maps, listed: Arc::new(AtomicBool::new(true)), scope })
     }
 }
 
-/// Runs the Watcher controller until shutdown, on the Watchers of the shared cache.
-pub async fn run(ctx: Arc<Context>, cache: WatcherCache) {
+/// Runs the Watcher controller until shutdown, on the Watchers of the shared cache. A Watcher
+/// is `Ready` only once `scope` says the webhook's registered conditions cover it; every
+/// Watcher is looked at again when they change.
+pub async fn run(ctx: Arc<Context>, cache: WatcherCache, scope: ScopeStatus) {
     let labels = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
     let api = Api::<ConfigMap>::all(ctx.client.clone());
     let (config_maps, owned, listed) = crate::cached_watch(api, watcher::Config::default().labels(&labels), |_| {});
-    let shared = Arc::new(WatcherContext { ctx, config_maps, listed });
+    let scope_changes = scope.changes();
+    let shared = Arc::new(WatcherContext { ctx, config_maps, listed, scope });
     let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
     Controller::for_shared_stream(triggers, cache.store.clone())
-        .reconcile_all_on(resyncs)
+        .reconcile_all_on(futures::stream::select(resyncs, scope_changes))
         .owns_stream(owned)
         .with_config(crate::controller_config())
         .shutdown_on_signal()
@@ -87,6 +93,8 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
     if !ctx.listed.load(Ordering::Acquire) {
         return Ok(Action::requeue(crate::UNLISTED_RETRY)); // the cache would say "absent"
     }
+    // Until the leader has read the webhook configuration: no Ready flapping at each start.
+    let Some(covered) = ctx.scope.covers(&watcher) else { return Ok(Action::requeue(crate::UNLISTED_RETRY)) };
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
     let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
     let name = config_map_name(&watcher.name_any());
@@ -136,7 +144,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
     };
 
     let requeue = if matches!(outcome, ConfigOutcome::Conflict(_)) { CONFLICT_RETRY } else { RESYNC };
-    let status = desired_status(&watcher, &outcome);
+    let status = desired_status(&watcher, &outcome, covered);
     if watcher.status.as_ref() != Some(&status) {
         let api = Api::<Watcher>::namespaced(ctx.ctx.client.clone(), &namespace);
         let patch = json!({"status": {
@@ -223,8 +231,9 @@ fn config_map_matches(existing: &ConfigMap, desired: &ConfigMap) -> bool {
         && desired.owner_references().iter().all(|owner| existing.owner_references().contains(owner))
 }
 
-/// The status that describes `outcome`; equal to the current one when nothing changed.
-fn desired_status(watcher: &Watcher, outcome: &ConfigOutcome) -> WatcherStatus {
+/// The status that describes `outcome`, and whether the webhook's conditions cover the
+/// Watcher; equal to the current one when nothing changed.
+fn desired_status(watcher: &Watcher, outcome: &ConfigOutcome, covered: bool) -> WatcherStatus {
     let mut status = watcher.status.clone().unwrap_or_default();
     let generation = watcher.meta().generation;
     status.observed_generation = generation;
@@ -244,13 +253,18 @@ fn desired_status(watcher: &Watcher, outcome: &ConfigOutcome) -> WatcherStatus {
         }
     };
     let problems = watcher.spec.problems();
-    let ready = if problems.is_empty() || ready.status != "True" {
+    let ready = if ready.status != "True" {
         ready
-    } else {
+    } else if !problems.is_empty() {
         // Stored before the CRD had the rule, or on Kubernetes 1.24 (no CEL): the webhook never
         // injects it, and says so here.
         let message = format!("not injected: a pod would be invalid with it: {}", problems.join("; "));
         condition("Ready", false, "InvalidSpec", message, generation)
+    } else if !covered {
+        let message = "waiting for the webhook's matchConditions to send the pods that ask for this Watcher";
+        condition("Ready", false, "AdmissionScopePending", message, generation)
+    } else {
+        ready
     };
     set_condition(&mut status.conditions, ready);
     status

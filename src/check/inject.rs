@@ -10,9 +10,10 @@ use json_patch::PatchOperation;
 use kube::ResourceExt;
 use serde::Serialize;
 use watcher_api::{CompiledPolicy, ORIGINAL_IMAGES_ANNOTATION, Watcher, image, injected_watchers};
+use watcher_webhook::scope::Conditions;
 use watcher_webhook::{
-    Asked, Exclusion, InjectOptions, PodView, Verdict, WebhookSelectors, decide, exclusion, inject, original_images,
-    rewrite_images,
+    Asked, Exclusion, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, decide, exclusion, inject,
+    original_images, rewrite_images,
 };
 
 /// Why the namespace or the pod is kept from the webhook.
@@ -44,11 +45,15 @@ pub(crate) struct ImageLine {
     pub(crate) policy: String,
 }
 
-/// The whole answer: `{"namespace", "pod", "excluded", "watchers", "images"}`.
+/// The whole answer: `{"namespace", "pod", "sent", "webhook", "excluded", "watchers", "images"}`.
 #[derive(Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Explanation {
     pub(crate) namespace: String,
     pub(crate) pod: String,
+    /// Whether kube-apiserver sends the pod to the webhook at all.
+    pub(crate) sent: bool,
+    /// Which webhook of the configuration: `inject.watcher.dev` or `required.watcher.dev`.
+    pub(crate) webhook: Option<&'static str>,
     pub(crate) excluded: Option<Excluded>,
     pub(crate) watchers: Vec<WatcherLine>,
     pub(crate) images: Vec<ImageLine>,
@@ -66,6 +71,28 @@ pub(crate) struct Scope<'a> {
     pub(crate) policies: &'a [Arc<CompiledPolicy>],
     /// The operator's namespace (never injected).
     pub(crate) options: &'a InjectOptions,
+    /// Where the registered matchConditions send the pod (see [`sent_by`]).
+    pub(crate) sent: Sent,
+}
+
+/// Where kube-apiserver sends a pod with `labels` and `annotations`, created in `namespace`,
+/// given the operator's conditions as registered (`None`: there is no configuration) and the
+/// scope the operator computes: the same code that writes the conditions.
+pub(crate) fn sent_by(
+    registered: Option<&Conditions>,
+    admission: &watcher_webhook::Scope,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> Sent {
+    let Some(registered) = registered else { return Sent::No };
+    match admission.sends(namespace, labels, annotations) {
+        Sent::Required if registered.required.is_some() => Sent::Required,
+        // No scope condition registered: every pod of a served namespace is sent.
+        _ if registered.scope.is_none() => Sent::Inject,
+        Sent::Required => Sent::Inject,
+        sent => sent,
+    }
 }
 
 /// Explains `pod`: as it exists in the cluster (`existing`: what was done at its creation), or
@@ -166,9 +193,17 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
     }
     lines.sort_by(|a, b| a.name.cmp(&b.name));
     let images = if existing { rewritten_images(pod, scope.policies) } else { planned_images(pod, scope, &excluded) };
+    let sent = if excluded.is_some() { Sent::No } else { scope.sent };
+    let webhook = match sent {
+        Sent::No => None,
+        Sent::Inject => Some(watcher_controller::scope::INJECT_WEBHOOK),
+        Sent::Required => Some(watcher_controller::scope::REQUIRED_WEBHOOK),
+    };
     Explanation {
         namespace: namespace.to_owned(),
         pod: pod.display_name().to_owned(),
+        sent: sent != Sent::No,
+        webhook,
         excluded,
         watchers: lines,
         images,
@@ -253,6 +288,14 @@ impl Explanation {
         let mut out = format!("Pod {}/{}\n", self.namespace, self.pod);
         if let Some(excluded) = &self.excluded {
             out.push_str(&format!("× excluded ({:?}): {}\n", excluded.reason, excluded.message));
+        } else {
+            match self.webhook {
+                Some(webhook) => out.push_str(&format!("→ sent to webhook {webhook}\n")),
+                None => out.push_str(
+                    "× not sent to the webhook: it asks for no Watcher, none selects it and no ImagePolicy \
+                     applies to its namespace (the webhook's matchConditions)\n",
+                ),
+            }
         }
         if self.watchers.is_empty() {
             out.push_str(&format!("  no Watcher in namespace {}\n", self.namespace));
@@ -355,15 +398,20 @@ pub(crate) async fn check_inject(
         .map(str::to_owned)
         .or_else(|| webhook.as_ref().and_then(|w| Some(w.client_config.service.as_ref()?.namespace.clone())))
         .unwrap_or_else(|| "watcher-system".to_owned());
-    let mut policies: Vec<Arc<CompiledPolicy>> = Api::<ImagePolicy>::all(client.clone())
+    let compiled: Vec<Arc<CompiledPolicy>> = Api::<ImagePolicy>::all(client.clone())
         .list(&ListParams::default())
         .await
         .context("cannot list the ImagePolicies")?
         .items
         .iter()
         .map(|p| Arc::new(p.compile()))
-        .filter(|p| p.rules.is_ok() && p.selects(&labels))
         .collect();
+    let admission =
+        watcher_webhook::Scope::compute(&watchers, &compiled, [(namespace.as_str(), &labels)], &operator_namespace);
+    let registered = configuration.as_ref().map(watcher_controller::scope::in_place);
+    let sent = sent_by(registered.as_ref(), &admission, &namespace, pod.labels(), pod.annotations());
+    let mut policies: Vec<Arc<CompiledPolicy>> =
+        compiled.into_iter().filter(|p| p.rules.is_ok() && p.selects(&labels)).collect();
     policies.sort_by(|a, b| a.name.cmp(&b.name));
     let native_sidecars = client
         .apiserver_version()
@@ -378,6 +426,7 @@ pub(crate) async fn check_inject(
         selectors: &selectors,
         policies: &policies,
         options: &options,
+        sent,
     };
     Ok(explain(&pod, existing, &scope))
 }

@@ -18,6 +18,7 @@ const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/watcher-system/endpoi
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/watcher-system/leases/watcher-operator";
 const PODS: &str = "/api/v1/namespaces/default/pods";
 const SSAR: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+const WATCHERS: &str = "/apis/watcher.dev/v1alpha1/watchers";
 
 /// A cluster as the mocked API server answers it: objects by path; what a dry-run pod comes
 /// back as; what access reviews answer.
@@ -54,7 +55,29 @@ impl Cluster {
         config["webhooks"][0]["clientConfig"]["caBundle"] =
             serde_json::to_value(k8s_openapi::ByteString(ca_pem.cert_pem.clone().into_bytes())).expect("base64");
         config["webhooks"][0]["clientConfig"].as_object_mut().expect("object").remove("url");
-        objects.insert(CONFIG.into(), config);
+        // One Watcher selecting pods by label, and the matchConditions the leader wrote for it.
+        let watcher = json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+            "metadata": {"name": "log-watcher", "namespace": "team-a"},
+            "spec": {"container": {"name": "log-watcher", "image": "busybox:1.36"},
+                     "selector": {"matchLabels": {"app": "web"}}}});
+        let namespaces = json!({"apiVersion": "v1", "kind": "NamespaceList", "metadata": {}, "items": [
+            {"metadata": {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "team-a"}}}]});
+        objects.insert(WATCHERS.into(), json!({"metadata": {}, "items": [watcher.clone()]}));
+        objects.insert("/apis/watcher.dev/v1alpha1/imagepolicies".into(), json!({"metadata": {}, "items": []}));
+        objects.insert("/api/v1/namespaces".into(), namespaces);
+        let watcher: watcher_api::Watcher = serde_json::from_value(watcher).expect("Watcher");
+        let labels =
+            std::collections::BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), "team-a".to_owned())]);
+        let scope = watcher_webhook::Scope::compute(
+            [&watcher],
+            &[] as &[watcher_api::CompiledPolicy],
+            [("team-a", &labels)],
+            "watcher-system",
+        );
+        let mut typed: k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration =
+            serde_json::from_value(config).expect("configuration");
+        watcher_controller::scope::apply(&mut typed, &scope.conditions(), None);
+        objects.insert(CONFIG.into(), serde_json::to_value(typed).expect("JSON"));
         let bytes = |s: &str| serde_json::to_value(k8s_openapi::ByteString(s.as_bytes().to_vec())).expect("base64");
         objects.insert(
             SECRET.into(),
@@ -177,6 +200,7 @@ async fn a_healthy_install_passes_every_check() {
             "failure policy",
             "caBundle",
             "serving certificate",
+            "scope",
             "Service endpoints",
             "Deployment",
             "leader Lease",
@@ -188,7 +212,56 @@ async fn a_healthy_install_passes_every_check() {
         line(&report, "admission probe").1,
         "a dry-run pod in default came back patched by the webhook (watcher-operator 0.1.0)"
     );
+    assert_eq!(
+        line(&report, "scope").1,
+        "1 Watchers (1 selecting pods by label, 0 required), 0 ImagePolicies: only the pods they apply to are sent \
+         (matchConditions up to date)"
+    );
     assert!(report.text().ends_with("Status: √ every check passed\n"));
+}
+
+/// The scope: conditions behind the Watchers, a required Watcher without its webhook, a
+/// fallback the operator recorded, and a server without matchConditions, each a warning that
+/// says what it means.
+#[tokio::test]
+async fn the_admission_scope_warns_when_it_does_not_hold() {
+    let selector_changed = Cluster::healthy()
+        .edit(WATCHERS, |list| list["items"][0]["spec"]["selector"] = json!({"matchLabels": {"app": "api"}}))
+        .check(false)
+        .await;
+    let (status, message, _) = line(&selector_changed, "scope");
+    assert_eq!(status, Status::Warning);
+    assert!(message.ends_with("the matchConditions in place are not yet what they need"), "{message}");
+
+    let required = Cluster::healthy()
+        .edit(WATCHERS, |list| list["items"][0]["spec"]["failurePolicy"] = json!("Fail"))
+        .check(false)
+        .await;
+    let (status, message, _) = line(&required, "required Watchers");
+    assert_eq!(status, Status::Warning);
+    assert_eq!(message, "1, but required.watcher.dev is not registered: an outage admits their pods");
+
+    let fallback = Cluster::healthy()
+        .edit(CONFIG, |c| {
+            c["metadata"]["annotations"] = json!({"watcher.dev/admission-scope": "kube-apiserver refused the matchConditions (x): every pod of a served namespace is sent"})
+        })
+        .check(false)
+        .await;
+    let (status, message, _) = line(&fallback, "scope");
+    assert_eq!(status, Status::Warning);
+    assert!(message.contains("refused the matchConditions"), "{message}");
+
+    let old = Cluster::healthy()
+        .edit("/version", |v| {
+            v["minor"] = json!("27");
+            v["gitVersion"] = json!("v1.27.16");
+        })
+        .check(false)
+        .await;
+    let (status, message, _) = line(&old, "scope");
+    assert_eq!(status, Status::Warning);
+    assert!(message.starts_with("Kubernetes v1.27.16 has no webhook matchConditions (1.28 or later)"), "{message}");
+    assert!(old.ok(), "warnings only");
 }
 
 #[tokio::test]
@@ -352,9 +425,18 @@ async fn a_registration_by_url_skips_the_service_and_deployment_and_checks_the_u
 }
 
 #[tokio::test]
-async fn failure_policy_fail_is_a_warning() {
-    let report =
+async fn failure_policy_fail_is_a_warning_unless_the_scope_narrows_it() {
+    let scoped =
         Cluster::healthy().edit(CONFIG, |c| c["webhooks"][0]["failurePolicy"] = json!("Fail")).check(false).await;
+    let (status, message, _) = line(&scoped, "failure policy");
+    assert_eq!(status, Status::Passed, "{message}");
+    let report = Cluster::healthy()
+        .edit(CONFIG, |c| {
+            c["webhooks"][0]["failurePolicy"] = json!("Fail");
+            c["webhooks"][0].as_object_mut().expect("webhook").remove("matchConditions");
+        })
+        .check(false)
+        .await;
     let (status, message, _) = line(&report, "failure policy");
     assert_eq!(status, Status::Warning);
     assert_eq!(message, "Fail: no pod of a selected namespace can be created while the webhook is unreachable");

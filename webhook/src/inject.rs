@@ -40,9 +40,15 @@ impl InjectOptions {
 /// `restartPolicy: Always`, on by default since Kubernetes 1.29). `minor` may carry a vendor
 /// suffix such as `29+`.
 pub fn supports_native_sidecars(major: &str, minor: &str) -> bool {
+    version_at_least(major, minor, (1, 29))
+}
+
+/// Whether the server version `major`.`minor` (as `/version` gives them, `minor` perhaps with
+/// a vendor suffix such as `29+`) is at least `least`; an unreadable version is not.
+pub(crate) fn version_at_least(major: &str, minor: &str, least: (u32, u32)) -> bool {
     let number = |s: &str| s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>().ok();
     match (number(major), number(minor)) {
-        (Some(major), Some(minor)) => (major, minor) >= (1, 29),
+        (Some(major), Some(minor)) => (major, minor) >= least,
         _ => false,
     }
 }
@@ -65,6 +71,22 @@ pub struct Injection {
     /// Whether the pod asked for a Watcher or was selected by one (in a namespace that is
     /// injected at all).
     pub asked: bool,
+    /// Why the pod is refused: it asks for a required Watcher (`spec.failurePolicy: Fail`)
+    /// that it cannot get. The patch and warnings are then not sent.
+    pub refused: Option<String>,
+}
+
+impl Injection {
+    /// Records that Watcher `name` cannot be injected, and why: a warning, or the refusal of
+    /// the pod when the Watcher is required.
+    fn not_injected(&mut self, name: &str, watcher: Option<&Watcher>, why: &str) {
+        if watcher.is_some_and(|w| w.spec.is_required()) {
+            let reason = format!("Watcher {name} is required (failurePolicy: Fail) and cannot be injected: {why}");
+            self.refused.get_or_insert(reason);
+        } else {
+            self.warnings.push(format!("Watcher {name} not injected: {why}"));
+        }
+    }
 }
 
 /// Injects into `pod` (created in `namespace`) every Watcher of that namespace that it asks for
@@ -101,17 +123,14 @@ pub fn inject<W: Borrow<Watcher>>(
                 injection.warnings.push(format!("Watcher {name} not found in namespace {namespace}"));
                 continue;
             }
-            (Verdict::Collision { container }, _) => {
-                injection
-                    .warnings
-                    .push(format!("Watcher {name} not injected: the pod already has a container named {container}"));
+            (Verdict::Collision { container }, watcher) => {
+                let why = format!("the pod already has a container named {container}");
+                injection.not_injected(name, watcher, &why);
                 continue;
             }
-            (Verdict::Invalid { problems }, _) => {
-                injection.warnings.push(format!(
-                    "Watcher {name} not injected: the pod would be invalid with it: {}",
-                    problems.join("; ")
-                ));
+            (Verdict::Invalid { problems }, watcher) => {
+                let why = format!("the pod would be invalid with it: {}", problems.join("; "));
+                injection.not_injected(name, watcher, &why);
                 continue;
             }
             // Reinvocation, or a pod copied from an injected one: nothing to do.

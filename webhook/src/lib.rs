@@ -8,6 +8,7 @@ mod metrics;
 mod pod;
 mod review;
 mod rewrite;
+pub mod scope;
 mod server;
 
 pub use decide::{Asked, Decision, Exclusion, Verdict, WebhookSelectors, decide, exclusion};
@@ -16,4 +17,5 @@ pub use metrics::{AdmissionResult, Metrics};
 pub use pod::{ContainerView, Named, PodMeta, PodSpecView, PodView};
 pub use review::{ReviewError, Reviewer, WatcherSource};
 pub use rewrite::{PolicySource, original_images, rewrite_images};
+pub use scope::{Scope, Sent};
 pub use server::{MAX_BODY_BYTES, router, serve_tls};

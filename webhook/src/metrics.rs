@@ -18,6 +18,8 @@ pub enum AdmissionResult {
     skipped,
     /// A dry-run probe of `watcher-operator check` was answered.
     probe,
+    /// The pod was refused: it asks for a required Watcher it cannot get.
+    refused,
     /// The request could not be read, or was denied.
     error,
 }

@@ -214,7 +214,9 @@ fn is_pod(group: &str, kind: &str) -> bool {
 }
 
 fn log_injection(uid: &str, dry_run: bool, namespace: &str, pod: &str, injection: &Injection) {
-    if !injection.patch.is_empty() {
+    if let Some(reason) = &injection.refused {
+        info!(uid, namespace, pod, dry_run, reason, "pod refused");
+    } else if !injection.patch.is_empty() {
         info!(uid, namespace, pod, dry_run, watchers = ?injection.injected,
               rewritten = ?injection.rewritten, warnings = ?injection.warnings, "pod mutated");
     } else if injection.warnings.is_empty() && !injection.asked {
@@ -345,6 +347,12 @@ impl Answer {
     }
 
     fn from_injection(uid: String, injection: Injection) -> (Self, AdmissionResult) {
+        if let Some(reason) = injection.refused {
+            let status = AnswerStatus { status: "Failure", code: 403, reason: "Forbidden", message: reason };
+            let mut answer = Self::deny(uid, String::new());
+            answer.response.status = Some(status);
+            return (answer, AdmissionResult::refused);
+        }
         let mut answer = Self::allow(uid);
         answer.response.warnings = injection.warnings;
         if injection.patch.is_empty() {

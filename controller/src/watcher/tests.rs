@@ -11,6 +11,7 @@ use kube::runtime::watcher::Event;
 
 use super::{WatcherContext, desired_config_map, error_policy, reconcile};
 use crate::fixtures::ApiServerVerifier;
+use crate::scope::{Registered, ScopeStatus};
 use crate::{Context, Metrics};
 
 const CM_PATH: &str = "/api/v1/namespaces/team-a/configmaps/log-watcher-config";
@@ -65,7 +66,7 @@ where
         writer.apply_watcher_event(&Event::Apply(cm));
     }
     let server = tokio::spawn(scenario(verifier));
-    let result = reconcile(Arc::new(watcher), WatcherContext::new(ctx.clone(), store)).await;
+    let result = reconcile(Arc::new(watcher), WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod())).await;
     let metrics = ctx.metrics.clone();
     drop(ctx); // lets the scenario see that no request follows
     server.await.expect("scenario passed");
@@ -206,7 +207,7 @@ async fn api_errors_back_off_and_are_counted() {
 
     let (ctx, _api) = Context::test();
     let watcher = Arc::new(watcher);
-    let shared = WatcherContext::new(ctx.clone(), reflector::store().0);
+    let shared = WatcherContext::new(ctx.clone(), reflector::store().0, ScopeStatus::every_pod());
     let first = error_policy(watcher.clone(), &error, shared.clone());
     let second = error_policy(watcher.clone(), &error, shared);
     assert_eq!(first, Action::requeue(std::time::Duration::from_secs(5)));
@@ -235,4 +236,33 @@ async fn an_invalid_spec_is_not_ready_and_says_why() {
     })
     .await;
     result.expect("reconciled");
+}
+
+/// A Watcher that selects pods is `Ready` only once the registered matchConditions send them:
+/// before the leader has read the configuration nothing is written at all (no flapping at
+/// each start), and while the conditions in place predate the selector, `Ready=False` says so.
+#[tokio::test]
+async fn ready_waits_for_the_admission_scope() {
+    let spec = json!({"container": {"name": "log-watcher", "image": "busybox:1.36"},
+                      "selector": {"matchLabels": {"app": "web"}}});
+    let (ctx, mut api) = Context::test();
+    let pending = WatcherContext::new(ctx.clone(), reflector::store().0, ScopeStatus::fixed(Registered::Pending));
+    let action = reconcile(Arc::new(watcher(spec.clone(), None)), pending).await.expect("reconciled");
+    assert_eq!(action, Action::requeue(crate::UNLISTED_RETRY));
+
+    let stale = ScopeStatus::fixed(Registered::Scoped(Arc::new(watcher_webhook::Scope::default())));
+    let shared = WatcherContext::new(ctx.clone(), reflector::store().0, stale);
+    let server = tokio::spawn(async move {
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        let ready = &status.body["status"]["conditions"][0];
+        assert_eq!(
+            (ready["status"].as_str(), ready["reason"].as_str()),
+            (Some("False"), Some("AdmissionScopePending"))
+        );
+        status.ok(&watcher_echo(json!({"container": {"name": "log-watcher"}})));
+        api.expect_no_more().await;
+    });
+    reconcile(Arc::new(watcher(spec, None)), shared).await.expect("reconciled");
+    drop(ctx);
+    server.await.expect("scenario passed");
 }

@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 use watcher_api::{CompiledPolicy, ImagePolicy, Watcher};
 use watcher_webhook::{InjectOptions, PodView, Reviewer, WebhookSelectors};
 
-use super::{Explanation, Scope, explain};
+use super::{Explanation, Scope, explain, sent_by};
+use watcher_webhook::Sent;
 
 fn watcher(name: &str, container: &str, image: &str, selector: Option<Value>) -> Watcher {
     let mut spec = json!({"container": {"name": container, "image": image}});
@@ -53,6 +54,10 @@ fn explain_in(
     let pod: PodView = serde_json::from_value(pod).expect("pod");
     let refs: Vec<&Watcher> = watchers.iter().collect();
     let policies = [policy()];
+    // The conditions registered as the operator computes them.
+    let admission =
+        watcher_webhook::Scope::compute(watchers, &policies, [(namespace, &namespace_labels)], "watcher-system");
+    let sent = sent_by(Some(&admission.conditions()), &admission, namespace, pod.labels(), pod.annotations());
     let scope = Scope {
         namespace,
         namespace_labels: &namespace_labels,
@@ -60,6 +65,7 @@ fn explain_in(
         selectors: &deploy_selectors(),
         policies: &policies,
         options: &options(),
+        sent,
     };
     explain(&pod, existing, &scope)
 }
@@ -176,7 +182,8 @@ fn the_json_has_the_documented_shape() {
     );
     assert_eq!(
         serde_json::to_value(&explanation).expect("JSON"),
-        json!({"namespace": "team-a", "pod": "web-", "excluded": null, "images": [],
+        json!({"namespace": "team-a", "pod": "web-", "sent": true, "webhook": "inject.watcher.dev",
+               "excluded": null, "images": [],
                "watchers": [{"name": "log", "injected": false, "upToDate": null, "reason": "NotAsked",
                              "message": "not asked: not named in watcher.dev/inject, and Watcher log has no selector"}]})
     );
@@ -250,4 +257,38 @@ fn check_inject_and_the_webhook_decide_alike_on_the_real_fixtures() {
         seen += 1;
     }
     assert_eq!(seen, 4, "every fixture");
+}
+
+/// `"sent"`: from the conditions registered and the scope the operator computes, as the writer
+/// writes them. No configuration sends nothing; no scope condition sends every pod; a pod that
+/// asks for a required Watcher goes to `required.watcher.dev` once that webhook exists.
+#[test]
+fn sent_follows_the_registered_conditions() {
+    let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    };
+    let mut audit = watcher("audit", "audit", "busybox", Some(json!({"matchLabels": {"audit": "on"}})));
+    audit.spec.failure_policy = watcher_api::FailurePolicy::Fail;
+    let watchers = [watcher("metrics", "metrics", "quay.io/m:1", Some(json!({"matchLabels": {"app": "web"}}))), audit];
+    let namespace_labels = labels(&[("kubernetes.io/metadata.name", "team-a")]);
+    let admission = watcher_webhook::Scope::compute(
+        &watchers,
+        &[] as &[Arc<CompiledPolicy>],
+        [("team-a", &namespace_labels)],
+        "watcher-system",
+    );
+    let scoped = admission.conditions();
+    let every_pod = watcher_webhook::scope::Conditions::default();
+    let none = BTreeMap::new();
+    let cases = [
+        (Some(&scoped), labels(&[("app", "web")]), Sent::Inject),
+        (Some(&scoped), labels(&[("app", "api")]), Sent::No),
+        (Some(&scoped), labels(&[("audit", "on")]), Sent::Required),
+        (Some(&every_pod), labels(&[("app", "api")]), Sent::Inject),
+        (Some(&every_pod), labels(&[("audit", "on")]), Sent::Inject),
+        (None, labels(&[("app", "web")]), Sent::No),
+    ];
+    for (registered, pod_labels, sent) in cases {
+        assert_eq!(sent_by(registered, &admission, "team-a", &pod_labels, &none), sent, "{pod_labels:?}");
+    }
 }

@@ -159,6 +159,32 @@ async fn existing_container_name_is_allowed_with_a_warning() {
     assert_eq!(metrics.count(AdmissionResult::skipped), 1);
 }
 
+/// A required Watcher (`failurePolicy: Fail`) the pod cannot get refuses the pod, saying why;
+/// an optional one next to it changes nothing of that.
+#[tokio::test]
+async fn a_required_watcher_that_collides_refuses_the_pod() {
+    let required = watcher(
+        "watcher",
+        json!({"container": {"name": "watcher", "image": "w:1"}, "selector": {}, "failurePolicy": "Fail"}),
+    );
+    let optional = watcher("other", json!({"container": {"name": "other", "image": "o:1"}, "selector": {}}));
+    let (app, metrics) = app(vec![required, optional]);
+    let (status, review, _) =
+        post(&app, fixture("pod-create-init-and-existing-watcher-container.json").to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    let response = &review["response"];
+    assert_eq!(response["uid"], "1c260c5f-204a-4aa8-90c2-9a8366fc4f9d");
+    assert_eq!(response["allowed"], false);
+    assert!(response.get("patch").is_none(), "a refused pod gets no patch");
+    assert_eq!(response["status"]["code"], 403);
+    assert_eq!(
+        response["status"]["message"],
+        "Watcher watcher is required (failurePolicy: Fail) and cannot be injected: \
+         the pod already has a container named watcher"
+    );
+    assert_eq!(metrics.count(AdmissionResult::refused), 1);
+}
+
 #[tokio::test]
 async fn missing_watcher_is_allowed_with_a_warning() {
     let (app, _) = app(vec![]);

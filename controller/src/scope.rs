@@ -1,0 +1,386 @@
+//! Keeps the `matchConditions` of the webhook configuration in step with the caches, so that
+//! kube-apiserver (1.28 or later) sends the webhook only the pods it could change, and the pods
+//! that ask for a required Watcher to a second webhook that fails closed. What the conditions
+//! say is [`watcher_webhook::scope`]; this module writes them.
+//!
+//! The leader writes, and only when the computed conditions differ from those in place (they
+//! are deterministic, so a steady cluster sees no write), with a full update carrying the
+//! resourceVersion it read. The operator owns `clientConfig` and the conditions named
+//! `watcher.dev/...` of its webhooks, and the webhook `required.watcher.dev`; rules, selectors,
+//! `failurePolicy`, timeouts and any other condition of `inject.watcher.dev` stay as installed
+//! (the required webhook copies them, with `failurePolicy: Fail`). When another operator's
+//! registration stands (a run by URL next to the installed one), that operator writes them.
+//!
+//! When there is nothing to narrow by, or kube-apiserver refuses the conditions (they are over
+//! its size limit, or it cannot compile them), every pod of a served namespace is sent, as
+//! before 1.28: the configuration carries no condition of the operator's, and the annotation
+//! [`SCOPE_ANNOTATION`] says why, for people and for `watcher-operator check`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::admissionregistration::v1::{MatchCondition, MutatingWebhookConfiguration};
+use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
+use tokio::sync::watch;
+use tracing::{info, warn};
+use watcher_api::{FIELD_MANAGER, Watcher};
+use watcher_certs::registration::{Form, Registration, WEBHOOK_CONFIGURATION};
+use watcher_webhook::scope::{
+    CONDITION_PREFIX, Conditions, MAX_EXPRESSION_LEN, NOT_REQUIRED_CONDITION, REQUIRED_CONDITION, SCOPE_CONDITION,
+    Scope, supports_match_conditions,
+};
+
+use crate::{PolicyCache, WatcherCache};
+
+/// The webhook every pod in scope goes to (as installed).
+pub const INJECT_WEBHOOK: &str = "inject.watcher.dev";
+/// The webhook the operator adds for pods that ask for a required Watcher.
+pub const REQUIRED_WEBHOOK: &str = "required.watcher.dev";
+/// Annotation on the configuration when its conditions do not narrow what is sent: why.
+pub const SCOPE_ANNOTATION: &str = "watcher.dev/admission-scope";
+
+/// Changes arriving together (`kubectl apply -f` of many Watchers) make one write.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+/// The configuration is read again this often, in case someone replaced it.
+const RECHECK: Duration = Duration::from_secs(60);
+/// After a conflict (someone wrote between the read and the write), or an error.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+const ERROR_RETRY: Duration = Duration::from_secs(10);
+
+/// What the registered conditions send, as the Watcher controller needs to know it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Registered {
+    /// Not known yet (the leader has not read the configuration).
+    Pending,
+    /// Every pod of a served namespace is sent (or there is no configuration to send any):
+    /// nothing to wait for. Why, for the logs.
+    EveryPod(String),
+    /// The conditions in place were computed from this scope.
+    Scoped(Arc<Scope>),
+}
+
+/// Whether the registered conditions cover a Watcher: read by the Watcher controller.
+#[derive(Clone, Debug)]
+pub struct ScopeStatus(watch::Receiver<Registered>);
+
+impl ScopeStatus {
+    /// A status that stays `registered` (tests, and runs that write no conditions).
+    pub fn fixed(registered: Registered) -> Self {
+        Self(watch::Sender::new(registered).subscribe())
+    }
+
+    /// A status that never waits: every pod is sent.
+    pub fn every_pod() -> Self {
+        Self::fixed(Registered::EveryPod("no conditions are written".into()))
+    }
+
+    /// Whether a pod created now that asks for `watcher` is sent to the webhook that handles
+    /// it; `None` while not known.
+    pub fn covers(&self, watcher: &Watcher) -> Option<bool> {
+        match &*self.0.borrow() {
+            Registered::Pending => None,
+            Registered::EveryPod(_) => Some(true),
+            Registered::Scoped(scope) => Some(scope.covers(watcher)),
+        }
+    }
+
+    /// A stream that yields each time what is registered changes.
+    pub fn changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+        futures::stream::unfold(self.0.clone(), |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) })
+    }
+}
+
+/// How one pass ended: when to look again without a change.
+enum Pass {
+    Done,
+    Conflict,
+}
+
+/// Writes the conditions; run it on the leader only.
+pub struct ScopeWriter {
+    client: Client,
+    registration: Registration,
+    operator_namespace: String,
+    watchers: WatcherCache,
+    policies: PolicyCache,
+    state: watch::Sender<Registered>,
+    /// Conditions kube-apiserver refused: not tried again until the computed ones change.
+    refused: Option<(Conditions, String)>,
+    /// The foreign registration last logged about.
+    yielded_to: Option<String>,
+}
+
+impl ScopeWriter {
+    /// A writer for the operator registered as `registration`, and the status it keeps.
+    pub fn new(
+        client: Client,
+        registration: Registration,
+        operator_namespace: String,
+        watchers: WatcherCache,
+        policies: PolicyCache,
+    ) -> (Self, ScopeStatus) {
+        let state = watch::Sender::new(Registered::Pending);
+        let status = ScopeStatus(state.subscribe());
+        let writer = Self {
+            client,
+            registration,
+            operator_namespace,
+            watchers,
+            policies,
+            state,
+            refused: None,
+            yielded_to: None,
+        };
+        (writer, status)
+    }
+
+    /// Keeps the conditions until the caller stops polling it. Before 1.28 it writes nothing.
+    pub async fn run(mut self) {
+        match self.client.apiserver_version().await {
+            Ok(info) if supports_match_conditions(&info.major, &info.minor) => {}
+            Ok(info) => {
+                let why = format!(
+                    "kube-apiserver {} has no webhook matchConditions (1.28 or later): every pod of a served namespace is sent",
+                    info.git_version
+                );
+                info!("{why}");
+                self.publish(Registered::EveryPod(why));
+                return;
+            }
+            Err(error) => {
+                warn!(%error, "cannot read the API server version: the webhook's matchConditions are left as they are");
+                self.publish(Registered::EveryPod(format!("cannot read the API server version: {error}")));
+                return;
+            }
+        }
+        let mut watcher_changes = Box::pin(self.watchers.subscribe());
+        let mut policy_changes = self.policies.changes();
+        loop {
+            let wait = match self.pass().await {
+                Ok(Pass::Done) => RECHECK,
+                Ok(Pass::Conflict) => CONFLICT_RETRY,
+                Err(error) => {
+                    warn!(%error, "cannot keep the webhook's matchConditions; retrying");
+                    ERROR_RETRY
+                }
+            };
+            tokio::select! {
+                change = watcher_changes.next() => if change.is_none() { return },
+                changed = policy_changes.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(wait) => {},
+            }
+            // Every pass reads the caches whole: what arrived meanwhile needs no pass of its own.
+            tokio::time::sleep(DEBOUNCE).await;
+            while let Some(Some(_)) = watcher_changes.next().now_or_never() {}
+            policy_changes.borrow_and_update();
+        }
+    }
+
+    fn publish(&self, registered: Registered) {
+        self.state.send_if_modified(|state| {
+            let changed = *state != registered;
+            *state = registered;
+            changed
+        });
+    }
+
+    /// The scope of what the caches hold now.
+    fn compute(&self) -> Scope {
+        let watchers = self.watchers.store.state();
+        let policies = self.policies.compiled();
+        let namespaces = self.policies.namespaces.state();
+        Scope::compute(
+            watchers.iter().map(AsRef::as_ref),
+            &policies,
+            namespaces.iter().map(|ns| (ns.metadata.name.as_deref().unwrap_or_default(), ns.labels())),
+            &self.operator_namespace,
+        )
+    }
+
+    /// One pass: compute, read, and write when something differs.
+    async fn pass(&mut self) -> kube::Result<Pass> {
+        let scope = Arc::new(self.compute());
+        let (conditions, mut why) = within_limits(scope.conditions());
+        let refused = self.refused.as_ref().filter(|(c, _)| *c == conditions).map(|(_, why)| why.clone());
+        let conditions = match refused {
+            Some(reason) => {
+                why = Some(reason);
+                Conditions::default()
+            }
+            None => conditions,
+        };
+        let api = Api::<MutatingWebhookConfiguration>::all(self.client.clone());
+        let Some(existing) = api.get_opt(WEBHOOK_CONFIGURATION).await? else {
+            self.publish(Registered::EveryPod(format!(
+                "there is no MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}"
+            )));
+            return Ok(Pass::Done);
+        };
+        let Some(inject) = existing.webhooks.iter().flatten().find(|w| w.name == INJECT_WEBHOOK) else {
+            self.publish(Registered::EveryPod(format!("{WEBHOOK_CONFIGURATION} has no webhook {INJECT_WEBHOOK}")));
+            return Ok(Pass::Done);
+        };
+        if !self.registration.is_form_of(&inject.client_config) {
+            // Another operator's registration stands, and it writes the conditions; they cover
+            // this operator's Watchers once they are what this operator computes.
+            let other = Form::of(&inject.client_config).to_string();
+            if self.yielded_to.as_ref() != Some(&other) {
+                info!(
+                    "the webhook is registered by {other}, not by {}: that operator keeps its matchConditions",
+                    self.registration
+                );
+                self.yielded_to = Some(other);
+            }
+            let mut desired = existing.clone();
+            if !apply(&mut desired, &conditions, why.as_deref()) {
+                self.publish(Registered::Scoped(scope));
+            }
+            return Ok(Pass::Done);
+        }
+        self.yielded_to = None;
+        let mut desired = existing.clone();
+        if !apply(&mut desired, &conditions, why.as_deref()) {
+            self.publish(Registered::Scoped(scope));
+            return Ok(Pass::Done);
+        }
+        let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
+        match api.replace(WEBHOOK_CONFIGURATION, &params, &desired).await {
+            Ok(written) if !kept(&written, &conditions) => {
+                // A server that drops the field (the feature gate is off): take back what it
+                // kept, the required webhook above all, and write no conditions again.
+                let why = "kube-apiserver dropped the webhook's matchConditions (feature gate AdmissionWebhookMatchConditions off?): \
+                           every pod of a served namespace is sent";
+                warn!("{why}");
+                let mut fallback = written;
+                if apply(&mut fallback, &Conditions::default(), Some(why)) {
+                    api.replace(WEBHOOK_CONFIGURATION, &params, &fallback).await?;
+                }
+                self.refused = Some((conditions, why.to_owned()));
+                self.publish(Registered::EveryPod(why.to_owned()));
+                Ok(Pass::Done)
+            }
+            Ok(_) => {
+                let summary = scope.summary();
+                match &why {
+                    None => info!(%summary, "wrote the webhook's matchConditions"),
+                    Some(why) => warn!(%summary, "wrote the webhook's matchConditions: {why}"),
+                }
+                self.publish(Registered::Scoped(scope));
+                Ok(Pass::Done)
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Pass::Conflict),
+            Err(kube::Error::Api(status)) if status.code == 422 || status.code == 400 => {
+                let why = format!(
+                    "kube-apiserver refused the matchConditions ({}): every pod of a served namespace is sent",
+                    status.message
+                );
+                warn!("{why}");
+                let mut fallback = existing;
+                if apply(&mut fallback, &Conditions::default(), Some(&why)) {
+                    api.replace(WEBHOOK_CONFIGURATION, &params, &fallback).await?;
+                }
+                self.refused = Some((conditions, why.clone()));
+                self.publish(Registered::EveryPod(why));
+                Ok(Pass::Done)
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// The conditions kube-apiserver can parse: an expression over its size limit is left out
+/// (its pods are then sent to `inject.watcher.dev`), and the reason returned.
+pub fn within_limits(mut conditions: Conditions) -> (Conditions, Option<String>) {
+    let mut why = Vec::new();
+    if let Some(len) = conditions.scope.as_ref().map(String::len).filter(|len| *len > MAX_EXPRESSION_LEN) {
+        conditions.scope = None;
+        why.push(format!(
+            "the scope would take {len} characters, over kube-apiserver's {MAX_EXPRESSION_LEN}: every pod of a served namespace is sent"
+        ));
+    }
+    // The negation `!(...)` of `inject.watcher.dev` is the longer one.
+    if let Some(len) = conditions.required.as_ref().map(|r| r.len() + 3).filter(|len| *len > MAX_EXPRESSION_LEN) {
+        conditions.required = None;
+        why.push(format!(
+            "the required Watchers' condition would take {len} characters, over kube-apiserver's {MAX_EXPRESSION_LEN}: \
+             their pods go to {INJECT_WEBHOOK}, admitted without them while the webhook is unreachable"
+        ));
+    }
+    let why = (!why.is_empty()).then(|| why.join("; "));
+    (conditions, why)
+}
+
+/// Sets the operator's conditions on the configuration (and `why`, when they do not narrow what
+/// is sent, in [`SCOPE_ANNOTATION`]), adding or removing `required.watcher.dev`; returns
+/// whether anything changed. A configuration without `inject.watcher.dev` is left as it is.
+pub fn apply(configuration: &mut MutatingWebhookConfiguration, conditions: &Conditions, why: Option<&str>) -> bool {
+    if !configuration.webhooks.iter().flatten().any(|w| w.name == INJECT_WEBHOOK) {
+        return false;
+    }
+    let before = configuration.clone();
+    let webhooks = configuration.webhooks.get_or_insert_default();
+    let Some(inject) = webhooks.iter_mut().find(|w| w.name == INJECT_WEBHOOK) else { return false };
+    let theirs: Vec<MatchCondition> =
+        inject.match_conditions.iter().flatten().filter(|c| !c.name.starts_with(CONDITION_PREFIX)).cloned().collect();
+    let condition = |name: &str, expression: String| MatchCondition { name: name.to_owned(), expression };
+    let mut mine = theirs.clone();
+    mine.extend(conditions.scope.clone().map(|scope| condition(SCOPE_CONDITION, scope)));
+    mine.extend(conditions.required.as_ref().map(|r| condition(NOT_REQUIRED_CONDITION, format!("!({r})"))));
+    inject.match_conditions = (!mine.is_empty()).then_some(mine);
+    let required = conditions.required.clone().map(|expression| {
+        let mut required = inject.clone();
+        required.name = REQUIRED_WEBHOOK.to_owned();
+        required.failure_policy = Some("Fail".to_owned());
+        required.match_conditions =
+            Some(theirs.into_iter().chain([condition(REQUIRED_CONDITION, expression)]).collect());
+        required
+    });
+    let position = webhooks.iter().position(|w| w.name == REQUIRED_WEBHOOK);
+    match (required, position) {
+        (Some(required), Some(i)) => webhooks[i] = required,
+        (Some(required), None) => webhooks.push(required),
+        (None, Some(i)) => {
+            webhooks.remove(i);
+        }
+        (None, None) => {}
+    }
+    let annotations = configuration.metadata.annotations.get_or_insert_default();
+    match why {
+        Some(why) => {
+            annotations.insert(SCOPE_ANNOTATION.to_owned(), why.to_owned());
+        }
+        None => {
+            annotations.remove(SCOPE_ANNOTATION);
+        }
+    }
+    if annotations.is_empty() {
+        configuration.metadata.annotations = None;
+    }
+    *configuration != before
+}
+
+/// The operator's conditions as a configuration holds them (what [`apply`] wrote).
+pub fn in_place(configuration: &MutatingWebhookConfiguration) -> Conditions {
+    let webhooks = configuration.webhooks.as_deref().unwrap_or_default();
+    let condition = |webhook: &str, name: &str| {
+        webhooks
+            .iter()
+            .find(|w| w.name == webhook)
+            .and_then(|w| w.match_conditions.iter().flatten().find(|c| c.name == name))
+            .map(|c| c.expression.clone())
+    };
+    Conditions {
+        scope: condition(INJECT_WEBHOOK, SCOPE_CONDITION),
+        required: condition(REQUIRED_WEBHOOK, REQUIRED_CONDITION),
+    }
+}
+
+/// Whether the server kept the conditions written (one that drops the field returns none).
+fn kept(written: &MutatingWebhookConfiguration, conditions: &Conditions) -> bool {
+    in_place(written) == *conditions
+}
+
+#[cfg(test)]
+mod tests;
