@@ -58,6 +58,9 @@ pub(crate) fn inject_preview(
         let mut injection = inject(&pod, &namespace, &refs, &options);
         rewrite_images(&pod, &namespace, &policies, &options, &mut injection);
         let name = pod.display_name();
+        if let Some(reason) = &injection.refused {
+            bail!("pod {namespace}/{name} would be refused: {reason}");
+        }
         for warning in &injection.warnings {
             eprintln!("Warning: pod {namespace}/{name}: {warning}");
         }

@@ -91,7 +91,19 @@ async fn webhook_injects_pods() {
     let hash = watchers.get("log-watcher").await.expect("Watcher").spec.spec_hash();
     assert_eq!(injected(&created), Some(&format!("log-watcher@{hash}")));
 
-    // Selector opt-in, no annotation.
+    // Selector opt-in, no annotation: once the Watcher is Ready, kube-apiserver sends such pods
+    // (on 1.28 or later the webhook's matchConditions follow the selectors).
+    wait_for(STEP, || async {
+        let watcher = watchers.get("selecting").await.ok()?;
+        let generation = watcher.metadata.generation;
+        let status = watcher.status?;
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True" && c.observed_generation == generation)
+            .then_some(())
+    })
+    .await;
     let labelled = pod("labelled", json!({}), json!({"watcher-e2e": "selected"}), app());
     let created = pods.create(&PostParams::default(), &labelled).await.expect("pod created");
     assert!(sidecar(&created, "selected-sidecar").is_some());

@@ -155,12 +155,17 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 Verdict::Collision { container } => line(
                     false,
                     "Collision",
-                    format!("{}, but the pod already has a container named {container}", how.1),
+                    format!("{}, but the pod already has a container named {container}{}", how.1, refused(decision)),
                 ),
                 Verdict::Invalid { problems } => line(
                     false,
                     "Invalid",
-                    format!("{}, but the pod would be invalid with it: {}", how.1, problems.join("; ")),
+                    format!(
+                        "{}, but the pod would be invalid with it: {}{}",
+                        how.1,
+                        problems.join("; "),
+                        refused(decision)
+                    ),
                 ),
                 Verdict::Missing => line(
                     false,
@@ -207,6 +212,16 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
         excluded,
         watchers: lines,
         images,
+    }
+}
+
+/// What a Watcher that cannot be injected means for the pod when it is required.
+fn refused(decision: &watcher_webhook::Decision<'_>) -> &'static str {
+    match decision.watcher {
+        Some(watcher) if watcher.spec.is_required() => {
+            "; the Watcher is required (failurePolicy: Fail): the pod is refused"
+        }
+        _ => "",
     }
 }
 

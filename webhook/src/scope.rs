@@ -352,17 +352,19 @@ fn pods_expression(pods: &Pods) -> Option<String> {
     (!terms.is_empty()).then(|| terms.join(" || "))
 }
 
-/// The expression for pods with labels that a selector of their namespace selects. Selectors of
-/// one `In` requirement (most are `matchLabels` of one label) are grouped by key, as
-/// `namespace/value` strings; other selectors once each, with the namespaces that have them.
+/// The expression for pods with labels that a selector of their namespace selects. Selectors
+/// made only of `In` requirements (`matchLabels` are) are grouped by their keys, each pod's
+/// `namespace/value/...` looked up in one list per set of keys (neither a namespace nor a label
+/// value holds a `/`); other selectors are written once each, with the namespaces that have them.
 fn selected_expression(selected: &BTreeMap<String, BTreeSet<Selector>>) -> String {
-    let mut by_key: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut by_keys: BTreeMap<Vec<&str>, BTreeSet<String>> = BTreeMap::new();
     let mut by_selector: BTreeMap<&Selector, BTreeSet<&String>> = BTreeMap::new();
     for (namespace, selectors) in selected {
         for selector in selectors {
-            match single_in(selector) {
-                Some((key, values)) => {
-                    by_key.entry(key).or_default().extend(values.iter().map(|v| format!("{namespace}/{v}")));
+            match equalities(selector) {
+                Some((keys, tuples)) => {
+                    let entries = tuples.into_iter().map(|values| format!("{namespace}/{}", values.join("/")));
+                    by_keys.entry(keys).or_default().extend(entries);
                 }
                 None => {
                     by_selector.entry(selector).or_default().insert(namespace);
@@ -371,9 +373,10 @@ fn selected_expression(selected: &BTreeMap<String, BTreeSet<Selector>>) -> Strin
         }
     }
     let mut terms = Vec::new();
-    for (key, pairs) in by_key {
-        let key = literal(key);
-        terms.push(format!("({key} in {LABELS} && request.namespace + '/' + {LABELS}[{key}] in {})", list(&pairs)));
+    for (keys, entries) in by_keys {
+        let present: Vec<String> = keys.iter().map(|key| format!("{} in {LABELS}", literal(key))).collect();
+        let joined: Vec<String> = keys.iter().map(|key| format!(" + '/' + {LABELS}[{}]", literal(key))).collect();
+        terms.push(format!("({} && request.namespace{} in {})", present.join(" && "), joined.concat(), list(&entries)));
     }
     for (selector, namespaces) in by_selector {
         let namespaces = match namespaces.len() {
@@ -386,12 +389,31 @@ fn selected_expression(selected: &BTreeMap<String, BTreeSet<Selector>>) -> Strin
     terms.join(" || ")
 }
 
-/// The key and values of a selector that is one `In` requirement.
-fn single_in(selector: &Selector) -> Option<(&str, &BTreeSet<String>)> {
-    match (selector.len(), selector.first()) {
-        (1, Some(Requirement::In(key, values))) => Some((key, values)),
-        _ => None,
+/// Combinations of values beyond which a selector of `In` requirements is written out instead.
+const MAX_COMBINATIONS: usize = 16;
+
+/// The keys of a selector made only of `In` requirements on distinct keys, and every tuple of
+/// values (one per key) it selects; `None` for any other selector, or one whose values hold a
+/// `/` (label values cannot, but then the joined form could be ambiguous) or combine into more
+/// than [`MAX_COMBINATIONS`] tuples.
+fn equalities(selector: &Selector) -> Option<(Vec<&str>, Vec<Vec<&str>>)> {
+    let mut keys = Vec::new();
+    let mut tuples: Vec<Vec<&str>> = vec![Vec::new()];
+    for requirement in selector {
+        let Requirement::In(key, values) = requirement else { return None };
+        if keys.last() == Some(&key.as_str()) || values.iter().any(|v| v.contains('/')) {
+            return None;
+        }
+        if tuples.len() * values.len() > MAX_COMBINATIONS {
+            return None;
+        }
+        keys.push(key.as_str());
+        tuples = tuples
+            .iter()
+            .flat_map(|tuple| values.iter().map(move |v| tuple.iter().copied().chain([v.as_str()]).collect()))
+            .collect();
     }
+    (!keys.is_empty()).then_some((keys, tuples))
 }
 
 /// One requirement over labels that are present.

@@ -112,6 +112,12 @@ fn cluster() -> (Vec<Watcher>, Vec<CompiledPolicy>, Namespaces) {
         watcher("team-a", "log-watcher", json!({})),
         watcher("team-a", "web", json!({"selector": {"matchLabels": {"app": "web"}}})),
         watcher("team-a", "api", json!({"selector": {"matchLabels": {"app": "api", "tier": "back"}}})),
+        watcher(
+            "team-a",
+            "tracks",
+            json!({"selector": {"matchLabels": {"tier": "back"}, "matchExpressions": [
+            {"key": "track", "operator": "In", "values": ["canary", "beta"]}]}}),
+        ),
         watcher("team-b", "web", json!({"selector": {"matchLabels": {"app": "web"}}})),
         watcher(
             "team-b",
@@ -169,6 +175,7 @@ fn pods() -> Vec<Pod> {
         Some(labels(&[("app", "api")])),
         Some(labels(&[("app", "api"), ("tier", "back")])),
         Some(labels(&[("app", "api"), ("track", "beta")])),
+        Some(labels(&[("tier", "back"), ("track", "beta")])),
         Some(labels(&[("track", "canary")])),
         Some(labels(&[("legacy", "")])),
         Some(labels(&[("env", "dev")])),
@@ -202,7 +209,7 @@ fn pods() -> Vec<Pod> {
 }
 
 /// kube-apiserver, evaluating the generated conditions, sends each pod exactly where
-/// [`Scope::sends`] says: 594 pods over every clause, each to one webhook at most.
+/// [`Scope::sends`] says: 648 pods over every clause, each to one webhook at most.
 #[test]
 fn the_conditions_send_exactly_the_pods_the_scope_says() {
     let (watchers, policies, namespaces) = cluster();
@@ -304,8 +311,22 @@ fn scopes_group_namespaces_and_policies() {
         ),
         "{scope}"
     );
-    assert!(scope.contains("(request.namespace in ['team-a', 'team-c'] && 'a' in "), "{scope}");
+    assert!(
+        scope.contains(
+            "('a' in object.metadata.labels && 'b' in object.metadata.labels && request.namespace + '/' + \
+             object.metadata.labels['a'] + '/' + object.metadata.labels['b'] in ['team-a/1/2', 'team-c/1/2'])"
+        ),
+        "{scope}"
+    );
     assert!(scope.contains("request.namespace in ['team-f']"), "the mirror policy's namespace: {scope}");
+    // Other selectors once each, with the namespaces that have them.
+    let exists = json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}});
+    let watchers = [watcher("team-a", "any", exists.clone()), watcher("team-b", "any", exists)];
+    let scope = scope_of(&watchers, &[], &[]).conditions().scope.expect("scope");
+    assert!(
+        scope.contains("(request.namespace in ['team-a', 'team-b'] && 'app' in object.metadata.labels)"),
+        "{scope}"
+    );
     // A policy without namespaceSelector: every pod is in scope, and no scope condition is written.
     let everywhere = [policy("all", json!({"rewrites": [{"from": "a", "to": "b"}]}))];
     let scope = scope_of(&watchers, &everywhere, &namespaces);
