@@ -138,21 +138,22 @@ impl ScopeWriter {
 
     /// Keeps the conditions until the caller stops polling it. Before 1.28 it writes nothing.
     pub async fn run(mut self) {
-        match self.client.apiserver_version().await {
-            Ok(info) if supports_match_conditions(&info.major, &info.minor) => {}
-            Ok(info) => {
-                let why = format!(
-                    "kube-apiserver {} has no webhook matchConditions (1.28 or later): every pod of a served namespace is sent",
-                    info.git_version
-                );
-                info!("{why}");
-                self.publish(Registered::EveryPod(why));
-                return;
-            }
-            Err(error) => {
-                warn!(%error, "cannot read the API server version: the webhook's matchConditions are left as they are");
-                self.publish(Registered::EveryPod(format!("cannot read the API server version: {error}")));
-                return;
+        loop {
+            match self.client.apiserver_version().await {
+                Ok(info) if supports_match_conditions(&info.major, &info.minor) => break,
+                Ok(info) => {
+                    let why = format!(
+                        "kube-apiserver {} has no webhook matchConditions (1.28 or later): every pod of a served namespace is sent",
+                        info.git_version
+                    );
+                    info!("{why}");
+                    self.publish(Registered::EveryPod(why));
+                    return;
+                }
+                Err(error) => {
+                    warn!(%error, "cannot read the API server version; retrying");
+                    tokio::time::sleep(ERROR_RETRY).await;
+                }
             }
         }
         let mut watcher_changes = Box::pin(self.watchers.subscribe());
@@ -233,8 +234,11 @@ impl ScopeWriter {
                 );
                 self.yielded_to = Some(other);
             }
-            let mut desired = existing.clone();
-            if !apply(&mut desired, &conditions, why.as_deref()) {
+            let registered = in_place(&existing);
+            if registered.scope.is_none() && registered.required.is_none() {
+                // Every pod of a served namespace is sent: nothing to wait for.
+                self.publish(Registered::EveryPod("the other operator's registration has no matchConditions".into()));
+            } else if registered == conditions {
                 self.publish(Registered::Scoped(scope));
             }
             return Ok(Pass::Done);

@@ -33,6 +33,8 @@ const CONTROLLER: &str = "watcher";
 const WATCHER_LABEL: &str = "watcher.dev/watcher";
 /// A steady Watcher is looked at again this often, in case an event was missed.
 const RESYNC: Duration = Duration::from_secs(30 * 60);
+/// A Watcher waiting for the admission scope to be known is looked at again this often.
+const SCOPE_PENDING_RETRY: Duration = Duration::from_secs(10);
 /// A ConfigMap held by someone else is looked at again this often.
 const CONFLICT_RETRY: Duration = Duration::from_secs(60);
 
@@ -93,8 +95,9 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
     if !ctx.listed.load(Ordering::Acquire) {
         return Ok(Action::requeue(crate::UNLISTED_RETRY)); // the cache would say "absent"
     }
-    // Until the leader has read the webhook configuration: no Ready flapping at each start.
-    let Some(covered) = ctx.scope.covers(&watcher) else { return Ok(Action::requeue(crate::UNLISTED_RETRY)) };
+    // Until the leader has read the webhook configuration: no Ready flapping at each start. A
+    // change of what is registered reconciles every Watcher; the requeue is a safety net.
+    let Some(covered) = ctx.scope.covers(&watcher) else { return Ok(Action::requeue(SCOPE_PENDING_RETRY)) };
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
     let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
     let name = config_map_name(&watcher.name_any());

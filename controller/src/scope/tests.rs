@@ -187,6 +187,8 @@ async fn another_operators_registration_writes_the_conditions() {
     let mut scoped = by_url.clone();
     let scope = writer.compute();
     apply(&mut scoped, &scope.conditions(), None);
+    // What the other operator wrote before the Watcher changed.
+    apply(&mut by_url, &Conditions { scope: Some("false".into()), required: None }, None);
     let server = tokio::spawn(async move {
         let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
         respond(send, StatusCode::OK, &by_url);
@@ -196,6 +198,27 @@ async fn another_operators_registration_writes_the_conditions() {
     });
     assert!(matches!(writer.pass().await, Ok(Pass::Done)));
     assert_eq!(status.covers(&web), None, "not covered until the other operator writes");
+    assert!(matches!(writer.pass().await, Ok(Pass::Done)));
+    assert_eq!(status.covers(&web), Some(true));
+    let mut api = server.await.expect("scenario");
+    drop(writer);
+    assert!(api.next_request().await.is_none(), "never a write");
+}
+
+/// Another operator's registration without any condition (an older operator, or before its
+/// first write): every pod is sent, so nothing waits, and nothing is written.
+#[tokio::test]
+async fn another_registration_without_conditions_sends_every_pod() {
+    let web = watcher("web", web_selector());
+    let (mut writer, status, mut api, _store) = writer(vec![web.clone()]);
+    let mut by_url = installed_from_deploy();
+    let client_config = Registration::Url("https://10.0.0.1:8443/mutate".into()).client_config(&Default::default());
+    watcher_certs::registration::set_client_config(&mut by_url, &client_config);
+    let server = tokio::spawn(async move {
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &by_url);
+        api
+    });
     assert!(matches!(writer.pass().await, Ok(Pass::Done)));
     assert_eq!(status.covers(&web), Some(true));
     let mut api = server.await.expect("scenario");

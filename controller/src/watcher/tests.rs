@@ -248,7 +248,7 @@ async fn ready_waits_for_the_admission_scope() {
     let (ctx, mut api) = Context::test();
     let pending = WatcherContext::new(ctx.clone(), reflector::store().0, ScopeStatus::fixed(Registered::Pending));
     let action = reconcile(Arc::new(watcher(spec.clone(), None)), pending).await.expect("reconciled");
-    assert_eq!(action, Action::requeue(crate::UNLISTED_RETRY));
+    assert_eq!(action, Action::requeue(super::SCOPE_PENDING_RETRY));
 
     let stale = ScopeStatus::fixed(Registered::Scoped(Arc::new(watcher_webhook::Scope::default())));
     let shared = WatcherContext::new(ctx.clone(), reflector::store().0, stale);
