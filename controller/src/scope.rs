@@ -108,6 +108,10 @@ pub struct ScopeWriter {
     state: watch::Sender<Registered>,
     /// Conditions kube-apiserver refused: not tried again until the computed ones change.
     refused: Option<(Conditions, String)>,
+    /// The conditions (and the reason they do not narrow, if any) this operator last saw in
+    /// place: a change that computes the same ones (a Watcher's status, a namespace's
+    /// annotation) reads nothing until the next re-read.
+    seen: Option<(Conditions, Option<String>)>,
     /// The foreign registration last logged about.
     yielded_to: Option<String>,
 }
@@ -131,6 +135,7 @@ impl ScopeWriter {
             policies,
             state,
             refused: None,
+            seen: None,
             yielded_to: None,
         };
         (writer, status)
@@ -158,8 +163,9 @@ impl ScopeWriter {
         }
         let mut watcher_changes = Box::pin(self.watchers.subscribe());
         let mut policy_changes = self.policies.changes();
+        let mut reread = true;
         loop {
-            let wait = match self.pass().await {
+            let wait = match self.pass(reread).await {
                 Ok(Pass::Done) => RECHECK,
                 Ok(Pass::Conflict) => CONFLICT_RETRY,
                 Err(error) => {
@@ -167,10 +173,11 @@ impl ScopeWriter {
                     ERROR_RETRY
                 }
             };
+            reread = false;
             tokio::select! {
                 change = watcher_changes.next() => if change.is_none() { return },
                 changed = policy_changes.changed() => if changed.is_err() { return },
-                () = tokio::time::sleep(wait) => {},
+                () = tokio::time::sleep(wait) => reread = true,
             }
             // Every pass reads the caches whole: what arrived meanwhile needs no pass of its own.
             tokio::time::sleep(DEBOUNCE).await;
@@ -200,8 +207,9 @@ impl ScopeWriter {
         )
     }
 
-    /// One pass: compute, read, and write when something differs.
-    async fn pass(&mut self) -> kube::Result<Pass> {
+    /// One pass: compute, and unless the result is what was last seen in place (and `reread`
+    /// is false), read the configuration and write it when something differs.
+    async fn pass(&mut self, reread: bool) -> kube::Result<Pass> {
         let scope = Arc::new(self.compute());
         let (conditions, mut why) = within_limits(scope.conditions());
         let refused = self.refused.as_ref().filter(|(c, _)| *c == conditions).map(|(_, why)| why.clone());
@@ -212,6 +220,15 @@ impl ScopeWriter {
             }
             None => conditions,
         };
+        let seen = Some((conditions.clone(), why.clone()));
+        if !reread && self.seen == seen {
+            // The same conditions: what they cover is this scope (after a fallback, every pod).
+            if matches!(*self.state.borrow(), Registered::Scoped(_)) {
+                self.publish(Registered::Scoped(scope));
+            }
+            return Ok(Pass::Done);
+        }
+        self.seen = None;
         let api = Api::<MutatingWebhookConfiguration>::all(self.client.clone());
         let Some(existing) = api.get_opt(WEBHOOK_CONFIGURATION).await? else {
             self.publish(Registered::EveryPod(format!(
@@ -246,6 +263,7 @@ impl ScopeWriter {
         self.yielded_to = None;
         let mut desired = existing.clone();
         if !apply(&mut desired, &conditions, why.as_deref()) {
+            self.seen = seen;
             self.publish(Registered::Scoped(scope));
             return Ok(Pass::Done);
         }
@@ -262,6 +280,7 @@ impl ScopeWriter {
                     api.replace(WEBHOOK_CONFIGURATION, &params, &fallback).await?;
                 }
                 self.refused = Some((conditions, why.to_owned()));
+                self.seen = Some((Conditions::default(), Some(why.to_owned())));
                 self.publish(Registered::EveryPod(why.to_owned()));
                 Ok(Pass::Done)
             }
@@ -271,6 +290,7 @@ impl ScopeWriter {
                     None => info!(%summary, "wrote the webhook's matchConditions"),
                     Some(why) => warn!(%summary, "wrote the webhook's matchConditions: {why}"),
                 }
+                self.seen = seen;
                 self.publish(Registered::Scoped(scope));
                 Ok(Pass::Done)
             }
@@ -286,6 +306,7 @@ impl ScopeWriter {
                     api.replace(WEBHOOK_CONFIGURATION, &params, &fallback).await?;
                 }
                 self.refused = Some((conditions, why.clone()));
+                self.seen = Some((Conditions::default(), Some(why.clone())));
                 self.publish(Registered::EveryPod(why));
                 Ok(Pass::Done)
             }

@@ -214,7 +214,7 @@ async fn a_healthy_install_passes_every_check() {
     );
     assert_eq!(
         line(&report, "scope").1,
-        "1 Watchers (1 selecting pods by label, 0 required), 0 ImagePolicies: only the pods they apply to are sent \
+        "1 Watcher (1 selecting pods by label, 0 required), 0 ImagePolicies: only the pods they apply to are sent \
          (matchConditions up to date)"
     );
     assert!(report.text().ends_with("Status: √ every check passed\n"));

@@ -300,10 +300,16 @@ pub struct Summary {
 
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plural = |n: usize, one: &'static str, many: &'static str| if n == 1 { one } else { many };
         write!(
             f,
-            "{} Watchers ({} selecting pods by label, {} required), {} ImagePolicies",
-            self.watchers, self.selecting, self.required, self.policies
+            "{} {} ({} selecting pods by label, {} required), {} {}",
+            self.watchers,
+            plural(self.watchers, "Watcher", "Watchers"),
+            self.selecting,
+            self.required,
+            self.policies,
+            plural(self.policies, "ImagePolicy", "ImagePolicies"),
         )?;
         if self.everywhere { f.write_str(" (one applies to every namespace)") } else { Ok(()) }
     }
