@@ -44,9 +44,9 @@ pub(crate) struct CheckOptions {
 /// Runs every check against the cluster of `client`.
 pub(crate) async fn check(client: &Client, options: &CheckOptions) -> Report {
     let mut report = Report::default();
-    if !cluster(client, &mut report, options.pre).await {
+    let Some(version) = cluster(client, &mut report, options.pre).await else {
         return report; // nothing else can be read
-    }
+    };
     if options.pre {
         permissions(client, &mut report, &options.namespace).await;
         adoptable(client, &mut report).await;
@@ -54,8 +54,8 @@ pub(crate) async fn check(client: &Client, options: &CheckOptions) -> Report {
     }
     crds(client, &mut report).await;
     let registration = registration(client, &mut report, &options.namespace).await;
-    if registration.is_some() {
-        admission_scope(client, &mut report, &options.namespace).await;
+    if let Some(registered) = &registration {
+        admission_scope(client, &mut report, &options.namespace, &version, &registered.configuration).await;
     }
     operator(client, &mut report, &options.namespace, registration.as_ref()).await;
     probe(client, &mut report, options, registration.as_ref()).await;
@@ -63,8 +63,12 @@ pub(crate) async fn check(client: &Client, options: &CheckOptions) -> Report {
 }
 
 /// The API server's version, the oldest one supported and native sidecars; `--pre` also asks
-/// for admissionregistration/v1. False when the API server cannot be reached.
-async fn cluster(client: &Client, report: &mut Report, pre: bool) -> bool {
+/// for admissionregistration/v1. The version, or `None` when the API server cannot be reached.
+async fn cluster(
+    client: &Client,
+    report: &mut Report,
+    pre: bool,
+) -> Option<k8s_openapi::apimachinery::pkg::version::Info> {
     const GROUP: &str = "cluster";
     let info = match client.apiserver_version().await {
         Ok(info) => info,
@@ -75,7 +79,7 @@ async fn cluster(client: &Client, report: &mut Report, pre: bool) -> bool {
                 format!("cannot reach it: {}", crate::cli::causes(&error)),
                 "check the kubeconfig and context: `kubectl cluster-info` (or pass --kubeconfig, --context)",
             );
-            return false;
+            return None;
         }
     };
     let version = (number(&info.major), number(&info.minor));
@@ -110,7 +114,7 @@ async fn cluster(client: &Client, report: &mut Report, pre: bool) -> bool {
             ),
         }
     }
-    true
+    Some(info)
 }
 
 fn number(s: &str) -> Option<u32> {
@@ -334,6 +338,8 @@ pub(crate) struct Registered {
     service: Option<(String, String)>,
     /// The selectors kube-apiserver applies.
     selectors: WebhookSelectors,
+    /// The configuration as read.
+    configuration: MutatingWebhookConfiguration,
 }
 
 /// The webhook configuration, its `clientConfig`, its `caBundle` against the serving
@@ -364,8 +370,7 @@ async fn registration(client: &Client, report: &mut Report, namespace: &str) -> 
             return None;
         }
     };
-    let webhooks = configuration.webhooks.unwrap_or_default();
-    let Some(webhook) = webhooks.first() else {
+    let Some(webhook) = configuration.webhooks.iter().flatten().next() else {
         report.fail(
             GROUP,
             "webhook configuration",
@@ -378,8 +383,11 @@ async fn registration(client: &Client, report: &mut Report, namespace: &str) -> 
     let (service, url) = (client_config.service.as_ref(), client_config.url.as_deref());
     let (host, registered) = match (service, url) {
         (Some(s), None) => {
-            let registered =
-                Registered { service: Some((s.namespace.clone(), s.name.clone())), selectors: selectors(webhook) };
+            let registered = Registered {
+                service: Some((s.namespace.clone(), s.name.clone())),
+                selectors: selectors(webhook),
+                configuration: configuration.clone(),
+            };
             report.pass(
                 GROUP,
                 "webhook configuration",
@@ -395,7 +403,9 @@ async fn registration(client: &Client, report: &mut Report, namespace: &str) -> 
             );
             let host =
                 url.parse::<http::Uri>().ok().and_then(|u| u.host().map(|h| h.trim_matches(['[', ']']).to_owned()));
-            (host.unwrap_or_default(), Registered { service: None, selectors: selectors(webhook) })
+            let registered =
+                Registered { service: None, selectors: selectors(webhook), configuration: configuration.clone() };
+            (host.unwrap_or_default(), registered)
         }
         (service, _) => {
             let seen = if service.is_some() { "both service and url" } else { "neither service nor url" };
@@ -416,23 +426,28 @@ async fn registration(client: &Client, report: &mut Report, namespace: &str) -> 
 /// The admission scope: which pods kube-apiserver sends the webhook (matchConditions, 1.28 or
 /// later), compared with what the operator computes from the Watchers, ImagePolicies and
 /// namespaces of the cluster; and whether required Watchers fail closed.
-async fn admission_scope(client: &Client, report: &mut Report, namespace: &str) {
+async fn admission_scope(
+    client: &Client,
+    report: &mut Report,
+    namespace: &str,
+    info: &k8s_openapi::apimachinery::pkg::version::Info,
+    configuration: &MutatingWebhookConfiguration,
+) {
     use watcher_controller::scope::{SCOPE_ANNOTATION, in_place, within_limits};
     const GROUP: &str = "admission";
     let all = ListParams::default();
     let read = async {
         Ok::<_, kube::Error>((
-            client.apiserver_version().await?,
-            Api::<MutatingWebhookConfiguration>::all(client.clone()).get(WEBHOOK_CONFIGURATION).await?,
             Api::<watcher_api::Watcher>::all(client.clone()).list(&all).await?,
             Api::<watcher_api::ImagePolicy>::all(client.clone()).list(&all).await?,
             Api::<Namespace>::all(client.clone()).list_metadata(&all).await?,
         ))
     };
-    let (info, configuration, watchers, policies, namespaces) = match read.await {
+    let (watchers, policies, namespaces) = match read.await {
         Ok(read) => read,
         Err(error) => {
-            let hint = "check your access: `kubectl get watchers,imagepolicies -A`";
+            let hint =
+                "the CRDs must be installed (see above) and readable by you: `kubectl get watchers,imagepolicies -A`";
             return report.warn(GROUP, "scope", format!("cannot read what the scope is computed from: {error}"), hint);
         }
     };
@@ -471,7 +486,7 @@ async fn admission_scope(client: &Client, report: &mut Report, namespace: &str) 
         return;
     }
     let (wanted, _) = within_limits(scope.conditions());
-    let registered = in_place(&configuration);
+    let registered = in_place(configuration);
     let reason = configuration.annotations().get(SCOPE_ANNOTATION);
     match reason {
         Some(why) => report.warn(
