@@ -2,8 +2,9 @@
 //!
 //! `cargo bench --bench startup [-- WATCHERS [PODS]]` (default 1,000 Watchers, 0 pods) starts a
 //! fake API server that lists WATCHERS Watchers with config data and PODS pods (as
-//! kube-apiserver lists them: managed fields, kubectl's last-applied annotation, pages of 500),
-//! runs `watcher-operator run` against it, and reports:
+//! kube-apiserver lists them: managed fields, kubectl's last-applied annotation; pods streamed
+//! as 1.34 and later stream an initial list, or, where streamed lists are refused, in pages of
+//! 500), runs `watcher-operator run` against it, and reports:
 //! 1. the Watcher controller's API calls per Watcher on a first reconcile (target 2) and in a
 //!    steady state, where every ConfigMap and status is already right (target 0);
 //! 2. start-up time and resident memory with the Watcher controller and the pod reconciler, with
@@ -11,9 +12,14 @@
 //! 3. what the baseline's resident memory is made of;
 //! 4. with PODS pods, the first exact count against a plain paged LIST of the same pods from the
 //!    same fake server (500 a page, as client-go lists; decoded as `Pod`s, as kubectl would), in
-//!    this process: the count's time from the operator's start, and its ratio to the LIST's.
+//!    this process: the count's time from the operator's start, and its ratio to the LIST's;
+//!    once with the pods' initial list streamed, once with it refused and listed in pages.
 //!
-//! `BENCH_WRAP="heaptrack -o /tmp/heap"` runs the operator under a profiler, with pods only.
+//! The operator runs with the environment the image gives it (`ENV` in `deploy/Dockerfile`: glibc's
+//! malloc tunables); `BENCH_BARE=1` runs it without.
+//!
+//! `BENCH_WRAP="heaptrack -o /tmp/heap"` runs the operator under a profiler, with pods only
+//! (streamed; with `BENCH_PAGED=1`, in pages).
 
 #[path = "support/fake_apiserver.rs"]
 mod fake_apiserver;
@@ -39,6 +45,24 @@ struct Run {
     breakdown: (u64, u64, u64, u64),
 }
 
+/// The environment the image gives the binary (the `ENV` lines of `deploy/Dockerfile`), so the
+/// operator runs as it does in a pod; none with `BENCH_BARE=1`.
+fn image_env() -> Vec<(&'static str, &'static str)> {
+    if std::env::var_os("BENCH_BARE").is_some() {
+        return Vec::new();
+    }
+    include_str!("../deploy/Dockerfile").lines().filter_map(|line| line.strip_prefix("ENV ")?.split_once('=')).collect()
+}
+
+/// How the fake server lists pods.
+#[derive(Clone, Copy, PartialEq)]
+enum Lists {
+    /// The initial list streamed (`sendInitialEvents`), as kube-apiserver 1.34 and later serve it.
+    Streamed,
+    /// Streamed lists refused (422), as before 1.27 and with 1.33's defaults: pages of 500.
+    Paged,
+}
+
 /// Runs the operator with `controllers` against a server listing `watchers`, `config_maps` and
 /// `pod_count` pods until `status_writes` status patches were made (then 1 s more).
 async fn run(
@@ -47,8 +71,13 @@ async fn run(
     config_maps: Vec<Value>,
     pod_count: usize,
     status_writes: u64,
+    lists: Lists,
 ) -> Run {
-    let (server, addr) = FakeApiServer::default()
+    let server = match lists {
+        Lists::Streamed => FakeApiServer::default(),
+        Lists::Paged => FakeApiServer::default().without_streamed_lists(),
+    };
+    let (server, addr) = server
         .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", watchers)
         .with_list("/api/v1/configmaps", "ConfigMapList", config_maps)
         .with_list("/api/v1/pods", "PodList", pods(pod_count))
@@ -72,6 +101,7 @@ async fn run(
         None => Command::new(env!("CARGO_BIN_EXE_watcher-operator")),
     };
     let mut child = command
+        .envs(image_env())
         .args(["run", "--leader-election=false", &format!("--controllers={controllers}"), "--namespace=bench"])
         .arg(format!("--metrics-addr={metrics}"))
         .arg(format!("--webhook-addr={webhook}"))
@@ -113,7 +143,17 @@ async fn run(
     }
     drop(_guard);
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(server.status_writes.load(Ordering::Relaxed), status_writes, "a steady state writes no more");
+    let written = server.status_writes.load(Ordering::Relaxed);
+    if written != status_writes {
+        let log = server.write_log.lock().map(|l| l.clone()).unwrap_or_default();
+        let mut by_path = std::collections::BTreeMap::<&String, u64>::new();
+        for write in log.iter().filter(|w| w.ends_with("/status")) {
+            *by_path.entry(write).or_default() += 1;
+        }
+        let most = by_path.values().copied().max().unwrap_or_default();
+        let most_written: Vec<&&String> = by_path.iter().filter(|(_, n)| **n == most).map(|(p, _)| p).take(5).collect();
+        panic!("{written} status writes where {status_writes} were expected; {most} times: {most_written:?}");
+    }
     // The Watcher controller's requests: ConfigMaps and Watchers (not the certificate Secret or
     // the webhook configuration, which the process reads and writes once at start).
     let theirs = |path: &String| path.contains("/configmaps") || path.contains("/watchers");
@@ -166,13 +206,18 @@ async fn main() {
 
     if std::env::var_os("BENCH_WRAP").is_some() && pod_count > 0 {
         // Profiling: the run with pods only.
-        let loaded = run("watcher,pods", watchers(count), Vec::new(), pod_count, 2 * count as u64).await;
+        let lists = if std::env::var_os("BENCH_PAGED").is_some() { Lists::Paged } else { Lists::Streamed };
+        let loaded = run("watcher,pods", watchers(count), Vec::new(), pod_count, 2 * count as u64, lists).await;
         println!("profiled run: peak RSS {:.1} MB", mb(loaded.peak));
         return;
     }
-    let first = run("watcher", watchers(count), Vec::new(), 0, count as u64).await;
+    match image_env().as_slice() {
+        [] => println!("the operator runs without the image's environment (BENCH_BARE)\n"),
+        env => println!("the operator runs with the image's environment: {env:?} (BENCH_BARE=1: without)\n"),
+    }
+    let first = run("watcher", watchers(count), Vec::new(), 0, count as u64, Lists::Streamed).await;
     let (steady_watchers, config_maps) = reconciled(count);
-    let steady = run("watcher", steady_watchers, config_maps, 0, 0).await;
+    let steady = run("watcher", steady_watchers, config_maps, 0, 0, Lists::Streamed).await;
     println!("Watcher controller, {count} Watchers with config data");
     println!(
         "  first reconcile:            {:.2} API calls per Watcher   (target 2; {} reads, {} writes)",
@@ -194,7 +239,7 @@ async fn main() {
     );
 
     // Both controllers write each Watcher's status once.
-    let baseline = run("watcher,pods", watchers(count), Vec::new(), 0, 2 * count as u64).await;
+    let baseline = run("watcher,pods", watchers(count), Vec::new(), 0, 2 * count as u64, Lists::Streamed).await;
     let (binary, libraries, anonymous, threads) = baseline.breakdown;
     println!("\nWatcher controller and pod reconciler, no pods (the baseline)");
     println!(
@@ -207,27 +252,32 @@ async fn main() {
     println!("  peak RSS:                   {:.1} MB", mb(baseline.peak));
     if pod_count > 0 {
         let list = plain_list(pod_count).await;
-        let loaded = run("watcher,pods", watchers(count), Vec::new(), pod_count, 2 * count as u64).await;
-        println!("\nwith {pod_count} pods cached");
-        println!(
-            "  start → /readyz 200:        {:.0} ms; all counted after {:.0} ms",
-            loaded.ready.as_secs_f64() * 1e3,
-            loaded.reconciled.as_secs_f64() * 1e3
-        );
-        println!(
-            "  plain paged LIST:           {:.0} ms (500 a page); first exact count / LIST = {:.2}   (target ≤ 1.5)",
-            list.as_secs_f64() * 1e3,
-            loaded.reconciled.as_secs_f64() / list.as_secs_f64()
-        );
-        println!("  RSS after counting:         {:.1} MB", mb(loaded.rss));
-        println!(
-            "  peak RSS:                   {:.1} MB   (target ≤ 25 MB at 10,000 pods, ≤ 40 MB at 100,000)",
-            mb(loaded.peak)
-        );
-        println!(
-            "  per pod:                    {:.0} bytes   ((peak − baseline peak) / pods; target ≤ 1 KB)",
-            (loaded.peak.saturating_sub(baseline.peak) * 1024) as f64 / pod_count as f64
-        );
+        for (lists, how) in [
+            (Lists::Streamed, "the initial list streamed (kube-apiserver 1.32, 1.34 and later)"),
+            (Lists::Paged, "streamed lists refused, pages of 500 (kube-apiserver 1.24 to 1.31, 1.33)"),
+        ] {
+            let loaded = run("watcher,pods", watchers(count), Vec::new(), pod_count, 2 * count as u64, lists).await;
+            println!("\nwith {pod_count} pods cached, {how}");
+            println!(
+                "  start → /readyz 200:        {:.0} ms; all counted after {:.0} ms",
+                loaded.ready.as_secs_f64() * 1e3,
+                loaded.reconciled.as_secs_f64() * 1e3
+            );
+            println!(
+                "  plain paged LIST:           {:.0} ms (500 a page); first exact count / LIST = {:.2}   (target ≤ 1.5)",
+                list.as_secs_f64() * 1e3,
+                loaded.reconciled.as_secs_f64() / list.as_secs_f64()
+            );
+            println!("  RSS after counting:         {:.1} MB", mb(loaded.rss));
+            println!(
+                "  peak RSS:                   {:.1} MB   (target ≤ 25 MB at 10,000 pods, ≤ 40 MB at 100,000)",
+                mb(loaded.peak)
+            );
+            println!(
+                "  per pod:                    {:.0} bytes   ((peak − baseline peak) / pods; target ≤ 1 KB)",
+                (loaded.peak.saturating_sub(baseline.peak) * 1024) as f64 / pod_count as f64
+            );
+        }
     }
     assert_eq!(first.writes, 2 * count as u64, "one ConfigMap create and one status patch per Watcher");
     assert_eq!(steady.reads + steady.writes, 0, "a steady state costs no request");

@@ -16,6 +16,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// Objects served by list path (e.g. `/apis/watcher.dev/v1alpha1/watchers`).
@@ -32,12 +33,22 @@ pub(crate) struct FakeApiServer {
     pub(crate) read_log: std::sync::Mutex<Vec<String>>,
     /// Every write, as `METHOD path`, in order.
     pub(crate) write_log: std::sync::Mutex<Vec<String>>,
+    /// Refuses streamed lists (`sendInitialEvents`) with 422, as kube-apiserver before 1.27
+    /// and with the WatchList feature gate off (1.33's default) does; it streams them
+    /// otherwise, as 1.34 and later do.
+    refuses_streamed_lists: bool,
 }
 
 impl FakeApiServer {
     /// Serves `items` as the list of kind `list_kind` at `path`.
     pub(crate) fn with_list(mut self, path: &str, list_kind: &str, items: Vec<Value>) -> Self {
         self.lists.insert(path.to_owned(), (list_kind.to_owned(), items));
+        self
+    }
+
+    /// Refuses streamed lists, as kube-apiserver 1.33 does by default (and 1.24 always).
+    pub(crate) fn without_streamed_lists(mut self) -> Self {
+        self.refuses_streamed_lists = true;
         self
     }
 
@@ -69,10 +80,14 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
     let query: HashMap<&str, &str> =
         uri.query().unwrap_or("").split('&').filter_map(|pair| pair.split_once('=')).collect();
     if method == Method::GET && path == "/version" {
-        return json_response(StatusCode::OK, &json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0"}));
+        return json_response(StatusCode::OK, &json!({"major": "1", "minor": "36", "gitVersion": "v1.36.0"}));
     }
     if method == Method::GET {
-        if query.get("watch").is_some_and(|w| *w == "true" || *w == "1") {
+        let watch = query.get("watch").is_some_and(|w| *w == "true" || *w == "1");
+        if watch && query.get("sendInitialEvents") == Some(&"true") {
+            return streamed_list(&server, path);
+        }
+        if watch {
             // An open watch that never sends an event: the objects do not change.
             return Response::builder()
                 .header("content-type", "application/json")
@@ -126,6 +141,29 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
         Some(_) => json_response(StatusCode::OK, &object),
         None => json_response(StatusCode::OK, &json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})),
     }
+}
+
+/// A streamed list: each listed object as an `ADDED` event, encoded as it is sent, then the
+/// bookmark that ends the initial events; the watch then stays open.
+fn streamed_list(server: &Arc<FakeApiServer>, path: &str) -> Response {
+    if server.refuses_streamed_lists {
+        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422,
+            "message": "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is \
+                        forbidden for watch unless the WatchList feature gate is enabled"});
+        return json_response(StatusCode::UNPROCESSABLE_ENTITY, &status);
+    }
+    let Some((kind, items)) = server.lists.get(path) else { return not_found(path) };
+    let end = json!({"type": "BOOKMARK", "object": {"kind": kind.trim_end_matches("List"), "apiVersion": "v1",
+        "metadata": {"resourceVersion": "1", "annotations": {"k8s.io/initial-events-end": "true"}}}});
+    let (server, path) = (server.clone(), path.to_owned());
+    let added = futures::stream::iter(0..items.len()).map(move |i| {
+        let object = &server.lists[&path].1[i];
+        Ok::<_, std::io::Error>(Bytes::from(format!("{}\n", json!({"type": "ADDED", "object": object}))))
+    });
+    let events = added
+        .chain(futures::stream::once(async move { Ok(Bytes::from(format!("{end}\n"))) }))
+        .chain(futures::stream::pending());
+    Response::builder().header("content-type", "application/json").body(Body::from_stream(events)).expect("response")
 }
 
 /// Whether `path` names a collection (`…/pods`, `…/namespaces/ns/pods`) rather than an object.

@@ -55,6 +55,13 @@ impl Call {
         self.respond(StatusCode::OK, body);
     }
 
+    /// Answers a watch with `events`, one JSON object a line, then ends the stream.
+    pub(crate) fn events(self, events: &[Value]) {
+        let lines: String = events.iter().map(|event| format!("{event}\n")).collect();
+        let response = Response::builder().status(StatusCode::OK).body(Body::from(lines.into_bytes()));
+        self.send.send_response(response.expect("valid response"));
+    }
+
     /// Answers with a `metav1.Status` failure of `code`.
     pub(crate) fn fail(self, code: u16, reason: &str) {
         let status = serde_json::json!({

@@ -12,7 +12,7 @@ mod meta;
 pub mod revisions;
 pub mod rollout;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -42,9 +42,9 @@ const CONTROLLER: &str = "pods";
 const DEBOUNCE: Duration = Duration::from_millis(500);
 /// An eviction refused by a PodDisruptionBudget (429) is tried again after this.
 const EVICTION_RETRY: Duration = Duration::from_secs(10);
-/// Pods per list page, as client-go lists: kube-apiserver serves fewer, larger pages faster.
-/// A page is held decoded while it is reduced to [`CountedPod`]s, and [`PodMeta`] keeps little
-/// of each pod.
+/// Pods per list page where the initial list is not streamed, as client-go lists:
+/// kube-apiserver serves fewer, larger pages faster. A page is read whole, then held decoded
+/// while it is reduced to [`CountedPod`]s; [`PodMeta`] keeps little of each pod.
 const POD_PAGE_SIZE: u32 = 500;
 /// Owners that recreate a pod that is evicted.
 const RECREATING_OWNERS: [&str; 3] = ["ReplicaSet", "StatefulSet", "DaemonSet"];
@@ -59,26 +59,59 @@ pub type SidecarLookup = Arc<dyn Fn(&str, &str) -> Option<String> + Send + Sync>
 const KEPT_ANNOTATIONS: [&str; 4] =
     [INJECT_ANNOTATION, INJECTED_ANNOTATION, SIDECAR_UPDATED_ANNOTATION, ORIGINAL_IMAGES_ANNOTATION];
 
-/// A pod as the pod reconciler keeps it: only what counting and eviction read, about a hundred
-/// bytes of its own where the pod's whole metadata is several kilobytes.
+/// A pod as the pod reconciler keeps it: only what counting and eviction read, 48 bytes of its
+/// own and its name, where the pod's whole metadata is several kilobytes. It is held in its
+/// namespace's set itself, not behind a pointer of its own.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CountedPod {
     /// The pod's name.
     pub name: Box<str>,
-    /// The pod's namespace (one shared string per namespace).
-    pub namespace: Arc<str>,
-    /// Labels, for Watcher selectors (shared between pods with the same labels).
-    pub labels: Arc<BTreeMap<String, String>>,
-    /// `watcher.dev/inject` and `watcher.dev/injected` only (shared likewise).
-    pub annotations: Arc<BTreeMap<String, String>>,
-    /// Controlled by a ReplicaSet, StatefulSet or DaemonSet, which recreates it when evicted.
-    pub recreated_when_evicted: bool,
-    /// When the pod was created (the oldest are evicted first).
-    pub created: Option<jiff::Timestamp>,
-    /// Being deleted.
-    pub terminating: bool,
+    /// What it has in common with the other pods of its controller.
+    shared: Arc<Shared>,
+    /// When the pod was created, in seconds since the Unix epoch (the oldest are evicted first).
+    pub created: Option<i64>,
     /// For a pod that carries Watchers: their containers, volumes and what the kubelet reports.
     pub injected: Option<Arc<InjectedSpec>>,
+}
+
+/// What the pods of a ReplicaSet have in common: one copy for all of them.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Shared {
+    namespace: Arc<str>,
+    labels: BTreeMap<String, String>,
+    /// `watcher.dev/inject`, `watcher.dev/injected` and the other [`KEPT_ANNOTATIONS`] only.
+    annotations: BTreeMap<String, String>,
+    /// Controlled by a ReplicaSet, StatefulSet or DaemonSet, which recreates it when evicted.
+    recreated_when_evicted: bool,
+    /// Being deleted.
+    terminating: bool,
+}
+
+impl CountedPod {
+    /// The pod's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.shared.namespace
+    }
+
+    /// Its labels, for Watcher selectors.
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.shared.labels
+    }
+
+    /// Its annotations that the reconciler reads ([`KEPT_ANNOTATIONS`]).
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        &self.shared.annotations
+    }
+
+    /// Controlled by a ReplicaSet, StatefulSet or DaemonSet, which recreates it when evicted.
+    pub fn recreated_when_evicted(&self) -> bool {
+        self.shared.recreated_when_evicted
+    }
+
+    /// Being deleted.
+    pub fn terminating(&self) -> bool {
+        self.shared.terminating
+    }
 }
 
 impl From<&PodMeta> for CountedPod {
@@ -87,12 +120,12 @@ impl From<&PodMeta> for CountedPod {
     }
 }
 
-/// One shared copy of each distinct label or annotation set, and of each namespace name: the
-/// pods of a ReplicaSet carry the same ones, so thousands of pods hold a handful of maps.
+/// One shared copy of each distinct [`Shared`] and of each namespace name: the pods of a
+/// ReplicaSet have the same labels, annotations and owner, so thousands of pods hold a handful.
 #[derive(Default)]
 struct Interner {
-    maps: Mutex<std::collections::HashSet<Arc<BTreeMap<String, String>>>>,
-    namespaces: Mutex<std::collections::HashSet<Arc<str>>>,
+    shared: Mutex<HashSet<Arc<Shared>>>,
+    namespaces: Mutex<HashSet<Arc<str>>>,
 }
 
 impl Interner {
@@ -106,19 +139,27 @@ impl Interner {
         shared
     }
 
-    fn intern(&self, map: BTreeMap<String, String>) -> Arc<BTreeMap<String, String>> {
-        let mut maps = lock(&self.maps);
-        if let Some(shared) = maps.get(&map) {
+    fn intern(&self, value: Shared) -> Arc<Shared> {
+        let mut all = lock(&self.shared);
+        if let Some(shared) = all.get(&value) {
             return shared.clone();
         }
-        let shared = Arc::new(map);
-        maps.insert(shared.clone());
+        let shared = Arc::new(value);
+        all.insert(shared.clone());
         shared
+    }
+
+    /// Lets go of a pod's shared part: forgotten when no other pod has it.
+    fn release(&self, shared: Arc<Shared>) {
+        let mut all = lock(&self.shared);
+        if Arc::strong_count(&shared) == 2 {
+            all.remove(&*shared); // only this pod and the interner held it
+        }
     }
 
     /// Forgets the sets and namespaces no pod uses any more.
     fn prune(&self) {
-        lock(&self.maps).retain(|map| Arc::strong_count(map) > 1);
+        lock(&self.shared).retain(|shared| Arc::strong_count(shared) > 1);
         lock(&self.namespaces).retain(|namespace| Arc::strong_count(namespace) > 1);
     }
 }
@@ -133,23 +174,24 @@ impl CountedPod {
             .filter(|(key, _)| KEPT_ANNOTATIONS.contains(&key.as_str()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        Self {
-            name: pod.metadata.name.as_deref().unwrap_or_default().into(),
+        let shared = Shared {
             namespace: interner.namespace(pod.metadata.namespace.as_deref().unwrap_or_default()),
-            labels: interner.intern(pod.labels().clone()),
-            annotations: interner.intern(annotations),
+            labels: pod.labels().clone(),
+            annotations,
             recreated_when_evicted: pod
                 .owner_references()
                 .iter()
                 .any(|o| o.controller == Some(true) && RECREATING_OWNERS.contains(&o.kind.as_str())),
-            created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
             terminating: pod.metadata.deletion_timestamp.is_some(),
+        };
+        Self {
+            name: pod.metadata.name.as_deref().unwrap_or_default().into(),
+            shared: interner.intern(shared),
+            created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()),
             injected: lookup.and_then(|lookup| injected_spec(pod, lookup)).map(Arc::new),
         }
     }
-}
 
-impl CountedPod {
     /// The pod as the reconciler keeps it, with the sidecars of `watchers` (for tests).
     #[cfg(test)]
     pub(crate) fn with_sidecars_of(pod: &PodMeta, watchers: &[Watcher]) -> Self {
@@ -192,8 +234,8 @@ fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup) -> Option<InjectedSpec> 
 }
 
 /// A cached pod, found by its name (the set needs no second copy of the name as a key).
-#[derive(Clone, Debug)]
-struct ByName(Arc<CountedPod>);
+#[derive(Debug)]
+struct ByName(CountedPod);
 
 impl std::borrow::Borrow<str> for ByName {
     fn borrow(&self) -> &str {
@@ -215,7 +257,7 @@ impl PartialEq for ByName {
 
 impl Eq for ByName {}
 
-type ByNamespace = HashMap<Arc<str>, std::collections::HashSet<ByName>>;
+type ByNamespace = HashMap<Arc<str>, HashSet<ByName>>;
 
 /// Pods by namespace: a reconcile reads its Watcher's namespace only.
 #[derive(Default)]
@@ -242,7 +284,10 @@ impl PodIndex {
             watcher::Event::InitApply(pod) => {
                 let counted = CountedPod::new(&pod, &self.interner, self.lookup.as_ref());
                 let mut listing = lock(&self.listing);
-                listing.entry(counted.namespace.clone()).or_default().replace(ByName(Arc::new(counted)));
+                if let Some(old) = listing.entry(counted.shared.namespace.clone()).or_default().replace(ByName(counted))
+                {
+                    self.interner.release(old.0.shared);
+                }
             }
             watcher::Event::InitDone => {
                 let listed = std::mem::take(&mut *lock(&self.listing));
@@ -253,18 +298,21 @@ impl PodIndex {
             watcher::Event::Apply(pod) => {
                 let counted = CountedPod::new(&pod, &self.interner, self.lookup.as_ref());
                 let mut index = self.by_namespace.write().unwrap_or_else(|p| p.into_inner());
-                index.entry(counted.namespace.clone()).or_default().replace(ByName(Arc::new(counted)));
+                if let Some(old) = index.entry(counted.shared.namespace.clone()).or_default().replace(ByName(counted)) {
+                    self.interner.release(old.0.shared);
+                }
                 return Some(pod);
             }
             watcher::Event::Delete(pod) => {
                 let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
                 let mut index = self.by_namespace.write().unwrap_or_else(|p| p.into_inner());
                 if let Some(pods) = index.get_mut(namespace.as_str()) {
-                    if pods.take(name.as_str()).is_some_and(|gone| Arc::strong_count(&gone.0.labels) == 2) {
-                        self.interner.prune(); // the last pod with these labels
+                    if let Some(gone) = pods.take(name.as_str()) {
+                        self.interner.release(gone.0.shared);
                     }
                     if pods.is_empty() {
                         index.remove(namespace.as_str());
+                        self.interner.prune(); // the namespace's name
                     }
                 }
                 return Some(pod);
@@ -273,10 +321,12 @@ impl PodIndex {
         None
     }
 
-    /// The pods of `namespace`.
-    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<CountedPod>> {
+    /// `read` over the pods of `namespace`, under the index's read lock: what it returns must
+    /// not borrow them.
+    pub fn with_namespace<R>(&self, namespace: &str, read: impl FnOnce(&[&CountedPod]) -> R) -> R {
         let index = self.by_namespace.read().unwrap_or_else(|p| p.into_inner());
-        index.get(namespace).map(|pods| pods.iter().map(|p| p.0.clone()).collect()).unwrap_or_default()
+        let pods: Vec<&CountedPod> = index.get(namespace).into_iter().flatten().map(|p| &p.0).collect();
+        read(&pods)
     }
 
     /// Whether the initial list is in.
@@ -344,11 +394,7 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
     };
     let pods = Arc::new(PodIndex::new(lookup));
     let (synced_tx, synced_rx) = futures::channel::mpsc::unbounded();
-    // Consistent, paginated lists: with `any_semantic` (resourceVersion=0) kube-apiserver serves
-    // the list from its watch cache and ignores the page size, one response holding every pod of
-    // the cluster; pages keep the transient decoding memory bounded.
-    let config = watcher::Config::default().page_size(POD_PAGE_SIZE);
-    let pod_events = watcher(Api::<PodMeta>::all(client.clone()), config).default_backoff().filter_map({
+    let pod_events = pod_events(Api::<PodMeta>::all(client.clone())).default_backoff().filter_map({
         let pods = pods.clone();
         move |event| {
             let changed = match event {
@@ -396,6 +442,45 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
         .await;
 }
 
+/// The pods' watch events. The initial list is streamed where kube-apiserver serves it so
+/// (`sendInitialEvents`, the WatchList feature: on by default in 1.32 and from 1.34), each pod
+/// decoded as it arrives; where it is refused (422 or 400: before 1.27, and with the feature
+/// gate off, as 1.27 to 1.31 and 1.33 ship), pods are listed in consistent pages of
+/// [`POD_PAGE_SIZE`] instead, each page read whole before it is decoded. (Not `any_semantic`:
+/// with resourceVersion=0 kube-apiserver serves the list from its watch cache and ignores the
+/// page size, one response holding every pod of the cluster.)
+fn pod_events(
+    api: Api<PodMeta>,
+) -> impl futures::Stream<Item = Result<watcher::Event<PodMeta>, watcher::Error>> + Send + 'static {
+    let streamed = watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
+    futures::stream::unfold((streamed, Some(api)), |(mut events, mut paged)| async move {
+        loop {
+            let event = events.next().await?;
+            if let Err(error) = &event
+                && refuses_streamed_lists(error)
+                && let Some(api) = paged.take()
+            {
+                info!(%error, "the API server does not stream lists; listing pods in pages of {POD_PAGE_SIZE}");
+                events = watcher(api, watcher::Config::default().page_size(POD_PAGE_SIZE)).boxed();
+                continue;
+            }
+            return Some((event, (events, paged)));
+        }
+    })
+}
+
+/// Whether kube-apiserver refused a streamed list: it has no WatchList, or it is turned off
+/// (`resourceVersionMatch is forbidden for watch`, `sendInitialEvents is forbidden ...`).
+fn refuses_streamed_lists(error: &watcher::Error) -> bool {
+    let code = match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code,
+        watcher::Error::WatchError(status) => status.code,
+        _ => return false,
+    };
+    matches!(code, 400 | 422)
+}
+
 /// How a pod stands towards one Watcher.
 #[derive(Debug, Default, PartialEq)]
 struct Standing {
@@ -406,15 +491,15 @@ struct Standing {
 
 fn standing(watcher: &Watcher, hash: &str, pod: &CountedPod) -> Standing {
     let name = watcher.name_any();
-    let annotations = &pod.annotations;
-    let matched = requested_watchers(annotations).contains(&name.as_str()) || watcher.selects(&pod.labels);
+    let annotations = pod.annotations();
+    let matched = requested_watchers(annotations).contains(&name.as_str()) || watcher.selects(pod.labels());
     let entry = injected_watchers(annotations).into_iter().find(|(n, _)| *n == name);
     Standing { matched, injected: entry.is_some(), up_to_date: entry.is_some_and(|(_, h)| h == hash) }
 }
 
 /// `status.pods` of `watcher` over `pods` (any namespace: only the Watcher's own count; pods
 /// being deleted do not count).
-pub fn count(watcher: &Watcher, pods: &[Arc<CountedPod>]) -> PodCounts {
+pub fn count(watcher: &Watcher, pods: &[&CountedPod]) -> PodCounts {
     let hash = watcher.spec.spec_hash();
     let mut counts = PodCounts::default();
     for pod in live_pods_of(watcher, pods) {
@@ -427,17 +512,16 @@ pub fn count(watcher: &Watcher, pods: &[Arc<CountedPod>]) -> PodCounts {
     counts
 }
 
-fn live_pods_of<'a>(watcher: &'a Watcher, pods: &'a [Arc<CountedPod>]) -> impl Iterator<Item = &'a CountedPod> + 'a {
+fn live_pods_of<'a>(watcher: &'a Watcher, pods: &'a [&CountedPod]) -> impl Iterator<Item = &'a CountedPod> + 'a {
     let namespace = watcher.namespace().unwrap_or_default();
-    pods.iter().map(Arc::as_ref).filter(move |p| *p.namespace == *namespace && !p.terminating)
+    pods.iter().copied().filter(move |p| p.namespace() == namespace && !p.terminating())
 }
 
 /// The Watcher's pods being deleted (matched or injected): they count against `maxUnavailable`.
-fn terminating_pods_of(watcher: &Watcher, hash: &str, pods: &[Arc<CountedPod>]) -> usize {
+fn terminating_pods_of(watcher: &Watcher, hash: &str, pods: &[&CountedPod]) -> usize {
     let namespace = watcher.namespace().unwrap_or_default();
     pods.iter()
-        .map(Arc::as_ref)
-        .filter(|p| *p.namespace == *namespace && p.terminating)
+        .filter(|p| p.namespace() == namespace && p.terminating())
         .filter(|p| {
             let s = standing(watcher, hash, p);
             s.matched || s.injected
@@ -458,15 +542,18 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<A
     }
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
     let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
-    let pods = ctx.pods.in_namespace(&namespace);
-    let mut counts = count(&watcher, &pods);
-    let action = if watcher.spec.update_policy.type_ == UpdatePolicyType::Report {
-        Action::await_change()
-    } else {
-        let (action, patched) = roll(&watcher, &pods, &ctx, &namespace).await?;
-        // A pod counts as up to date once its patch is written.
-        counts.up_to_date += i32::try_from(patched).unwrap_or(i32::MAX);
-        action
+    let (mut counts, step) = ctx.pods.with_namespace(&namespace, |pods| {
+        let rolls = watcher.spec.update_policy.type_ != UpdatePolicyType::Report;
+        (count(&watcher, pods), rolls.then(|| plan_step(&watcher, pods, &ctx, &namespace)))
+    });
+    let action = match step {
+        None => Action::await_change(),
+        Some(step) => {
+            let (action, patched) = roll(&watcher, step, &ctx, &namespace).await?;
+            // A pod counts as up to date once its patch is written.
+            counts.up_to_date += i32::try_from(patched).unwrap_or(i32::MAX);
+            action
+        }
     };
 
     let current = watcher.status.as_ref().and_then(|s| s.pods);
@@ -499,23 +586,35 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<A
 /// How often a rollout in flight is looked at again (pod status changes also wake it).
 const IN_PLACE_RECHECK: Duration = Duration::from_secs(15);
 
-/// Keeps the Watcher's revisions: the current spec's created, the oldest beyond the history
-/// that no pod carries deleted.
-async fn keep_revisions(
-    watcher: &Watcher,
-    pods: &[Arc<CountedPod>],
-    mine: &[&ControllerRevision],
-    ctx: &PodsContext,
-    namespace: &str,
-) -> Result<()> {
+/// What one step of a rollout writes, planned from the cached pods.
+struct Step {
+    revisions: revisions::RevisionPlan,
+    rollout: rollout::Rollout,
+}
+
+/// Plans a step of `watcher`'s rollout over `pods` (its namespace's): the revisions kept (the
+/// current spec's created, the oldest beyond the history that no pod carries deleted), the
+/// in-place patches and the evictions.
+fn plan_step(watcher: &Watcher, pods: &[&CountedPod], ctx: &PodsContext, namespace: &str) -> Step {
+    let all = ctx.revisions.state();
+    let mine = revisions::revisions_of(watcher, &all);
     let name = watcher.name_any();
     let carried: BTreeSet<String> = pods
         .iter()
         .flat_map(|pod| {
-            injected_watchers(&pod.annotations).into_iter().filter(|(n, _)| *n == name).map(|(_, h)| h.to_owned())
+            injected_watchers(pod.annotations()).into_iter().filter(|(n, _)| *n == name).map(|(_, h)| h.to_owned())
         })
         .collect();
-    let plan = revisions::plan_revisions(watcher, mine, &carried);
+    let policies = ctx.policies.as_ref().map(|p| p.policies_for(namespace)).unwrap_or_default();
+    let rules: Vec<&watcher_api::image::Rule> = policies.iter().flat_map(|p| p.valid_rules()).collect();
+    Step {
+        revisions: revisions::plan_revisions(watcher, &mine, &carried),
+        rollout: rollout::plan(watcher, pods, &mine, &rules, jiff::Timestamp::now()),
+    }
+}
+
+/// Writes the Watcher's revisions as planned.
+async fn keep_revisions(plan: revisions::RevisionPlan, ctx: &PodsContext, namespace: &str) -> Result<()> {
     let api = Api::<ControllerRevision>::namespaced(ctx.ctx.client.clone(), namespace);
     if let Some(revision) = plan.create {
         let params = PostParams { field_manager: Some(watcher_api::FIELD_MANAGER.to_owned()), ..PostParams::default() };
@@ -540,18 +639,9 @@ async fn keep_revisions(
 /// One step of a rollout: the revisions kept, the in-place patches, then the evictions, an
 /// Event for what was updated, and the `SidecarsUpdated` condition when it changes. Returns the
 /// pods patched.
-async fn roll(
-    watcher: &Watcher,
-    pods: &[Arc<CountedPod>],
-    ctx: &PodsContext,
-    namespace: &str,
-) -> Result<(Action, usize)> {
-    let all = ctx.revisions.state();
-    let mine = revisions::revisions_of(watcher, &all);
-    keep_revisions(watcher, pods, &mine, ctx, namespace).await?;
-    let policies = ctx.policies.as_ref().map(|p| p.policies_for(namespace)).unwrap_or_default();
-    let rules: Vec<&watcher_api::image::Rule> = policies.iter().flat_map(|p| p.valid_rules()).collect();
-    let mut rollout = rollout::plan(watcher, pods, &mine, &rules, jiff::Timestamp::now());
+async fn roll(watcher: &Watcher, step: Step, ctx: &PodsContext, namespace: &str) -> Result<(Action, usize)> {
+    keep_revisions(step.revisions, ctx, namespace).await?;
+    let mut rollout = step.rollout;
     let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), namespace);
     let mut patched = Vec::new();
     let mut conflict = false;

@@ -86,9 +86,27 @@ impl ScopeStatus {
         }
     }
 
-    /// A stream that yields each time what is registered changes.
+    /// Waits until what is registered is known (or nothing will ever say it).
+    async fn known(mut rx: watch::Receiver<Registered>) -> watch::Receiver<Registered> {
+        let _ = rx.wait_for(|registered| *registered != Registered::Pending).await;
+        rx
+    }
+
+    /// `stream`, held back until what is registered is known: a controller that waits for it
+    /// starts with one pass over everything, not a pass before and another after.
+    pub fn gate<S: futures::Stream<Item: Send> + Send + 'static>(
+        &self,
+        stream: S,
+    ) -> impl futures::Stream<Item = S::Item> + Send + 'static + use<S> {
+        let known = Self::known(self.0.clone());
+        futures::stream::once(known).filter_map(|_| futures::future::ready(None)).chain(stream)
+    }
+
+    /// A stream that yields each time what is registered changes, once it is known.
     pub fn changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
-        futures::stream::unfold(self.0.clone(), |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) })
+        futures::stream::once(Self::known(self.0.clone())).flat_map(|rx| {
+            futures::stream::unfold(rx, |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) })
+        })
     }
 }
 

@@ -64,11 +64,14 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, scope: ScopeStatus) {
     let labels = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
     let api = Api::<ConfigMap>::all(ctx.client.clone());
     let (config_maps, owned, listed) = crate::cached_watch(api, watcher::Config::default().labels(&labels), |_| {});
-    let scope_changes = scope.changes();
-    let shared = Arc::new(WatcherContext { ctx, config_maps, listed, scope });
     let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
+    // Nothing is reconciled before the scope is known (each Watcher would only wait), then
+    // everything once, and again when what is registered changes.
+    let triggers = scope.gate(triggers);
+    let resyncs = scope.gate(futures::stream::select(resyncs, scope.changes()));
+    let shared = Arc::new(WatcherContext { ctx, config_maps, listed, scope });
     Controller::for_shared_stream(triggers, cache.store.clone())
-        .reconcile_all_on(futures::stream::select(resyncs, scope_changes))
+        .reconcile_all_on(resyncs)
         .owns_stream(owned)
         .with_config(crate::controller_config())
         .shutdown_on_signal()

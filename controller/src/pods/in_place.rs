@@ -102,7 +102,7 @@ pub fn in_flight(pod: &CountedPod, container: &str) -> bool {
 /// The image admission wrote for `wanted`, as the pod records it: the original is in
 /// `watcher.dev/original-images` when an ImagePolicy rewrote it.
 fn originals(pod: &CountedPod) -> BTreeMap<&str, &str> {
-    pod.annotations
+    pod.annotations()
         .get(ORIGINAL_IMAGES_ANNOTATION)
         .map(|recorded| recorded.split(',').filter_map(|entry| entry.trim().split_once('=')).collect())
         .unwrap_or_default()
@@ -158,7 +158,7 @@ fn patch_ops(
     let index = sidecar.index.to_string();
     let name = watcher.name_any();
     let hash = watcher.spec.spec_hash();
-    let entries: Vec<(&str, &str)> = injected_watchers(&pod.annotations)
+    let entries: Vec<(&str, &str)> = injected_watchers(pod.annotations())
         .into_iter()
         .map(|(n, h)| if n == name { (n, hash.as_str()) } else { (n, h) })
         .collect();
@@ -172,7 +172,7 @@ fn patch_ops(
         {"op": "add", "path": annotation(SIDECAR_UPDATED_ANNOTATION), "value": now},
     ]);
     // An image an ImagePolicy rewrote keeps its original on record, as admission does.
-    if pod.annotations.contains_key(ORIGINAL_IMAGES_ANNOTATION) {
+    if pod.annotations().contains_key(ORIGINAL_IMAGES_ANNOTATION) {
         let mut originals = originals(pod);
         let container = &*sidecar.name;
         if target != wanted {

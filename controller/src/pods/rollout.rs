@@ -4,8 +4,6 @@
 //! `maxUnavailable` pods in flight (evicted and terminating, or updated in place and not yet
 //! running and ready with the new image); none at all while one is stuck.
 
-use std::sync::Arc;
-
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use watcher_api::{SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher};
 
@@ -40,7 +38,7 @@ pub struct Rollout {
 /// namespace; `now`: for the stuck deadline and the pods' annotation.
 pub fn plan(
     watcher: &Watcher,
-    pods: &[Arc<CountedPod>],
+    pods: &[&CountedPod],
     revisions: &[&ControllerRevision],
     rules: &[&watcher_api::image::Rule],
     now: jiff::Timestamp,
@@ -72,7 +70,7 @@ pub fn plan(
         if policy.type_ == UpdatePolicyType::InPlace && in_place::in_flight(pod, container) {
             rollout.in_flight.push(pod.name.to_string());
             let updated =
-                pod.annotations.get(SIDECAR_UPDATED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+                pod.annotations().get(SIDECAR_UPDATED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
             if updated.is_some_and(|at| now.duration_since(at) > deadline) {
                 rollout.stuck.push(format!(
                     "pod {} has not run the new sidecar image within {} minutes of its update",
@@ -111,7 +109,7 @@ pub fn plan(
             }
             Update::InPlace(_) => {}
             Update::LeftAlone(why) => rollout.stuck.push(why),
-            Update::Recreate(_) if pod.recreated_when_evicted => recreate.push(pod.name.to_string()),
+            Update::Recreate(_) if pod.recreated_when_evicted() => recreate.push(pod.name.to_string()),
             Update::Recreate(why) => rollout.stuck.push(format!(
                 "pod {} ({why}) is not controlled by a ReplicaSet, StatefulSet or DaemonSet: delete it and \
                  create it again",
@@ -126,7 +124,7 @@ pub fn plan(
 /// The spec hash `pod` carries for `watcher`.
 fn pod_hash(watcher: &Watcher, pod: &CountedPod) -> Option<String> {
     let name = kube::ResourceExt::name_any(watcher);
-    watcher_api::injected_watchers(&pod.annotations).into_iter().find(|(n, _)| *n == name).map(|(_, h)| h.to_owned())
+    watcher_api::injected_watchers(pod.annotations()).into_iter().find(|(n, _)| *n == name).map(|(_, h)| h.to_owned())
 }
 
 /// The `SidecarsUpdated` condition of a rollout: status, reason and message with the counts.

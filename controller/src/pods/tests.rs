@@ -10,8 +10,8 @@ use super::{CountedPod, PodIndex, PodMeta, context_for_tests, count, reconcile};
 use crate::Context;
 
 /// The pods a `Recreate` rollout evicts now.
-fn eviction_choice(watcher: &Watcher, pods: &[Arc<CountedPod>]) -> Vec<String> {
-    super::rollout::plan(watcher, pods, &[], &[], "2026-11-21T11:00:00Z".parse().expect("time")).evictions
+fn eviction_choice(watcher: &Watcher, pods: &[CountedPod]) -> Vec<String> {
+    super::rollout::plan(watcher, &refs(pods), &[], &[], "2026-11-21T11:00:00Z".parse().expect("time")).evictions
 }
 
 fn watcher(policy: &str, max_unavailable: i32, status: Option<Value>) -> Watcher {
@@ -58,8 +58,13 @@ fn pod(
     owner: Option<&str>,
     created: u32,
     terminating: bool,
-) -> Arc<CountedPod> {
-    Arc::new(CountedPod::from(&meta(name, namespace, labels, annotations, owner, created, terminating)))
+) -> CountedPod {
+    CountedPod::from(&meta(name, namespace, labels, annotations, owner, created, terminating))
+}
+
+/// The pods as the index hands them to a reconcile.
+fn refs(pods: &[CountedPod]) -> Vec<&CountedPod> {
+    pods.iter().collect()
 }
 
 fn current(watcher: &Watcher) -> Value {
@@ -85,7 +90,7 @@ fn counts_annotation_selector_both_other_namespaces_outdated_and_terminating() {
         pod("unrelated", "team-a", json!({"app": "db"}), json!({}), None, 5, false),
         pod("leaving", "team-a", json!({"app": "web"}), json!({}), None, 6, true),
     ];
-    assert_eq!(count(&w, &pods), PodCounts { matched: 3, injected: 2, up_to_date: 1, missing: 1 });
+    assert_eq!(count(&w, &refs(&pods)), PodCounts { matched: 3, injected: 2, up_to_date: 1, missing: 1 });
 }
 
 #[test]
@@ -129,11 +134,11 @@ fn cached_pods_keep_only_what_counts() {
     );
     full.metadata.managed_fields = Some(vec![Default::default()]);
     let counted = CountedPod::from(&full);
-    assert_eq!(counted.annotations.len(), 1, "only the injection annotations");
-    assert_eq!(counted.labels.len(), 1);
-    assert!(counted.recreated_when_evicted && !counted.terminating);
+    assert_eq!(counted.annotations().len(), 1, "only the injection annotations");
+    assert_eq!(counted.labels().len(), 1);
+    assert!(counted.recreated_when_evicted() && !counted.terminating());
     assert!(
-        !CountedPod::from(&meta("j", "team-a", json!({}), json!({}), Some("Job"), 1, false)).recreated_when_evicted
+        !CountedPod::from(&meta("j", "team-a", json!({}), json!({}), Some("Job"), 1, false)).recreated_when_evicted()
     );
 }
 
@@ -149,15 +154,43 @@ fn the_index_swaps_in_the_initial_list_and_follows_changes() {
     let a = meta("a", "team-a", json!({}), json!({}), None, 1, false);
     index.apply(Event::Init);
     assert!(index.apply(Event::InitApply(a)).is_none(), "the initial list triggers nothing");
-    assert!(!index.is_synced() && index.in_namespace("team-a").is_empty());
+    assert!(!index.is_synced() && index.with_namespace("team-a", |p| p.is_empty()));
     index.apply(Event::InitDone);
     assert!(index.is_synced());
-    assert_eq!(index.in_namespace("team-a").len(), 1);
+    assert_eq!(index.with_namespace("team-a", |p| p.len()), 1);
     let b = meta("b", "team-b", json!({}), json!({}), None, 1, false);
     assert!(index.apply(Event::Apply(b.clone())).is_some());
-    assert_eq!(index.in_namespace("team-b").len(), 1);
+    assert_eq!(index.with_namespace("team-b", |p| p.len()), 1);
     assert!(index.apply(Event::Delete(b)).is_some());
-    assert!(index.in_namespace("team-b").is_empty());
+    assert!(index.with_namespace("team-b", |p| p.is_empty()));
+}
+
+/// What pods share is kept once, and forgotten with the last pod that had it: a pod whose
+/// annotations change (a sidecar updated in place) leaves nothing behind.
+#[test]
+fn shared_labels_and_annotations_are_forgotten_with_their_last_pod() {
+    let index = PodIndex::with_pods([
+        meta("a", "team-a", json!({"app": "web"}), json!({}), Some("ReplicaSet"), 1, false),
+        meta("b", "team-a", json!({"app": "web"}), json!({}), Some("ReplicaSet"), 2, false),
+    ]);
+    let interned = || super::lock(&index.interner.shared).len();
+    assert_eq!(interned(), 1, "two pods of one ReplicaSet, one copy");
+    let updated = json!({"watcher.dev/sidecar-updated": "2026-11-21T10:00:00Z"});
+    index.apply(Event::Apply(meta(
+        "a",
+        "team-a",
+        json!({"app": "web"}),
+        updated.clone(),
+        Some("ReplicaSet"),
+        1,
+        false,
+    )));
+    assert_eq!(interned(), 2);
+    index.apply(Event::Apply(meta("b", "team-a", json!({"app": "web"}), updated, Some("ReplicaSet"), 2, false)));
+    assert_eq!(interned(), 1, "the old copy went with the last pod that had it");
+    index.apply(Event::Delete(meta("a", "team-a", json!({}), json!({}), None, 1, false)));
+    index.apply(Event::Delete(meta("b", "team-a", json!({}), json!({}), None, 2, false)));
+    assert_eq!((interned(), super::lock(&index.interner.namespaces).len()), (0, 0));
 }
 
 const STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/namespaces/team-a/watchers/log-watcher/status";
@@ -416,4 +449,85 @@ async fn a_stuck_pod_halts_the_rollout() {
     reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");
     drop(shared);
     server.await.expect("scenario passed: no pod patched");
+}
+
+/// The index holds each pod in its namespace's set: 100,000 pods are 100,000 of these, their
+/// names, and a handful of shared label sets.
+#[test]
+fn a_counted_pod_stays_small() {
+    assert!(std::mem::size_of::<CountedPod>() <= 48, "{} bytes", std::mem::size_of::<CountedPod>());
+}
+
+/// Where kube-apiserver streams the initial list (WatchList), the pods come one by one from a
+/// single watch; where it refuses it as 1.24 does (422), they are listed in pages of 500. The
+/// index sees the same events either way.
+#[tokio::test]
+async fn the_initial_list_is_streamed_where_served_and_paged_where_refused() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+    let stored = crate::pods::in_place::tests::stored("pod-1.36-plain.json");
+    let name = stored["metadata"]["name"].as_str().expect("name").to_owned();
+    for streamed in [true, false] {
+        let (ctx, mut api) = Context::test();
+        let events = super::pod_events(kube::Api::<PodMeta>::all(ctx.client.clone()));
+        let server = async {
+            let watch = api
+                .expect(
+                    Method::GET,
+                    "/api/v1/pods?watch=true&timeoutSeconds=290&allowWatchBookmarks=true&sendInitialEvents=true\
+                     &resourceVersionMatch=NotOlderThan&resourceVersion=0",
+                )
+                .await;
+            if streamed {
+                let end = json!({"kind": "Pod", "apiVersion": "v1",
+                    "metadata": {"resourceVersion": "7", "annotations": {"k8s.io/initial-events-end": "true"}}});
+                watch.events(&[json!({"type": "ADDED", "object": stored}), json!({"type": "BOOKMARK", "object": end})]);
+            } else {
+                let refused = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid",
+                    "code": 422, "message": "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: \
+                                             Forbidden: resourceVersionMatch is forbidden for watch"});
+                watch.respond(http::StatusCode::UNPROCESSABLE_ENTITY, &refused);
+                let list = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"},
+                                  "items": [stored]});
+                api.expect(Method::GET, "/api/v1/pods?limit=500").await.ok(&list);
+            }
+            api
+        };
+        let (events, api) = tokio::join!(events.take(3).collect::<Vec<_>>(), server);
+        let seen: Vec<String> = events
+            .into_iter()
+            .map(|event| match event.expect("no error reaches the index") {
+                Event::Init => "Init".to_owned(),
+                Event::InitApply(pod) => format!("InitApply {}", pod.metadata.name.unwrap_or_default()),
+                Event::InitDone => "InitDone".to_owned(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            ["Init".to_owned(), format!("InitApply {name}"), "InitDone".to_owned()],
+            "streamed: {streamed}"
+        );
+        drop(ctx);
+        api.expect_no_more().await;
+    }
+}
+
+/// Only a refusal of the request itself switches to pages: not RBAC, not a server error, not
+/// an expired resourceVersion (the watcher lists again by itself).
+#[test]
+fn only_an_invalid_request_means_no_streamed_lists() {
+    use kube::runtime::watcher::Error;
+    let status = |code: u16| Box::new(kube::core::Status { code, ..Default::default() });
+    for (code, refused) in [(400, true), (422, true), (403, false), (410, false), (500, false), (503, false)] {
+        let errors = [
+            Error::WatchStartFailed(kube::Error::Api(status(code))),
+            Error::WatchFailed(kube::Error::Api(status(code))),
+            Error::WatchError(status(code)),
+        ];
+        for error in errors {
+            assert_eq!(super::refuses_streamed_lists(&error), refused, "{error}");
+        }
+    }
+    assert!(!super::refuses_streamed_lists(&Error::NoResourceVersion));
 }

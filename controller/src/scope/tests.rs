@@ -275,3 +275,29 @@ fn applying_no_conditions_restores_the_installed_configuration() {
     assert!(apply(&mut config, &Conditions::default(), None));
     assert_eq!(config, installed);
 }
+
+/// A controller gated on the scope sees nothing while it is pending, then its stream whole; the
+/// change that makes the scope known is not a change of its own (one pass, not two), later
+/// ones are.
+#[tokio::test]
+async fn gated_streams_wait_for_the_scope_and_changes_start_after_it() {
+    use futures::FutureExt;
+    let state = watch::Sender::new(Registered::Pending);
+    let status = ScopeStatus(state.subscribe());
+    let mut gated = Box::pin(status.gate(futures::stream::iter([1, 2])));
+    let mut changes = Box::pin(status.changes());
+    tokio::task::yield_now().await;
+    assert_eq!(gated.next().now_or_never(), None, "pending: nothing yet");
+    assert_eq!(changes.next().now_or_never(), None);
+
+    state.send_replace(Registered::EveryPod("no configuration".into()));
+    assert_eq!(gated.next().await, Some(1));
+    assert_eq!(gated.next().await, Some(2));
+    assert_eq!(gated.next().await, None);
+    assert_eq!(changes.next().now_or_never(), None, "becoming known is not a change");
+
+    state.send_replace(Registered::Scoped(Arc::new(watcher_webhook::Scope::default())));
+    assert_eq!(changes.next().await, Some(()));
+    drop(state);
+    assert_eq!(changes.next().await, None, "the writer gone: no more changes");
+}

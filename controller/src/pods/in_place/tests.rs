@@ -2,8 +2,6 @@
 //! (`controller/fixtures/stored-pods/`: the ServiceAccount token mounted into every container,
 //! LimitRange resources, defaults), decided between the pod's revision and the current spec.
 
-use std::sync::Arc;
-
 use json_patch::PatchOperation;
 use serde_json::{Value, json};
 use watcher_api::{InjectionSpec, Watcher};
@@ -33,9 +31,9 @@ pub(crate) fn fixture_watcher(namespace: &str, image: &str) -> Watcher {
 }
 
 /// A stored pod as the reconciler keeps it, knowing `watcher`.
-pub(crate) fn counted(pod: &Value, watcher: &Watcher) -> Arc<CountedPod> {
+pub(crate) fn counted(pod: &Value, watcher: &Watcher) -> CountedPod {
     let pod: PodMeta = serde_json::from_value(pod.clone()).expect("pod");
-    Arc::new(CountedPod::with_sidecars_of(&pod, std::slice::from_ref(watcher)))
+    CountedPod::with_sidecars_of(&pod, std::slice::from_ref(watcher))
 }
 
 /// Pod `web-N` of a ReplicaSet, as kube-apiserver 1.36 stored it in a namespace with a

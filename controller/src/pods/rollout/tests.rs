@@ -2,8 +2,6 @@
 //! `maxUnavailable` in flight; and the `SidecarsUpdated` condition. Over copies of a pod
 //! kube-apiserver 1.36 stored in a namespace with a LimitRange.
 
-use std::sync::Arc;
-
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use serde_json::{Value, json};
 use watcher_api::Watcher;
@@ -35,7 +33,8 @@ fn names(list: &[impl AsRef<str>]) -> Vec<&str> {
 }
 
 fn run(watcher: &Watcher, pods: &[Value]) -> super::Rollout {
-    let counted: Vec<Arc<CountedPod>> = pods.iter().map(|p| counted(p, watcher)).collect();
+    let counted: Vec<CountedPod> = pods.iter().map(|p| counted(p, watcher)).collect();
+    let counted: Vec<&CountedPod> = counted.iter().collect();
     let revision = old_revision();
     plan(watcher, &counted, &[&revision], &[], NOW.parse().expect("time"))
 }
