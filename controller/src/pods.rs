@@ -444,41 +444,36 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
 
 /// The pods' watch events. The initial list is streamed where kube-apiserver serves it so
 /// (`sendInitialEvents`, the WatchList feature: on by default in 1.32 and from 1.34), each pod
-/// decoded as it arrives; where it is refused (422 or 400: before 1.27, and with the feature
-/// gate off, as 1.27 to 1.31 and 1.33 ship), pods are listed in consistent pages of
-/// [`POD_PAGE_SIZE`] instead, each page read whole before it is decoded. (Not `any_semantic`:
-/// with resourceVersion=0 kube-apiserver serves the list from its watch cache and ignores the
-/// page size, one response holding every pod of the cluster.)
+/// decoded as it arrives. Any failure of that streamed list before its end, whatever the code,
+/// switches once to pods listed in consistent pages of [`POD_PAGE_SIZE`], as client-go's
+/// reflector falls back: a refusal of the request (422 or 400: before 1.27, and with the
+/// feature gate off, as 1.27 to 1.31 and 1.33 ship), and equally an `ERROR` event inside an
+/// accepted stream (HTTP 200, then a Status 500: 1.36 on an etcd without progress
+/// notifications). Once the initial list has ended, an error is a watch error as before, and
+/// the watcher retries it. (Not `any_semantic`: with resourceVersion=0 kube-apiserver serves
+/// the list from its watch cache and ignores the page size, one response holding every pod of
+/// the cluster.)
 fn pod_events(
     api: Api<PodMeta>,
 ) -> impl futures::Stream<Item = Result<watcher::Event<PodMeta>, watcher::Error>> + Send + 'static {
     let streamed = watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
-    futures::stream::unfold((streamed, Some(api)), |(mut events, mut paged)| async move {
+    // `fallback` is the API to list in pages, until the streamed list has ended or failed.
+    futures::stream::unfold((streamed, Some(api)), |(mut events, mut fallback)| async move {
         loop {
             let event = events.next().await?;
             if let Err(error) = &event
-                && refuses_streamed_lists(error)
-                && let Some(api) = paged.take()
+                && let Some(api) = fallback.take()
             {
-                info!(%error, "the API server does not stream lists; listing pods in pages of {POD_PAGE_SIZE}");
+                info!(%error, "the streamed list of pods failed; listing pods in pages of {POD_PAGE_SIZE}");
                 events = watcher(api, watcher::Config::default().page_size(POD_PAGE_SIZE)).boxed();
                 continue;
             }
-            return Some((event, (events, paged)));
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                fallback = None;
+            }
+            return Some((event, (events, fallback)));
         }
     })
-}
-
-/// Whether kube-apiserver refused a streamed list: it has no WatchList, or it is turned off
-/// (`resourceVersionMatch is forbidden for watch`, `sendInitialEvents is forbidden ...`).
-fn refuses_streamed_lists(error: &watcher::Error) -> bool {
-    let code = match error {
-        watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code,
-        watcher::Error::WatchError(status) => status.code,
-        _ => return false,
-    };
-    matches!(code, 400 | 422)
 }
 
 /// How a pod stands towards one Watcher.

@@ -458,42 +458,70 @@ fn a_counted_pod_stays_small() {
     assert!(std::mem::size_of::<CountedPod>() <= 48, "{} bytes", std::mem::size_of::<CountedPod>());
 }
 
+/// A body kube-apiserver sent (`controller/fixtures/apiserver/`, copies of `shared/`).
+fn captured(name: &str) -> String {
+    let path = format!("{}/fixtures/apiserver/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(path).expect("fixture")
+}
+
+const STREAMED_LIST: &str = "/api/v1/pods?watch=true&timeoutSeconds=290&allowWatchBookmarks=true\
+                             &sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0";
+
+/// How kube-apiserver answers the streamed initial list.
+#[derive(Clone, Copy, Debug)]
+enum StreamedList {
+    /// Served: the pod, then the `initial-events-end` bookmark.
+    Served,
+    /// Refused as 1.24 refuses it: HTTP 422 (`watch-initial-events-1.24.json`).
+    Refused,
+    /// Accepted (HTTP 200), then failed inside the stream as 1.36 on etcd 3.4 fails it: one
+    /// `ERROR` event with a Status 500 (`watch-initial-events-1.36-etcd-3.4.json`).
+    FailedInStream,
+}
+
 /// Where kube-apiserver streams the initial list (WatchList), the pods come one by one from a
-/// single watch; where it refuses it as 1.24 does (422), they are listed in pages of 500. The
-/// index sees the same events either way.
+/// single watch; where it refuses it (422, as 1.24) or fails it inside the stream (a 500 event,
+/// as 1.36 on an etcd without progress notifications), they are listed in pages of 500, once.
+/// The index sees the same pods every way, and no error reaches it.
 #[tokio::test]
-async fn the_initial_list_is_streamed_where_served_and_paged_where_refused() {
+async fn the_initial_list_is_streamed_where_served_and_paged_on_any_failure() {
     use futures::StreamExt;
     use kube::runtime::watcher::Event;
     let stored = crate::pods::in_place::tests::stored("pod-1.36-plain.json");
     let name = stored["metadata"]["name"].as_str().expect("name").to_owned();
-    for streamed in [true, false] {
+    for answer in [StreamedList::Served, StreamedList::Refused, StreamedList::FailedInStream] {
         let (ctx, mut api) = Context::test();
         let events = super::pod_events(kube::Api::<PodMeta>::all(ctx.client.clone()));
         let server = async {
-            let watch = api
-                .expect(
-                    Method::GET,
-                    "/api/v1/pods?watch=true&timeoutSeconds=290&allowWatchBookmarks=true&sendInitialEvents=true\
-                     &resourceVersionMatch=NotOlderThan&resourceVersion=0",
-                )
-                .await;
-            if streamed {
-                let end = json!({"kind": "Pod", "apiVersion": "v1",
-                    "metadata": {"resourceVersion": "7", "annotations": {"k8s.io/initial-events-end": "true"}}});
-                watch.events(&[json!({"type": "ADDED", "object": stored}), json!({"type": "BOOKMARK", "object": end})]);
-            } else {
-                let refused = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid",
-                    "code": 422, "message": "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: \
-                                             Forbidden: resourceVersionMatch is forbidden for watch"});
-                watch.respond(http::StatusCode::UNPROCESSABLE_ENTITY, &refused);
-                let list = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"},
-                                  "items": [stored]});
-                api.expect(Method::GET, "/api/v1/pods?limit=500").await.ok(&list);
+            let watch = api.expect(Method::GET, STREAMED_LIST).await;
+            match answer {
+                StreamedList::Served => {
+                    let end = json!({"kind": "Pod", "apiVersion": "v1",
+                        "metadata": {"resourceVersion": "7", "annotations": {"k8s.io/initial-events-end": "true"}}});
+                    watch.events(&[json!({"type": "ADDED", "object": stored}), json!({"type": "BOOKMARK", "object": end})]);
+                    return api;
+                }
+                StreamedList::Refused => {
+                    let refused: Value = serde_json::from_str(&captured("watch-initial-events-1.24.json")).expect("JSON");
+                    watch.respond(http::StatusCode::UNPROCESSABLE_ENTITY, &refused);
+                }
+                StreamedList::FailedInStream => {
+                    let failed: Value =
+                        serde_json::from_str(&captured("watch-initial-events-1.36-etcd-3.4.json")).expect("JSON");
+                    watch.events(&[failed]);
+                }
             }
+            let list = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"},
+                              "items": [stored]});
+            api.expect(Method::GET, "/api/v1/pods?limit=500").await.ok(&list);
             api
         };
-        let (events, api) = tokio::join!(events.take(3).collect::<Vec<_>>(), server);
+        // A stream that failed had begun (`Init`): the index starts its listing again.
+        let mut expected = vec!["Init".to_owned(), format!("InitApply {name}"), "InitDone".to_owned()];
+        if matches!(answer, StreamedList::FailedInStream) {
+            expected.insert(0, "Init".to_owned());
+        }
+        let (events, api) = tokio::join!(events.take(expected.len()).collect::<Vec<_>>(), server);
         let seen: Vec<String> = events
             .into_iter()
             .map(|event| match event.expect("no error reaches the index") {
@@ -503,31 +531,52 @@ async fn the_initial_list_is_streamed_where_served_and_paged_where_refused() {
                 other => format!("{other:?}"),
             })
             .collect();
-        assert_eq!(
-            seen,
-            ["Init".to_owned(), format!("InitApply {name}"), "InitDone".to_owned()],
-            "streamed: {streamed}"
-        );
+        assert_eq!(seen, expected, "{answer:?}");
         drop(ctx);
         api.expect_no_more().await;
     }
 }
 
-/// Only a refusal of the request itself switches to pages: not RBAC, not a server error, not
-/// an expired resourceVersion (the watcher lists again by itself).
-#[test]
-fn only_an_invalid_request_means_no_streamed_lists() {
-    use kube::runtime::watcher::Error;
-    let status = |code: u16| Box::new(kube::core::Status { code, ..Default::default() });
-    for (code, refused) in [(400, true), (422, true), (403, false), (410, false), (500, false), (503, false)] {
-        let errors = [
-            Error::WatchStartFailed(kube::Error::Api(status(code))),
-            Error::WatchFailed(kube::Error::Api(status(code))),
-            Error::WatchError(status(code)),
-        ];
-        for error in errors {
-            assert_eq!(super::refuses_streamed_lists(&error), refused, "{error}");
+/// Once the streamed list has ended, an error is a watch error: a 410 (expired) or a 503 on a
+/// later watch reaches the caller, which retries it, and pods are never listed in pages.
+#[tokio::test]
+async fn a_later_watch_error_does_not_switch_to_pages() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+    let stored = crate::pods::in_place::tests::stored("pod-1.36-plain.json");
+    for code in [410_u16, 503] {
+        let (ctx, mut api) = Context::test();
+        let events = super::pod_events(kube::Api::<PodMeta>::all(ctx.client.clone()));
+        let server = async {
+            let end = json!({"kind": "Pod", "apiVersion": "v1",
+                "metadata": {"resourceVersion": "7", "annotations": {"k8s.io/initial-events-end": "true"}}});
+            let error = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "message": "later", "reason": "Expired", "code": code}});
+            api.expect(Method::GET, STREAMED_LIST).await.events(&[
+                json!({"type": "ADDED", "object": stored}),
+                json!({"type": "BOOKMARK", "object": end}),
+                error,
+            ]);
+            api
+        };
+        let (events, api) = tokio::join!(events.take(4).collect::<Vec<_>>(), server);
+        assert!(matches!(events[2], Ok(Event::InitDone)), "{:?}", events[2]);
+        match &events[3] {
+            Err(kube::runtime::watcher::Error::WatchError(status)) => assert_eq!(status.code, code),
+            other => panic!("{code}: expected the watch error, got {other:?}"),
         }
+        drop(ctx);
+        api.expect_no_more().await;
     }
-    assert!(!super::refuses_streamed_lists(&Error::NoResourceVersion));
+}
+
+/// The copies in this crate are the bodies kube-apiserver sent, unchanged.
+#[test]
+fn apiserver_fixtures_are_the_shared_captures() {
+    let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/apiserver/");
+    let Ok(entries) = std::fs::read_dir(shared) else { return }; // a checkout without shared/
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        assert_eq!(captured(&name), std::fs::read_to_string(entry.path()).expect("readable"), "{name} differs");
+    }
 }
