@@ -32,8 +32,8 @@ use crate::image::Rule;
 #[serde(rename_all = "camelCase")]
 pub struct ImagePolicySpec {
     /// Ordered rules; the first that matches an image rewrites it, and the result is never
-    /// rewritten again.
-    #[schemars(length(min = 1))]
+    /// rewritten again. At most [`MAX_REWRITES`](crate::validation::MAX_REWRITES).
+    #[schemars(length(min = 1, max = crate::validation::MAX_REWRITES))]
     pub rewrites: Vec<ImageRewrite>,
 
     /// Namespaces whose pods (and workloads) this policy rewrites; all when absent.
@@ -57,11 +57,11 @@ pub struct ImageRewrite {
     /// A whole image reference (`alpine:latest`), or a prefix ending in `/`
     /// (`docker.io/library/`) that keeps the rest of the reference, tag and digest included.
     /// Compared after normalization: `alpine` is `docker.io/library/alpine:latest`.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = crate::validation::MAX_IMAGE_LENGTH))]
     pub from: String,
     /// The image (for a whole reference) or the prefix ending in `/` (for a prefix) written
     /// instead.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = crate::validation::MAX_IMAGE_LENGTH))]
     pub to: String,
 }
 

@@ -16,6 +16,20 @@ pub const LABEL_KEY: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-
 pub const LABEL_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$";
 /// The longest label key: a 253-character prefix, `/` and a 63-character name.
 const LABEL_KEY_MAX: usize = 253 + 1 + 63;
+/// The most `matchLabels` entries of a selector. kube-apiserver (1.25+) estimates the cost of a
+/// CEL rule from the largest object the schema allows, and refuses the CRD when the estimate
+/// exceeds its budget: every list, map and string a rule reads is bounded, well beyond what a
+/// selector ever holds.
+pub const MAX_MATCH_LABELS: usize = 64;
+/// The most `matchExpressions` of a selector.
+pub const MAX_MATCH_EXPRESSIONS: usize = 64;
+/// The most values of one `matchExpressions` requirement.
+pub const MAX_EXPRESSION_VALUES: usize = 256;
+/// The most rewrite rules of an ImagePolicy.
+pub const MAX_REWRITES: usize = 256;
+/// The longest `from` or `to` of an ImagePolicy rule: an image reference is at most 255
+/// characters of name, a 128-character tag and a digest.
+pub const MAX_IMAGE_LENGTH: usize = 1024;
 /// The selector operators of a label selector.
 pub const OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
 
@@ -91,17 +105,20 @@ pub fn selector_problems(selector: &LabelSelector, field: &str) -> Vec<String> {
 }
 
 /// The schema of a label selector with the rules kube-apiserver applies to one: label syntax
-/// for keys and values, the four operators, values with `In`/`NotIn` only. String lengths are
-/// bounded, so the CEL rules' estimated cost stays within kube-apiserver's budget.
+/// for keys and values, the four operators, values with `In`/`NotIn` only. Every list, map and
+/// string is bounded ([`MAX_MATCH_LABELS`], [`MAX_MATCH_EXPRESSIONS`], [`MAX_EXPRESSION_VALUES`],
+/// label lengths), so the CEL rules' estimated cost stays within kube-apiserver's budget.
 pub fn label_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let operator_max = OPERATORS.iter().map(|o| o.len()).max().unwrap_or_default();
     schemars::json_schema!({
         "description": "A label selector: matchLabels and matchExpressions, ANDed. An empty selector selects every pod.",
         "type": "object",
         "nullable": true,
         "properties": {
             "matchLabels": {
-                "description": "Labels that must be present with these values.",
+                "description": format!("Labels that must be present with these values (at most {MAX_MATCH_LABELS})."),
                 "type": "object",
+                "maxProperties": MAX_MATCH_LABELS,
                 "additionalProperties": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE},
                 "x-kubernetes-validations": [{
                     "rule": format!("self.all(k, size(k) <= {LABEL_KEY_MAX} && k.matches('{}'))", LABEL_KEY.replace('\\', "\\\\")),
@@ -109,17 +126,19 @@ pub fn label_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Sch
                 }],
             },
             "matchExpressions": {
-                "description": "Requirements on labels.",
+                "description": format!("Requirements on labels (at most {MAX_MATCH_EXPRESSIONS})."),
                 "type": "array",
+                "maxItems": MAX_MATCH_EXPRESSIONS,
                 "items": {
                     "type": "object",
                     "required": ["key", "operator"],
                     "properties": {
                         "key": {"description": "The label key.", "type": "string", "maxLength": LABEL_KEY_MAX, "pattern": LABEL_KEY},
-                        "operator": {"description": "In, NotIn, Exists or DoesNotExist.", "type": "string", "enum": OPERATORS},
+                        "operator": {"description": "In, NotIn, Exists or DoesNotExist.", "type": "string", "maxLength": operator_max, "enum": OPERATORS},
                         "values": {
-                            "description": "Label values: required with In and NotIn, empty with Exists and DoesNotExist.",
+                            "description": format!("Label values (at most {MAX_EXPRESSION_VALUES}): required with In and NotIn, empty with Exists and DoesNotExist."),
                             "type": "array",
+                            "maxItems": MAX_EXPRESSION_VALUES,
                             "items": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE},
                         },
                     },

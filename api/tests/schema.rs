@@ -87,11 +87,17 @@ fn openapi_errors(schema: &Value, value: &Value, path: &str, errors: &mut Vec<St
         if schema["minItems"].as_u64().is_some_and(|min| (items.len() as u64) < min) {
             errors.push(format!("{path}: should have at least {} items", schema["minItems"]));
         }
+        if schema["maxItems"].as_u64().is_some_and(|max| (items.len() as u64) > max) {
+            errors.push(format!("{path}: Too many: {}: must have at most {} items", items.len(), schema["maxItems"]));
+        }
         for (i, item) in items.iter().enumerate() {
             openapi_errors(&schema["items"], item, &format!("{path}[{i}]"), errors);
         }
     }
     if let Some(fields) = value.as_object() {
+        if schema["maxProperties"].as_u64().is_some_and(|max| (fields.len() as u64) > max) {
+            errors.push(format!("{path}: Too many: {}: must have at most {} items", fields.len(), schema["maxProperties"]));
+        }
         for required in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
             if fields.get(required).is_none_or(Value::is_null) {
                 errors.push(format!("{path}.{required}: Required value"));
@@ -201,8 +207,131 @@ fn rules_use_only_what_every_server_from_1_24_reads() {
     assert_eq!(problems, Vec::<String>::new());
 }
 
-/// Each CEL rule within kube-apiserver's cost budget by kube-cel's estimate (bounded strings
-/// and lists where a rule reads them).
+/// The lists, maps and strings of `schema` that a CEL rule's cost depends on and that carry no
+/// bound (`maxItems`, `maxProperties`, `maxLength`): everything under a node that carries a rule,
+/// and the lists and maps above it (the rule runs once per item). kube-apiserver (1.25+)
+/// estimates a rule's cost from the largest object the schema allows and refuses the CRD when
+/// the estimate exceeds its budget; a client-side estimate is no proof it fits, a bound is.
+fn unbounded(schema: &Value) -> Vec<String> {
+    fn problem(node: &Value, path: &str) -> Option<String> {
+        let missing = |bound: &str| node.get(bound).is_none().then(|| format!("{path}: no {bound}"));
+        match node["type"].as_str() {
+            Some("array") => missing("maxItems"),
+            Some("string") => missing("maxLength"),
+            Some("object") if node["additionalProperties"].is_object() => missing("maxProperties"),
+            _ => None,
+        }
+    }
+    fn children(node: &Value, path: &str) -> Vec<(String, Value)> {
+        let mut out: Vec<(String, Value)> = node["properties"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, child)| (format!("{path}.{name}"), child.clone()))
+            .collect();
+        for (key, suffix) in [("items", "[]"), ("additionalProperties", "{}")] {
+            if node[key].is_object() {
+                out.push((format!("{path}{suffix}"), node[key].clone()));
+            }
+        }
+        out
+    }
+    fn subtree(node: &Value, path: &str, out: &mut Vec<String>) {
+        out.extend(problem(node, path));
+        for (child_path, child) in children(node, path) {
+            subtree(&child, &child_path, out);
+        }
+    }
+    fn walk(node: &Value, path: &str, above: &[String], out: &mut Vec<String>) {
+        let mut above = above.to_vec();
+        if node["type"] != "string" {
+            above.extend(problem(node, path));
+        }
+        if node.get("x-kubernetes-validations").is_some() {
+            out.extend(above.iter().cloned());
+            subtree(node, path, out);
+        }
+        for (child_path, child) in children(node, path) {
+            walk(&child, &child_path, &above, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(schema, "", &[], &mut out);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The walk finds what kube-apiserver would cost without bound, and nothing that is bounded or
+/// that no rule reads.
+#[test]
+fn the_bounds_walk_finds_each_unbounded_list_map_and_string_under_a_rule() {
+    let rule = json!([{"rule": "true", "message": "m"}]);
+    let cases = [
+        (json!({"type": "string", "x-kubernetes-validations": rule}), vec![": no maxLength"]),
+        (json!({"type": "string", "maxLength": 8, "x-kubernetes-validations": rule}), vec![]),
+        (
+            json!({"type": "object", "additionalProperties": {"type": "string", "maxLength": 63},
+                   "x-kubernetes-validations": rule}),
+            vec![": no maxProperties"],
+        ),
+        (
+            json!({"type": "object", "maxProperties": 64, "additionalProperties": {"type": "string"},
+                   "x-kubernetes-validations": rule}),
+            vec!["{}: no maxLength"],
+        ),
+        (
+            json!({"type": "object", "properties": {"values": {"type": "array", "items": {"type": "string", "maxLength": 63}}},
+                   "x-kubernetes-validations": rule}),
+            vec![".values: no maxItems"],
+        ),
+        (
+            json!({"type": "array", "items": {"type": "object", "x-kubernetes-validations": rule,
+                   "properties": {"from": {"type": "string", "maxLength": 9}}}}),
+            vec![": no maxItems"],
+        ),
+        (
+            json!({"type": "object", "properties": {
+                "ruled": {"type": "object", "x-kubernetes-validations": rule,
+                          "properties": {"name": {"type": "string", "maxLength": 63}}},
+                "free": {"type": "array", "items": {"type": "string"}}}}),
+            vec![],
+        ),
+    ];
+    for (schema, expected) in cases {
+        assert_eq!(unbounded(&schema), expected, "{schema}");
+    }
+}
+
+/// Every generated CRD bounds what its rules read. The rule kube-apiserver 1.36 refused (its
+/// answer, `crd-create-refused-1.36.json`, names the field) is among them.
+#[test]
+fn every_rule_reads_only_bounded_lists_maps_and_strings() {
+    for kind in ["Watcher", "At", "PodSet", "ImagePolicy"] {
+        assert_eq!(unbounded(&schema(kind)), Vec::<String>::new(), "{kind}");
+    }
+    let refused: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{ROOT}/controller/fixtures/apiserver/crd-create-refused-1.36.json"))
+            .expect("fixture"),
+    )
+    .expect("JSON");
+    let field = refused["details"]["causes"][0]["field"].as_str().expect("field");
+    assert!(refused["message"].as_str().is_some_and(|m| m.contains("estimated rule cost exceeds budget")));
+    // spec.validation.openAPIV3Schema.properties[spec].properties[selector].properties[matchLabels]...
+    let path: Vec<&str> = field
+        .split(".properties[")
+        .skip(1)
+        .map(|step| step.split(']').next().expect("name"))
+        .collect();
+    assert_eq!(path, ["spec", "selector", "matchLabels"]);
+    let watcher = schema("Watcher");
+    let refused_node = node(&watcher, &path.join("."));
+    assert!(refused_node.get("x-kubernetes-validations").is_some());
+    assert_eq!(refused_node["maxProperties"], watcher_api::validation::MAX_MATCH_LABELS);
+}
+
+/// Each CEL rule within kube-apiserver's cost budget by kube-cel's estimate too (a second
+/// opinion only: kube-cel's estimate is not kube-apiserver's).
 #[test]
 fn rules_stay_within_the_cost_budget() {
     fn rules(node: &Value, out: &mut Vec<(String, Value)>) {
@@ -288,6 +417,15 @@ fn mistakes_are_refused_naming_the_field() {
         (with_selector(json!({"matchLabels": {"app": "x' || true"}})), "spec.selector.matchLabels.app: should match"),
         (with_selector(json!({"matchLabels": {"x' || true": "web"}})), "every key must be a label key"),
         (with_selector(json!({"matchLabels": {"a/b/c": "web"}})), "every key must be a label key"),
+        (
+            with_selector(json!({"matchLabels": (0..65).map(|i| (format!("k{i}"), json!("v"))).collect::<serde_json::Map<_, _>>()})),
+            "spec.selector.matchLabels: Too many: 65: must have at most 64 items",
+        ),
+        (
+            json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy", "metadata": {"name": "p"},
+                "spec": {"rewrites": [{"from": "a", "to": "b".repeat(1025)}]}}),
+            "spec.rewrites[0].to: Too long",
+        ),
         (
             with_selector(json!({"matchExpressions": [{"key": "bad key", "operator": "Exists"}]})),
             "spec.selector.matchExpressions[0].key: should match",
