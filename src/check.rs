@@ -50,9 +50,10 @@ pub(crate) async fn check(client: &Client, options: &CheckOptions) -> Report {
     if options.pre {
         permissions(client, &mut report, &options.namespace).await;
         adoptable(client, &mut report).await;
+        installed_crds(client, &mut report, &version).await;
         return report;
     }
-    crds(client, &mut report).await;
+    crds(client, &mut report, &version).await;
     let registration = registration(client, &mut report, &options.namespace).await;
     if let Some(registered) = &registration {
         admission_scope(client, &mut report, &options.namespace, &version, &registered.configuration).await;
@@ -215,6 +216,42 @@ async fn adoptable(client: &Client, report: &mut Report) {
     }
 }
 
+/// `--pre`: CRDs installed already (by `watcher-operator crds | kubectl apply`): before 1.25,
+/// which stores them without their CEL rules, Helm 4's server-side apply of the chart's `crds/`
+/// conflicts with kubectl's, and `helm install` needs `--skip-crds`.
+async fn installed_crds(client: &Client, report: &mut Report, version: &k8s_openapi::apimachinery::pkg::version::Info) {
+    const GROUP: &str = "permissions";
+    const NAME: &str = "CRDs";
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    match api.get_opt("watchers.watcher.dev").await {
+        Ok(None) => {
+            report.pass(GROUP, NAME, "not installed yet: `helm install` and `kubectl apply -k deploy/` create them")
+        }
+        Ok(Some(_)) if stores_validation_rules(version) => report.pass(
+            GROUP,
+            NAME,
+            "installed already: `helm install` leaves them as they are (upgrade them with `watcher-operator crds | \
+             kubectl apply --server-side -f -`)",
+        ),
+        Ok(Some(_)) => report.warn(
+            GROUP,
+            NAME,
+            format!(
+                "installed already, and Kubernetes {} stores them without their CEL rules: Helm 4's apply of the \
+                 chart's crds/ would conflict with the installed ones",
+                version.git_version
+            ),
+            "install the chart with `helm install --skip-crds`",
+        ),
+        Err(error) => report.warn(
+            GROUP,
+            NAME,
+            format!("cannot read the CRDs: {}", crate::cli::causes(&error)),
+            "check that you may get customresourcedefinitions",
+        ),
+    }
+}
+
 /// Why `helm install` would refuse to adopt `existing` (Helm adopts only objects labelled
 /// `app.kubernetes.io/managed-by: Helm` with its release annotations), or `None`.
 pub(crate) fn helm_adoption(existing: &MutatingWebhookConfiguration) -> Option<String> {
@@ -234,8 +271,10 @@ pub(crate) fn helm_adoption(existing: &MutatingWebhookConfiguration) -> Option<S
     ))
 }
 
-/// Every CRD of this binary: installed, established, and equal to this binary's.
-async fn crds(client: &Client, report: &mut Report) {
+/// Every CRD of this binary: installed, established, and equal to this binary's as the API
+/// server of `version` stores it.
+async fn crds(client: &Client, report: &mut Report, version: &k8s_openapi::apimachinery::pkg::version::Info) {
+    let stores_rules = stores_validation_rules(version);
     const GROUP: &str = "crds";
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     for wanted in watcher_api::crds() {
@@ -265,8 +304,18 @@ async fn crds(client: &Client, report: &mut Report) {
             );
             continue;
         }
+        let wanted = if stores_rules { wanted } else { without_validation_rules(wanted) };
         match crd_difference(&wanted, &installed) {
-            None => report.pass(GROUP, &name, "established, as this binary defines it"),
+            None if stores_rules => report.pass(GROUP, &name, "established, as this binary defines it"),
+            None => report.pass(
+                GROUP,
+                &name,
+                format!(
+                    "established, as this binary defines it (Kubernetes {} stores no CEL rules: the schema checks them \
+                     from 1.25)",
+                    version.git_version
+                ),
+            ),
             Some(difference) => report.fail(
                 GROUP,
                 &name,
@@ -275,6 +324,30 @@ async fn crds(client: &Client, report: &mut Report) {
             ),
         }
     }
+}
+
+/// Whether kube-apiserver of `version` keeps a CRD's `x-kubernetes-validations`: from 1.25 (the
+/// CEL feature on by default). 1.24 stores a CRD without them (`crd-watchers-stored-1.24.json`),
+/// which is not a difference from this binary's.
+pub(crate) fn stores_validation_rules(version: &k8s_openapi::apimachinery::pkg::version::Info) -> bool {
+    !matches!((number(&version.major), number(&version.minor)), (Some(1), Some(minor)) if minor < 25)
+}
+
+/// `crd` as a server without CEL stores it: every `x-kubernetes-validations` dropped.
+fn without_validation_rules(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn strip(value: &mut Value) {
+        match value {
+            Value::Object(fields) => {
+                fields.remove("x-kubernetes-validations");
+                fields.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(&crd).unwrap_or_default();
+    strip(&mut value);
+    serde_json::from_value(value).unwrap_or(crd)
 }
 
 /// How an installed CRD differs from this binary's, per served version and schema property.
@@ -305,7 +378,15 @@ fn crd_difference(wanted: &CustomResourceDefinition, installed: &CustomResourceD
         return Some(match (only_ours.is_empty(), only_theirs.is_empty()) {
             (false, _) => format!("older than this binary: {} lacks {}", version.name, list(&only_ours)),
             (true, false) => format!("newer than this binary: {} has {}", version.name, list(&only_theirs)),
-            (true, true) => format!("the {} schema differs from this binary's", version.name),
+            (true, true) => {
+                let mut changed = Vec::new();
+                keyword_differences(&ours["openAPIV3Schema"], &theirs["openAPIV3Schema"], "", &mut changed);
+                format!(
+                    "the {} schema differs from this binary's at {}",
+                    version.name,
+                    changed.iter().take(5).map(String::as_str).collect::<Vec<_>>().join(", ")
+                )
+            }
         });
     }
     None
@@ -318,6 +399,40 @@ fn normalized(value: Value) -> Value {
         Value::Array(items) => Value::Array(items.into_iter().map(normalized).collect()),
         Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, normalized(v))).collect()),
         other => other,
+    }
+}
+
+/// Where two schemas with the same properties differ: `path (keyword)` for each keyword whose
+/// value differs, as `spec.selector.matchLabels (maxProperties)`.
+pub(crate) fn keyword_differences(ours: &Value, theirs: &Value, path: &str, out: &mut Vec<String>) {
+    let (Some(ours), Some(theirs)) = (ours.as_object(), theirs.as_object()) else {
+        if ours != theirs {
+            out.push(format!("{} (type)", if path.is_empty() { "the root" } else { path }));
+        }
+        return;
+    };
+    let mut keys: Vec<&String> = ours.keys().chain(theirs.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let null = Value::Null;
+    for key in keys {
+        let (a, b) = (ours.get(key).unwrap_or(&null), theirs.get(key).unwrap_or(&null));
+        if a == b {
+            continue;
+        }
+        match key.as_str() {
+            "properties" => {
+                for (name, nested) in a.as_object().into_iter().flatten() {
+                    let at = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+                    keyword_differences(nested, &b[name], &at, out);
+                }
+            }
+            "items" | "additionalProperties" if a.is_object() && b.is_object() => {
+                let suffix = if key == "items" { "[]" } else { "{}" };
+                keyword_differences(a, b, &format!("{path}{suffix}"), out);
+            }
+            _ => out.push(format!("{} ({key})", if path.is_empty() { "the root" } else { path })),
+        }
     }
 }
 

@@ -24,6 +24,21 @@ fn helm(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// `helm install` as README shows it: with `--skip-crds` when the CRDs are installed already
+/// (by `watcher-operator crds | kubectl apply --server-side -f -`, as earlier tests do): Helm 4
+/// applies the chart's `crds/` server-side, and on 1.24, which stores the CRDs without their CEL
+/// rules, that apply conflicts with kubectl's on `.spec.versions`.
+async fn helm_install(client: &kube::Client, release_namespace: &str) {
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let installed = crds.get_opt("watchers.watcher.dev").await.expect("read the CRDs").is_some();
+    let mut args = vec!["install", "watcher-operator", chart, "-n", release_namespace];
+    if installed {
+        args.push("--skip-crds");
+    }
+    helm(&args);
+}
+
 /// The chart's cluster-wide objects have fixed names: an earlier `kubectl apply -k deploy/`
 /// (e2e_install) may have left them, and Helm adopts nothing it did not create.
 fn clear_cluster_wide_objects() {
@@ -44,8 +59,7 @@ async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
     clear_cluster_wide_objects();
     let release_ns = TestNamespace::create(&client, "watcher-e2e-helm").await;
     let r = release_ns.name.as_str();
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
-    helm(&["install", "watcher-operator", chart, "-n", r]);
+    helm_install(&client, r).await;
     wait_for_crds_established();
     // No kubelet runs the chart's Deployment here: this process is the operator.
     let _ = Api::<Deployment>::namespaced(client.clone(), r)
@@ -122,8 +136,7 @@ async fn helm_install_follows_a_run_by_url_that_was_killed() {
     wait_until(STEP, || async { configurations.get_opt("watcher-operator").await.ok().flatten().is_none() }).await;
 
     let release_ns = TestNamespace::create(&client, "watcher-e2e-helm-after").await;
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
-    helm(&["install", "watcher-operator", chart, "-n", &release_ns.name]);
+    helm_install(&client, &release_ns.name).await;
     helm(&["uninstall", "watcher-operator", "-n", &release_ns.name]);
     release_ns.delete().await;
     run_ns.delete().await;

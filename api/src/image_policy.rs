@@ -32,7 +32,7 @@ use crate::image::Rule;
 #[serde(rename_all = "camelCase")]
 pub struct ImagePolicySpec {
     /// Ordered rules; the first that matches an image rewrites it, and the result is never
-    /// rewritten again. At most [`MAX_REWRITES`](crate::validation::MAX_REWRITES).
+    /// rewritten again.
     #[schemars(length(min = 1, max = crate::validation::MAX_REWRITES))]
     pub rewrites: Vec<ImageRewrite>,
 

@@ -116,7 +116,7 @@ pub fn label_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Sch
         "nullable": true,
         "properties": {
             "matchLabels": {
-                "description": format!("Labels that must be present with these values (at most {MAX_MATCH_LABELS})."),
+                "description": "Labels that must be present with these values.",
                 "type": "object",
                 "maxProperties": MAX_MATCH_LABELS,
                 "additionalProperties": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE},
@@ -126,7 +126,7 @@ pub fn label_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Sch
                 }],
             },
             "matchExpressions": {
-                "description": format!("Requirements on labels (at most {MAX_MATCH_EXPRESSIONS})."),
+                "description": "Requirements on labels.",
                 "type": "array",
                 "maxItems": MAX_MATCH_EXPRESSIONS,
                 "items": {
@@ -136,7 +136,7 @@ pub fn label_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Sch
                         "key": {"description": "The label key.", "type": "string", "maxLength": LABEL_KEY_MAX, "pattern": LABEL_KEY},
                         "operator": {"description": "In, NotIn, Exists or DoesNotExist.", "type": "string", "maxLength": operator_max, "enum": OPERATORS},
                         "values": {
-                            "description": format!("Label values (at most {MAX_EXPRESSION_VALUES}): required with In and NotIn, empty with Exists and DoesNotExist."),
+                            "description": "Label values: required with In and NotIn, empty with Exists and DoesNotExist.",
                             "type": "array",
                             "maxItems": MAX_EXPRESSION_VALUES,
                             "items": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE},

@@ -96,7 +96,11 @@ fn openapi_errors(schema: &Value, value: &Value, path: &str, errors: &mut Vec<St
     }
     if let Some(fields) = value.as_object() {
         if schema["maxProperties"].as_u64().is_some_and(|max| (fields.len() as u64) > max) {
-            errors.push(format!("{path}: Too many: {}: must have at most {} items", fields.len(), schema["maxProperties"]));
+            errors.push(format!(
+                "{path}: Too many: {}: must have at most {} items",
+                fields.len(),
+                schema["maxProperties"]
+            ));
         }
         for required in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
             if fields.get(required).is_none_or(Value::is_null) {
@@ -318,11 +322,8 @@ fn every_rule_reads_only_bounded_lists_maps_and_strings() {
     let field = refused["details"]["causes"][0]["field"].as_str().expect("field");
     assert!(refused["message"].as_str().is_some_and(|m| m.contains("estimated rule cost exceeds budget")));
     // spec.validation.openAPIV3Schema.properties[spec].properties[selector].properties[matchLabels]...
-    let path: Vec<&str> = field
-        .split(".properties[")
-        .skip(1)
-        .map(|step| step.split(']').next().expect("name"))
-        .collect();
+    let path: Vec<&str> =
+        field.split(".properties[").skip(1).map(|step| step.split(']').next().expect("name")).collect();
     assert_eq!(path, ["spec", "selector", "matchLabels"]);
     let watcher = schema("Watcher");
     let refused_node = node(&watcher, &path.join("."));
@@ -418,7 +419,9 @@ fn mistakes_are_refused_naming_the_field() {
         (with_selector(json!({"matchLabels": {"x' || true": "web"}})), "every key must be a label key"),
         (with_selector(json!({"matchLabels": {"a/b/c": "web"}})), "every key must be a label key"),
         (
-            with_selector(json!({"matchLabels": (0..65).map(|i| (format!("k{i}"), json!("v"))).collect::<serde_json::Map<_, _>>()})),
+            with_selector(
+                json!({"matchLabels": (0..65).map(|i| (format!("k{i}"), json!("v"))).collect::<serde_json::Map<_, _>>()}),
+            ),
             "spec.selector.matchLabels: Too many: 65: must have at most 64 items",
         ),
         (

@@ -388,6 +388,85 @@ async fn crds_older_than_the_binary_fail() {
     assert_eq!(line(&missing, "watchers.watcher.dev").1, "not installed");
 }
 
+const WATCHERS_CRD: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/watchers.watcher.dev";
+
+/// The Watcher CRD as kube-apiserver 1.24 stored it (`controller/fixtures/apiserver/`), as is.
+fn stored_1_24() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/controller/fixtures/apiserver/crd-watchers-stored-1.24.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
+}
+
+fn at_version(minor: &str) -> impl FnOnce(&mut Value) {
+    let minor = minor.to_owned();
+    move |v: &mut Value| {
+        v["minor"] = json!(minor);
+        v["gitVersion"] = json!(format!("v1.{minor}.0"));
+    }
+}
+
+/// Every `x-kubernetes-validations` dropped, as 1.24 drops them.
+fn without_rules(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            fields.remove("x-kubernetes-validations");
+            fields.values_mut().for_each(without_rules);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_rules),
+        _ => {}
+    }
+}
+
+/// 1.24 stores the CRDs without their CEL rules: not a difference. The same CRDs on 1.25 or
+/// later, which keeps rules, are older than this binary.
+#[tokio::test]
+async fn a_server_without_cel_stores_no_rules_and_that_is_no_difference() {
+    let fixture = stored_1_24();
+    assert!(!fixture.to_string().contains("x-kubernetes-validations"), "1.24 stored no rule");
+    let mut cluster = Cluster::healthy().edit("/version", at_version("24"));
+    for crd in ["watchers", "ats", "podsets", "imagepolicies"] {
+        cluster = cluster
+            .edit(&format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}.watcher.dev"), without_rules);
+    }
+    let report = cluster.check(false).await;
+    let (status, message, _) = line(&report, "watchers.watcher.dev");
+    assert_eq!(status, Status::Passed, "{message}");
+    assert!(message.contains("Kubernetes v1.24.0 stores no CEL rules"), "{message}");
+    for crd in ["ats.watcher.dev", "podsets.watcher.dev", "imagepolicies.watcher.dev"] {
+        assert_eq!(line(&report, crd).0, Status::Passed, "{crd}");
+    }
+
+    let report = Cluster::healthy().edit(WATCHERS_CRD, without_rules).check(false).await;
+    let (status, message, _) = line(&report, "watchers.watcher.dev");
+    assert_eq!(status, Status::Failed);
+    assert!(
+        message.starts_with("the v1alpha1 schema differs from this binary's at spec.selector.matchExpressions[] (x-kubernetes-validations)"),
+        "{message}"
+    );
+}
+
+/// The CRD kube-apiserver 1.24 stored, as captured: on 1.24 its missing rules are no
+/// difference, and what remains is only the bounds this binary added after the capture; the
+/// same object on a server that keeps rules also lacks the rules.
+#[tokio::test]
+async fn the_stored_1_24_crd_differs_only_by_the_bounds_added_since() {
+    let on_1_24 = Cluster::healthy()
+        .edit("/version", at_version("24"))
+        .edit(WATCHERS_CRD, |crd| *crd = stored_1_24())
+        .check(false)
+        .await;
+    let (_, message, _) = line(&on_1_24, "watchers.watcher.dev");
+    let differences = message.strip_prefix("the v1alpha1 schema differs from this binary's at ").expect(&message);
+    for difference in differences.split(", ") {
+        assert!(
+            ["(maxProperties)", "(maxItems)", "(maxLength)"].iter().any(|bound| difference.ends_with(bound)),
+            "{difference} in {message}"
+        );
+    }
+    assert!(message.contains("spec.selector.matchLabels (maxProperties)"), "{message}");
+    let on_1_36 = Cluster::healthy().edit(WATCHERS_CRD, |crd| *crd = stored_1_24()).check(false).await;
+    assert!(line(&on_1_36, "watchers.watcher.dev").1.contains("(x-kubernetes-validations)"));
+}
+
 #[tokio::test]
 async fn a_probe_pod_returned_unpatched_fails() {
     let report = Cluster { probe_patched: false, ..Cluster::healthy() }.check(false).await;
@@ -447,7 +526,7 @@ async fn failure_policy_fail_is_a_warning_unless_the_scope_narrows_it() {
 async fn pre_checks_the_version_the_api_and_permissions() {
     let report = Cluster::healthy().without(CONFIG).check(true).await;
     assert!(report.ok(), "{}", report.text());
-    assert_eq!(report.checks.iter().filter(|c| c.group == "permissions").count(), super::INSTALLED.len() + 1);
+    assert_eq!(report.checks.iter().filter(|c| c.group == "permissions").count(), super::INSTALLED.len() + 2);
     assert_eq!(
         line(&report, "no MutatingWebhookConfiguration in the way"),
         (Status::Passed, "MutatingWebhookConfiguration watcher-operator does not exist yet".into(), None)
@@ -513,6 +592,26 @@ async fn pre_names_a_webhook_configuration_helm_cannot_adopt() {
         .check(true)
         .await;
     assert_eq!(line(&released, "no MutatingWebhookConfiguration in the way").0, Status::Passed);
+}
+
+/// `--pre` on CRDs installed already: fine from 1.25; on 1.24 (rules dropped) `helm install`
+/// needs `--skip-crds`.
+#[tokio::test]
+async fn pre_says_when_helm_must_skip_the_installed_crds() {
+    let fresh = Cluster::healthy().without(WATCHERS_CRD).check(true).await;
+    assert_eq!(line(&fresh, "CRDs").0, Status::Passed);
+    assert!(line(&fresh, "CRDs").1.starts_with("not installed yet"));
+    let modern = Cluster::healthy().check(true).await;
+    assert_eq!(line(&modern, "CRDs").0, Status::Passed);
+    let old = Cluster::healthy()
+        .edit("/version", at_version("24"))
+        .edit(WATCHERS_CRD, |crd| *crd = stored_1_24())
+        .check(true)
+        .await;
+    let (status, message, hint) = line(&old, "CRDs");
+    assert_eq!(status, Status::Warning, "{message}");
+    assert!(message.contains("Kubernetes v1.24.0 stores them without their CEL rules"), "{message}");
+    assert_eq!(hint.as_deref(), Some("install the chart with `helm install --skip-crds`"));
 }
 
 /// `--pre` asks about every kind the install creates: the kinds of `deploy/`'s files.

@@ -498,11 +498,15 @@ async fn the_initial_list_is_streamed_where_served_and_paged_on_any_failure() {
                 StreamedList::Served => {
                     let end = json!({"kind": "Pod", "apiVersion": "v1",
                         "metadata": {"resourceVersion": "7", "annotations": {"k8s.io/initial-events-end": "true"}}});
-                    watch.events(&[json!({"type": "ADDED", "object": stored}), json!({"type": "BOOKMARK", "object": end})]);
+                    watch.events(&[
+                        json!({"type": "ADDED", "object": stored}),
+                        json!({"type": "BOOKMARK", "object": end}),
+                    ]);
                     return api;
                 }
                 StreamedList::Refused => {
-                    let refused: Value = serde_json::from_str(&captured("watch-initial-events-1.24.json")).expect("JSON");
+                    let refused: Value =
+                        serde_json::from_str(&captured("watch-initial-events-1.24.json")).expect("JSON");
                     watch.respond(http::StatusCode::UNPROCESSABLE_ENTITY, &refused);
                 }
                 StreamedList::FailedInStream => {
