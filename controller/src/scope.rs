@@ -22,6 +22,7 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::admissionregistration::v1::{MatchCondition, MutatingWebhookConfiguration};
 use kube::api::{Api, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -79,11 +80,7 @@ impl ScopeStatus {
     /// Whether a pod created now that asks for `watcher` is sent to the webhook that handles
     /// it; `None` while not known.
     pub fn covers(&self, watcher: &Watcher) -> Option<bool> {
-        match &*self.0.borrow() {
-            Registered::Pending => None,
-            Registered::EveryPod(_) => Some(true),
-            Registered::Scoped(scope) => Some(scope.covers(watcher)),
-        }
+        covered_by(&self.0.borrow(), watcher)
     }
 
     /// Waits until what is registered is known (or nothing will ever say it).
@@ -103,10 +100,44 @@ impl ScopeStatus {
     }
 
     /// A stream that yields each time what is registered changes, once it is known.
-    pub fn changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+    #[cfg(test)]
+    fn changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
         futures::stream::once(Self::known(self.0.clone())).flat_map(|rx| {
             futures::stream::unfold(rx, |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) })
         })
+    }
+
+    /// The Watchers of `watchers` whose coverage a change of what is registered changed, once
+    /// it is known: a Watcher the conditions covered before and still cover (every Watcher that
+    /// needs no condition of its own) is not looked at again.
+    pub fn coverage_changes(
+        &self,
+        watchers: Store<Watcher>,
+    ) -> impl futures::Stream<Item = ObjectRef<Watcher>> + Send + 'static {
+        futures::stream::once(Self::known(self.0.clone())).flat_map(move |mut rx| {
+            let previous = rx.borrow_and_update().clone();
+            futures::stream::unfold((rx, previous, watchers.clone()), |(mut rx, previous, watchers)| async move {
+                rx.changed().await.ok()?;
+                let current = rx.borrow_and_update().clone();
+                let changed: Vec<ObjectRef<Watcher>> = watchers
+                    .state()
+                    .iter()
+                    .filter(|w| covered_by(&previous, w) != covered_by(&current, w))
+                    .map(|w| ObjectRef::from(w.as_ref()))
+                    .collect();
+                Some((futures::stream::iter(changed), (rx, current, watchers)))
+            })
+            .flatten()
+        })
+    }
+}
+
+/// Whether what is registered sends the pods that ask for `watcher`; `None` while not known.
+fn covered_by(registered: &Registered, watcher: &Watcher) -> Option<bool> {
+    match registered {
+        Registered::Pending => None,
+        Registered::EveryPod(_) => Some(true),
+        Registered::Scoped(scope) => Some(scope.covers(watcher)),
     }
 }
 

@@ -5,10 +5,15 @@
 //! the cache does not hold is created with a POST, which fails rather than overwrites when one
 //! of that name exists (someone else's, never touched); a cached one is updated with a merge
 //! patch carrying the resourceVersion it was cached at.
+//!
+//! What the controller wrote itself (a ConfigMap created or patched, a status) it keeps until
+//! its caches hold that version: a reconcile that runs before the watch has delivered its own
+//! write (Watchers created in bulk, a change of the admission scope) neither creates the
+//! ConfigMap again (a 409 and a read) nor writes the same status twice.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -16,6 +21,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -47,31 +53,101 @@ pub struct WatcherContext {
     listed: Arc<AtomicBool>,
     /// Whether the webhook's registered matchConditions send the pods of each Watcher.
     scope: ScopeStatus,
+    /// Events on Watchers (an invalid spec, said where a status cannot be written).
+    recorder: Recorder,
+    /// ConfigMaps this controller wrote that its cache may not hold yet.
+    written: Mutex<HashMap<ObjectRef<ConfigMap>, ConfigMap>>,
+    /// Statuses this controller wrote (with the Watcher's resourceVersion after the write) that
+    /// the Watcher cache may not hold yet.
+    statuses: Mutex<HashMap<ObjectRef<Watcher>, (String, WatcherStatus)>>,
 }
 
 impl WatcherContext {
+    fn with(ctx: Arc<Context>, config_maps: Store<ConfigMap>, listed: Arc<AtomicBool>, scope: ScopeStatus) -> Self {
+        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
+        let recorder = Recorder::new(ctx.client.clone(), reporter);
+        Self { ctx, config_maps, listed, scope, recorder, written: Mutex::default(), statuses: Mutex::default() }
+    }
+
     /// A context over `config_maps`, already listed (for tests that fill the store themselves).
     #[cfg(test)]
     pub(crate) fn new(ctx: Arc<Context>, config_maps: Store<ConfigMap>, scope: ScopeStatus) -> Arc<Self> {
-        Arc::new(Self { ctx, config_maps, listed: Arc::new(AtomicBool::new(true)), scope })
+        Arc::new(Self::with(ctx, config_maps, Arc::new(AtomicBool::new(true)), scope))
+    }
+
+    /// The ConfigMap as this controller last knows it: the cached one, or the one it wrote when
+    /// the cache does not hold that version yet.
+    fn config_map(&self, key: &ObjectRef<ConfigMap>) -> Option<Arc<ConfigMap>> {
+        let cached = self.config_maps.get(key);
+        let mut written = lock(&self.written);
+        match written.get(key) {
+            Some(ours) if !caught_up(cached.as_deref().map(|c| &c.metadata), &ours.metadata) => {
+                Some(Arc::new(ours.clone()))
+            }
+            Some(_) => {
+                written.remove(key);
+                cached
+            }
+            None => cached,
+        }
+    }
+
+    /// The Watcher's status as this controller last knows it.
+    fn status(&self, watcher: &Watcher) -> Option<WatcherStatus> {
+        let key = ObjectRef::from(watcher);
+        let mut statuses = lock(&self.statuses);
+        match statuses.get(&key) {
+            Some((version, ours)) if !newer_or_same(watcher.resource_version().as_deref(), version) => {
+                Some(ours.clone())
+            }
+            Some(_) => {
+                statuses.remove(&key);
+                watcher.status.clone()
+            }
+            None => watcher.status.clone(),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Whether the cache holds `written` or a later version of that object. resourceVersions of
+/// kube-apiserver are etcd revisions, increasing; one that is not a number is taken as caught
+/// up (the cache is trusted, as without this bookkeeping).
+fn caught_up(cached: Option<&ObjectMeta>, written: &ObjectMeta) -> bool {
+    match (cached, written.resource_version.as_deref()) {
+        (None, _) => false,
+        (Some(cached), Some(version)) => newer_or_same(cached.resource_version.as_deref(), version),
+        (Some(_), None) => true,
+    }
+}
+
+fn newer_or_same(cached: Option<&str>, written: &str) -> bool {
+    match (cached.map(str::parse::<u64>), written.parse::<u64>()) {
+        (Some(Ok(cached)), Ok(written)) => cached >= written,
+        _ => true,
     }
 }
 
 /// Runs the Watcher controller until shutdown, on the Watchers of the shared cache. A Watcher
-/// is `Ready` only once `scope` says the webhook's registered conditions cover it; every
-/// Watcher is looked at again when they change.
+/// is `Ready` only once `scope` says the webhook's registered conditions cover it; a Watcher
+/// whose coverage a change of the registered conditions changes is looked at again.
 pub async fn run(ctx: Arc<Context>, cache: WatcherCache, scope: ScopeStatus) {
     let labels = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
     let api = Api::<ConfigMap>::all(ctx.client.clone());
     let (config_maps, owned, listed) = crate::cached_watch(api, watcher::Config::default().labels(&labels), |_| {});
     let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
     // Nothing is reconciled before the scope is known (each Watcher would only wait), then
-    // everything once, and again when what is registered changes.
+    // everything once, and again each Watcher whose coverage what is registered changes.
     let triggers = scope.gate(triggers);
-    let resyncs = scope.gate(futures::stream::select(resyncs, scope.changes()));
-    let shared = Arc::new(WatcherContext { ctx, config_maps, listed, scope });
+    let resyncs = scope.gate(resyncs);
+    let coverage = scope.coverage_changes(cache.store.clone());
+    let shared = Arc::new(WatcherContext::with(ctx, config_maps, listed, scope));
     Controller::for_shared_stream(triggers, cache.store.clone())
         .reconcile_all_on(resyncs)
+        .reconcile_on(coverage)
         .owns_stream(owned)
         .with_config(crate::controller_config())
         .shutdown_on_signal()
@@ -105,7 +181,11 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
     let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
     let name = config_map_name(&watcher.name_any());
     let api = Api::<ConfigMap>::namespaced(ctx.ctx.client.clone(), &namespace);
-    let cached = ctx.config_maps.get(&ObjectRef::new(&name).within(&namespace));
+    let key = ObjectRef::new(&name).within(&namespace);
+    let cached = ctx.config_map(&key);
+    let remember = |written: ConfigMap| {
+        lock(&ctx.written).insert(key.clone(), written);
+    };
     let conflict = || {
         ConfigOutcome::Conflict(format!(
             "ConfigMap {name} exists and is not owned by this Watcher; delete or rename it"
@@ -116,18 +196,20 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
         (Some(_), Some(existing)) if !crate::is_controlled_by(existing.as_ref(), watcher.as_ref()) => conflict(),
         (Some(desired), Some(existing)) => {
             if !config_map_matches(&existing, &desired) {
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(update_patch(&existing, &desired))).await?;
+                let patch = Patch::Merge(update_patch(&existing, &desired));
+                remember(api.patch(&name, &PatchParams::default(), &patch).await?);
                 info!(config_map = name, "updated ConfigMap");
             }
             ConfigOutcome::Applied(name)
         }
         (Some(desired), None) => match api.create(&create_params(), &desired).await {
-            Ok(_) => {
+            Ok(created) => {
+                remember(created);
                 info!(config_map = name, "created ConfigMap");
                 ConfigOutcome::Applied(name)
             }
-            // Not in the cache but there: someone else's (never overwritten), or ours a moment
-            // before the cache saw it (its own event reconciles again).
+            // Not in the cache, not written by this process, but there: someone else's (never
+            // overwritten), or ours from before a restart that the cache has not listed.
             Err(kube::Error::Api(status)) if status.code == 409 => match api.get_opt(&name).await? {
                 Some(existing) if crate::is_controlled_by(&existing, watcher.as_ref()) => ConfigOutcome::Applied(name),
                 _ => conflict(),
@@ -139,6 +221,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
                 preconditions: Some(Preconditions { uid: existing.uid(), resource_version: None }),
                 ..DeleteParams::default()
             };
+            lock(&ctx.written).remove(&key);
             match api.delete(&name, &params).await {
                 Ok(_) => info!(config_map = name, "deleted ConfigMap: no config data left"),
                 Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
@@ -150,8 +233,15 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
     };
 
     let requeue = if matches!(outcome, ConfigOutcome::Conflict(_)) { CONFLICT_RETRY } else { RESYNC };
-    let status = desired_status(&watcher, &outcome, covered);
-    if watcher.status.as_ref() != Some(&status) {
+    let current = ctx.status(&watcher);
+    let status = desired_status(&watcher, current.clone(), &outcome, covered);
+    if current.as_ref() != Some(&status) {
+        let invalid = ready_condition(&status).filter(|c| c.reason == "InvalidSpec");
+        if let Some(invalid) = invalid {
+            // Said where it can always be said: a status write is refused where kube-apiserver
+            // validates the whole object on it (no ratcheting before 1.30).
+            publish(&ctx, &watcher, EventType::Warning, "InvalidSpec", invalid.message.clone()).await;
+        }
         let api = Api::<Watcher>::namespaced(ctx.ctx.client.clone(), &namespace);
         let patch = json!({"status": {
             "configMapName": status.config_map_name,
@@ -159,10 +249,33 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
             "specHash": status.spec_hash,
             "conditions": status.conditions,
         }});
-        api.patch_status(&watcher.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        match api.patch_status(&watcher.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(written) => {
+                let version = written.resource_version().unwrap_or_default();
+                lock(&ctx.statuses).insert(ObjectRef::from(watcher.as_ref()), (version, status));
+            }
+            Err(kube::Error::Api(refused)) if refused.code == 422 && invalid.is_some() => {
+                warn!(
+                    message = refused.message,
+                    "the status of an invalid Watcher is refused; the Warning Event says why"
+                );
+            }
+            Err(error) => return Err(error.into()),
+        }
     }
     ctx.ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
     Ok(Action::requeue(requeue))
+}
+
+fn ready_condition(status: &WatcherStatus) -> Option<&watcher_api::Condition> {
+    status.conditions.iter().find(|c| c.type_ == "Ready")
+}
+
+async fn publish(ctx: &WatcherContext, watcher: &Watcher, type_: EventType, reason: &str, note: String) {
+    let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+    if let Err(error) = ctx.recorder.publish(&event, &watcher.object_ref(&())).await {
+        warn!(%error, reason, "cannot publish an event");
+    }
 }
 
 /// A create as the operator's field manager.
@@ -238,9 +351,14 @@ fn config_map_matches(existing: &ConfigMap, desired: &ConfigMap) -> bool {
 }
 
 /// The status that describes `outcome`, and whether the webhook's conditions cover the
-/// Watcher; equal to the current one when nothing changed.
-fn desired_status(watcher: &Watcher, outcome: &ConfigOutcome, covered: bool) -> WatcherStatus {
-    let mut status = watcher.status.clone().unwrap_or_default();
+/// Watcher; equal to `current` when nothing changed.
+fn desired_status(
+    watcher: &Watcher,
+    current: Option<WatcherStatus>,
+    outcome: &ConfigOutcome,
+    covered: bool,
+) -> WatcherStatus {
+    let mut status = current.unwrap_or_default();
     let generation = watcher.meta().generation;
     status.observed_generation = generation;
     status.spec_hash = Some(watcher.spec.spec_hash());

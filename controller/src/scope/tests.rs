@@ -301,3 +301,45 @@ async fn gated_streams_wait_for_the_scope_and_changes_start_after_it() {
     drop(state);
     assert_eq!(changes.next().await, None, "the writer gone: no more changes");
 }
+
+/// A change of what is registered reconciles only the Watchers whose coverage it changed: not
+/// a plain Watcher (always covered), not one covered before and after.
+#[tokio::test]
+async fn a_change_reconciles_only_the_watchers_whose_coverage_it_changed() {
+    use futures::FutureExt;
+    let plain = watcher("plain", json!({}));
+    let web = watcher("web", web_selector());
+    let api = watcher("api", json!({"selector": {"matchLabels": {"app": "api"}}}));
+    let (store, mut cache) = reflector::store();
+    for w in [&plain, &web, &api] {
+        cache.apply_watcher_event(&Event::Apply(w.clone()));
+    }
+    let labels = std::collections::BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), "team-a".to_owned())]);
+    let scope_of = |watchers: &[&Watcher]| {
+        let none: &[watcher_api::CompiledPolicy] = &[];
+        Registered::Scoped(Arc::new(Scope::compute(
+            watchers.iter().copied(),
+            none,
+            [("team-a", &labels)],
+            "watcher-system",
+        )))
+    };
+    let state = watch::Sender::new(Registered::Pending);
+    let status = ScopeStatus(state.subscribe());
+    let mut changes = Box::pin(status.coverage_changes(store));
+    state.send_replace(scope_of(&[]));
+    tokio::task::yield_now().await;
+    assert_eq!(changes.next().now_or_never(), None, "becoming known is not a change");
+
+    state.send_replace(scope_of(&[&web]));
+    assert_eq!(changes.next().await, Some(ObjectRef::from(&web)));
+    state.send_replace(scope_of(&[&web, &api]));
+    assert_eq!(changes.next().await, Some(ObjectRef::from(&api)), "web stays covered: not again");
+    state.send_replace(Registered::EveryPod("refused".into()));
+    state.send_replace(scope_of(&[]));
+    let mut both = vec![changes.next().await.expect("one"), changes.next().await.expect("two")];
+    both.sort_by_key(|r| r.name.clone());
+    assert_eq!(both, [ObjectRef::from(&api), ObjectRef::from(&web)], "both lost their conditions; plain never");
+    drop(state);
+    assert_eq!(changes.next().await, None);
+}

@@ -222,20 +222,100 @@ async fn an_invalid_spec_is_not_ready_and_says_why() {
     let spec = json!({"container": {"name": "Bad_Name", "image": "busybox:1.36"},
                       "selector": {"matchExpressions": [{"key": "app", "operator": "Like", "values": ["web"]}]}});
     let (result, _) = run_scenario(watcher(spec.clone(), None), vec![], |mut api| async move {
+        let event = api.expect(Method::POST, EVENTS_PATH).await;
+        assert_eq!(
+            (event.body["type"].as_str(), event.body["reason"].as_str()),
+            (Some("Warning"), Some("InvalidSpec"))
+        );
+        assert_eq!(event.body["note"], INVALID_MESSAGE);
+        assert_eq!(event.body["regarding"]["name"], "log-watcher");
+        event.created();
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         let ready = &status.body["status"]["conditions"][0];
         assert_eq!((ready["type"].as_str(), ready["status"].as_str()), (Some("Ready"), Some("False")));
         assert_eq!(ready["reason"], "InvalidSpec");
-        assert_eq!(
-            ready["message"],
-            "not injected: a pod would be invalid with it: spec.container.name: \"Bad_Name\" is not a DNS-1123 label; \
-             spec.selector.matchExpressions[0].operator: \"Like\" is not one of In, NotIn, Exists, DoesNotExist"
-        );
+        assert_eq!(ready["message"], INVALID_MESSAGE);
         status.ok(&watcher_echo(spec));
         api.expect_no_more().await;
     })
     .await;
     result.expect("reconciled");
+}
+
+const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
+const INVALID_MESSAGE: &str = "not injected: a pod would be invalid with it: spec.container.name: \"Bad_Name\" is not a \
+     DNS-1123 label; spec.selector.matchExpressions[0].operator: \"Like\" is not one of In, NotIn, Exists, DoesNotExist";
+
+/// Before 1.30 kube-apiserver validates the whole object on a status write, and refuses the
+/// status of a Watcher its schema refuses (422): the Warning Event has said why, and the
+/// reconcile does not fail over it (no retry storm); the webhook leaves the Watcher out.
+#[tokio::test]
+async fn an_invalid_spec_is_said_by_an_event_where_the_status_is_refused() {
+    let spec = json!({"container": {"name": "Bad_Name", "image": "busybox:1.36"},
+                      "selector": {"matchExpressions": [{"key": "app", "operator": "Like", "values": ["web"]}]}});
+    let (result, metrics) = run_scenario(watcher(spec, None), vec![], |mut api| async move {
+        let event = api.expect(Method::POST, EVENTS_PATH).await;
+        assert_eq!(event.body["note"], INVALID_MESSAGE);
+        event.created();
+        let refused = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422,
+            "message": "Watcher.watcher.dev \"log-watcher\" is invalid: spec.container.name: Invalid value: \"Bad_Name\""});
+        api.expect(Method::PATCH, STATUS_PATH).await.respond(http::StatusCode::UNPROCESSABLE_ENTITY, &refused);
+        api.expect_no_more().await;
+    })
+    .await;
+    assert_eq!(result.expect("not an error"), Action::requeue(super::RESYNC));
+    assert_eq!(metrics.errors_of("watcher", "api_server_error"), 0);
+}
+
+/// Reconciles that run before the caches have seen the controller's own writes (Watchers
+/// created in bulk) make no request: no second create (no 409, no read), no second status.
+/// Once the caches hold those versions, the cache is read again.
+#[tokio::test]
+async fn a_reconcile_before_the_caches_see_its_writes_repeats_none() {
+    let watcher = watcher(spec_with_config(), None);
+    let (ctx, mut api) = Context::test();
+    let (store, mut writer) = reflector::store();
+    let shared = WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod());
+    let server = tokio::spawn(async move {
+        let create = api.expect(Method::POST, CREATE_PATH).await;
+        let mut created = create.body.clone();
+        created["metadata"]["resourceVersion"] = json!("101");
+        create.respond(http::StatusCode::CREATED, &created);
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        let mut echo = watcher_echo(spec_with_config());
+        echo["metadata"]["resourceVersion"] = json!("102");
+        echo["status"] = status.body["status"].clone();
+        status.ok(&echo);
+        api.expect_no_more().await;
+        created
+    });
+    let mut stale = watcher.clone(); // the cache's copy: no status, no ConfigMap yet
+    stale.metadata.resource_version = Some("100".into());
+    let stale = Arc::new(stale);
+    reconcile(stale.clone(), shared.clone()).await.expect("first");
+    reconcile(stale.clone(), shared.clone()).await.expect("second, before the caches catch up");
+    let written = std::mem::take(&mut *super::lock(&shared.written));
+    let statuses = std::mem::take(&mut *super::lock(&shared.statuses));
+    let store = shared.config_maps.clone();
+    drop((shared, ctx));
+    let created = server.await.expect("one create, one status");
+
+    // The caches catch up: the ConfigMap at 101, the Watcher at 102 with its status.
+    writer.apply_watcher_event(&Event::Apply(serde_json::from_value::<ConfigMap>(created).expect("ConfigMap")));
+    let mut caught_up = serde_json::to_value(&watcher).expect("JSON");
+    caught_up["metadata"]["resourceVersion"] = json!("102");
+    caught_up["status"] = serde_json::to_value(statuses.values().next().expect("kept").1.clone()).expect("JSON");
+    let caught_up: Watcher = serde_json::from_value(caught_up).expect("Watcher");
+    let (ctx, api) = Context::test();
+    let shared = WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod());
+    *super::lock(&shared.written) = written;
+    *super::lock(&shared.statuses) = statuses;
+    let server = tokio::spawn(api.expect_no_more());
+    reconcile(Arc::new(caught_up), shared.clone()).await.expect("steady");
+    let forgotten = super::lock(&shared.written).is_empty() && super::lock(&shared.statuses).is_empty();
+    drop((shared, ctx));
+    server.await.expect("no request");
+    assert!(forgotten, "what the caches hold is forgotten");
 }
 
 /// A Watcher that selects pods is `Ready` only once the registered matchConditions send them:
