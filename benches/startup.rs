@@ -83,33 +83,8 @@ async fn run(
         .with_list("/api/v1/pods", "PodList", pods(pod_count))
         .start()
         .await;
-    let dir = std::env::temp_dir().join(format!("watcher-bench-{}-{pod_count}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port");
-    let webhook = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port");
-
     let started = Instant::now();
-    // BENCH_WRAP runs the operator under a profiler, e.g. "valgrind --tool=massif".
-    let wrap: Vec<String> =
-        std::env::var("BENCH_WRAP").unwrap_or_default().split_whitespace().map(String::from).collect();
-    let mut command = match wrap.split_first() {
-        Some((program, args)) => {
-            let mut command = Command::new(program);
-            command.args(args).arg(env!("CARGO_BIN_EXE_watcher-operator"));
-            command
-        }
-        None => Command::new(env!("CARGO_BIN_EXE_watcher-operator")),
-    };
-    let mut child = command
-        .envs(image_env())
-        .args(["run", "--leader-election=false", &format!("--controllers={controllers}"), "--namespace=bench"])
-        .arg(format!("--metrics-addr={metrics}"))
-        .arg(format!("--webhook-addr={webhook}"))
-        .env("KUBECONFIG", kubeconfig(&dir, addr))
-        .env("RUST_LOG", std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".into()))
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("binary starts");
+    let (mut child, metrics, dir) = spawn_operator(addr, controllers, &pod_count.to_string());
     let pid = child.id();
     let _guard = KillOnDrop(&mut child);
 
@@ -131,7 +106,7 @@ async fn run(
     let cpu_ticks = cpu_ticks(pid).expect("/proc") - ticks_ready;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (rss, peak) = rss_kib(pid).expect("/proc");
-    if !wrap.is_empty() {
+    if std::env::var("BENCH_WRAP").is_ok_and(|w| !w.trim().is_empty()) {
         // A profiler writes its report when the process exits: stop it (the wrapper's child)
         // gracefully.
         let _ = Command::new("pkill").args(["-TERM", "-P", &pid.to_string()]).status();
@@ -168,6 +143,92 @@ async fn run(
         rss,
         peak,
         breakdown,
+    }
+}
+
+/// Starts `watcher-operator run` with `controllers` against the fake server at `addr` (under
+/// `BENCH_WRAP` when set): the process, its metrics address, its temporary directory.
+fn spawn_operator(
+    addr: std::net::SocketAddr,
+    controllers: &str,
+    tag: &str,
+) -> (std::process::Child, std::net::SocketAddr, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("watcher-bench-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port");
+    let webhook = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port");
+    // BENCH_WRAP runs the operator under a profiler, e.g. "valgrind --tool=massif".
+    let wrap: Vec<String> =
+        std::env::var("BENCH_WRAP").unwrap_or_default().split_whitespace().map(String::from).collect();
+    let mut command = match wrap.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(env!("CARGO_BIN_EXE_watcher-operator"));
+            command
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_watcher-operator")),
+    };
+    let child = command
+        .envs(image_env())
+        .args(["run", "--leader-election=false", &format!("--controllers={controllers}"), "--namespace=bench"])
+        .arg(format!("--metrics-addr={metrics}"))
+        .arg(format!("--webhook-addr={webhook}"))
+        .env("KUBECONFIG", kubeconfig(&dir, addr))
+        .env("RUST_LOG", std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".into()))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("binary starts");
+    (child, metrics, dir)
+}
+
+/// The Watcher controller's requests for Watchers created while it runs.
+struct Bulk {
+    creates: u64,
+    conflicts: u64,
+    reads: u64,
+    status_writes: u64,
+    converged: Duration,
+}
+
+/// Creates `count` Watchers with config data while the operator runs, as one `kubectl apply`
+/// of a List does, against a server whose watches report each write `lag` after it; counts what
+/// the Watcher controller asks until every Watcher has its status, and 2 s of quiet after.
+async fn created_while_running(count: usize, lag: Duration) -> Bulk {
+    let (server, addr) = FakeApiServer::default()
+        .live(lag)
+        .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", Vec::new())
+        .with_list("/api/v1/configmaps", "ConfigMapList", Vec::new())
+        .with_list("/api/v1/pods", "PodList", Vec::new())
+        .start()
+        .await;
+    let (mut child, metrics, dir) = spawn_operator(addr, "watcher", "bulk");
+    let _guard = KillOnDrop(&mut child);
+    let started = Instant::now();
+    while !readyz(metrics).await {
+        assert!(started.elapsed() < Duration::from_secs(180), "not ready within 180 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // the admission scope known
+    let created = Instant::now();
+    for watcher in watchers(count) {
+        server.create("/apis/watcher.dev/v1alpha1/watchers", watcher);
+    }
+    while server.status_writes.load(Ordering::Relaxed) < count as u64 {
+        assert!(created.elapsed() < Duration::from_secs(300), "not converged within 300 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let converged = created.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(_guard);
+    let _ = std::fs::remove_dir_all(&dir);
+    let log = server.write_log.lock().map(|l| l.clone()).unwrap_or_default();
+    let reads = server.read_log.lock().map(|l| l.iter().filter(|p| p.contains("/configmaps/")).count()).unwrap_or(0);
+    Bulk {
+        creates: log.iter().filter(|w| w.starts_with("POST") && w.ends_with("/configmaps")).count() as u64,
+        conflicts: server.conflicts.load(Ordering::Relaxed),
+        reads: reads as u64,
+        status_writes: server.status_writes.load(Ordering::Relaxed),
+        converged,
     }
 }
 
@@ -278,6 +339,28 @@ async fn main() {
                 (loaded.peak.saturating_sub(baseline.peak) * 1024) as f64 / pod_count as f64
             );
         }
+    }
+    let mut bulk_counts = Vec::new();
+    for lag in [Duration::from_millis(5), Duration::from_millis(200)] {
+        let bulk = created_while_running(count, lag).await;
+        println!(
+            "\n{count} Watchers created while the operator runs (one List applied), watch events {} ms behind writes",
+            lag.as_millis()
+        );
+        println!(
+            "  per Watcher:                {:.2} ConfigMap creates, {:.2} answered 409, {:.2} reads, {:.2} status \
+             writes   (target 1, 0, 0, 1)",
+            per_watcher(bulk.creates),
+            per_watcher(bulk.conflicts),
+            per_watcher(bulk.reads),
+            per_watcher(bulk.status_writes)
+        );
+        println!("  every status written after: {:.0} ms", bulk.converged.as_secs_f64() * 1e3);
+        bulk_counts.push((bulk.creates, bulk.conflicts, bulk.reads, bulk.status_writes));
+    }
+    for counts in bulk_counts {
+        let once = count as u64;
+        assert_eq!(counts, (once, 0, 0, once), "one create and one status per Watcher, no 409, no read");
     }
     assert_eq!(first.writes, 2 * count as u64, "one ConfigMap create and one status patch per Watcher");
     assert_eq!(steady.reads + steady.writes, 0, "a steady state costs no request");

@@ -1,6 +1,12 @@
 //! A minimal in-process kube-apiserver for benchmarks of the real binary: it lists a fixed set
 //! of objects, keeps watches open without events, answers writes by echoing them, and counts
 //! the writes it sees. Plain HTTP on 127.0.0.1, reached through a generated kubeconfig.
+//!
+//! [`FakeApiServer::live`] also keeps the Watchers and ConfigMaps that are created (by the
+//! operator, or by [`FakeApiServer::create`] as `kubectl apply` would), as kube-apiserver does:
+//! a create of an existing name is answered 409, a read returns the object, a status or merge
+//! patch is applied with a new resourceVersion, and each change reaches the open watches of its
+//! resource as an event, a moment later (a watch trails the writes it reports).
 
 // Each benchmark uses a part of this module.
 #![allow(dead_code)]
@@ -37,13 +43,115 @@ pub(crate) struct FakeApiServer {
     /// and with the WatchList feature gate off (1.33's default) does; it streams them
     /// otherwise, as 1.34 and later do.
     refuses_streamed_lists: bool,
+    /// Objects created while running, and the events of their watches (see [`Self::live`]).
+    live: Option<Live>,
+    /// Creates answered 409 (the name exists).
+    pub(crate) conflicts: AtomicU64,
+    /// How long after a write its watch event is delivered (a live server).
+    lag: std::time::Duration,
 }
+
+/// What a live server keeps: objects by resource path (`/api/v1/configmaps`) and namespace/name.
+struct Live {
+    objects: std::sync::Mutex<HashMap<String, Kept>>,
+    version: AtomicU64,
+    /// Events to deliver after the lag: (resource path, event line).
+    queue: tokio::sync::mpsc::UnboundedSender<(tokio::time::Instant, String, Bytes)>,
+    events: tokio::sync::broadcast::Sender<(String, Bytes)>,
+}
+
+/// The objects of one resource, by namespace and name.
+type Kept = HashMap<(String, String), Value>;
+
+/// The resources a live server keeps.
+const LIVE: [&str; 2] = ["/api/v1/configmaps", "/apis/watcher.dev/v1alpha1/watchers"];
 
 impl FakeApiServer {
     /// Serves `items` as the list of kind `list_kind` at `path`.
     pub(crate) fn with_list(mut self, path: &str, list_kind: &str, items: Vec<Value>) -> Self {
         self.lists.insert(path.to_owned(), (list_kind.to_owned(), items));
         self
+    }
+
+    /// Keeps what is created (Watchers, ConfigMaps) and reports each change to the open
+    /// watches of its resource `lag` after it is written.
+    pub(crate) fn live(mut self, lag: std::time::Duration) -> Self {
+        let (queue, mut due) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, String, Bytes)>();
+        let (events, _) = tokio::sync::broadcast::channel(1 << 16);
+        let sender = events.clone();
+        tokio::spawn(async move {
+            while let Some((at, resource, line)) = due.recv().await {
+                tokio::time::sleep_until(at).await;
+                let _ = sender.send((resource, line));
+            }
+        });
+        self.live = Some(Live { objects: Default::default(), version: AtomicU64::new(1000), queue, events });
+        self.lag = lag;
+        self
+    }
+
+    /// Creates `object` as `kubectl apply` would: kept, and reported to the watches.
+    pub(crate) fn create(&self, resource: &str, object: Value) {
+        let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default().to_owned();
+        let _ = self.store(resource, &namespace, object, true);
+    }
+
+    /// Keeps `object` under `resource` with a new resourceVersion and queues its event; `None`
+    /// when `create` finds the name taken.
+    fn store(&self, resource: &str, namespace: &str, mut object: Value, create: bool) -> Option<Value> {
+        let live = self.live.as_ref()?;
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let mut objects = live.objects.lock().expect("lock");
+        let kept = objects.entry(resource.to_owned()).or_default();
+        let key = (namespace.to_owned(), name.clone());
+        if create && kept.contains_key(&key) {
+            return None;
+        }
+        let version = live.version.fetch_add(1, Ordering::Relaxed) + 1;
+        object["metadata"]["namespace"] = json!(namespace);
+        object["metadata"]["resourceVersion"] = json!(version.to_string());
+        if create {
+            object["metadata"]["uid"] = json!(format!("00000000-0000-4000-8000-{version:012}"));
+            object["metadata"]["creationTimestamp"] = json!("2026-11-24T10:00:00Z");
+        }
+        let kind = if create { "ADDED" } else { "MODIFIED" };
+        kept.insert(key, object.clone());
+        let line = Bytes::from(format!("{}\n", json!({"type": kind, "object": object})));
+        let _ = live.queue.send((tokio::time::Instant::now() + self.lag, resource.to_owned(), line));
+        Some(object)
+    }
+
+    /// A kept object by its path, with the resource path and namespace it is kept under.
+    fn kept(&self, object_path: &str) -> Option<(String, String, Option<Value>)> {
+        let live = self.live.as_ref()?;
+        let (prefix, rest) = object_path.split_once("/namespaces/")?;
+        let mut parts = rest.split('/');
+        let (namespace, resource) = (parts.next()?, parts.next()?);
+        let resource_path = format!("{prefix}/{resource}");
+        if !LIVE.contains(&resource_path.as_str()) {
+            return None;
+        }
+        let object = match parts.next() {
+            Some(name) => live
+                .objects
+                .lock()
+                .expect("lock")
+                .get(&resource_path)
+                .and_then(|kept| kept.get(&(namespace.to_owned(), name.to_owned())).cloned()),
+            None => None,
+        };
+        Some((resource_path, namespace.to_owned(), object))
+    }
+
+    /// The events of `resource` from now on (nothing for a server that is not live).
+    fn live_events(&self, resource: &str) -> futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>> {
+        let Some(live) = self.live.as_ref().filter(|_| LIVE.contains(&resource)) else {
+            return futures::stream::pending().boxed();
+        };
+        let resource = resource.to_owned();
+        tokio_stream_of(live.events.subscribe())
+            .filter_map(move |(r, line)| futures::future::ready((r == resource).then_some(Ok(line))))
+            .boxed()
     }
 
     /// Refuses streamed lists, as kube-apiserver 1.33 does by default (and 1.24 always).
@@ -88,10 +196,10 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
             return streamed_list(&server, path);
         }
         if watch {
-            // An open watch that never sends an event: the objects do not change.
+            // An open watch: no event, but the changes of a live server.
             return Response::builder()
                 .header("content-type", "application/json")
-                .body(Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>()))
+                .body(Body::from_stream(server.live_events(path)))
                 .expect("response");
         }
         if let Some((kind, items)) = server.lists.get(path) {
@@ -109,6 +217,9 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
             if let Ok(mut log) = server.read_log.lock() {
                 log.push(path.to_owned());
             }
+            if let Some((_, _, Some(object))) = server.kept(path) {
+                return json_response(StatusCode::OK, &object);
+            }
         }
         if is_list(path) {
             return json_response(
@@ -124,6 +235,9 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
     }
     if path.ends_with("/status") {
         server.status_writes.fetch_add(1, Ordering::Relaxed);
+    }
+    if let Some(response) = live_write(&server, &method, path, &body) {
+        return response;
     }
     if let Some(object) = path.strip_suffix("/status").and_then(|object_path| server.find(object_path)) {
         return json_response(StatusCode::OK, object);
@@ -143,6 +257,48 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
     }
 }
 
+/// A write of a live server's resource: a create (409 for a name taken), a status or merge
+/// patch of a kept object; `None` for anything else.
+fn live_write(server: &Arc<FakeApiServer>, method: &Method, path: &str, body: &Bytes) -> Option<Response> {
+    let object_path = path.strip_suffix("/status").unwrap_or(path);
+    let (resource, namespace, kept) = server.kept(object_path)?;
+    let sent: Value = serde_json::from_slice(body).unwrap_or_else(|_| json!({}));
+    match (method.as_str(), kept) {
+        ("POST", _) => Some(match server.store(&resource, &namespace, sent.clone(), true) {
+            Some(created) => json_response(StatusCode::CREATED, &created),
+            None => {
+                server.conflicts.fetch_add(1, Ordering::Relaxed);
+                let name = sent["metadata"]["name"].as_str().unwrap_or_default();
+                let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists",
+                                    "code": 409, "message": format!("{name} already exists")});
+                json_response(StatusCode::CONFLICT, &status)
+            }
+        }),
+        ("PATCH", Some(mut object)) => {
+            let patch = if path.ends_with("/status") { json!({"status": sent["status"]}) } else { sent };
+            json_patch::merge(&mut object, &patch);
+            let patched = server.store(&resource, &namespace, object, false)?;
+            Some(json_response(StatusCode::OK, &patched))
+        }
+        _ => None,
+    }
+}
+
+/// The items of a broadcast receiver, as a stream (a receiver that lags skips what it missed).
+fn tokio_stream_of<T: Clone + Send + 'static>(
+    receiver: tokio::sync::broadcast::Receiver<T>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    futures::stream::unfold(receiver, |mut receiver| async move {
+        loop {
+            match receiver.recv().await {
+                Ok(item) => return Some((item, receiver)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
+
 /// A streamed list: each listed object as an `ADDED` event, encoded as it is sent, then the
 /// bookmark that ends the initial events; the watch then stays open.
 fn streamed_list(server: &Arc<FakeApiServer>, path: &str) -> Response {
@@ -155,14 +311,13 @@ fn streamed_list(server: &Arc<FakeApiServer>, path: &str) -> Response {
     let Some((kind, items)) = server.lists.get(path) else { return not_found(path) };
     let end = json!({"type": "BOOKMARK", "object": {"kind": kind.trim_end_matches("List"), "apiVersion": "v1",
         "metadata": {"resourceVersion": "1", "annotations": {"k8s.io/initial-events-end": "true"}}}});
+    let changes = server.live_events(path);
     let (server, path) = (server.clone(), path.to_owned());
     let added = futures::stream::iter(0..items.len()).map(move |i| {
         let object = &server.lists[&path].1[i];
         Ok::<_, std::io::Error>(Bytes::from(format!("{}\n", json!({"type": "ADDED", "object": object}))))
     });
-    let events = added
-        .chain(futures::stream::once(async move { Ok(Bytes::from(format!("{end}\n"))) }))
-        .chain(futures::stream::pending());
+    let events = added.chain(futures::stream::once(async move { Ok(Bytes::from(format!("{end}\n"))) })).chain(changes);
     Response::builder().header("content-type", "application/json").body(Body::from_stream(events)).expect("response")
 }
 

@@ -127,6 +127,12 @@ impl watcher_webhook::PolicySource for PolicyCache {
     fn policies_for(&self, namespace: &str) -> Vec<Arc<CompiledPolicy>> {
         PolicyCache::policies_for(self, namespace)
     }
+
+    fn injection_disabled(&self, namespace: &str) -> bool {
+        self.namespaces.get(&ObjectRef::new(namespace)).is_some_and(|meta| {
+            meta.labels().get(watcher_api::INJECTION_LABEL).is_some_and(|v| v == watcher_api::INJECTION_DISABLED)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -161,5 +167,24 @@ mod tests {
         assert_eq!(names("team-a"), ["a", "b"]);
         assert_eq!(names("team-b"), ["b"], "an unseen namespace has no labels but its name");
         assert_eq!(cache.compiled().len(), 2);
+    }
+
+    #[test]
+    fn the_opt_out_label_is_read_from_the_namespace_cache() {
+        use watcher_webhook::PolicySource;
+        let (namespaces, mut ns_writer) = reflector::store::<NamespaceMeta>();
+        for (name, labels) in [
+            ("off", serde_json::json!({"watcher.dev/injection": "disabled"})),
+            ("on", serde_json::json!({"watcher.dev/injection": "enabled"})),
+        ] {
+            let namespace: NamespaceMeta = serde_json::from_value(serde_json::json!({"apiVersion": "v1",
+                "kind": "Namespace", "metadata": {"name": name, "labels": labels}}))
+            .expect("namespace");
+            ns_writer.apply_watcher_event(&Event::Apply(namespace));
+        }
+        let cache = PolicyCache::from_stores(reflector::store().0, namespaces);
+        assert!(cache.injection_disabled("off"));
+        assert!(!cache.injection_disabled("on"));
+        assert!(!cache.injection_disabled("unseen"), "a namespace not yet cached is not opted out");
     }
 }

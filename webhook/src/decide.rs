@@ -151,8 +151,8 @@ pub enum Exclusion {
     SystemNamespace,
     /// The operator's own namespace: refused by the webhook itself.
     OperatorNamespace,
-    /// The namespace is labelled `watcher.dev/injection=disabled`, which the webhook
-    /// configuration's namespaceSelector excludes.
+    /// The namespace is labelled `watcher.dev/injection=disabled`: refused by the webhook
+    /// itself, whatever the configuration's namespaceSelector says.
     DisabledLabel,
     /// The webhook configuration's namespaceSelector does not select the namespace.
     NamespaceSelector,
@@ -194,12 +194,10 @@ pub fn exclusion(
     if options.never_mutated(namespace) {
         return Some(Exclusion::OperatorNamespace);
     }
+    if namespace_labels.get(INJECTION_LABEL).is_some_and(|v| v == INJECTION_DISABLED) {
+        return Some(Exclusion::DisabledLabel);
+    }
     if !matches(selectors.namespace.as_ref(), namespace_labels) {
-        let mut enabled = namespace_labels.clone();
-        let disabled = enabled.remove(INJECTION_LABEL).is_some_and(|v| v == INJECTION_DISABLED);
-        if disabled && matches(selectors.namespace.as_ref(), &enabled) {
-            return Some(Exclusion::DisabledLabel);
-        }
         return Some(Exclusion::NamespaceSelector);
     }
     if !matches(selectors.object.as_ref(), pod_labels) {
@@ -307,7 +305,7 @@ mod tests {
                 "team-c",
                 ns("team-c", &[("team", "legacy"), ("watcher.dev/injection", "disabled")]),
                 none.clone(),
-                Some(Exclusion::NamespaceSelector),
+                Some(Exclusion::DisabledLabel),
             ),
             ("team-d", ns("team-d", &[]), labels(&[("sidecars", "off")]), Some(Exclusion::ObjectSelector)),
             ("team-e", ns("team-e", &[]), labels(&[("sidecars", "on")]), None),
@@ -320,5 +318,12 @@ mod tests {
             );
         }
         assert_eq!(exclusion("team-e", &none, &none, &WebhookSelectors::default(), &options), None, "no selectors");
+        // A configuration installed without the opt-out in its namespaceSelector: the webhook
+        // refuses all the same.
+        let disabled = ns("team-f", &[("watcher.dev/injection", "disabled")]);
+        assert_eq!(
+            exclusion("team-f", &disabled, &none, &WebhookSelectors::default(), &options),
+            Some(Exclusion::DisabledLabel)
+        );
     }
 }

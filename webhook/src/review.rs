@@ -13,6 +13,8 @@ use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION, Watcher};
 
 use crate::json::{self, Text, narrow};
 use crate::metrics::AdmissionResult;
+use watcher_api::{INJECTION_DISABLED, INJECTION_LABEL};
+
 use crate::{InjectOptions, Injection, PodView, PolicySource, inject, rewrite_images};
 
 /// A request that cannot be answered with an AdmissionReview (HTTP 400): there is no uid to echo.
@@ -152,9 +154,16 @@ impl<S: WatcherSource> Reviewer<S> {
         let Some(namespace) = request.namespace.as_deref().or(pod.metadata.namespace.as_deref()) else {
             return (Answer::deny(uid, "the request has no namespace".into()), AdmissionResult::error);
         };
-        let watchers = self.source.watchers_in(namespace);
-        let mut injection = inject(pod, namespace, &watchers, &self.options);
-        rewrite_images(pod, namespace, &self.policies.policies_for(namespace), &self.options, &mut injection);
+        let mut injection = if self.policies.injection_disabled(namespace) {
+            // The webhook's own decision: it holds whatever the installed selectors say.
+            let why = format!("namespace {namespace} is labelled {INJECTION_LABEL}={INJECTION_DISABLED}");
+            Injection { skipped: Some(why), ..Injection::default() }
+        } else {
+            let watchers = self.source.watchers_in(namespace);
+            let mut injection = inject(pod, namespace, &watchers, &self.options);
+            rewrite_images(pod, namespace, &self.policies.policies_for(namespace), &self.options, &mut injection);
+            injection
+        };
         if request.dry_run {
             answer_probe(pod, &mut injection);
         }

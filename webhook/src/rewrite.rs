@@ -15,6 +15,13 @@ use crate::{InjectOptions, Injection, PodView};
 pub trait PolicySource: Send + Sync {
     /// The valid policies selecting `namespace`, in name order.
     fn policies_for(&self, namespace: &str) -> Vec<Arc<CompiledPolicy>>;
+
+    /// Whether `namespace` is labelled `watcher.dev/injection=disabled`: never injected nor
+    /// rewritten, whatever selectors the installed webhook configuration has. Namespace labels
+    /// unknown (tests, the offline preview): no.
+    fn injection_disabled(&self, _namespace: &str) -> bool {
+        false
+    }
 }
 
 /// No policies (tests, and the offline preview without `--image-policy`).

@@ -547,3 +547,36 @@ async fn a_mount_of_the_pods_own_volume_is_injected() {
     let (_, pod) = patched_pod(&request, &review);
     assert_eq!(pod["spec"]["initContainers"][0]["name"], "log-watcher");
 }
+
+/// A namespace labelled `watcher.dev/injection=disabled` is never injected nor rewritten, even
+/// where the installed configuration's namespaceSelector lets its pods through (a hand-written
+/// or edited configuration): the webhook holds the namespace labels, and refuses by itself.
+#[tokio::test]
+async fn an_opted_out_namespace_is_never_injected_whatever_the_selectors() {
+    struct OptedOut(Vec<Arc<watcher_api::CompiledPolicy>>);
+    impl crate::PolicySource for OptedOut {
+        fn policies_for(&self, _: &str) -> Vec<Arc<watcher_api::CompiledPolicy>> {
+            self.0.clone()
+        }
+        fn injection_disabled(&self, namespace: &str) -> bool {
+            namespace == "team-a"
+        }
+    }
+    let policy: watcher_api::ImagePolicy = serde_json::from_value(json!({
+        "apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy", "metadata": {"name": "mirror"},
+        "spec": {"rewrites": [{"from": "docker.io/library/", "to": "mirror.internal/library/"}]}}))
+    .expect("valid ImagePolicy");
+    let metrics = Metrics::register(&mut Registry::default());
+    let options = InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+    let reviewer = Reviewer::new(store(vec![log_watcher()]), options)
+        .with_policies(Arc::new(OptedOut(vec![Arc::new(policy.compile())])));
+    let app = router(reviewer, metrics.clone());
+    let request = fixture("pod-create-named-annotated.json");
+    assert_eq!(request["request"]["namespace"], "team-a", "the captured pod asks for log-watcher in team-a");
+    let (status, review, text) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(review["response"]["allowed"], true);
+    assert!(review["response"].get("patch").is_none(), "{text}");
+    assert_eq!(review["response"]["uid"], request["request"]["uid"]);
+    assert_eq!(metrics.count(AdmissionResult::injected), 0);
+}
