@@ -34,6 +34,18 @@ pub fn injected_watchers(annotations: &BTreeMap<String, String>) -> Vec<(&str, &
         .collect()
 }
 
+/// The `(watcher, hash without image)` pairs of `watcher.dev/injected-without-image`.
+pub fn injected_watchers_without_image(annotations: &BTreeMap<String, String>) -> impl Iterator<Item = (&str, &str)> {
+    annotations
+        .get(crate::INJECTED_WITHOUT_IMAGE_ANNOTATION)
+        .map(String::as_str)
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .filter_map(|entry| entry.split_once('@'))
+}
+
 /// The `watcher.dev/injected` value for these entries.
 pub fn injected_annotation_value<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     entries.into_iter().map(|(name, hash)| format!("{name}@{hash}")).collect::<Vec<_>>().join(",")

@@ -13,7 +13,9 @@ mod podset;
 pub mod validation;
 mod watcher;
 
-pub use annotations::{injected_annotation_value, injected_watchers, requested_watchers};
+pub use annotations::{
+    injected_annotation_value, injected_watchers, injected_watchers_without_image, requested_watchers,
+};
 pub use at::{At, AtPhase, AtSpec, AtStatus, DEFAULT_AT_IMAGE};
 pub use condition::{Condition, condition, set_condition};
 pub use image_policy::{CompiledPolicy, ImagePolicy, ImagePolicySpec, ImagePolicyStatus, ImageRewrite, WorkloadCounts};
@@ -62,6 +64,12 @@ pub const ORIGINAL_IMAGES_ANNOTATION: &str = "watcher.dev/original-images";
 /// `<container>=<image>,...` with the images it wrote. An image that differs from the one
 /// written there was set by the workload's owner, and the owner wins.
 pub const REWRITTEN_IMAGES_ANNOTATION: &str = "watcher.dev/rewritten-images";
+/// Pod annotation written by the webhook beside [`INJECTED_ANNOTATION`]: `name@hash` of every
+/// Watcher injected, the hash taken of the spec without the sidecar's image. A pod whose entry
+/// equals the current spec's differs from it at most by image, and can be updated in place:
+/// decided from what the pod carries, with no revision kept (as OpenKruise's
+/// `sidecarset-hash-without-image`).
+pub const INJECTED_WITHOUT_IMAGE_ANNOTATION: &str = "watcher.dev/injected-without-image";
 /// Annotation on a pod whose sidecar image the pod reconciler updated in place
 /// (`updatePolicy: InPlace`): when, RFC 3339. A pod that has not come back running and ready
 /// with the new image some minutes later stops the rollout.

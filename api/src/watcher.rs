@@ -186,6 +186,21 @@ impl InjectionSpec {
     pub fn hash(&self) -> String {
         crate::stable_hash(&(&self.container, &self.volume, &self.image_pull_secrets, self.native_sidecar, self.config))
     }
+
+    /// The hash of this spec without the sidecar's image: equal for two specs that differ at
+    /// most by image (see [`crate::INJECTED_WITHOUT_IMAGE_ANNOTATION`]).
+    pub fn hash_without_image(&self) -> String {
+        let mut spec = self.clone();
+        spec.container.image = None;
+        spec.hash()
+    }
+
+    /// This spec with the sidecar's image `image`.
+    pub fn with_image(&self, image: &str) -> Self {
+        let mut spec = self.clone();
+        spec.container.image = Some(image.to_owned());
+        spec
+    }
 }
 
 /// The observed state of a Watcher.
@@ -318,6 +333,11 @@ impl WatcherSpec {
         }
     }
 
+    /// [`InjectionSpec::hash_without_image`] of this spec.
+    pub fn spec_hash_without_image(&self) -> String {
+        self.injection().hash_without_image()
+    }
+
     /// Hash of everything injection uses: the container, volume, pull secret, sidecar mode and
     /// whether the container gets the ConfigMap. Config values are not part of it: they reach the
     /// sidecar through the ConfigMap, not through the pod.
@@ -372,6 +392,21 @@ mod tests {
         let mut selector = base.clone();
         selector.selector = Some(LabelSelector::default());
         assert_eq!(base.spec_hash(), selector.spec_hash(), "who is injected is not what is injected");
+    }
+
+    /// The hash without the image is blind to the image and to nothing else injection uses.
+    #[test]
+    fn the_hash_without_image_follows_all_but_the_image() {
+        let base = spec();
+        let mut image = base.clone();
+        image.container.image = Some("busybox:1.37".into());
+        assert_eq!(base.spec_hash_without_image(), image.spec_hash_without_image());
+        assert_ne!(base.spec_hash(), image.spec_hash());
+        let mut env = image.clone();
+        env.container.env =
+            Some(vec![serde_json::from_value(serde_json::json!({"name": "A", "value": "1"})).expect("env")]);
+        assert_ne!(base.spec_hash_without_image(), env.spec_hash_without_image());
+        assert_eq!(base.injection().with_image("busybox:1.37").hash(), image.spec_hash());
     }
 
     /// A revision's hash is the hash of the spec it keeps, through JSON and back (as a

@@ -29,9 +29,9 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_api::{
-    INJECT_ANNOTATION, INJECTED_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, ORIGINAL_IMAGES_ANNOTATION, PodCounts,
-    SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher, condition, injected_watchers, requested_watchers,
-    set_condition,
+    INJECT_ANNOTATION, INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL,
+    ORIGINAL_IMAGES_ANNOTATION, PodCounts, SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher, condition,
+    injected_watchers, requested_watchers, set_condition,
 };
 
 use self::in_place::{InjectedSpec, Sidecar};
@@ -56,8 +56,13 @@ pub use self::meta::PodMeta;
 pub type SidecarLookup = Arc<dyn Fn(&str, &str) -> Option<String> + Send + Sync>;
 
 /// The annotations a [`CountedPod`] keeps.
-const KEPT_ANNOTATIONS: [&str; 4] =
-    [INJECT_ANNOTATION, INJECTED_ANNOTATION, SIDECAR_UPDATED_ANNOTATION, ORIGINAL_IMAGES_ANNOTATION];
+const KEPT_ANNOTATIONS: [&str; 5] = [
+    INJECT_ANNOTATION,
+    INJECTED_ANNOTATION,
+    INJECTED_WITHOUT_IMAGE_ANNOTATION,
+    SIDECAR_UPDATED_ANNOTATION,
+    ORIGINAL_IMAGES_ANNOTATION,
+];
 
 /// A pod as the pod reconciler keeps it: only what counting and eviction read, 48 bytes of its
 /// own and its name, where the pod's whole metadata is several kilobytes. It is held in its

@@ -11,7 +11,8 @@ use k8s_openapi::api::core::v1::{ConfigMapEnvSource, EnvFromSource};
 use kube::ResourceExt;
 use serde_json::Value;
 use watcher_api::{
-    INJECTED_ANNOTATION, NativeSidecar, Watcher, config_map_name, injected_annotation_value, injected_watchers,
+    INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, NativeSidecar, Watcher, config_map_name,
+    injected_annotation_value, injected_watchers, injected_watchers_without_image,
 };
 
 use crate::decide::{Verdict, decide};
@@ -115,6 +116,8 @@ pub fn inject<W: Borrow<Watcher>>(
     let mut patch = PodPatch::new(pod);
     let mut entries: Vec<(String, String)> =
         injected_watchers(pod.annotations()).iter().map(|(n, h)| ((*n).to_owned(), (*h).to_owned())).collect();
+    let mut without_image: Vec<(String, String)> =
+        injected_watchers_without_image(pod.annotations()).map(|(n, h)| (n.to_owned(), h.to_owned())).collect();
     for decision in &decisions {
         let name = &decision.name;
         let watcher = match (&decision.verdict, decision.watcher) {
@@ -157,6 +160,7 @@ pub fn inject<W: Borrow<Watcher>>(
             patch.add_pull_secret(&secret.name, to_value(secret));
         }
         entries.push((name.clone(), watcher.spec.spec_hash()));
+        without_image.push((name.clone(), watcher.spec.spec_hash_without_image()));
         injection.injected.push(name.clone());
     }
     if decisions.is_empty() {
@@ -173,7 +177,8 @@ pub fn inject<W: Borrow<Watcher>>(
         return injection;
     }
     let value = injected_annotation_value(entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
-    patch.set_annotation(pod, INJECTED_ANNOTATION, value);
+    let imageless = injected_annotation_value(without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
+    patch.set_annotations(pod, [(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless)]);
     injection.patch = patch.ops;
     injection
 }
@@ -259,12 +264,14 @@ impl<'a> PodPatch<'a> {
         }
     }
 
-    fn set_annotation(&mut self, pod: &PodView, key: &str, value: String) {
+    fn set_annotations<const N: usize>(&mut self, pod: &PodView, pairs: [(&str, String); N]) {
         if pod.metadata.annotations.is_some() {
             // `add` on an existing member replaces it.
-            self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations", key]), Value::String(value)));
+            for (key, value) in pairs {
+                self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations", key]), Value::String(value)));
+            }
         } else {
-            let annotations = BTreeMap::from([(key.to_owned(), value)]);
+            let annotations: BTreeMap<&str, String> = pairs.into_iter().collect();
             self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations"]), to_value(&annotations)));
         }
     }

@@ -4,9 +4,15 @@
 //! pod, same uid, app containers untouched. Any other difference is never applied half in
 //! place: such pods go the `Recreate` way.
 //!
-//! The decision is made between revisions (what the pod was injected with, kept as a
-//! ControllerRevision, and the current spec): the stored container is read only to find the
-//! sidecar and to see that nobody changed its image by hand.
+//! The decision is made from what the pod carries, written by the webhook at injection: the
+//! hash of the spec it was injected with without the sidecar's image
+//! (`watcher.dev/injected-without-image`, as OpenKruise does) beside the full hash. Equal to
+//! the current spec's, the pod differs from it at most by image: no revision needs to have been
+//! kept before the spec changed (the operator may have been down, or the spec changed before it
+//! looked). The full hash then says which image was injected, so a sidecar whose image was
+//! changed by hand is recognised and left alone. A pod injected before that annotation is
+//! decided from its revision (a ControllerRevision), when one is kept. The stored container is
+//! read only to find the sidecar and its image.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,8 +22,8 @@ use kube::ResourceExt;
 use serde_json::json;
 use watcher_api::image::{self, Rule};
 use watcher_api::{
-    INJECTED_ANNOTATION, InjectionSpec, ORIGINAL_IMAGES_ANNOTATION, SIDECAR_UPDATED_ANNOTATION, Watcher,
-    injected_annotation_value, injected_watchers,
+    INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, InjectionSpec, ORIGINAL_IMAGES_ANNOTATION,
+    SIDECAR_UPDATED_ANNOTATION, Watcher, injected_annotation_value, injected_watchers, injected_watchers_without_image,
 };
 
 use super::CountedPod;
@@ -59,9 +65,10 @@ impl InjectedSpec {
 /// How an outdated injected pod is brought up to date.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Update {
-    /// Only the image differs between the pod's revision and the current spec: patch it in place.
+    /// Only the image differs between what the pod was injected with and the current spec:
+    /// patch it in place.
     InPlace(Patch),
-    /// Anything else differs, or the pod's revision is gone: the `Recreate` way.
+    /// Anything else differs, or what the pod was injected with is not known: the `Recreate` way.
     Recreate(String),
     /// The sidecar's image was changed by hand: left alone, and reported.
     LeftAlone(String),
@@ -77,13 +84,6 @@ pub struct Patch {
     pub ops: Vec<PatchOperation>,
     /// The new image.
     pub image: String,
-}
-
-/// `spec` with the sidecar's image left out: what must be equal for an update in place.
-fn without_image(spec: &InjectionSpec) -> InjectionSpec {
-    let mut spec = spec.clone();
-    spec.container.image = None;
-    spec
 }
 
 /// The normalized form of an image reference, to compare what the spec says with what the
@@ -108,9 +108,10 @@ fn originals(pod: &CountedPod) -> BTreeMap<&str, &str> {
         .unwrap_or_default()
 }
 
-/// How `pod`, injected with revision `carried` of `watcher` (`None`: that revision is gone), is
-/// brought to the current spec; `rules` are the ImagePolicy rules admission would apply in its
-/// namespace, `now` goes into the annotation.
+/// How `pod`, injected with an older spec of `watcher`, is brought to the current spec:
+/// decided from the hashes the pod carries, or, for a pod injected before it carried the hash
+/// without image, from `carried`, its revision (`None`: not kept). `rules` are the ImagePolicy
+/// rules admission would apply in its namespace, `now` goes into the annotation.
 pub fn update(
     watcher: &Watcher,
     carried: Option<&InjectionSpec>,
@@ -119,24 +120,40 @@ pub fn update(
     now: &str,
 ) -> Update {
     let recreate = |why: &str| Update::Recreate(why.to_owned());
-    let Some(carried) = carried else { return recreate("the revision the pod carries is gone") };
     let current = watcher.spec.injection();
-    if without_image(carried) != without_image(&current) {
-        return recreate("the spec differs by more than the sidecar's image");
-    }
+    let watcher_name = watcher.name_any();
+    let annotations = pod.annotations();
+    let full = injected_watchers(annotations).into_iter().find(|(n, _)| *n == watcher_name).map(|(_, h)| h);
+    let imageless = injected_watchers_without_image(annotations).find(|(n, _)| *n == watcher_name).map(|(_, h)| h);
+    // Whether `image` is the one the pod was injected with.
+    let injected_with: Box<dyn Fn(&str) -> bool> = match (imageless, full, carried) {
+        (Some(imageless), Some(full), _) => {
+            if imageless != current.hash_without_image() {
+                return recreate("the spec differs by more than the sidecar's image");
+            }
+            Box::new(move |image: &str| current.with_image(image).hash() == full)
+        }
+        (_, _, Some(carried)) => {
+            if carried.hash_without_image() != current.hash_without_image() {
+                return recreate("the spec differs by more than the sidecar's image");
+            }
+            let was = normalized(carried.container.image.as_deref().unwrap_or_default());
+            Box::new(move |image: &str| normalized(image) == was)
+        }
+        _ => return recreate("the pod carries no hash of its spec without image, and its revision is not kept"),
+    };
     let Some(spec) = pod.injected.as_deref() else { return recreate("the pod's spec is not known") };
-    let name = current.container.name.as_str();
+    let name = watcher.spec.container.name.as_str();
     let Some(sidecar) = spec.sidecar(name) else { return recreate("the sidecar container is not there") };
-    let was = carried.container.image.as_deref().unwrap_or_default();
     let originals = originals(pod);
     let admitted = originals.get(name).copied().unwrap_or(&sidecar.image);
-    if normalized(admitted) != normalized(was) {
+    if !injected_with(admitted) {
         return Update::LeftAlone(format!(
-            "pod {}: sidecar {name} runs {} where its revision says {was} (changed by hand): left alone",
+            "pod {}: sidecar {name} runs {}, not the image it was injected with (changed by hand): left alone",
             pod.name, sidecar.image
         ));
     }
-    let wanted = current.container.image.clone().unwrap_or_default();
+    let wanted = watcher.spec.container.image.clone().unwrap_or_default();
     let target = image::rewrite(rules.iter().copied(), &wanted).unwrap_or_else(|| wanted.clone());
     Update::InPlace(Patch {
         pod: pod.name.to_string(),
@@ -162,6 +179,11 @@ fn patch_ops(
         .into_iter()
         .map(|(n, h)| if n == name { (n, hash.as_str()) } else { (n, h) })
         .collect();
+    // The hash without image stays the same; a pod injected before it carried one gets it.
+    let imageless = watcher.spec.spec_hash_without_image();
+    let mut without_image: Vec<(&str, &str)> =
+        injected_watchers_without_image(pod.annotations()).filter(|(n, _)| *n != name).collect();
+    without_image.push((name.as_str(), imageless.as_str()));
     let annotation = |key: &str| format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"));
     let mut ops = json!([
         // The resourceVersion the plan was made from: a pod changed since is a conflict.
@@ -169,6 +191,7 @@ fn patch_ops(
         {"op": "test", "path": format!("/spec/{list}/{index}/name"), "value": &*sidecar.name},
         {"op": "replace", "path": format!("/spec/{list}/{index}/image"), "value": target},
         {"op": "replace", "path": annotation(INJECTED_ANNOTATION), "value": injected_annotation_value(entries)},
+        {"op": "add", "path": annotation(INJECTED_WITHOUT_IMAGE_ANNOTATION), "value": injected_annotation_value(without_image)},
         {"op": "add", "path": annotation(SIDECAR_UPDATED_ANNOTATION), "value": now},
     ]);
     // An image an ImagePolicy rewrote keeps its original on record, as admission does.

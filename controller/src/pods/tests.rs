@@ -327,7 +327,8 @@ async fn in_place_patches_one_container_image_within_the_cap() {
                 {"op": "test", "path": "/spec/initContainers/0/name", "value": "log-watcher"},
                 {"op": "replace", "path": "/spec/initContainers/0/image", "value": "busybox:1.37"},
                 {"op": "replace", "path": "/metadata/annotations/watcher.dev~1injected", "value": format!("log-watcher@{hash}")},
-                {"op": "add", "path": "/metadata/annotations/watcher.dev~1sidecar-updated", "value": patch.body[4]["value"]},
+                {"op": "add", "path": "/metadata/annotations/watcher.dev~1injected-without-image", "value": patch.body[4]["value"]},
+                {"op": "add", "path": "/metadata/annotations/watcher.dev~1sidecar-updated", "value": patch.body[5]["value"]},
             ])
         );
         patch.ok(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1"}}));
@@ -346,6 +347,51 @@ async fn in_place_patches_one_container_image_within_the_cap() {
         status.ok(&watcher_echo());
         let drift = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await;
         drift.created();
+        api.expect_no_more().await;
+    });
+    let action = reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");
+    assert_eq!(action, Action::requeue(super::EVICTION_RETRY));
+    assert_eq!(metrics.in_place_updates(), 1);
+    drop(shared);
+    server.await.expect("scenario passed");
+}
+
+/// The operator starts after the image changed: pods injected (as the webhook does today) with
+/// busybox:1.36, the Watcher already at 1.37, and no revision of 1.36 ever kept. The pods' own
+/// hashes say only the image differs: the current spec is kept as revision 1, and one pod is
+/// patched in place.
+#[tokio::test]
+async fn in_place_needs_no_revision_of_the_old_spec() {
+    use super::in_place::tests::as_injected_today;
+    let new = fixture_watcher("fx-limits", "busybox:1.37");
+    let pods = [as_injected_today(stored_replica(1)), as_injected_today(stored_replica(2))];
+    let (ctx, mut api) = Context::test();
+    let metrics = ctx.metrics.clone();
+    let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![]);
+    let hash = new.spec.spec_hash();
+    let server = tokio::spawn(async move {
+        let revision = api.expect(Method::POST, &format!("{FX_REVISIONS}?fieldManager=watcher-operator")).await;
+        assert_eq!(revision.body["metadata"]["name"], format!("log-watcher-{hash}"));
+        assert_eq!(revision.body["revision"], 1, "the first kept");
+        let created = revision.body.clone();
+        revision.respond(http::StatusCode::CREATED, &created);
+        let patch = api.expect(Method::PATCH, "/api/v1/namespaces/fx-limits/pods/web-1").await;
+        assert_eq!(
+            patch.body[2],
+            json!({"op": "replace", "path": "/spec/initContainers/0/image", "value": "busybox:1.37"})
+        );
+        assert_eq!(patch.body[3]["value"], format!("log-watcher@{hash}"));
+        patch.ok(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1"}}));
+        let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await;
+        assert_eq!(event.body["reason"], "SidecarUpdated");
+        event.created();
+        let condition = api.expect(Method::PATCH, FX_STATUS_PATH).await;
+        assert_eq!(condition.body["status"]["conditions"][0]["reason"], "Progressing");
+        condition.ok(&watcher_echo());
+        let status = api.expect(Method::PATCH, FX_STATUS_PATH).await;
+        assert_eq!(status.body["status"]["pods"]["upToDate"], 1);
+        status.ok(&watcher_echo());
+        api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await.created();
         api.expect_no_more().await;
     });
     let action = reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");

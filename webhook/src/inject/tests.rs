@@ -77,6 +77,12 @@ fn injected_value(watcher: &Watcher) -> String {
     format!("log-watcher@{}", watcher.spec.spec_hash())
 }
 
+/// `watcher.dev/injected-without-image`: the hash the pod reconciler compares with the current
+/// spec's to update a sidecar in place with no revision kept.
+fn without_image_value(watcher: &Watcher) -> String {
+    format!("log-watcher@{}", watcher.spec.spec_hash_without_image())
+}
+
 #[test]
 fn annotated_pod_gets_container_config_volume_secret_and_annotation() {
     let watcher = full_watcher("Never");
@@ -88,6 +94,8 @@ fn annotated_pod_gets_container_config_volume_secret_and_annotation() {
             {"op": "add", "path": "/spec/volumes", "value": [{"name": "logs", "emptyDir": {}}]},
             {"op": "add", "path": "/spec/imagePullSecrets", "value": [{"name": "regcred"}]},
             {"op": "add", "path": "/metadata/annotations/watcher.dev~1injected", "value": injected_value(&watcher)},
+            {"op": "add", "path": "/metadata/annotations/watcher.dev~1injected-without-image",
+             "value": without_image_value(&watcher)},
         ])
     );
     assert_eq!(injection.injected, ["log-watcher"]);
@@ -185,7 +193,8 @@ fn selector_injects_without_annotation_and_creates_annotations() {
         json!([
             {"op": "add", "path": "/spec/containers/-", "value": {"name": "metrics", "image": "m:1"}},
             {"op": "add", "path": "/metadata/annotations",
-             "value": {"watcher.dev/injected": format!("metrics@{}", selected.spec.spec_hash())}},
+             "value": {"watcher.dev/injected": format!("metrics@{}", selected.spec.spec_hash()),
+                       "watcher.dev/injected-without-image": format!("metrics@{}", selected.spec.spec_hash_without_image())}},
         ])
     );
     assert_eq!(patched["spec"]["containers"][1]["name"], "metrics");
@@ -218,7 +227,8 @@ fn annotation_order_first_then_selected_by_name_and_lists_created_once() {
             "/spec/volumes/-",
             "/spec/containers/-",
             "/spec/volumes/-",
-            "/metadata/annotations/watcher.dev~1injected"
+            "/metadata/annotations/watcher.dev~1injected",
+            "/metadata/annotations/watcher.dev~1injected-without-image"
         ]
     );
     let volumes: Vec<_> =
@@ -291,7 +301,14 @@ fn existing_volume_and_pull_secret_are_not_duplicated() {
     );
     let (injection, patched) = run(&pod, &[full_watcher("Never")], &options(true));
     let paths: Vec<_> = injection.patch.iter().map(|op| op.path().to_string()).collect();
-    assert_eq!(paths, ["/spec/containers/-", "/metadata/annotations/watcher.dev~1injected"]);
+    assert_eq!(
+        paths,
+        [
+            "/spec/containers/-",
+            "/metadata/annotations/watcher.dev~1injected",
+            "/metadata/annotations/watcher.dev~1injected-without-image"
+        ]
+    );
     assert_eq!(patched["spec"]["volumes"], json!([{"name": "logs", "hostPath": {"path": "/var/log"}}]));
 }
 

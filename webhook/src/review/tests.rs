@@ -101,7 +101,8 @@ async fn named_annotated_pod_is_injected() {
             "/spec/initContainers",
             "/spec/volumes/-",
             "/spec/imagePullSecrets",
-            "/metadata/annotations/watcher.dev~1injected"
+            "/metadata/annotations/watcher.dev~1injected",
+            "/metadata/annotations/watcher.dev~1injected-without-image"
         ]
     );
     let sidecar = &pod["spec"]["initContainers"][0];

@@ -1,6 +1,7 @@
 //! The in-place decision over pods as kube-apiserver 1.24 and 1.36 really store them
 //! (`controller/fixtures/stored-pods/`: the ServiceAccount token mounted into every container,
-//! LimitRange resources, defaults), decided between the pod's revision and the current spec.
+//! LimitRange resources, defaults), decided from the hashes the pod carries, or, for a pod
+//! injected before it carried the hash without image, between its revision and the current spec.
 
 use json_patch::PatchOperation;
 use serde_json::{Value, json};
@@ -62,6 +63,15 @@ fn sidecar_path(pod: &Value) -> (&'static str, usize) {
 
 const NOW: &str = "2026-11-21T11:00:00Z";
 
+/// `pod` as the webhook injects it today: beside `watcher.dev/injected` (which the fixtures
+/// carry), `watcher.dev/injected-without-image` with the hash of the fixture Watcher's spec
+/// without its image (the webhook's tests show it writes exactly that).
+pub(crate) fn as_injected_today(mut pod: Value) -> Value {
+    let hash = carried(&pod).hash_without_image();
+    pod["metadata"]["annotations"]["watcher.dev/injected-without-image"] = json!(format!("log-watcher@{hash}"));
+    pod
+}
+
 fn carried(pod: &Value) -> InjectionSpec {
     fixture_watcher(pod["metadata"]["namespace"].as_str().expect("ns"), "busybox:1.36").spec.injection()
 }
@@ -97,6 +107,8 @@ fn an_image_only_change_between_revisions_is_in_place() {
                 json!({"op": "replace", "path": format!("/spec/{list}/{index}/image"), "value": "busybox:1.37"}),
                 json!({"op": "replace", "path": "/metadata/annotations/watcher.dev~1injected",
                        "value": format!("log-watcher@{}", new.spec.spec_hash())}),
+                json!({"op": "add", "path": "/metadata/annotations/watcher.dev~1injected-without-image",
+                       "value": format!("log-watcher@{}", new.spec.spec_hash_without_image())}),
                 json!({"op": "add", "path": "/metadata/annotations/watcher.dev~1sidecar-updated", "value": NOW}),
             ],
             "{name}"
@@ -147,8 +159,8 @@ fn more_than_the_image_or_a_lost_revision_goes_the_recreate_way() {
         let new = fixture_watcher(namespace, "busybox:1.37");
         assert_eq!(
             update(&new, None, &counted(&pod, &new), &[], NOW),
-            Update::Recreate("the revision the pod carries is gone".into()),
-            "{name}"
+            Update::Recreate("the pod carries no hash of its spec without image, and its revision is not kept".into()),
+            "{name}: injected before the hash without image, no revision"
         );
     }
 }
@@ -166,7 +178,8 @@ fn an_image_edited_by_hand_is_left_alone() {
         let Update::LeftAlone(why) = update else { panic!("{name}: {update:?}") };
         assert_eq!(
             why,
-            "pod app: sidecar log-watcher runs busybox:1.35-debug where its revision says busybox:1.36 (changed by hand): left alone"
+            "pod app: sidecar log-watcher runs busybox:1.35-debug, not the image it was injected with (changed by \
+             hand): left alone"
         );
     }
 }
@@ -186,7 +199,39 @@ fn an_image_policy_rewrite_is_followed() {
     };
     let ops: Vec<Value> = patch.ops.iter().map(|op| serde_json::to_value(op).expect("JSON")).collect();
     assert_eq!(ops[2]["value"], "mirror.internal/library/busybox:1.37");
-    assert_eq!(ops[5]["value"], "app=busybox:1.36,log-watcher=busybox:1.37");
+    assert_eq!(ops[6]["value"], "app=busybox:1.36,log-watcher=busybox:1.37");
+}
+
+/// No revision kept at all (the spec changed before the operator looked, or while it was
+/// down): the pod's own hashes decide, over every stored fixture.
+#[test]
+fn the_pod_decides_with_no_revision_kept() {
+    for name in FIXTURES {
+        let pod = as_injected_today(stored(name));
+        let namespace = pod["metadata"]["namespace"].as_str().expect("ns");
+        let (list, index) = sidecar_path(&pod);
+
+        let image_only = fixture_watcher(namespace, "busybox:1.37");
+        let Update::InPlace(patch) = update(&image_only, None, &counted(&pod, &image_only), &[], NOW) else {
+            panic!("{name}: an image-only change is in place")
+        };
+        assert_eq!(serde_json::to_value(&patch.ops[2]).expect("JSON")["path"], format!("/spec/{list}/{index}/image"));
+        assert_eq!(patch.image, "busybox:1.37");
+
+        let mut image_and_env = fixture_watcher(namespace, "busybox:1.37");
+        image_and_env.spec.container.env =
+            Some(vec![serde_json::from_value(json!({"name": "LEVEL", "value": "x"})).expect("env")]);
+        assert_eq!(
+            update(&image_and_env, None, &counted(&pod, &image_and_env), &[], NOW),
+            Update::Recreate("the spec differs by more than the sidecar's image".into()),
+            "{name}"
+        );
+
+        let mut edited = pod.clone();
+        edited["spec"][list][index]["image"] = json!("busybox:1.35-debug");
+        let update = update(&image_only, None, &counted(&edited, &image_only), &[], NOW);
+        assert!(matches!(update, Update::LeftAlone(_)), "{name}: {update:?}");
+    }
 }
 
 /// In flight: the spec names an image the kubelet does not report running and ready yet.
