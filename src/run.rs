@@ -8,14 +8,13 @@ use anyhow::Context as _;
 use futures::{FutureExt, future};
 use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
-use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::{info, warn};
 use watcher_certs::registration::{Registrar, Registration};
 use watcher_certs::secret::{Lifetimes, SelfManaged};
 use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
 use watcher_controller::scope::ScopeWriter;
-use watcher_controller::{Context, Metrics, PolicyCache, WatcherCache};
+use watcher_controller::{Context, PolicyCache, WatcherCache};
 use watcher_webhook::{InjectOptions, Reviewer, router, serve_tls, supports_native_sidecars};
 
 use crate::cli::{ControllerName, RunArgs};
@@ -51,9 +50,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
 
-    let mut registry = Registry::default();
     let mut readiness = Readiness::default();
-    let metrics = Metrics::register(&mut registry);
 
     // Every replica keeps the Watchers in memory, once: the webhook answers from this cache and
     // the leader's controllers read it too.
@@ -101,8 +98,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // The webhook: every replica serves it, from the Watcher cache.
     let tls_ready = readiness.gate("webhook-tls");
-    let webhook_metrics = watcher_webhook::Metrics::register(&mut registry);
     let (certs, cert_upkeep) = start_certificates(&args, &client, &namespace, shutdown()).await?;
+    let (registry, metrics, webhook_metrics) = crate::telemetry::registry(watcher_cache.store.clone(), certs.clone());
     let listener = tokio::net::TcpListener::bind(args.webhook_addr)
         .await
         .with_context(|| format!("cannot listen on --webhook-addr {}", args.webhook_addr))?;
@@ -275,11 +272,14 @@ async fn run_controllers_while_leader(
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let mut shutdown = std::pin::pin!(shutdown.fuse());
+    let metrics = controllers.ctx.metrics.clone();
     if !leader_election {
+        metrics.set_leader(true);
         tokio::select! {
             () = controllers.run(&names, &namespace) => {},
             () = &mut shutdown => {},
         }
+        metrics.set_leader(false);
         return;
     }
 
@@ -304,13 +304,18 @@ async fn run_controllers_while_leader(
             () = &mut shutdown => break,
         }
         info!(lease = LEASE_NAME, namespace, "became leader: starting controllers");
-        tokio::select! {
-            () = controllers.run(&names, &namespace) => break,
+        metrics.set_leader(true);
+        let stop = tokio::select! {
+            () = controllers.run(&names, &namespace) => true,
             lost = leader.wait_for(|is_leader| !*is_leader) => {
                 warn!(lease = LEASE_NAME, "lost the lease: controllers stopped");
-                if lost.is_err() { break }
+                lost.is_err()
             }
-            () = &mut shutdown => break,
+            () = &mut shutdown => true,
+        };
+        metrics.set_leader(false);
+        if stop {
+            break;
         }
     }
     // Closing the channel ends the lease task; releasing lets another replica lead at once.
@@ -355,6 +360,7 @@ impl Controllers {
             self.cache.clone(),
             self.policies.clone(),
         );
+        let scope_writer = scope_writer.with_metrics(self.ctx.metrics.clone());
         // The writer runs as long as the controllers do (they end on SIGTERM), and stops with
         // them when the lease is lost: only the leader writes.
         let runs = names.iter().map(|name| match name {

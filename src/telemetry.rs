@@ -14,6 +14,45 @@ use clap::ValueEnum;
 use prometheus_client::registry::Registry;
 use tracing_subscriber::EnvFilter;
 
+/// `watcher_certificate_expiry_timestamp_seconds{certificate}`: when the serving certificate
+/// and its CA expire, read from the certificate store at each scrape.
+#[derive(Debug)]
+pub(crate) struct CertificateCollector(pub(crate) Arc<watcher_certs::CertStore>);
+
+impl prometheus_client::collector::Collector for CertificateCollector {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        let expiry = self.0.expiry();
+        let mut family = encoder.encode_descriptor(
+            "watcher_certificate_expiry_timestamp_seconds",
+            "When a certificate the webhook serves with expires (Unix time): the serving certificate, and the CA \
+             that signs it where known",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (certificate, not_after) in [("serving", expiry.serving), ("ca", expiry.ca)] {
+            let Some(seconds) = not_after.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) else { continue };
+            let gauge = prometheus_client::metrics::gauge::ConstGauge::new(seconds.as_secs_f64());
+            gauge.encode(family.encode_family(&[("certificate", certificate)])?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every metric of the process, registered in one registry: the controllers' (with the
+/// per-Watcher gauges read from `watchers`), the webhook's, and the certificates' from `certs`.
+pub(crate) fn registry(
+    watchers: kube::runtime::reflector::Store<watcher_api::Watcher>,
+    certs: Arc<watcher_certs::CertStore>,
+) -> (Registry, watcher_controller::Metrics, watcher_webhook::Metrics) {
+    let mut registry = Registry::default();
+    let controllers = watcher_controller::Metrics::register(&mut registry);
+    let webhook = watcher_webhook::Metrics::register(&mut registry);
+    registry.register_collector(Box::new(watcher_controller::WatcherCollector::new(watchers)));
+    registry.register_collector(Box::new(CertificateCollector(certs)));
+    (registry, controllers, webhook)
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum LogFormat {

@@ -11,7 +11,7 @@ mod verify;
 
 pub use authority::{Authority, CertInfo, CertifiedPem};
 pub use error::{Error, Result};
-pub use resolver::{CertFiles, CertStore, server_config};
+pub use resolver::{CertFiles, CertStore, Expiry, server_config};
 pub use verify::verify_serving;
 
 /// The DNS names a Service is reached by from inside the cluster.

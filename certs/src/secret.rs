@@ -218,6 +218,7 @@ impl SelfManaged {
         if store.load_pem(stored.serving.cert_pem.as_bytes(), stored.serving.key_pem.as_bytes())? {
             info!("serving the certificate from Secret {SECRET_NAME}");
         }
+        store.set_ca(&stored.ca.cert_pem);
         let bundle = ByteString(stored.bundle.as_bytes().to_vec());
         self.registrar.register(&self.client, &bundle).await
     }

@@ -54,6 +54,7 @@ impl WatcherCache {
         let by_namespace = Arc::new(NamespaceIndex { stale: AtomicBool::new(true), ..NamespaceIndex::default() });
         let index = by_namespace.clone();
         let fill = watcher(Api::<Watcher>::all(client), watcher::Config::default().any_semantic())
+            .inspect(crate::observe_watch("watchers"))
             .default_backoff()
             .modify(|watcher| watcher.managed_fields_mut().clear())
             .reflect(writer)

@@ -20,7 +20,9 @@ mod fixtures;
 pub use cache::{Change, WatcherCache};
 pub use context::Context;
 pub use error::{Error, Result};
-pub use metrics::Metrics;
+pub use metrics::{
+    Metrics, ROLLOUT_STATES, ScopeState, WatcherCollector, observe_watch, watch_errors_of, watch_lists_of,
+};
 pub use policies::PolicyCache;
 
 /// Settings shared by every controller: a bounded number of reconciles in flight, so a burst
@@ -99,6 +101,7 @@ where
     let listed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = listed.clone();
     let stream = watcher(api, config.any_semantic())
+        .inspect(observe_watch(K::plural(&()).into_owned()))
         .default_backoff()
         .modify(move |object| {
             object.meta_mut().managed_fields = None;

@@ -1,12 +1,23 @@
-//! Reconcile metrics, registered in the process-wide Prometheus registry.
+//! Reconcile metrics, and one for each promise an alert guards, registered in the process-wide
+//! Prometheus registry: per-Watcher pod counts and rollout state (read from the Watcher cache at
+//! each scrape: no series outlives its Watcher), the admission scope's state, the Lease held,
+//! and watch errors and lists per resource.
 
+use std::sync::LazyLock;
 use std::time::Instant;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use watcher_api::Watcher;
 
 /// `{controller}` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -31,6 +42,80 @@ pub(crate) struct KindLabels {
     pub(crate) kind: &'static str,
 }
 
+/// `{resource}` label: the plural of a watched resource.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ResourceLabels {
+    pub(crate) resource: String,
+}
+
+/// `{state, reason}` labels of the admission scope.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ScopeLabels {
+    pub(crate) state: &'static str,
+    pub(crate) reason: &'static str,
+}
+
+/// The admission scope's state: whether the webhook's `matchConditions` narrow what
+/// kube-apiserver sends, and why not (a small fixed set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScopeState {
+    /// Not known yet: the leader has not read the webhook configuration.
+    Pending,
+    /// The conditions in place are this operator's: only pods it could change are sent.
+    Applied,
+    /// Every pod of a served namespace is sent, for `reason`: `refused` (kube-apiserver
+    /// refused the conditions), `dropped` (it dropped them: feature gate off), `too_large`
+    /// (over its limits), `no_configuration`, `no_webhook`, `other_operator` (another
+    /// operator's registration without conditions stands).
+    Fallback(&'static str),
+    /// kube-apiserver before 1.28: no matchConditions at all.
+    Unsupported,
+}
+
+impl ScopeState {
+    fn labels(self) -> ScopeLabels {
+        match self {
+            Self::Pending => ScopeLabels { state: "pending", reason: "" },
+            Self::Applied => ScopeLabels { state: "applied", reason: "" },
+            Self::Fallback(reason) => ScopeLabels { state: "fallback", reason },
+            Self::Unsupported => ScopeLabels { state: "unsupported", reason: "before_1_28" },
+        }
+    }
+}
+
+/// Watch errors and lists per resource: one set for the process, since every watch of every
+/// cache counts into it (those of the webhook's caches too), whoever holds the registry.
+struct Watches {
+    errors: Family<ResourceLabels, Counter>,
+    lists: Family<ResourceLabels, Counter>,
+}
+
+static WATCHES: LazyLock<Watches> = LazyLock::new(|| Watches { errors: Family::default(), lists: Family::default() });
+
+/// Counts the events of a watch of `resource`: an error (the watch restarts with a backoff), or
+/// the start of a list (the first, and each relist after a watch expired or failed). For
+/// `inspect` on a watcher stream.
+pub fn observe_watch<K>(resource: impl Into<String>) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) {
+    let labels = ResourceLabels { resource: resource.into() };
+    move |event| {
+        match event {
+            Err(_) => WATCHES.errors.get_or_create(&labels).inc(),
+            Ok(watcher::Event::Init) => WATCHES.lists.get_or_create(&labels).inc(),
+            Ok(_) => 0,
+        };
+    }
+}
+
+/// Watch errors counted so far for `resource` (the process-wide counter).
+pub fn watch_errors_of(resource: &str) -> u64 {
+    WATCHES.errors.get_or_create(&ResourceLabels { resource: resource.to_owned() }).get()
+}
+
+/// Lists counted so far for `resource`.
+pub fn watch_lists_of(resource: &str) -> u64 {
+    WATCHES.lists.get_or_create(&ResourceLabels { resource: resource.to_owned() }).get()
+}
+
 /// The reconcile metrics of every controller.
 #[derive(Clone)]
 pub struct Metrics {
@@ -39,6 +124,8 @@ pub struct Metrics {
     reconciles: Family<ControllerLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
+    leader: Gauge,
+    scope: Family<ScopeLabels, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -54,6 +141,8 @@ impl Metrics {
             reconciles: Family::default(),
             errors: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
+            leader: Gauge::default(),
+            scope: Family::default(),
         };
         registry.register("watcher_reconcile", "Reconciles run", metrics.reconciles.clone());
         registry.register(
@@ -68,7 +157,58 @@ impl Metrics {
             "Copies not written because an object that is not a copy holds the name",
             metrics.sync_conflicts.clone(),
         );
+        registry.register(
+            "watcher_leader",
+            "1 while this replica holds the Lease and runs the controllers (always, without leader election)",
+            metrics.leader.clone(),
+        );
+        registry.register(
+            "watcher_admission_scope",
+            "1 for the admission scope's state (pending, applied, fallback, unsupported) and why it fell back",
+            metrics.scope.clone(),
+        );
+        registry.register(
+            "watcher_watch_errors",
+            "Watch errors by resource; each restarts the watch with a backoff",
+            WATCHES.errors.clone(),
+        );
+        registry.register(
+            "watcher_watch_lists",
+            "Lists of a watched resource: the first, and each relist after a watch expired or failed",
+            WATCHES.lists.clone(),
+        );
+        metrics.set_scope(ScopeState::Pending);
         metrics
+    }
+
+    /// Says whether this replica runs the controllers.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    /// Whether this replica runs the controllers, as exported.
+    pub fn is_leader(&self) -> bool {
+        self.leader.get() == 1
+    }
+
+    /// Sets the admission scope's state: its series is 1, every other 0 (gone).
+    pub fn set_scope(&self, state: ScopeState) {
+        let labels = state.labels();
+        if self.scope.get_or_create(&labels).get() == 1 {
+            return;
+        }
+        self.scope.clear();
+        self.scope.get_or_create(&labels).set(1);
+    }
+
+    /// The admission scope's state as exported: `(state, reason)`.
+    pub fn scope(&self) -> Option<(&'static str, &'static str)> {
+        ["pending", "applied", "fallback", "unsupported"].into_iter().find_map(|state| {
+            ["", "refused", "dropped", "too_large", "no_configuration", "no_webhook", "other_operator", "before_1_28"]
+                .into_iter()
+                .find(|reason| self.scope.get(&ScopeLabels { state, reason }).is_some_and(|g| g.get() == 1))
+                .map(|reason| (state, reason))
+        })
     }
 
     /// Counts one sidecar image updated in place.
@@ -128,5 +268,129 @@ impl Drop for ReconcileTimer<'_> {
     fn drop(&mut self) {
         let labels = ControllerLabels { controller: self.controller };
         self.metrics.duration.get_or_create(&labels).observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+/// Per-Watcher gauges, read from the Watcher cache at each scrape: the pod counts the pod
+/// reconciler wrote into `status.pods`, and the rollout's state from the `SidecarsUpdated`
+/// condition. A deleted Watcher's series go with it.
+pub struct WatcherCollector {
+    store: Store<Watcher>,
+}
+
+impl WatcherCollector {
+    /// A collector over the Watchers of `store`.
+    pub fn new(store: Store<Watcher>) -> Self {
+        Self { store }
+    }
+}
+
+impl std::fmt::Debug for WatcherCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatcherCollector").field("watchers", &self.store.len()).finish()
+    }
+}
+
+/// The states of a rollout, as `watcher_rollout_state{state}` names them.
+pub const ROLLOUT_STATES: [&str; 5] = ["complete", "progressing", "partitioned", "paused", "stuck"];
+
+/// The state of `watcher`'s rollout, from its `SidecarsUpdated` condition.
+fn rollout_state(watcher: &Watcher) -> Option<&'static str> {
+    let condition = watcher.status.as_ref()?.conditions.iter().find(|c| c.type_ == "SidecarsUpdated")?;
+    if condition.status == "True" {
+        return Some("complete");
+    }
+    ROLLOUT_STATES.into_iter().find(|state| condition.reason.eq_ignore_ascii_case(state))
+}
+
+impl Collector for WatcherCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut watchers = self.store.state();
+        watchers.sort_by_key(|w| (w.namespace(), w.name_any()));
+        let identity = |w: &Watcher| vec![("namespace", w.namespace().unwrap_or_default()), ("watcher", w.name_any())];
+        let mut pods = encoder.encode_descriptor(
+            "watcher_pods",
+            "Pods of a Watcher by state, as status.pods counts them: matched (asked or selected), injected, \
+             up_to_date (injected with the current spec), missing (asked, not injected)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for watcher in &watchers {
+            let Some(counts) = watcher.status.as_ref().and_then(|s| s.pods) else { continue };
+            let states = [
+                ("matched", counts.matched),
+                ("injected", counts.injected),
+                ("up_to_date", counts.up_to_date),
+                ("missing", counts.missing),
+            ];
+            for (state, value) in states {
+                let mut labels = identity(watcher);
+                labels.push(("state", state.to_owned()));
+                ConstGauge::new(i64::from(value)).encode(pods.encode_family(&labels)?)?;
+            }
+        }
+        let mut rollouts = encoder.encode_descriptor(
+            "watcher_rollout_state",
+            "1 for the state of a Watcher's sidecar rollout (complete, progressing, partitioned, paused, stuck), \
+             0 for the others; Watchers with updatePolicy Recreate or InPlace",
+            None,
+            MetricType::Gauge,
+        )?;
+        for watcher in &watchers {
+            let Some(current) = rollout_state(watcher) else { continue };
+            for state in ROLLOUT_STATES {
+                let mut labels = identity(watcher);
+                labels.push(("state", state.to_owned()));
+                ConstGauge::new(i64::from(state == current)).encode(rollouts.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).expect("encodes");
+        text
+    }
+
+    /// The leader gauge and the scope's one series, as Prometheus reads them.
+    #[test]
+    fn the_leader_and_the_scope_state_are_one_series_each() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        assert!(text(&registry).lines().any(|l| l == "watcher_leader 0"));
+        metrics.set_leader(true);
+        assert!(text(&registry).lines().any(|l| l == "watcher_leader 1"));
+        metrics.set_scope(ScopeState::Fallback("refused"));
+        let exported = text(&registry);
+        let scope: Vec<&str> = exported.lines().filter(|l| l.starts_with("watcher_admission_scope{")).collect();
+        assert_eq!(scope, [r#"watcher_admission_scope{state="fallback",reason="refused"} 1"#]);
+        metrics.set_scope(ScopeState::Applied);
+        assert_eq!(metrics.scope(), Some(("applied", "")));
+    }
+
+    /// A watch's errors and lists count per resource: each `Init` a list, each error a restart.
+    #[test]
+    fn watch_errors_and_lists_count_per_resource() {
+        let mut observe = observe_watch::<()>("metrics-test-resource");
+        let (errors, lists) = (watch_errors_of("metrics-test-resource"), watch_lists_of("metrics-test-resource"));
+        observe(&Ok(watcher::Event::Init));
+        observe(&Ok(watcher::Event::InitDone));
+        observe(&Err(watcher::Error::NoResourceVersion));
+        observe(&Ok(watcher::Event::Init));
+        assert_eq!(watch_errors_of("metrics-test-resource") - errors, 1);
+        assert_eq!(watch_lists_of("metrics-test-resource") - lists, 2);
+        let mut registry = Registry::default();
+        let _ = Metrics::register(&mut registry);
+        assert!(
+            text(&registry)
+                .lines()
+                .any(|l| l.starts_with(r#"watcher_watch_lists_total{resource="metrics-test-resource"}"#))
+        );
     }
 }

@@ -399,23 +399,26 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
     };
     let pods = Arc::new(PodIndex::new(lookup));
     let (synced_tx, synced_rx) = futures::channel::mpsc::unbounded();
-    let pod_events = pod_events(Api::<PodMeta>::all(client.clone())).default_backoff().filter_map({
-        let pods = pods.clone();
-        move |event| {
-            let changed = match event {
-                Ok(event) => {
-                    let done = matches!(event, watcher::Event::InitDone);
-                    let changed = pods.apply(event).map(Ok);
-                    if done {
-                        let _ = synced_tx.unbounded_send(()); // count every Watcher once
+    let pod_events = pod_events(Api::<PodMeta>::all(client.clone()))
+        .inspect(crate::observe_watch("pods"))
+        .default_backoff()
+        .filter_map({
+            let pods = pods.clone();
+            move |event| {
+                let changed = match event {
+                    Ok(event) => {
+                        let done = matches!(event, watcher::Event::InitDone);
+                        let changed = pods.apply(event).map(Ok);
+                        if done {
+                            let _ = synced_tx.unbounded_send(()); // count every Watcher once
+                        }
+                        changed
                     }
-                    changed
-                }
-                Err(error) => Some(Err(error)),
-            };
-            futures::future::ready(changed)
-        }
-    });
+                    Err(error) => Some(Err(error)),
+                };
+                futures::future::ready(changed)
+            }
+        });
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
     let labels = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
     let (revisions, revision_events, revisions_listed) = crate::cached_watch(

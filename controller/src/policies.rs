@@ -45,6 +45,7 @@ impl PolicyCache {
         let changed = tokio::sync::watch::Sender::new(());
         let (policy_changed, namespace_changed) = (changed.clone(), changed.clone());
         let policy_fill = watcher(Api::<ImagePolicy>::all(client.clone()), watcher::Config::default().any_semantic())
+            .inspect(crate::observe_watch("imagepolicies"))
             .default_backoff()
             .modify(|policy| policy.managed_fields_mut().clear())
             .reflect(policy_writer)
@@ -61,6 +62,7 @@ impl PolicyCache {
                 futures::future::ready(())
             });
         let namespace_fill = watcher(Api::<NamespaceMeta>::all(client), watcher::Config::default().any_semantic())
+            .inspect(crate::observe_watch("namespaces"))
             .default_backoff()
             .modify(|namespace| namespace.managed_fields_mut().clear())
             .reflect(namespace_writer)

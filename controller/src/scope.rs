@@ -33,7 +33,7 @@ use watcher_webhook::scope::{
     Scope, supports_match_conditions,
 };
 
-use crate::{PolicyCache, WatcherCache};
+use crate::{PolicyCache, ScopeState, WatcherCache};
 
 /// The webhook every pod in scope goes to (as installed).
 pub const INJECT_WEBHOOK: &str = "inject.watcher.dev";
@@ -163,6 +163,8 @@ pub struct ScopeWriter {
     seen: Option<(Conditions, Option<String>)>,
     /// The foreign registration last logged about.
     yielded_to: Option<String>,
+    /// Where the scope's state is exported (`watcher_admission_scope`).
+    metrics: Option<crate::Metrics>,
 }
 
 impl ScopeWriter {
@@ -186,8 +188,16 @@ impl ScopeWriter {
             refused: None,
             seen: None,
             yielded_to: None,
+            metrics: None,
         };
         (writer, status)
+    }
+
+    /// The same writer, exporting the scope's state to `metrics`.
+    pub fn with_metrics(mut self, metrics: crate::Metrics) -> Self {
+        metrics.set_scope(ScopeState::Pending);
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Keeps the conditions until the caller stops polling it. Before 1.28 it writes nothing.
@@ -201,7 +211,7 @@ impl ScopeWriter {
                         info.git_version
                     );
                     info!("{why}");
-                    self.publish(Registered::EveryPod(why));
+                    self.publish(Registered::EveryPod(why), ScopeState::Unsupported);
                     return;
                 }
                 Err(error) => {
@@ -235,7 +245,10 @@ impl ScopeWriter {
         }
     }
 
-    fn publish(&self, registered: Registered) {
+    fn publish(&self, registered: Registered, exported: ScopeState) {
+        if let Some(metrics) = &self.metrics {
+            metrics.set_scope(exported);
+        }
         self.state.send_if_modified(|state| {
             let changed = *state != registered;
             *state = registered;
@@ -262,6 +275,13 @@ impl ScopeWriter {
         let scope = Arc::new(self.compute());
         let (conditions, mut why) = within_limits(scope.conditions());
         let refused = self.refused.as_ref().filter(|(c, _)| *c == conditions).map(|(_, why)| why.clone());
+        // Written as computed: applied, unless kube-apiserver refused these conditions before or
+        // an expression had to be left out.
+        let written = match (&refused, &why) {
+            (Some(_), _) => ScopeState::Fallback("refused"),
+            (None, Some(_)) => ScopeState::Fallback("too_large"),
+            (None, None) => ScopeState::Applied,
+        };
         let conditions = match refused {
             Some(reason) => {
                 why = Some(reason);
@@ -273,20 +293,24 @@ impl ScopeWriter {
         if !reread && self.seen == seen {
             // The same conditions: what they cover is this scope (after a fallback, every pod).
             if matches!(*self.state.borrow(), Registered::Scoped(_)) {
-                self.publish(Registered::Scoped(scope));
+                self.publish(Registered::Scoped(scope), written);
             }
             return Ok(Pass::Done);
         }
         self.seen = None;
         let api = Api::<MutatingWebhookConfiguration>::all(self.client.clone());
         let Some(existing) = api.get_opt(WEBHOOK_CONFIGURATION).await? else {
-            self.publish(Registered::EveryPod(format!(
-                "there is no MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}"
-            )));
+            self.publish(
+                Registered::EveryPod(format!("there is no MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}")),
+                ScopeState::Fallback("no_configuration"),
+            );
             return Ok(Pass::Done);
         };
         let Some(inject) = existing.webhooks.iter().flatten().find(|w| w.name == INJECT_WEBHOOK) else {
-            self.publish(Registered::EveryPod(format!("{WEBHOOK_CONFIGURATION} has no webhook {INJECT_WEBHOOK}")));
+            self.publish(
+                Registered::EveryPod(format!("{WEBHOOK_CONFIGURATION} has no webhook {INJECT_WEBHOOK}")),
+                ScopeState::Fallback("no_webhook"),
+            );
             return Ok(Pass::Done);
         };
         if !self.registration.is_form_of(&inject.client_config) {
@@ -303,9 +327,12 @@ impl ScopeWriter {
             let registered = in_place(&existing);
             if registered.scope.is_none() && registered.required.is_none() {
                 // Every pod of a served namespace is sent: nothing to wait for.
-                self.publish(Registered::EveryPod("the other operator's registration has no matchConditions".into()));
+                self.publish(
+                    Registered::EveryPod("the other operator's registration has no matchConditions".into()),
+                    ScopeState::Fallback("other_operator"),
+                );
             } else if registered == conditions {
-                self.publish(Registered::Scoped(scope));
+                self.publish(Registered::Scoped(scope), written);
             }
             return Ok(Pass::Done);
         }
@@ -313,7 +340,7 @@ impl ScopeWriter {
         let mut desired = existing.clone();
         if !apply(&mut desired, &conditions, why.as_deref()) {
             self.seen = seen;
-            self.publish(Registered::Scoped(scope));
+            self.publish(Registered::Scoped(scope), written);
             return Ok(Pass::Done);
         }
         let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
@@ -330,7 +357,7 @@ impl ScopeWriter {
                 }
                 self.refused = Some((conditions, why.to_owned()));
                 self.seen = Some((Conditions::default(), Some(why.to_owned())));
-                self.publish(Registered::EveryPod(why.to_owned()));
+                self.publish(Registered::EveryPod(why.to_owned()), ScopeState::Fallback("dropped"));
                 Ok(Pass::Done)
             }
             Ok(_) => {
@@ -340,7 +367,7 @@ impl ScopeWriter {
                     Some(why) => warn!(%summary, "wrote the webhook's matchConditions: {why}"),
                 }
                 self.seen = seen;
-                self.publish(Registered::Scoped(scope));
+                self.publish(Registered::Scoped(scope), written);
                 Ok(Pass::Done)
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(Pass::Conflict),
@@ -356,7 +383,7 @@ impl ScopeWriter {
                 }
                 self.refused = Some((conditions, why.clone()));
                 self.seen = Some((Conditions::default(), Some(why.clone())));
-                self.publish(Registered::EveryPod(why));
+                self.publish(Registered::EveryPod(why), ScopeState::Fallback("refused"));
                 Ok(Pass::Done)
             }
             Err(error) => Err(error),

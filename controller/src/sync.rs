@@ -295,6 +295,7 @@ pub async fn run(ctx: Arc<Context>, source_namespaces: Vec<String>, secrets: boo
     let (changed, _) = broadcast::channel::<()>(16);
     let notify = changed.clone();
     let namespaces = watcher(Api::<NamespaceMeta>::all(ctx.client.clone()), watcher::Config::default().any_semantic())
+        .inspect(crate::observe_watch("namespaces"))
         .default_backoff()
         .modify(|ns| ns.managed_fields_mut().clear())
         .reflect(writer)

@@ -41,7 +41,11 @@ impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
             requests: Family::default(),
-            duration: Histogram::new([0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25]),
+            // Up to the webhook's timeout (5 s as installed, at most 30): an alert watches the
+            // tail close to it.
+            duration: Histogram::new([
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
         };
         registry.register("watcher_admission_requests", "Admission requests answered", metrics.requests.clone());
         registry.register(

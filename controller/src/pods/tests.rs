@@ -222,6 +222,66 @@ async fn changed_counts_are_written_with_one_event() {
     server.await.expect("scenario passed");
 }
 
+/// The exported text of a Watcher collector over `watchers` (as the Watcher cache holds them).
+pub(crate) fn exported(watchers: Vec<Watcher>) -> String {
+    let (store, mut writer) = kube::runtime::reflector::store();
+    for w in watchers {
+        writer.apply_watcher_event(&Event::Apply(w));
+    }
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(crate::WatcherCollector::new(store)));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+    text
+}
+
+/// After a reconcile, `watcher_pods` says what `status.pods` says (read from the Watcher the
+/// cache holds once the status is written), one series per state; a rollout's state is 1 and
+/// the others 0.
+#[tokio::test]
+async fn the_pod_counts_are_exported_as_the_status_says_after_a_reconcile() {
+    let w = watcher("Report", 1, None);
+    let pods = [
+        ("asked", json!({}), json!({"watcher.dev/inject": "log-watcher"}), None),
+        (
+            "done",
+            json!({}),
+            json!({"watcher.dev/inject": "log-watcher", "watcher.dev/injected": "log-watcher@old"}),
+            None,
+        ),
+    ];
+    let (ctx, mut api) = Context::test();
+    let shared = context_for_tests(ctx, store(&pods), Vec::new());
+    let server = tokio::spawn(async move {
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        let written = status.body["status"].clone();
+        status.ok(&watcher_echo());
+        api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await.created();
+        api.expect_no_more().await;
+        written
+    });
+    reconcile(Arc::new(w.clone()), shared.clone()).await.expect("reconciled");
+    drop(shared);
+    let written = server.await.expect("scenario passed");
+    let mut cached = serde_json::to_value(&w).expect("JSON");
+    cached["status"] = written;
+    cached["status"]["conditions"] = json!([{"type": "SidecarsUpdated", "status": "False", "reason": "Stuck",
+        "message": "", "lastTransitionTime": "2026-11-24T10:00:00Z"}]);
+    let text = exported(vec![serde_json::from_value(cached).expect("Watcher")]);
+    for line in [
+        r#"watcher_pods{namespace="team-a",watcher="log-watcher",state="matched"} 2"#,
+        r#"watcher_pods{namespace="team-a",watcher="log-watcher",state="injected"} 1"#,
+        r#"watcher_pods{namespace="team-a",watcher="log-watcher",state="up_to_date"} 0"#,
+        r#"watcher_pods{namespace="team-a",watcher="log-watcher",state="missing"} 1"#,
+        r#"watcher_rollout_state{namespace="team-a",watcher="log-watcher",state="stuck"} 1"#,
+        r#"watcher_rollout_state{namespace="team-a",watcher="log-watcher",state="complete"} 0"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    assert_eq!(text.lines().filter(|l| l.starts_with("watcher_rollout_state{")).count(), 5);
+    assert!(!exported(Vec::new()).lines().any(|l| l.starts_with("watcher_pods{")), "a deleted Watcher has no series");
+}
+
 #[tokio::test]
 async fn unchanged_counts_write_nothing() {
     let w = watcher("Report", 1, Some(json!({"pods": {"matched": 1, "injected": 0, "upToDate": 0, "missing": 1}})));

@@ -75,8 +75,11 @@ fn web_selector() -> Value {
 #[tokio::test]
 async fn conditions_are_written_once_per_change_and_never_in_a_steady_state() {
     let web = watcher("web", web_selector());
-    let (mut writer, status, mut api, _store) = writer(vec![web.clone()]);
+    let (writer, status, mut api, _store) = writer(vec![web.clone()]);
+    let metrics = crate::Metrics::register(&mut prometheus_client::registry::Registry::default());
+    let mut writer = writer.with_metrics(metrics.clone());
     assert_eq!(status.covers(&web), None, "not known before the first pass");
+    assert_eq!(metrics.scope(), Some(("pending", "")));
     let server = tokio::spawn(async move {
         let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
         respond(send, StatusCode::OK, &installed_from_deploy());
@@ -101,6 +104,7 @@ async fn conditions_are_written_once_per_change_and_never_in_a_steady_state() {
     });
     assert!(matches!(writer.pass(true).await, Ok(Pass::Done)));
     assert_eq!(status.covers(&web), Some(true));
+    assert_eq!(metrics.scope(), Some(("applied", "")), "exported as applied");
     assert!(matches!(writer.pass(true).await, Ok(Pass::Done)));
     let mut api = server.await.expect("scenario");
     // A change that computes the same conditions (the Watcher's status, say) reads nothing.
@@ -156,7 +160,9 @@ async fn a_required_watcher_adds_the_webhook_that_fails_closed() {
 #[tokio::test]
 async fn refused_conditions_fall_back_to_every_pod() {
     let web = watcher("web", web_selector());
-    let (mut writer, status, mut api, _store) = writer(vec![web.clone()]);
+    let (writer, status, mut api, _store) = writer(vec![web.clone()]);
+    let metrics = crate::Metrics::register(&mut prometheus_client::registry::Registry::default());
+    let mut writer = writer.with_metrics(metrics.clone());
     let mut stale = installed_from_deploy();
     stale.webhooks.as_mut().expect("webhooks")[0].match_conditions =
         Some(vec![MatchCondition { name: SCOPE_CONDITION.into(), expression: "false".into() }]);
@@ -179,6 +185,7 @@ async fn refused_conditions_fall_back_to_every_pod() {
     });
     assert!(matches!(writer.pass(true).await, Ok(Pass::Done)));
     assert_eq!(status.covers(&web), Some(true), "every pod is sent: nothing to wait for");
+    assert_eq!(metrics.scope(), Some(("fallback", "refused")));
     assert!(matches!(writer.pass(false).await, Ok(Pass::Done)), "a change computing the same: nothing read");
     assert!(matches!(writer.pass(true).await, Ok(Pass::Done)));
     let mut api = server.await.expect("scenario");
@@ -238,6 +245,8 @@ async fn another_registration_without_conditions_sends_every_pod() {
 async fn nothing_is_written_before_1_28() {
     let web = watcher("web", web_selector());
     let (writer, status, mut api, _store) = writer(vec![web.clone()]);
+    let metrics = crate::Metrics::register(&mut prometheus_client::registry::Registry::default());
+    let writer = writer.with_metrics(metrics.clone());
     let server = tokio::spawn(async move {
         let (_, send) = expect(&mut api, Method::GET, "/version").await;
         let version = json!({"major": "1", "minor": "27", "gitVersion": "v1.27.16", "gitCommit": "", "gitTreeState": "clean",
@@ -249,6 +258,7 @@ async fn nothing_is_written_before_1_28() {
     let mut api = server.await.expect("scenario");
     assert!(api.next_request().await.is_none(), "nothing after the version");
     assert_eq!(status.covers(&web), Some(true));
+    assert_eq!(metrics.scope(), Some(("unsupported", "before_1_28")));
 }
 
 /// The size limit: an expression over it is left out, with the reason.
