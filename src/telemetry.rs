@@ -193,4 +193,109 @@ mod tests {
         assert!(body.contains("watcher_reconcile_duration_seconds_count{controller=\"watcher\"} 1"), "{body}");
         assert!(body.ends_with("# EOF\n"));
     }
+
+    /// The names a PromQL query may read of what `/metrics` exports: a gauge by its name, a
+    /// counter with `_total`, a histogram's `_bucket`, `_sum` and `_count`.
+    fn exported_names() -> std::collections::BTreeSet<String> {
+        let (registry, controllers, webhook) = registry(kube::runtime::reflector::store().0, Arc::default());
+        // A family shows in the text once it has a series: one each.
+        webhook.observe(watcher_webhook::AdmissionResult::injected, 0.001);
+        drop(controllers.reconcile("watcher"));
+        controllers.error("watcher", &watcher_controller::Error::MissingNamespace("w".into()));
+        controllers.sync_conflicts("Secret", 1);
+        let mut observe = watcher_controller::observe_watch::<()>("pods");
+        observe(&Ok(kube::runtime::watcher::Event::Init));
+        observe(&Err(kube::runtime::watcher::Error::NoResourceVersion));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        let mut names = std::collections::BTreeSet::new();
+        for line in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+            let (name, kind) = line.split_once(' ').expect("name and type");
+            match kind {
+                "counter" => names.insert(format!("{name}_total")),
+                "histogram" => ["_bucket", "_sum", "_count"].iter().all(|s| names.insert(format!("{name}{s}"))),
+                _ => names.insert(name.to_owned()),
+            };
+        }
+        names
+    }
+
+    /// The `watcher_` metric names `text` reads.
+    fn names_read(text: &str) -> std::collections::BTreeSet<String> {
+        let name = regex::Regex::new(r"\bwatcher_[a-z_]+").expect("regex");
+        name.find_iter(text).map(|m| m.as_str().to_owned()).collect()
+    }
+
+    const FILES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator/files/");
+
+    /// The dashboard and the alerts read only metrics this binary exports, and every metric a
+    /// promise of README is guarded by is there.
+    #[test]
+    fn the_dashboard_and_the_alerts_read_only_exported_metrics() {
+        let exported = exported_names();
+        for wanted in [
+            "watcher_admission_requests_total",
+            "watcher_admission_duration_seconds_bucket",
+            "watcher_reconcile_total",
+            "watcher_reconcile_errors_total",
+            "watcher_reconcile_duration_seconds_bucket",
+            "watcher_pods",
+            "watcher_rollout_state",
+            "watcher_certificate_expiry_timestamp_seconds",
+            "watcher_admission_scope",
+            "watcher_leader",
+            "watcher_watch_errors_total",
+            "watcher_watch_lists_total",
+        ] {
+            assert!(exported.contains(wanted), "{wanted} not exported: {exported:?}");
+        }
+        let dashboard: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(format!("{FILES}watcher-operator.dashboard.json")).expect("file"),
+        )
+        .expect("JSON");
+        let mut queries = String::new();
+        for panel in dashboard["panels"].as_array().expect("panels") {
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                queries.push_str(target["expr"].as_str().expect("expr"));
+                queries.push('\n');
+            }
+        }
+        queries.push_str(&dashboard["templating"]["list"][1]["definition"].as_str().unwrap_or_default());
+        let rules = std::fs::read_to_string(format!("{FILES}watcher-operator.rules.yaml")).expect("file");
+        for (what, text) in [("the dashboard", &queries), ("the alerts", &rules)] {
+            let read = names_read(text);
+            assert!(read.len() >= 5, "{what} reads {read:?}");
+            let unknown: Vec<&String> = read.iter().filter(|n| !exported.contains(*n)).collect();
+            assert!(unknown.is_empty(), "{what} reads metrics the operator does not export: {unknown:?}");
+        }
+        // The check can fail: a name the operator does not export is found.
+        assert!(!exported.contains("watcher_pods_missing_total"));
+        assert!(names_read("sum(rate(watcher_pods_missing_total[5m]))").contains("watcher_pods_missing_total"));
+    }
+
+    /// Each alert's runbook is a section of README.md, by its anchor.
+    #[test]
+    fn every_runbook_url_is_a_readme_section() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
+        let anchors: Vec<String> = readme
+            .lines()
+            .filter_map(|l| l.strip_prefix("### ").or_else(|| l.strip_prefix("#### ")))
+            .map(|heading| {
+                heading
+                    .to_lowercase()
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+                    .map(|c| if c == ' ' { '-' } else { c })
+                    .collect()
+            })
+            .collect();
+        let rules = std::fs::read_to_string(format!("{FILES}watcher-operator.rules.yaml")).expect("file");
+        let urls: Vec<&str> = rules.lines().filter_map(|l| l.trim().strip_prefix("runbook_url: ")).collect();
+        assert!(urls.len() >= 6);
+        for url in urls {
+            let (page, anchor) = url.split_once('#').expect("an anchor");
+            assert_eq!(page, "https://github.com/watcher-dev/watcher-operator/blob/main/README.md");
+            assert!(anchors.iter().any(|a| a == anchor), "no README section #{anchor}");
+        }
+    }
 }
