@@ -260,7 +260,7 @@ mod tests {
                 queries.push('\n');
             }
         }
-        queries.push_str(&dashboard["templating"]["list"][1]["definition"].as_str().unwrap_or_default());
+        queries.push_str(dashboard["templating"]["list"][1]["definition"].as_str().unwrap_or_default());
         let rules = std::fs::read_to_string(format!("{FILES}watcher-operator.rules.yaml")).expect("file");
         for (what, text) in [("the dashboard", &queries), ("the alerts", &rules)] {
             let read = names_read(text);
