@@ -298,4 +298,44 @@ mod tests {
             assert!(anchors.iter().any(|a| a == anchor), "no README section #{anchor}");
         }
     }
+
+    /// The certificates' expiry as exported: the serving certificate once one is served, the CA
+    /// once known, each as its `notAfter` in Unix seconds.
+    #[test]
+    fn certificate_expiry_is_exported_once_known() {
+        let store = Arc::new(watcher_certs::CertStore::default());
+        let (registry, _, _) = registry(kube::runtime::reflector::store().0, store.clone());
+        let exported = |registry: &Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).expect("encodes");
+            text.lines()
+                .filter(|l| l.starts_with("watcher_certificate_expiry_timestamp_seconds{"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert!(exported(&registry).is_empty(), "nothing served yet");
+        let (ca, ca_pem) = watcher_certs::Authority::generate(std::time::Duration::from_secs(30 * 86400)).expect("CA");
+        let serving =
+            ca.issue(&["w.watcher-system.svc".to_owned()], std::time::Duration::from_secs(86400)).expect("cert");
+        store.load_pem(serving.cert_pem.as_bytes(), serving.key_pem.as_bytes()).expect("loads");
+        store.set_ca(&ca_pem.cert_pem);
+        let seconds = |pem: &str| {
+            let info = watcher_certs::CertInfo::from_pem(pem).expect("parses");
+            info.not_after.duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs_f64()
+        };
+        let lines = exported(&registry);
+        assert_eq!(
+            lines,
+            [
+                format!(
+                    r#"watcher_certificate_expiry_timestamp_seconds{{certificate="serving"}} {:.1}"#,
+                    seconds(&serving.cert_pem)
+                ),
+                format!(
+                    r#"watcher_certificate_expiry_timestamp_seconds{{certificate="ca"}} {:.1}"#,
+                    seconds(&ca_pem.cert_pem)
+                ),
+            ]
+        );
+    }
 }
