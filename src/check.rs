@@ -333,20 +333,22 @@ pub(crate) fn stores_validation_rules(version: &k8s_openapi::apimachinery::pkg::
     !matches!((number(&version.major), number(&version.minor)), (Some(1), Some(minor)) if minor < 25)
 }
 
+/// Drops every `x-kubernetes-validations` of `value`, as a server without CEL stores a CRD.
+pub(crate) fn strip_validation_rules(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            fields.remove("x-kubernetes-validations");
+            fields.values_mut().for_each(strip_validation_rules);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_validation_rules),
+        _ => {}
+    }
+}
+
 /// `crd` as a server without CEL stores it: every `x-kubernetes-validations` dropped.
 fn without_validation_rules(crd: CustomResourceDefinition) -> CustomResourceDefinition {
-    fn strip(value: &mut Value) {
-        match value {
-            Value::Object(fields) => {
-                fields.remove("x-kubernetes-validations");
-                fields.values_mut().for_each(strip);
-            }
-            Value::Array(items) => items.iter_mut().for_each(strip),
-            _ => {}
-        }
-    }
     let mut value = serde_json::to_value(&crd).unwrap_or_default();
-    strip(&mut value);
+    strip_validation_rules(&mut value);
     serde_json::from_value(value).unwrap_or(crd)
 }
 
