@@ -203,6 +203,7 @@ mod tests {
         drop(controllers.reconcile("watcher"));
         controllers.error("watcher", &watcher_controller::Error::MissingNamespace("w".into()));
         controllers.sync_conflicts("Secret", 1);
+        controllers.set_scope(watcher_controller::ScopeState::Applied);
         let mut observe = watcher_controller::observe_watch::<()>("pods");
         observe(&Ok(kube::runtime::watcher::Event::Init));
         observe(&Err(kube::runtime::watcher::Error::NoResourceVersion));

@@ -164,7 +164,8 @@ impl Metrics {
         );
         registry.register(
             "watcher_admission_scope",
-            "1 for the admission scope's state (pending, applied, fallback, unsupported) and why it fell back",
+            "1 for the admission scope's state (pending, applied, fallback, unsupported) and why it fell back; \
+             exported by the replica running the controllers",
             metrics.scope.clone(),
         );
         registry.register(
@@ -177,13 +178,16 @@ impl Metrics {
             "Lists of a watched resource: the first, and each relist after a watch expired or failed",
             WATCHES.lists.clone(),
         );
-        metrics.set_scope(ScopeState::Pending);
         metrics
     }
 
-    /// Says whether this replica runs the controllers.
+    /// Says whether this replica runs the controllers. The admission scope is the leader's to
+    /// say: a replica that stops leading exports none.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+        if !leading {
+            self.scope.clear();
+        }
     }
 
     /// Whether this replica runs the controllers, as exported.
@@ -364,6 +368,7 @@ mod tests {
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
         assert!(text(&registry).lines().any(|l| l == "watcher_leader 0"));
+        assert_eq!(metrics.scope(), None, "a replica that does not lead says nothing of the scope");
         metrics.set_leader(true);
         assert!(text(&registry).lines().any(|l| l == "watcher_leader 1"));
         metrics.set_scope(ScopeState::Fallback("refused"));
@@ -372,6 +377,9 @@ mod tests {
         assert_eq!(scope, [r#"watcher_admission_scope{state="fallback",reason="refused"} 1"#]);
         metrics.set_scope(ScopeState::Applied);
         assert_eq!(metrics.scope(), Some(("applied", "")));
+        metrics.set_leader(false);
+        assert_eq!(metrics.scope(), None, "the lease lost: the next leader says it");
+        assert!(!text(&registry).lines().any(|l| l.starts_with("watcher_admission_scope{")));
     }
 
     /// A watch's errors and lists count per resource: each `Init` a list, each error a restart.
