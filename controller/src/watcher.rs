@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -56,17 +56,53 @@ pub struct WatcherContext {
     /// Events on Watchers (an invalid spec, said where a status cannot be written).
     recorder: Recorder,
     /// ConfigMaps this controller wrote that its cache may not hold yet.
-    written: Mutex<HashMap<ObjectRef<ConfigMap>, ConfigMap>>,
+    written: Recent<ObjectRef<ConfigMap>, ConfigMap>,
     /// Statuses this controller wrote (with the Watcher's resourceVersion after the write) that
     /// the Watcher cache may not hold yet.
-    statuses: Mutex<HashMap<ObjectRef<Watcher>, (String, WatcherStatus)>>,
+    statuses: Recent<ObjectRef<Watcher>, (String, WatcherStatus)>,
+}
+
+/// What the controller wrote, until its cache holds it: a cache trails a write by milliseconds
+/// to seconds, so an entry older than [`FORGET_AFTER`] (its object deleted meanwhile, say) is
+/// dropped at the next write rather than kept for the life of the process.
+struct Recent<K, V>(Mutex<HashMap<K, (Instant, V)>>);
+
+/// How long a written object is kept at most, waiting for the cache to hold it.
+const FORGET_AFTER: Duration = Duration::from_secs(5 * 60);
+
+impl<K: std::hash::Hash + Eq, V: Clone> Recent<K, V> {
+    fn insert(&self, key: K, value: V) {
+        let mut map = lock(&self.0);
+        let now = Instant::now();
+        map.retain(|_, (at, _)| now.duration_since(*at) < FORGET_AFTER);
+        map.insert(key, (now, value));
+    }
+
+    fn get(&self, key: &K) -> Option<V> {
+        lock(&self.0).get(key).map(|(_, value)| value.clone())
+    }
+
+    fn remove(&self, key: &K) {
+        lock(&self.0).remove(key);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.0).len()
+    }
+}
+
+impl<K, V> Default for Recent<K, V> {
+    fn default() -> Self {
+        Self(Mutex::default())
+    }
 }
 
 impl WatcherContext {
     fn with(ctx: Arc<Context>, config_maps: Store<ConfigMap>, listed: Arc<AtomicBool>, scope: ScopeStatus) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
         let recorder = Recorder::new(ctx.client.clone(), reporter);
-        Self { ctx, config_maps, listed, scope, recorder, written: Mutex::default(), statuses: Mutex::default() }
+        Self { ctx, config_maps, listed, scope, recorder, written: Recent::default(), statuses: Recent::default() }
     }
 
     /// A context over `config_maps`, already listed (for tests that fill the store themselves).
@@ -79,13 +115,10 @@ impl WatcherContext {
     /// the cache does not hold that version yet.
     fn config_map(&self, key: &ObjectRef<ConfigMap>) -> Option<Arc<ConfigMap>> {
         let cached = self.config_maps.get(key);
-        let mut written = lock(&self.written);
-        match written.get(key) {
-            Some(ours) if !caught_up(cached.as_deref().map(|c| &c.metadata), &ours.metadata) => {
-                Some(Arc::new(ours.clone()))
-            }
+        match self.written.get(key) {
+            Some(ours) if !caught_up(cached.as_deref().map(|c| &c.metadata), &ours.metadata) => Some(Arc::new(ours)),
             Some(_) => {
-                written.remove(key);
+                self.written.remove(key);
                 cached
             }
             None => cached,
@@ -95,13 +128,10 @@ impl WatcherContext {
     /// The Watcher's status as this controller last knows it.
     fn status(&self, watcher: &Watcher) -> Option<WatcherStatus> {
         let key = ObjectRef::from(watcher);
-        let mut statuses = lock(&self.statuses);
-        match statuses.get(&key) {
-            Some((version, ours)) if !newer_or_same(watcher.resource_version().as_deref(), version) => {
-                Some(ours.clone())
-            }
+        match self.statuses.get(&key) {
+            Some((version, ours)) if !newer_or_same(watcher.resource_version().as_deref(), &version) => Some(ours),
             Some(_) => {
-                statuses.remove(&key);
+                self.statuses.remove(&key);
                 watcher.status.clone()
             }
             None => watcher.status.clone(),
@@ -183,9 +213,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
     let api = Api::<ConfigMap>::namespaced(ctx.ctx.client.clone(), &namespace);
     let key = ObjectRef::new(&name).within(&namespace);
     let cached = ctx.config_map(&key);
-    let remember = |written: ConfigMap| {
-        lock(&ctx.written).insert(key.clone(), written);
-    };
+    let remember = |written: ConfigMap| ctx.written.insert(key.clone(), written);
     let conflict = || {
         ConfigOutcome::Conflict(format!(
             "ConfigMap {name} exists and is not owned by this Watcher; delete or rename it"
@@ -221,7 +249,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
                 preconditions: Some(Preconditions { uid: existing.uid(), resource_version: None }),
                 ..DeleteParams::default()
             };
-            lock(&ctx.written).remove(&key);
+            ctx.written.remove(&key);
             match api.delete(&name, &params).await {
                 Ok(_) => info!(config_map = name, "deleted ConfigMap: no config data left"),
                 Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
@@ -252,7 +280,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
         match api.patch_status(&watcher.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(written) => {
                 let version = written.resource_version().unwrap_or_default();
-                lock(&ctx.statuses).insert(ObjectRef::from(watcher.as_ref()), (version, status));
+                ctx.statuses.insert(ObjectRef::from(watcher.as_ref()), (version, status));
             }
             Err(kube::Error::Api(refused)) if refused.code == 422 && invalid.is_some() => {
                 warn!(
