@@ -11,7 +11,7 @@ use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, wai
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use watcher_api::Watcher;
@@ -151,6 +151,35 @@ async fn webhook_injects_pods() {
         .expect("allowed");
     assert_eq!(injected(&created), None);
     let _ = system.delete(&name, &DeleteParams::default()).await;
+
+    // A namespace labelled watcher.dev/injection=disabled, under a configuration whose
+    // namespaceSelector lets it through (written or edited by hand): the webhook refuses it by
+    // itself, from the namespace labels it holds.
+    let configs = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    let installed = configs.get("watcher-operator").await.expect("the configuration");
+    let everything: Vec<Value> = (0..installed.webhooks.iter().flatten().count())
+        .map(|i| json!({"op": "add", "path": format!("/webhooks/{i}/namespaceSelector"), "value": {}}))
+        .collect();
+    let everything: json_patch::Patch = serde_json::from_value(Value::Array(everything)).expect("JSON patch");
+    configs
+        .patch("watcher-operator", &PatchParams::default(), &Patch::Json::<()>(everything))
+        .await
+        .expect("selectors opened");
+    let opted_out = TestNamespace::create(&client, "watcher-e2e-optout").await;
+    common::kubectl(&["label", "namespace", &opted_out.name, "watcher.dev/injection=disabled"]);
+    let there = Api::<Watcher>::namespaced(client.clone(), &opted_out.name);
+    there.create(&PostParams::default(), &log_watcher).await.expect("Watcher created");
+    let opted_out_pods = Api::<Pod>::namespaced(client.clone(), &opted_out.name);
+    // Once the operator's namespace cache has the label (a moment after it is set).
+    wait_for(STEP, || async {
+        let created = opted_out_pods.create(&dry_run, &annotated).await.ok()?;
+        injected(&created).is_none().then_some(())
+    })
+    .await;
+    let created = opted_out_pods.create(&PostParams::default(), &annotated).await.expect("allowed");
+    assert_eq!(injected(&created), None, "never injected in an opted-out namespace");
+    assert!(sidecar(&created, "log-watcher").is_none());
+    opted_out.delete().await;
 
     cleanup(&client).await;
     ns.delete().await;
