@@ -241,7 +241,7 @@ async fn installed_crds(client: &Client, report: &mut Report, version: &k8s_open
                  chart's crds/ would conflict with the installed ones",
                 version.git_version
             ),
-            "install the chart with `helm install --skip-crds`",
+            "with Helm, install the chart with `helm install --skip-crds` (`kubectl apply -k deploy/` needs nothing)",
         ),
         Err(error) => report.warn(
             GROUP,

@@ -190,9 +190,8 @@ impl InjectionSpec {
     /// The hash of this spec without the sidecar's image: equal for two specs that differ at
     /// most by image (see [`crate::INJECTED_WITHOUT_IMAGE_ANNOTATION`]).
     pub fn hash_without_image(&self) -> String {
-        let mut spec = self.clone();
-        spec.container.image = None;
-        spec.hash()
+        let container = Container { image: None, ..self.container.clone() };
+        crate::stable_hash(&(&container, &self.volume, &self.image_pull_secrets, self.native_sidecar, self.config))
     }
 
     /// This spec with the sidecar's image `image`.
@@ -333,9 +332,17 @@ impl WatcherSpec {
         }
     }
 
-    /// [`InjectionSpec::hash_without_image`] of this spec.
+    /// [`InjectionSpec::hash_without_image`] of this spec (one copy of the container: the
+    /// webhook computes it for each Watcher it injects).
     pub fn spec_hash_without_image(&self) -> String {
-        self.injection().hash_without_image()
+        let container = Container { image: None, ..self.container.clone() };
+        crate::stable_hash(&(
+            &container,
+            &self.volume,
+            &self.image_pull_secrets,
+            self.native_sidecar,
+            self.has_config(),
+        ))
     }
 
     /// Hash of everything injection uses: the container, volume, pull secret, sidecar mode and
@@ -407,6 +414,7 @@ mod tests {
             Some(vec![serde_json::from_value(serde_json::json!({"name": "A", "value": "1"})).expect("env")]);
         assert_ne!(base.spec_hash_without_image(), env.spec_hash_without_image());
         assert_eq!(base.injection().with_image("busybox:1.37").hash(), image.spec_hash());
+        assert_eq!(env.injection().hash_without_image(), env.spec_hash_without_image(), "the same hash both ways");
     }
 
     /// A revision's hash is the hash of the spec it keeps, through JSON and back (as a

@@ -620,7 +620,10 @@ async fn pre_says_when_helm_must_skip_the_installed_crds() {
     let (status, message, hint) = line(&old, "CRDs");
     assert_eq!(status, Status::Warning, "{message}");
     assert!(message.contains("Kubernetes v1.24.0 stores them without their CEL rules"), "{message}");
-    assert_eq!(hint.as_deref(), Some("install the chart with `helm install --skip-crds`"));
+    assert_eq!(
+        hint.as_deref(),
+        Some("with Helm, install the chart with `helm install --skip-crds` (`kubectl apply -k deploy/` needs nothing)")
+    );
 }
 
 /// `--pre` asks about every kind the install creates: the kinds of `deploy/`'s files.
