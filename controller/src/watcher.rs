@@ -225,7 +225,12 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
         (Some(desired), Some(existing)) => {
             if !config_map_matches(&existing, &desired) {
                 let patch = Patch::Merge(update_patch(&existing, &desired));
-                remember(api.patch(&name, &PatchParams::default(), &patch).await?);
+                // A write that fails (the ConfigMap deleted meanwhile, or changed) forgets what
+                // was written: the next reconcile reads the cache again.
+                let patched = api.patch(&name, &PatchParams::default(), &patch).await.inspect_err(|_| {
+                    ctx.written.remove(&key);
+                })?;
+                remember(patched);
                 info!(config_map = name, "updated ConfigMap");
             }
             ConfigOutcome::Applied(name)

@@ -346,3 +346,39 @@ async fn ready_waits_for_the_admission_scope() {
     drop(ctx);
     server.await.expect("scenario passed");
 }
+
+/// A ConfigMap the controller created and someone deleted before its cache saw it: the patch
+/// that follows is answered 404, what was written is forgotten, and the next reconcile creates
+/// it again (a ConfigMap deleted by hand is put back).
+#[tokio::test]
+async fn a_config_map_deleted_before_the_cache_saw_it_is_created_again() {
+    let watcher = watcher(spec_with_config(), None);
+    let mut changed = serde_json::to_value(&watcher).expect("JSON");
+    changed["spec"]["configData"] = json!({"LEVEL": "info"});
+    changed["metadata"]["resourceVersion"] = json!("200");
+    let changed: Watcher = serde_json::from_value(changed).expect("Watcher");
+    let (ctx, mut api) = Context::test();
+    let shared = WatcherContext::new(ctx.clone(), reflector::store().0, ScopeStatus::every_pod());
+    let server = tokio::spawn(async move {
+        let create = api.expect(Method::POST, CREATE_PATH).await;
+        let mut created = create.body.clone();
+        created["metadata"]["resourceVersion"] = json!("101");
+        create.respond(http::StatusCode::CREATED, &created);
+        api.expect(Method::PATCH, STATUS_PATH).await.ok(&watcher_echo(spec_with_config()));
+        // Deleted by hand; the cache never saw it. The data changed: a patch, answered 404.
+        api.expect(Method::PATCH, CM_PATH).await.fail(404, "NotFound");
+        // Forgotten: created again.
+        let again = api.expect(Method::POST, CREATE_PATH).await;
+        assert_eq!(again.body["data"], json!({"LEVEL": "info"}));
+        let body = again.body.clone();
+        again.respond(http::StatusCode::CREATED, &body);
+        api.expect(Method::PATCH, STATUS_PATH).await.ok(&watcher_echo(spec_with_config()));
+        api.expect_no_more().await;
+    });
+    reconcile(Arc::new(watcher), shared.clone()).await.expect("created");
+    let error = reconcile(Arc::new(changed.clone()), shared.clone()).await.expect_err("404");
+    assert_eq!(error.metric_label(), "api_rejected", "a 4xx: retried with a backoff");
+    reconcile(Arc::new(changed), shared.clone()).await.expect("created again");
+    drop((shared, ctx));
+    server.await.expect("scenario passed");
+}
