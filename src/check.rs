@@ -230,8 +230,9 @@ async fn installed_crds(client: &Client, report: &mut Report, version: &k8s_open
         Ok(Some(_)) if stores_validation_rules(version) => report.pass(
             GROUP,
             NAME,
-            "installed already: `helm install` leaves them as they are (upgrade them with `watcher-operator crds | \
-             kubectl apply --server-side -f -`)",
+            "installed already: with Helm, `helm install --skip-crds` keeps them as they are (Helm 4 would apply \
+             the chart's crds/ over them, a conflict wherever they differ); upgrade them with `watcher-operator crds \
+             | kubectl apply --server-side -f -`",
         ),
         Ok(Some(_)) => report.warn(
             GROUP,

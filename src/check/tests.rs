@@ -404,6 +404,11 @@ fn at_version(minor: &str) -> impl FnOnce(&mut Value) {
     }
 }
 
+/// A healthy install on kube-apiserver 1.24, with the Watcher CRD as 1.24 stored it (captured).
+fn stored_on_1_24() -> Cluster {
+    Cluster::healthy().edit("/version", at_version("24")).edit(WATCHERS_CRD, |crd| *crd = stored_1_24())
+}
+
 /// Every `x-kubernetes-validations` dropped, as 1.24 drops them (the fixture shows it does).
 fn without_rules(value: &mut Value) {
     super::strip_validation_rules(value);
@@ -458,11 +463,7 @@ async fn the_stored_1_24_crd_differs_only_by_the_bounds_added_since() {
         "{differences:?}"
     );
 
-    let on_1_24 = Cluster::healthy()
-        .edit("/version", at_version("24"))
-        .edit(WATCHERS_CRD, |crd| *crd = stored_1_24())
-        .check(false)
-        .await;
+    let on_1_24 = stored_on_1_24().check(false).await;
     let (_, message, _) = line(&on_1_24, "watchers.watcher.dev");
     let differences = message.strip_prefix("the v1alpha1 schema differs from this binary's at ").expect(&message);
     for difference in differences.split(", ") {
@@ -612,11 +613,7 @@ async fn pre_says_when_helm_must_skip_the_installed_crds() {
     assert!(line(&fresh, "CRDs").1.starts_with("not installed yet"));
     let modern = Cluster::healthy().check(true).await;
     assert_eq!(line(&modern, "CRDs").0, Status::Passed);
-    let old = Cluster::healthy()
-        .edit("/version", at_version("24"))
-        .edit(WATCHERS_CRD, |crd| *crd = stored_1_24())
-        .check(true)
-        .await;
+    let old = stored_on_1_24().check(true).await;
     let (status, message, hint) = line(&old, "CRDs");
     assert_eq!(status, Status::Warning, "{message}");
     assert!(message.contains("Kubernetes v1.24.0 stores them without their CEL rules"), "{message}");
