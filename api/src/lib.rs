@@ -5,6 +5,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 mod annotations;
+mod app;
 mod at;
 mod condition;
 pub mod image;
@@ -16,6 +17,7 @@ mod watcher;
 pub use annotations::{
     injected_annotation_value, injected_watchers, injected_watchers_without_image, requested_watchers,
 };
+pub use app::{AppAccess, AppVolumeMount, ENV_NAME, SERVICE_ACCOUNT_PATH, ShareVolumes, TransferEnv, is_descending_path, is_env_name};
 pub use at::{At, AtPhase, AtSpec, AtStatus, DEFAULT_AT_IMAGE};
 pub use condition::{Condition, condition, set_condition};
 pub use image_policy::{CompiledPolicy, ImagePolicy, ImagePolicySpec, ImagePolicyStatus, ImageRewrite, WorkloadCounts};
@@ -188,6 +190,16 @@ mod tests {
             for category in categories {
                 assert!(!names.contains(&category), "category {category} shadows a resource name");
             }
+        }
+    }
+
+    /// `kubectl apply` (client-side, as README installs) keeps the whole object in an
+    /// annotation, which kube-apiserver caps at 256 KiB: a larger CRD would not apply.
+    #[test]
+    fn every_crd_fits_a_client_side_apply() {
+        for crd in crds() {
+            let bytes = serde_json::to_vec(&crd).expect("serialises").len();
+            assert!(bytes < 240 * 1024, "{}: {bytes} bytes", crd.spec.names.plural);
         }
     }
 

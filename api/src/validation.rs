@@ -15,7 +15,7 @@ pub const LABEL_KEY: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-
 /// A label value: empty, or at most 63 characters of the name syntax.
 pub const LABEL_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$";
 /// The longest label key: a 253-character prefix, `/` and a 63-character name.
-const LABEL_KEY_MAX: usize = 253 + 1 + 63;
+pub const LABEL_KEY_MAX: usize = 253 + 1 + 63;
 /// The most `matchLabels` entries of a selector. kube-apiserver (1.25+) estimates the cost of a
 /// CEL rule from the largest object the schema allows, and refuses the CRD when the estimate
 /// exceeds its budget: every list, map and string a rule reads is bounded, well beyond what a
@@ -30,6 +30,22 @@ pub const MAX_REWRITES: usize = 256;
 /// The longest `from` or `to` of an ImagePolicy rule: an image reference is at most 255
 /// characters of name, a 128-character tag and a digest.
 pub const MAX_IMAGE_LENGTH: usize = 1024;
+/// The most init containers a Watcher adds.
+pub const MAX_INIT_CONTAINERS: usize = 16;
+/// The most `appVolumeMounts` of a Watcher.
+pub const MAX_APP_VOLUME_MOUNTS: usize = 16;
+/// The most `appContainers` of a Watcher.
+pub const MAX_APP_CONTAINERS: usize = 64;
+/// The most `transferEnv` entries of a Watcher.
+pub const MAX_TRANSFER_ENV: usize = 16;
+/// The most names of one `transferEnv` entry.
+pub const MAX_TRANSFER_ENV_NAMES: usize = 64;
+/// The most `podAnnotations` of a Watcher.
+pub const MAX_POD_ANNOTATIONS: usize = 64;
+/// The longest value of a Watcher's `podAnnotations` (a pod's annotations hold 256 KiB in all).
+pub const MAX_POD_ANNOTATION_VALUE: usize = 32 * 1024;
+/// The longest mountPath or subPath (Linux's `PATH_MAX`).
+pub const MAX_PATH_LENGTH: usize = 4096;
 /// The selector operators of a label selector.
 pub const OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
 
@@ -104,6 +120,23 @@ pub fn selector_problems(selector: &LabelSelector, field: &str) -> Vec<String> {
     problems
 }
 
+/// What in a container of a Watcher (its sidecar or an init container, at `field`) a pod would
+/// refuse, besides its name and image: env names, empty mountPaths.
+pub fn container_problems(container: &k8s_openapi::api::core::v1::Container, field: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (i, env) in container.env.iter().flatten().enumerate() {
+        if env.name.is_empty() || env.name.contains('=') {
+            problems.push(format!("{field}.env[{i}].name: {:?} is not an environment variable name", env.name));
+        }
+    }
+    for (i, mount) in container.volume_mounts.iter().flatten().enumerate() {
+        if mount.mount_path.is_empty() {
+            problems.push(format!("{field}.volumeMounts[{i}].mountPath: required"));
+        }
+    }
+    problems
+}
+
 /// The schema of a label selector with the rules kube-apiserver applies to one: label syntax
 /// for keys and values, the four operators, values with `In`/`NotIn` only. Every list, map and
 /// string is bounded ([`MAX_MATCH_LABELS`], [`MAX_MATCH_EXPRESSIONS`], [`MAX_EXPRESSION_VALUES`],
@@ -156,6 +189,67 @@ pub fn label_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Sch
             },
         },
     })
+}
+
+/// The bound of a list under a Watcher's spec that has none of its own (a container's `args`,
+/// `env`, `ports`, ...): far beyond any pod, there only so a spec-wide CEL rule has a cost.
+pub const MAX_ANY_LIST: usize = 4096;
+/// The bound of a map under a Watcher's spec that has none of its own (`resources.limits`, ...).
+pub const MAX_ANY_MAP: usize = 4096;
+/// The bound of a string under a Watcher's spec that has none of its own: a pod is at most
+/// 3 MiB as kube-apiserver takes it.
+pub const MAX_ANY_STRING: usize = 3 * 1024 * 1024;
+
+/// The rules of a Watcher's spec that read two fields: init container names differ from the
+/// sidecar's, and `appVolumeMounts` needs `volume`. kube-apiserver (1.25+) estimates each rule's
+/// cost from the largest object the schema allows, so every list, map and string under the
+/// spec gets a bound ([`MAX_ANY_LIST`], [`MAX_ANY_MAP`], [`MAX_ANY_STRING`]) where it has none.
+pub fn watcher_spec_rules(schema: &mut schemars::Schema) {
+    fn bound(node: &mut serde_json::Value) {
+        let Some(fields) = node.as_object_mut() else { return };
+        // `["object", "null"]` before kube makes it `nullable`.
+        let kind = match fields.get("type") {
+            Some(serde_json::Value::String(kind)) => Some(kind.clone()),
+            Some(serde_json::Value::Array(kinds)) => kinds.iter().filter_map(|k| k.as_str()).find(|k| *k != "null").map(str::to_owned),
+            _ => None,
+        };
+        match kind.as_deref() {
+            Some("array") if !fields.contains_key("maxItems") => {
+                fields.insert("maxItems".into(), json!(MAX_ANY_LIST));
+            }
+            Some("string") if !fields.contains_key("maxLength") => {
+                fields.insert("maxLength".into(), json!(MAX_ANY_STRING));
+            }
+            Some("object") if fields.get("additionalProperties").is_some_and(|a| a.is_object()) => {
+                fields.entry("maxProperties").or_insert(json!(MAX_ANY_MAP));
+            }
+            _ => {}
+        }
+        if let Some(properties) = fields.get_mut("properties").and_then(|p| p.as_object_mut()) {
+            properties.values_mut().for_each(bound);
+        }
+        for key in ["items", "additionalProperties"] {
+            if let Some(child) = fields.get_mut(key) {
+                bound(child);
+            }
+        }
+    }
+    if let Some(properties) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        properties.values_mut().for_each(bound);
+    }
+    schema.insert(
+        "x-kubernetes-validations".into(),
+        json!([
+            {
+                "rule": "!has(self.initContainers) || self.initContainers.all(c, c.name != self.container.name)",
+                "message": "initContainers: a name must differ from container.name",
+            },
+            {
+                "rule": "!has(self.appVolumeMounts) || size(self.appVolumeMounts) == 0 || has(self.volume)",
+                "message": "appVolumeMounts needs volume: the Watcher's volume is what they mount",
+            },
+        ]),
+    );
 }
 
 /// Adds to `schema` (of an object with a `name` property) that the name is a DNS-1123 label.

@@ -10,7 +10,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::Condition;
+use crate::{AppAccess, Condition};
 
 /// A sidecar injected into pods of its namespace at creation.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -32,6 +32,7 @@ use crate::Condition;
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::validation::watcher_spec_rules)]
 pub struct WatcherSpec {
     /// The sidecar: a full core/v1 Container, added to every pod that asks for this Watcher.
     /// Its `name` is a DNS-1123 label and its `image` is required, as in a pod.
@@ -79,10 +80,16 @@ pub struct WatcherSpec {
     /// Watcher is required, and such a pod is refused (see README, "Required Watchers").
     #[serde(default)]
     pub failure_policy: FailurePolicy,
+
+    /// What lets the sidecar see the app: shared volumes, carried env, process namespace, pod
+    /// annotations, init containers (see [`AppAccess`]).
+    #[serde(flatten)]
+    pub app: AppAccess,
 }
 
 /// What becomes of a pod that asks for a Watcher it cannot get.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[schemars(extend("maxLength" = 16))]
 pub enum FailurePolicy {
     /// Admitted without the Watcher (with a warning), and counted as missing.
     #[default]
@@ -93,6 +100,7 @@ pub enum FailurePolicy {
 
 /// Whether the sidecar is added as a native sidecar (init container, `restartPolicy: Always`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[schemars(extend("maxLength" = 16))]
 pub enum NativeSidecar {
     /// A native sidecar when the API server supports it, a regular container otherwise.
     #[default]
@@ -149,6 +157,7 @@ fn default_max_unavailable() -> i32 {
 
 /// See [`UpdatePolicy::type_`].
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[schemars(extend("maxLength" = 16))]
 pub enum UpdatePolicyType {
     /// Count missing and outdated pods in `status.pods`.
     #[default]
@@ -179,19 +188,22 @@ pub struct InjectionSpec {
     pub native_sidecar: NativeSidecar,
     /// Whether the sidecar gets the Watcher's ConfigMap (`envFrom`).
     pub config: bool,
+    /// What lets the sidecar see the app (absent from revisions kept before it existed).
+    #[serde(flatten)]
+    pub app: AppAccess,
 }
 
 impl InjectionSpec {
     /// The `specHash` of this spec: equal to [`WatcherSpec::spec_hash`] of the spec it came from.
     pub fn hash(&self) -> String {
-        crate::stable_hash(&(&self.container, &self.volume, &self.image_pull_secrets, self.native_sidecar, self.config))
+        injection_hash(&self.container, &self.volume, &self.image_pull_secrets, self.native_sidecar, self.config, &self.app)
     }
 
     /// The hash of this spec without the sidecar's image: equal for two specs that differ at
     /// most by image (see [`crate::INJECTED_WITHOUT_IMAGE_ANNOTATION`]).
     pub fn hash_without_image(&self) -> String {
         let container = Container { image: None, ..self.container.clone() };
-        crate::stable_hash(&(&container, &self.volume, &self.image_pull_secrets, self.native_sidecar, self.config))
+        injection_hash(&container, &self.volume, &self.image_pull_secrets, self.native_sidecar, self.config, &self.app)
     }
 
     /// This spec with the sidecar's image `image`.
@@ -242,7 +254,7 @@ pub struct PodCounts {
 }
 
 /// A core/v1 Container as a pod needs it: a DNS-1123 label for a name, an image.
-fn container_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn container_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let mut schema = generator.subschema_for::<Container>();
     crate::validation::name_is_dns1123_label(&mut schema);
     if let Some(image) = schema.get_mut("properties").and_then(|p| p.get_mut("image")).and_then(|i| i.as_object_mut()) {
@@ -295,23 +307,14 @@ impl WatcherSpec {
         if container.image.as_deref().is_none_or(str::is_empty) {
             problems.push("spec.container.image: required".to_owned());
         }
-        for (i, env) in container.env.iter().flatten().enumerate() {
-            if env.name.is_empty() || env.name.contains('=') {
-                problems
-                    .push(format!("spec.container.env[{i}].name: {:?} is not an environment variable name", env.name));
-            }
-        }
-        for (i, mount) in container.volume_mounts.iter().flatten().enumerate() {
-            if mount.mount_path.is_empty() {
-                problems.push(format!("spec.container.volumeMounts[{i}].mountPath: required"));
-            }
-        }
+        problems.extend(crate::validation::container_problems(container, "spec.container"));
         if let Some(volume) = self.volume.as_deref().filter(|v| !is_dns1123_label(&v.name)) {
             problems.push(format!("spec.volume.name: {:?} is not a DNS-1123 label", volume.name));
         }
         if let Some(selector) = &self.selector {
             problems.extend(selector_problems(selector, "spec.selector"));
         }
+        problems.extend(self.app.problems(&container.name, self.volume.is_some()));
         problems
     }
 
@@ -329,6 +332,7 @@ impl WatcherSpec {
             image_pull_secrets: self.image_pull_secrets.clone(),
             native_sidecar: self.native_sidecar,
             config: self.has_config(),
+            app: self.app.clone(),
         }
     }
 
@@ -336,26 +340,38 @@ impl WatcherSpec {
     /// webhook computes it for each Watcher it injects).
     pub fn spec_hash_without_image(&self) -> String {
         let container = Container { image: None, ..self.container.clone() };
-        crate::stable_hash(&(
-            &container,
-            &self.volume,
-            &self.image_pull_secrets,
-            self.native_sidecar,
-            self.has_config(),
-        ))
+        injection_hash(&container, &self.volume, &self.image_pull_secrets, self.native_sidecar, self.has_config(), &self.app)
     }
 
-    /// Hash of everything injection uses: the container, volume, pull secret, sidecar mode and
-    /// whether the container gets the ConfigMap. Config values are not part of it: they reach the
-    /// sidecar through the ConfigMap, not through the pod.
+    /// Hash of everything injection uses: the container, volume, pull secret, sidecar mode,
+    /// whether the container gets the ConfigMap, and what lets it see the app. Config values are
+    /// not part of it: they reach the sidecar through the ConfigMap, not through the pod.
     pub fn spec_hash(&self) -> String {
-        crate::stable_hash(&(
+        injection_hash(
             &self.container,
             &self.volume,
             &self.image_pull_secrets,
             self.native_sidecar,
             self.has_config(),
-        ))
+            &self.app,
+        )
+    }
+}
+
+/// The hash of what injection uses. A Watcher that sets none of [`AppAccess`] hashes as it did
+/// before those fields existed: the pods injected then stay up to date across an upgrade.
+fn injection_hash(
+    container: &Container,
+    volume: &Option<Box<Volume>>,
+    pull_secret: &Option<LocalObjectReference>,
+    native: NativeSidecar,
+    config: bool,
+    app: &AppAccess,
+) -> String {
+    if app.is_empty() {
+        crate::stable_hash(&(container, volume, pull_secret, native, config))
+    } else {
+        crate::stable_hash(&(container, volume, pull_secret, native, config, app))
     }
 }
 

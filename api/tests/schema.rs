@@ -93,6 +93,21 @@ fn openapi_errors(schema: &Value, value: &Value, path: &str, errors: &mut Vec<St
         for (i, item) in items.iter().enumerate() {
             openapi_errors(&schema["items"], item, &format!("{path}[{i}]"), errors);
         }
+        // `x-kubernetes-list-type`: kube-apiserver refuses a repeated item (`set`) or key (`map`).
+        let key = |item: &Value| match schema["x-kubernetes-list-type"].as_str() {
+            Some("set") => Some(item.clone()),
+            Some("map") => Some(json!(
+                schema["x-kubernetes-list-map-keys"].as_array().into_iter().flatten().filter_map(Value::as_str).map(|k| item[k].clone()).collect::<Vec<_>>()
+            )),
+            _ => None,
+        };
+        for (i, item) in items.iter().enumerate() {
+            if let Some(k) = key(item)
+                && items[..i].iter().any(|earlier| key(earlier).as_ref() == Some(&k))
+            {
+                errors.push(format!("{path}[{i}]: Duplicate value: {k}"));
+            }
+        }
     }
     if let Some(fields) = value.as_object() {
         if schema["maxProperties"].as_u64().is_some_and(|max| (fields.len() as u64) > max) {
@@ -347,7 +362,11 @@ fn rules_stay_within_the_cost_budget() {
     for kind in ["Watcher", "ImagePolicy"] {
         rules(&schema(kind), &mut found);
     }
-    assert_eq!(found.len(), 7, "three per selector, one per rewrite");
+    assert_eq!(
+        found.len(),
+        11,
+        "three per selector, one per rewrite, two across a Watcher's spec, its podAnnotations and subPath"
+    );
     for (rule, node) in found {
         let compiled = kube_cel::compile_schema(&node);
         let warnings = kube_cel::estimate_rule_cost(&rule, &compiled);
@@ -383,6 +402,16 @@ fn samples_and_readme_examples_are_valid() {
                                               {"key": "canary", "operator": "Exists", "values": []}]},
             "updatePolicy": {"type": "InPlace", "maxUnavailable": 2}})),
         watcher(json!({"container": sidecar(), "selector": {}})),
+        // The sidecar sees the app: every field at once.
+        watcher(json!({"container": sidecar(), "volume": {"name": "app-logs", "emptyDir": {}},
+            "shareVolumes": "ReadOnly",
+            "appVolumeMounts": [{"mountPath": "/var/log/app"}, {"mountPath": "/srv/logs", "subPath": "a/b", "readOnly": true}],
+            "appContainers": ["app", "worker"],
+            "transferEnv": [{"container": "app", "names": ["SERVICE_NAME", "POD_IP"]}, {"names": ["LEVEL"]}],
+            "shareProcessNamespace": true,
+            "podAnnotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9102"},
+            "initContainers": [{"name": "prepare-watch", "image": "busybox:1.36", "command": ["sh", "-c", "mkdir -p /x"]},
+                               {"name": "second", "image": "busybox:1.36"}]})),
         json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy", "metadata": {"name": "p"},
                "spec": {"rewrites": [{"from": "docker.io/library/", "to": "mirror.internal/library/"},
                                      {"from": "alpine:latest", "to": "nginx:1.13"}]}}),
@@ -453,6 +482,55 @@ fn mistakes_are_refused_naming_the_field() {
             "spec.namespaceSelector.matchLabels.mirror: should match",
         ),
         (
+            watcher(json!({"container": sidecar(), "appVolumeMounts": [{"mountPath": "/var/log/app"}]})),
+            "appVolumeMounts needs volume",
+        ),
+        (
+            watcher(json!({"container": sidecar(), "volume": {"name": "v", "emptyDir": {}},
+                "appVolumeMounts": [{"mountPath": "var/log"}]})),
+            "spec.appVolumeMounts[0].mountPath: should match '^/'",
+        ),
+        (
+            watcher(json!({"container": sidecar(), "volume": {"name": "v", "emptyDir": {}},
+                "appVolumeMounts": [{"mountPath": "/x", "subPath": "a/../../etc"}]})),
+            "subPath must be a relative path without '..'",
+        ),
+        (
+            watcher(json!({"container": sidecar(), "initContainers": [{"name": "log-watcher", "image": "busybox"}]})),
+            "initContainers: a name must differ from container.name",
+        ),
+        (
+            watcher(json!({"container": sidecar(), "initContainers": [{"name": "a", "image": "busybox"},
+                                                                       {"name": "a", "image": "busybox"}]})),
+            "spec.initContainers[1]: Duplicate value",
+        ),
+        (
+            watcher(json!({"container": sidecar(), "initContainers": [{"name": "Prepare", "image": "busybox"}]})),
+            "spec.initContainers[0].name: should match",
+        ),
+        (
+            watcher(json!({"container": sidecar(), "initContainers": [{"name": "prepare"}]})),
+            "spec.initContainers[0].image: Required value",
+        ),
+        (
+            watcher(json!({"container": sidecar(), "podAnnotations": {"watcher.dev/inject": "other"}})),
+            "every key must be a qualified name",
+        ),
+        (
+            watcher(json!({"container": sidecar(), "podAnnotations": {"bad key": "x"}})),
+            "every key must be a qualified name",
+        ),
+        (
+            watcher(json!({"container": sidecar(), "transferEnv": [{"names": ["A=B"]}]})),
+            "spec.transferEnv[0].names[0]: should match",
+        ),
+        (
+            watcher(json!({"container": sidecar(), "transferEnv": [{"container": "App", "names": ["A"]}]})),
+            "spec.transferEnv[0].container: should match",
+        ),
+        (watcher(json!({"container": sidecar(), "appContainers": ["App"]})), "spec.appContainers[0]: should match"),
+        (watcher(json!({"container": sidecar(), "shareVolumes": "All"})), "spec.shareVolumes: Unsupported value"),
+        (
             json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "At", "metadata": {"name": "a"},
                 "spec": {"schedule": "tomorrow at ten", "command": "echo"}}),
             "spec.schedule: must be a date-time",
@@ -484,6 +562,20 @@ fn the_schema_and_the_webhook_check_agree() {
         json!({"container": sidecar(), "selector": {"matchLabels": {"app": "x' || true"}}}),
         json!({"container": sidecar(), "selector": {"matchLabels": {"bad key": "web"}}}),
         json!({"container": sidecar(), "selector": {"matchLabels": {"app": "web"}}}),
+        json!({"container": sidecar(), "appVolumeMounts": [{"mountPath": "/a"}]}),
+        json!({"container": sidecar(), "volume": {"name": "v", "emptyDir": {}}, "appVolumeMounts": [{"mountPath": "a"}]}),
+        json!({"container": sidecar(), "volume": {"name": "v", "emptyDir": {}},
+               "appVolumeMounts": [{"mountPath": "/a", "subPath": "../b"}]}),
+        json!({"container": sidecar(), "volume": {"name": "v", "emptyDir": {}},
+               "appVolumeMounts": [{"mountPath": "/a", "subPath": "b/c"}]}),
+        json!({"container": sidecar(), "initContainers": [{"name": "log-watcher", "image": "busybox"}]}),
+        json!({"container": sidecar(), "initContainers": [{"name": "a", "image": "b"}, {"name": "a", "image": "b"}]}),
+        json!({"container": sidecar(), "initContainers": [{"name": "a", "image": "b"}, {"name": "c", "image": "b"}]}),
+        json!({"container": sidecar(), "podAnnotations": {"watcher.dev/x": "y"}}),
+        json!({"container": sidecar(), "podAnnotations": {"prometheus.io/scrape": "true"}}),
+        json!({"container": sidecar(), "transferEnv": [{"names": ["A=B"]}]}),
+        json!({"container": sidecar(), "transferEnv": [{"container": "app", "names": ["SERVICE_NAME"]}]}),
+        json!({"container": sidecar(), "appContainers": ["App"]}),
     ];
     for spec in specs {
         let object = watcher(spec.clone());

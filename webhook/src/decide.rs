@@ -110,14 +110,19 @@ pub fn decide<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: 
                 (None, _) => Verdict::Missing,
                 (Some(_), Some((_, hash))) => Verdict::AlreadyInjected { hash: (*hash).to_owned() },
                 (Some(watcher), None) => {
-                    let container = watcher.spec.container.name.as_str();
+                    let spec = &watcher.spec;
+                    // The sidecar and the init containers the Watcher adds.
+                    let added = || {
+                        std::iter::once(spec.container.name.as_str())
+                            .chain(spec.app.init_containers.iter().map(|c| c.name.as_str()))
+                    };
                     let problems = problems_in(watcher, &volume_names);
                     if !problems.is_empty() {
                         Verdict::Invalid { problems }
-                    } else if container_names.contains(&container) {
-                        Verdict::Collision { container: container.to_owned() }
+                    } else if let Some(clash) = added().find(|name| container_names.contains(name)) {
+                        Verdict::Collision { container: clash.to_owned() }
                     } else {
-                        container_names.push(container);
+                        container_names.extend(added());
                         volume_names.extend(watcher.spec.volume.as_deref().map(|v| v.name.as_str()));
                         Verdict::Inject
                     }
@@ -133,12 +138,17 @@ pub fn decide<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: 
 fn problems_in(watcher: &Watcher, volumes: &[&str]) -> Vec<String> {
     let mut problems = watcher.spec.problems();
     let own = watcher.spec.volume.as_deref().map(|v| v.name.as_str());
-    for (i, mount) in watcher.spec.container.volume_mounts.iter().flatten().enumerate() {
-        let name = mount.name.as_str();
-        if own != Some(name) && !volumes.contains(&name) {
-            problems.push(format!(
-                "spec.container.volumeMounts[{i}].name: volume {name:?} is neither the pod's nor the Watcher's"
-            ));
+    let containers = std::iter::once(("spec.container".to_owned(), &watcher.spec.container)).chain(
+        watcher.spec.app.init_containers.iter().enumerate().map(|(i, c)| (format!("spec.initContainers[{i}]"), c)),
+    );
+    for (field, container) in containers {
+        for (i, mount) in container.volume_mounts.iter().flatten().enumerate() {
+            let name = mount.name.as_str();
+            if own != Some(name) && !volumes.contains(&name) {
+                problems.push(format!(
+                    "{field}.volumeMounts[{i}].name: volume {name:?} is neither the pod's nor the Watcher's"
+                ));
+            }
         }
     }
     problems

@@ -5,6 +5,10 @@ use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use crate::PodView;
+use crate::pod::{Annotations, ContainerView, PodSpecView};
+
+mod app;
+pub use app::AppReport;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
 use k8s_openapi::api::core::v1::{ConfigMapEnvSource, EnvFromSource};
@@ -75,6 +79,9 @@ pub struct Injection {
     /// Why the pod is refused: it asks for a required Watcher (`spec.failurePolicy: Fail`)
     /// that it cannot get. The patch and warnings are then not sent.
     pub refused: Option<String>,
+    /// What each injected Watcher that sets any of its `AppAccess` fields did to let its
+    /// sidecar see the app, and what it skipped (for `check-inject`).
+    pub app: Vec<AppReport>,
 }
 
 impl Injection {
@@ -114,6 +121,8 @@ pub fn inject<W: Borrow<Watcher>>(
     let decisions = decide(pod, namespace, watchers);
     injection.asked = !decisions.is_empty();
     let mut patch = PodPatch::new(pod);
+    // The pod's containers that Watchers injected (never app containers), found when needed.
+    let mut injected_names: Option<Vec<&str>> = None;
     let mut entries: Vec<(String, String)> =
         injected_watchers(pod.annotations()).iter().map(|(n, h)| ((*n).to_owned(), (*h).to_owned())).collect();
     let mut without_image: Vec<(String, String)> =
@@ -152,7 +161,13 @@ pub fn inject<W: Borrow<Watcher>>(
             NativeSidecar::Auto => options.native_sidecars,
             NativeSidecar::Never => false,
         };
-        patch.add_container(sidecar(watcher, native), native);
+        let mut container = sidecar(watcher, native);
+        if !watcher.spec.app.is_empty() {
+            let injected = injected_names.get_or_insert_with(|| injected_containers(pod, namespace, watchers));
+            let report = app::see_the_app(&mut patch, watcher, injected, &mut container, &mut injection.warnings);
+            injection.app.push(report);
+        }
+        patch.add_container(container, native);
         if let Some(volume) = &watcher.spec.volume {
             patch.add_volume(&volume.name, to_value(volume.as_ref()));
         }
@@ -178,9 +193,24 @@ pub fn inject<W: Borrow<Watcher>>(
     }
     let value = injected_annotation_value(entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
     let imageless = injected_annotation_value(without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
-    patch.set_annotations(pod, [(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless)]);
+    patch.set_annotations([(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless)]);
     injection.patch = patch.ops;
     injection
+}
+
+/// The names of the containers of `pod` that Watchers injected, as its `watcher.dev/injected`
+/// annotation and the Watchers of `namespace` say.
+fn injected_containers<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: &'a [W]) -> Vec<&'a str> {
+    let carried = injected_watchers(pod.annotations());
+    watchers
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|w| {
+            w.metadata.namespace.as_deref() == Some(namespace)
+                && carried.iter().any(|(name, _)| w.metadata.name.as_deref() == Some(*name))
+        })
+        .map(|w| w.spec.container.name.as_str())
+        .collect()
 }
 
 /// The Watcher's container as it goes into the pod, as JSON: serialised from the Watcher
@@ -216,12 +246,26 @@ fn to_value<T: serde::Serialize>(value: &T) -> Value {
 /// every path is valid for the pod as the earlier operations leave it.
 struct PodPatch<'a> {
     ops: Vec<PatchOperation>,
+    spec: Option<&'a PodSpecView>,
+    annotations: &'a Annotations,
+    containers: &'a [ContainerView],
+    /// The pod's own volumes, before any Watcher's.
+    pod_volumes: Vec<&'a str>,
     volume_names: Vec<&'a str>,
     secret_names: Vec<&'a str>,
     has_containers: bool,
     has_init_containers: bool,
     has_volumes: bool,
     has_pull_secrets: bool,
+    /// Init containers inserted before the pod's own so far.
+    inserted_init_containers: usize,
+    /// Each app container's mounts (normalised path, volume) and whether its list exists,
+    /// read from the pod when first needed.
+    app_mounts: Option<Vec<(bool, Vec<(String, String)>)>>,
+    /// Annotations added for Watchers' `podAnnotations`, and the bytes of all the pod's.
+    added_annotations: Vec<(&'a str, &'a str)>,
+    annotation_bytes: usize,
+    process_shared: bool,
 }
 
 impl<'a> PodPatch<'a> {
@@ -231,14 +275,24 @@ impl<'a> PodPatch<'a> {
         let init = spec.and_then(|s| s.init_containers.as_deref());
         let volumes = spec.and_then(|s| s.volumes.as_deref());
         let secrets = spec.and_then(|s| s.image_pull_secrets.as_deref());
+        let volume_names: Vec<&str> = volumes.unwrap_or_default().iter().map(|v| v.name.as_str()).collect();
         Self {
             ops: Vec::new(),
-            volume_names: volumes.unwrap_or_default().iter().map(|v| v.name.as_str()).collect(),
+            spec,
+            annotations: &pod.metadata.annotations,
+            containers,
+            pod_volumes: volume_names.clone(),
+            volume_names,
             secret_names: secrets.unwrap_or_default().iter().map(|s| s.name.as_str()).collect(),
             has_containers: !containers.is_empty(),
             has_init_containers: init.is_some(),
             has_volumes: volumes.is_some(),
             has_pull_secrets: secrets.is_some(),
+            inserted_init_containers: 0,
+            app_mounts: None,
+            added_annotations: Vec::new(),
+            annotation_bytes: pod.metadata.annotations.bytes,
+            process_shared: false,
         }
     }
 
@@ -248,6 +302,18 @@ impl<'a> PodPatch<'a> {
         } else {
             append(&mut self.ops, &mut self.has_containers, "containers", value);
         }
+    }
+
+    /// Inserts an init container before the pod's own (after those inserted before it).
+    fn insert_init_container(&mut self, value: Value) {
+        if self.has_init_containers {
+            let at = self.inserted_init_containers.to_string();
+            self.ops.push(add(PointerBuf::from_tokens(["spec", "initContainers", &at]), value));
+        } else {
+            self.ops.push(add(PointerBuf::from_tokens(["spec", "initContainers"]), Value::Array(vec![value])));
+            self.has_init_containers = true;
+        }
+        self.inserted_init_containers += 1;
     }
 
     fn add_volume(&mut self, name: &'a str, volume: Value) {
@@ -264,14 +330,69 @@ impl<'a> PodPatch<'a> {
         }
     }
 
-    fn set_annotations<const N: usize>(&mut self, pod: &PodView, pairs: [(&str, String); N]) {
-        if pod.metadata.annotations.is_some() {
+    fn app_mounts(&mut self) -> &mut Vec<(bool, Vec<(String, String)>)> {
+        let containers = self.containers;
+        self.app_mounts.get_or_insert_with(|| {
+            containers
+                .iter()
+                .map(|c| {
+                    let mounts = c.volume_mounts.iter().flatten();
+                    let entries =
+                        mounts.map(|m| (app::normal(&m.mount_path).to_owned(), m.name.clone())).collect();
+                    (c.volume_mounts.is_some(), entries)
+                })
+                .collect()
+        })
+    }
+
+    /// The volume that the pod's container `index` mounts at `path` (normalised), if any.
+    fn mounted_at(&mut self, index: usize, path: &str) -> Option<String> {
+        let (_, mounts) = self.app_mounts().get(index)?;
+        mounts.iter().find(|(p, _)| p == path).map(|(_, volume)| volume.clone())
+    }
+
+    /// Adds `mount` (of `volume` at `path`) to the pod's container `index`.
+    fn add_app_mount(&mut self, index: usize, volume: &str, path: &str, mount: Value) {
+        let Some((exists, mounts)) = self.app_mounts().get_mut(index) else { return };
+        mounts.push((app::normal(path).to_owned(), volume.to_owned()));
+        let at = index.to_string();
+        if *exists {
+            self.ops.push(add(PointerBuf::from_tokens(["spec", "containers", &at, "volumeMounts", "-"]), mount));
+        } else {
+            *exists = true;
+            let path = PointerBuf::from_tokens(["spec", "containers", &at, "volumeMounts"]);
+            self.ops.push(add(path, Value::Array(vec![mount])));
+        }
+    }
+
+    fn share_process_namespace(&mut self) {
+        let set = self.spec.is_some_and(|s| s.share_process_namespace == Some(true));
+        if !set && !self.process_shared {
+            self.ops.push(add(PointerBuf::from_tokens(["spec", "shareProcessNamespace"]), Value::Bool(true)));
+        }
+        self.process_shared = true;
+    }
+
+    fn has_annotation(&self, key: &str) -> bool {
+        self.annotations.has(key) || self.added_annotations.iter().any(|(k, _)| *k == key)
+    }
+
+    fn add_annotation(&mut self, key: &'a str, value: &'a str) {
+        self.annotation_bytes += key.len() + value.len();
+        self.added_annotations.push((key, value));
+    }
+
+    /// Writes the Watchers' `podAnnotations` and `pairs` (the operator's own).
+    fn set_annotations<const N: usize>(&mut self, pairs: [(&str, String); N]) {
+        let added = self.added_annotations.iter().map(|(k, v)| (*k, (*v).to_owned()));
+        let all: Vec<(&str, String)> = added.chain(pairs).collect();
+        if self.annotations.own.is_some() {
             // `add` on an existing member replaces it.
-            for (key, value) in pairs {
+            for (key, value) in all {
                 self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations", key]), Value::String(value)));
             }
         } else {
-            let annotations: BTreeMap<&str, String> = pairs.into_iter().collect();
+            let annotations: BTreeMap<&str, String> = all.into_iter().collect();
             self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations"]), to_value(&annotations)));
         }
     }

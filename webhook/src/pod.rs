@@ -11,7 +11,7 @@ use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 
 use watcher_api::GROUP;
 
-use crate::json::{Text, Valid, narrow};
+use crate::json::{Text, narrow};
 
 /// A pod as `inject` sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -33,11 +33,32 @@ pub struct PodMeta {
     pub namespace: Option<String>,
     /// Labels, matched against Watcher selectors.
     pub labels: Option<BTreeMap<String, String>>,
-    /// The pod's `watcher.dev/` annotations, the only ones injection reads (`watcher.dev/inject`,
-    /// `watcher.dev/injected`, ...): the others, `kubectl`'s last applied configuration among
-    /// them, are checked and dropped. `None` when the pod has no annotations object at all (the
+    /// The pod's annotations as injection reads them.
+    pub annotations: Annotations,
+}
+
+/// A pod's annotations: the `watcher.dev/` entries in full (`watcher.dev/inject`,
+/// `watcher.dev/injected`, ...), and of the others (`kubectl`'s last applied configuration among
+/// them) only their keys and sizes: their values are checked and dropped.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Annotations {
+    /// The `watcher.dev/` entries; `None` when the pod has no annotations object at all (the
     /// patch must then create it).
-    pub annotations: Option<BTreeMap<String, String>>,
+    pub own: Option<BTreeMap<String, String>>,
+    /// The keys of the other annotations.
+    pub other_keys: Vec<String>,
+    /// The bytes of every key and value, as kube-apiserver counts them against its limit.
+    pub bytes: usize,
+}
+
+/// kube-apiserver's limit on the bytes of a pod's annotations, keys and values together.
+pub const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
+
+impl Annotations {
+    /// Whether the pod has an annotation `key`.
+    pub fn has(&self, key: &str) -> bool {
+        self.own.as_ref().is_some_and(|own| own.contains_key(key)) || self.other_keys.iter().any(|k| k == key)
+    }
 }
 
 /// The lists of a pod spec, by the names of their entries. `None` means the list is absent
@@ -52,6 +73,10 @@ pub struct PodSpecView {
     pub volumes: Option<Vec<Named>>,
     /// Image pull secrets.
     pub image_pull_secrets: Option<Vec<Named>>,
+    /// `shareProcessNamespace`, as the pod says it.
+    pub share_process_namespace: Option<bool>,
+    /// `hostPID`: a pod in the host's process namespace cannot share its own.
+    pub host_pid: Option<bool>,
 }
 
 /// A list entry, by name.
@@ -61,13 +86,59 @@ pub struct Named {
     pub name: String,
 }
 
-/// A container, by name and image.
+/// A container: its name and image, and what a Watcher may share or carry of it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ContainerView {
     /// The container's name.
     pub name: String,
     /// Its image, as written.
     pub image: Option<String>,
+    /// Its volumeMounts; `None` when it has no such list.
+    pub volume_mounts: Option<Vec<MountView>>,
+    /// Its volumeDevices (a mount may not use their names or paths).
+    pub volume_devices: Option<Vec<DeviceView>>,
+    /// Its `env`.
+    pub env: Option<Vec<EnvView>>,
+}
+
+/// A volumeMount, every field of it (a shared mount is copied as the app has it).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MountView {
+    /// The volume's name.
+    pub name: String,
+    /// Where it is mounted.
+    pub mount_path: String,
+    /// Whether it is read-only.
+    pub read_only: Option<bool>,
+    /// `recursiveReadOnly`.
+    pub recursive_read_only: Option<String>,
+    /// A path within the volume.
+    pub sub_path: Option<String>,
+    /// A path within the volume, with `$(VAR)` expansions.
+    pub sub_path_expr: Option<String>,
+    /// `mountPropagation`.
+    pub mount_propagation: Option<String>,
+}
+
+/// A volumeDevice, by name and path.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceView {
+    /// The volume's name.
+    pub name: String,
+    /// The device's path in the container.
+    pub device_path: String,
+}
+
+/// An environment variable, as the container has it (`valueFrom` kept whole, whatever its
+/// source).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EnvView {
+    /// The name.
+    pub name: String,
+    /// A literal value.
+    pub value: Option<String>,
+    /// Where the value comes from.
+    pub value_from: Option<serde_json::Value>,
 }
 
 narrow!(PodView { metadata: "metadata", spec: "spec" });
@@ -76,44 +147,88 @@ narrow!(PodMeta {
     generate_name: "generateName",
     namespace: "namespace",
     labels: "labels",
-    annotations: "annotations" => watcher_annotations,
+    annotations: "annotations" => read_annotations,
 });
 narrow!(PodSpecView {
     containers: "containers",
     init_containers: "initContainers",
     volumes: "volumes",
     image_pull_secrets: "imagePullSecrets",
+    share_process_namespace: "shareProcessNamespace",
+    host_pid: "hostPID",
 });
 narrow!(Named { name: "name" });
-narrow!(ContainerView { name: "name", image: "image" });
+narrow!(ContainerView {
+    name: "name",
+    image: "image",
+    volume_mounts: "volumeMounts",
+    volume_devices: "volumeDevices",
+    env: "env",
+});
+narrow!(MountView {
+    name: "name",
+    mount_path: "mountPath",
+    read_only: "readOnly",
+    recursive_read_only: "recursiveReadOnly",
+    sub_path: "subPath",
+    sub_path_expr: "subPathExpr",
+    mount_propagation: "mountPropagation",
+});
+narrow!(DeviceView { name: "name", device_path: "devicePath" });
+narrow!(EnvView { name: "name", value: "value", value_from: "valueFrom" });
 
-/// Reads an annotations object (or `null`), keeping the `watcher.dev/` entries.
-fn watcher_annotations<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<BTreeMap<String, String>>, A::Error> {
-    struct Own(BTreeMap<String, String>);
-    impl<'de> Deserialize<'de> for Own {
+impl MountView {
+    /// The mount as JSON, every field it has.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut fields = serde_json::Map::new();
+        fields.insert("name".into(), self.name.clone().into());
+        fields.insert("mountPath".into(), self.mount_path.clone().into());
+        let optional = [
+            ("readOnly", self.read_only.map(serde_json::Value::Bool)),
+            ("recursiveReadOnly", self.recursive_read_only.clone().map(Into::into)),
+            ("subPath", self.sub_path.clone().map(Into::into)),
+            ("subPathExpr", self.sub_path_expr.clone().map(Into::into)),
+            ("mountPropagation", self.mount_propagation.clone().map(Into::into)),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                fields.insert(key.into(), value);
+            }
+        }
+        serde_json::Value::Object(fields)
+    }
+}
+
+/// Reads an annotations object (or `null`): the `watcher.dev/` entries, the other keys, and the
+/// bytes of all.
+fn read_annotations<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Annotations, A::Error> {
+    struct Read(Annotations);
+    impl<'de> Deserialize<'de> for Read {
         fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            struct OwnVisitor;
-            impl<'de> Visitor<'de> for OwnVisitor {
-                type Value = Own;
+            struct ReadVisitor;
+            impl<'de> Visitor<'de> for ReadVisitor {
+                type Value = Read;
                 fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                     f.write_str("a map of annotations")
                 }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Own, A::Error> {
-                    let mut own = BTreeMap::new();
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
+                    let mut read = Annotations { own: Some(BTreeMap::new()), ..Annotations::default() };
                     while let Some(key) = map.next_key::<Text<'de>>()? {
+                        let value = map.next_value::<Option<Text<'de>>>()?.unwrap_or_default();
+                        read.bytes += key.len() + value.len();
                         if key.strip_prefix(GROUP).is_some_and(|name| name.starts_with('/')) {
-                            own.insert(key.0.into_owned(), map.next_value()?);
+                            read.own.get_or_insert_default().insert(key.0.into_owned(), value.0.into_owned());
                         } else {
-                            map.next_value::<Valid>()?;
+                            read.other_keys.push(key.0.into_owned());
                         }
                     }
-                    Ok(Own(own))
+                    Ok(Read(read))
                 }
             }
-            deserializer.deserialize_map(OwnVisitor)
+            deserializer.deserialize_map(ReadVisitor)
         }
     }
-    Ok(map.next_value::<Option<Own>>()?.map(|own| own.0))
+    Ok(map.next_value::<Option<Read>>()?.map(|read| read.0).unwrap_or_default())
 }
 
 static NO_STRINGS: BTreeMap<String, String> = BTreeMap::new();
@@ -121,7 +236,7 @@ static NO_STRINGS: BTreeMap<String, String> = BTreeMap::new();
 impl PodView {
     /// The pod's annotations (empty when it has none).
     pub fn annotations(&self) -> &BTreeMap<String, String> {
-        self.metadata.annotations.as_ref().unwrap_or(&NO_STRINGS)
+        self.metadata.annotations.own.as_ref().unwrap_or(&NO_STRINGS)
     }
 
     /// The pod's labels (empty when it has none).
@@ -193,7 +308,9 @@ mod tests {
         assert_eq!(keys, ["watcher.dev/inject"]);
         let bare: PodView =
             serde_json::from_value(serde_json::json!({"metadata": {"annotations": {"a": "b"}}})).expect("a pod");
-        assert_eq!(bare.metadata.annotations, Some(BTreeMap::new()), "the object is there, empty");
+        assert_eq!(bare.metadata.annotations.own, Some(BTreeMap::new()), "the object is there, empty");
+        assert_eq!(bare.metadata.annotations.other_keys, ["a"]);
+        assert_eq!(bare.metadata.annotations.bytes, 2);
     }
 
     #[test]

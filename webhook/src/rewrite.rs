@@ -72,30 +72,30 @@ pub fn rewrite_images(
         Some(rewritten)
     };
 
+    // The init containers that injection inserts before the pod's own move those along.
+    let inserted = injection
+        .patch
+        .iter()
+        .filter(|op| matches!(op, PatchOperation::Add(a) if inserted_init_container(&a.path.to_string())))
+        .count();
     let lists = [
-        ("containers", spec.containers.as_slice()),
-        ("initContainers", spec.init_containers.as_deref().unwrap_or_default()),
+        ("containers", spec.containers.as_slice(), 0),
+        ("initContainers", spec.init_containers.as_deref().unwrap_or_default(), inserted),
     ];
     let mut ops = Vec::new();
-    for (list, containers) in lists {
+    for (list, containers, shift) in lists {
         for (index, container) in containers.iter().enumerate() {
             let Some(image) = container.image.as_deref() else { continue };
             if let Some(rewritten) = rewrite(&container.name, image) {
-                let path = PointerBuf::from_tokens(["spec", list, &index.to_string(), "image"]);
+                let path = PointerBuf::from_tokens(["spec", list, &(index + shift).to_string(), "image"]);
                 ops.push(PatchOperation::Replace(ReplaceOperation { path, value: Value::String(rewritten) }));
             }
         }
     }
-    // The sidecars this pass adds: their values are rewritten in place.
+    // The containers this pass adds: their values are rewritten in place.
     for op in &mut injection.patch {
         let PatchOperation::Add(add) = op else { continue };
-        let path = add.path.to_string();
-        let added: Vec<&mut Value> = match (path.as_str(), &mut add.value) {
-            ("/spec/containers/-" | "/spec/initContainers/-", value) => vec![value],
-            ("/spec/containers" | "/spec/initContainers", Value::Array(values)) => values.iter_mut().collect(),
-            _ => continue,
-        };
-        for container in added {
+        for container in added_containers(&add.path.to_string(), &mut add.value) {
             let name = container["name"].as_str().unwrap_or_default().to_owned();
             let Some(image) = container["image"].as_str().map(str::to_owned) else { continue };
             if let Some(rewritten) = rewrite(&name, &image) {
@@ -113,7 +113,7 @@ pub fn rewrite_images(
         .chain(originals.iter().map(|(name, image)| format!("{name}={image}")))
         .collect::<Vec<_>>()
         .join(",");
-    let annotations_exist = pod.metadata.annotations.is_some()
+    let annotations_exist = pod.metadata.annotations.own.is_some()
         || injection.patch.iter().any(|op| matches!(op, PatchOperation::Add(a) if a.path == "/metadata/annotations"));
     let (path, value) = if annotations_exist {
         (PointerBuf::from_tokens(["metadata", "annotations", ORIGINAL_IMAGES_ANNOTATION]), Value::String(entries))
@@ -122,6 +122,23 @@ pub fn rewrite_images(
     };
     injection.patch.extend(ops);
     injection.patch.push(PatchOperation::Add(AddOperation { path, value }));
+}
+
+/// Whether an `add` at `path` inserts an init container before the pod's own
+/// (`/spec/initContainers/N`).
+fn inserted_init_container(path: &str) -> bool {
+    path.strip_prefix("/spec/initContainers/").is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The containers that an `add` of `value` at `path` puts into the pod: one appended or
+/// inserted, or a whole list created.
+pub(crate) fn added_containers<'v>(path: &str, value: &'v mut Value) -> Vec<&'v mut Value> {
+    let list = path.strip_prefix("/spec/containers").or_else(|| path.strip_prefix("/spec/initContainers"));
+    match (list, value) {
+        (Some(""), Value::Array(values)) => values.iter_mut().collect(),
+        (Some(rest), value) if rest == "/-" || inserted_init_container(path) => vec![value],
+        _ => Vec::new(),
+    }
 }
 
 #[cfg(test)]
