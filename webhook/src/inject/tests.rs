@@ -355,3 +355,247 @@ fn a_pod_without_containers_is_skipped() {
 fn native_sidecar_support_by_server_version(#[case] major: &str, #[case] minor: &str, #[case] expected: bool) {
     assert_eq!(supports_native_sidecars(major, minor), expected);
 }
+
+mod app {
+    //! The sidecar sees the app: each option on the pod kube-apiserver sent (a volume `data` at
+    //! `/data` and the ServiceAccount token in container `app`).
+    use serde_json::{Value, json};
+    use watcher_api::Watcher;
+
+    use super::{options, run, watcher};
+
+    const CAPTURED: &str = include_str!("../../fixtures/admission-review/pod-create-named-annotated.json");
+
+    fn captured() -> Value {
+        let review: Value = serde_json::from_str(CAPTURED).expect("fixture");
+        review["request"]["object"].clone()
+    }
+
+    /// The captured pod's `log-watcher`, with `more` added to its spec.
+    fn log_watcher(more: Value) -> Watcher {
+        let mut spec = json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}, "nativeSidecar": "Never"});
+        for (key, value) in more.as_object().expect("object") {
+            spec[key] = value.clone();
+        }
+        watcher("log-watcher", "team-a", spec)
+    }
+
+    fn sidecar_of(patched: &Value) -> Value {
+        patched["spec"]["containers"].as_array().expect("containers").last().cloned().expect("sidecar")
+    }
+
+    fn lines(injection: &crate::Injection) -> Vec<String> {
+        injection.app.iter().flat_map(|r| r.lines.clone()).collect()
+    }
+
+    #[test]
+    fn shared_volumes_read_only_without_the_token() {
+        let (injection, patched) = run(&captured(), &[log_watcher(json!({"shareVolumes": "ReadOnly"}))], &options(true));
+        assert_eq!(sidecar_of(&patched)["volumeMounts"], json!([{"name": "data", "mountPath": "/data", "readOnly": true}]));
+        assert_eq!(
+            lines(&injection),
+            [
+                "shares /data of app (read-only)",
+                "does not share /var/run/secrets/kubernetes.io/serviceaccount: the ServiceAccount token, which kube-apiserver mounts itself",
+            ]
+        );
+        assert!(injection.warnings.is_empty());
+    }
+
+    #[test]
+    fn shared_volumes_read_write_keep_the_apps_mode_and_skip_the_sidecars_paths() {
+        let mut pod = captured();
+        pod["spec"]["containers"][0]["volumeMounts"][0]["readOnly"] = json!(false);
+        pod["spec"]["containers"][0]["volumeMounts"][0]["mountPropagation"] = json!("Bidirectional");
+        pod["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
+        let own = json!({"container": {"name": "log-watcher", "image": "busybox:1.36",
+                                       "volumeMounts": [{"name": "data", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount/"}]},
+                         "shareVolumes": "ReadWrite"});
+        let (injection, patched) = run(&pod, &[log_watcher(own)], &options(true));
+        // Bidirectional is for privileged containers: the sidecar sees the app's mounts from the host side.
+        assert_eq!(
+            sidecar_of(&patched)["volumeMounts"],
+            json!([{"name": "data", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount/"},
+                   {"name": "data", "mountPath": "/data", "readOnly": false, "mountPropagation": "HostToContainer"}])
+        );
+        assert_eq!(lines(&injection)[0], "shares /data of app (read-write)");
+    }
+
+    #[test]
+    fn the_watchers_volume_is_mounted_into_the_app_containers() {
+        let spec = json!({"volume": {"name": "app-logs", "emptyDir": {}},
+                          "appVolumeMounts": [{"mountPath": "/var/log/app", "subPath": "a"}, {"mountPath": "/data/"}]});
+        let (injection, patched) = run(&captured(), &[log_watcher(spec)], &options(true));
+        let mounts = &patched["spec"]["containers"][0]["volumeMounts"];
+        assert_eq!(mounts[2], json!({"name": "app-logs", "mountPath": "/var/log/app", "subPath": "a"}));
+        assert_eq!(mounts.as_array().map(Vec::len), Some(3), "/data/ is where app mounts data: left alone");
+        assert_eq!(injection.warnings, ["Watcher log-watcher: container app already mounts something at /data: left as it is"]);
+        assert_eq!(
+            lines(&injection),
+            ["mounts volume app-logs at /var/log/app in app", "does not mount app-logs at /data in app: it mounts something else there"]
+        );
+    }
+
+    #[test]
+    fn a_volume_of_the_pods_own_name_is_the_pods() {
+        let spec = json!({"volume": {"name": "data", "emptyDir": {}}, "appVolumeMounts": [{"mountPath": "/data"}, {"mountPath": "/x"}]});
+        let (injection, patched) = run(&captured(), &[log_watcher(spec)], &options(true));
+        assert_eq!(patched["spec"]["volumes"].as_array().map(Vec::len), Some(2), "no second volume data");
+        assert_eq!(patched["spec"]["containers"][0]["volumeMounts"][2], json!({"name": "data", "mountPath": "/x"}));
+        assert_eq!(
+            injection.warnings,
+            ["Watcher log-watcher: the pod has a volume data of its own: the app containers mount the pod's, not the Watcher's"]
+        );
+        assert_eq!(lines(&injection)[0], "mounts volume data at /data in app", "already there: nothing to add");
+    }
+
+    #[test]
+    fn env_is_carried_as_the_app_has_it() {
+        let mut pod = captured();
+        pod["spec"]["containers"][0]["env"] = json!([
+            {"name": "SERVICE_NAME", "value": "old"},
+            {"name": "SERVICE_NAME", "value": "web"},
+            {"name": "MEMORY", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+            {"name": "TOKEN", "valueFrom": {"fileKeyRef": {"volumeName": "data", "path": "t", "key": "k"}}},
+            {"name": "OWN", "value": "app's"},
+        ]);
+        let spec = json!({"container": {"name": "log-watcher", "image": "busybox:1.36", "env": [{"name": "OWN", "value": "sidecar's"}]},
+                          "transferEnv": [{"names": ["SERVICE_NAME", "MEMORY", "TOKEN", "OWN", "POD_IP"]},
+                                          {"container": "web", "names": ["X"]}]});
+        let (injection, patched) = run(&pod, &[log_watcher(spec)], &options(true));
+        assert_eq!(
+            sidecar_of(&patched)["env"],
+            json!([
+                {"name": "OWN", "value": "sidecar's"},
+                {"name": "SERVICE_NAME", "value": "web"},
+                {"name": "MEMORY", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi", "containerName": "app"}}},
+                {"name": "TOKEN", "valueFrom": {"fileKeyRef": {"volumeName": "data", "path": "t", "key": "k"}}},
+            ])
+        );
+        assert_eq!(
+            lines(&injection),
+            [
+                "carries SERVICE_NAME from app",
+                "carries MEMORY from app",
+                "carries TOKEN from app",
+                "does not carry OWN: the sidecar defines it",
+                "does not carry POD_IP: app has no such variable",
+                "does not carry X: the pod has no app container web",
+            ]
+        );
+        assert_eq!(injection.warnings, ["Watcher log-watcher: no app container web to carry X from"]);
+    }
+
+    #[test]
+    fn the_process_namespace_is_shared_where_the_pod_leaves_it_unset() {
+        let spec = json!({"shareProcessNamespace": true});
+        let (injection, patched) = run(&captured(), &[log_watcher(spec.clone())], &options(true));
+        assert_eq!(patched["spec"]["shareProcessNamespace"], true);
+        assert!(injection.warnings.is_empty());
+        for (field, warning) in [
+            ("shareProcessNamespace", "Watcher log-watcher: the pod says shareProcessNamespace: false: kept"),
+            ("hostPID", "Watcher log-watcher: the pod uses the host's process namespace (hostPID): not shared"),
+        ] {
+            let mut pod = captured();
+            pod["spec"][field] = json!(field == "hostPID");
+            let (injection, patched) = run(&pod, &[log_watcher(spec.clone())], &options(true));
+            assert_ne!(patched["spec"]["shareProcessNamespace"], true, "{field}");
+            assert_eq!(injection.warnings, [warning]);
+        }
+    }
+
+    #[test]
+    fn pod_annotations_are_added_never_overwritten() {
+        let mut pod = captured();
+        pod["metadata"]["annotations"]["prometheus.io/port"] = json!("8080");
+        let spec = json!({"podAnnotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9102"}});
+        let (injection, patched) = run(&pod, &[log_watcher(spec.clone())], &options(true));
+        let annotations = &patched["metadata"]["annotations"];
+        assert_eq!((&annotations["prometheus.io/scrape"], &annotations["prometheus.io/port"]), (&json!("true"), &json!("8080")));
+        assert!(annotations["kubectl.kubernetes.io/last-applied-configuration"].is_string(), "the others stay");
+        assert_eq!(
+            lines(&injection),
+            ["does not annotate prometheus.io/port: the pod has it (never overwritten)", "annotates prometheus.io/scrape"]
+        );
+        // A pod with no annotations at all: one object with them and the operator's own.
+        let bare = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "app", "image": "nginx"}]}});
+        let mut selecting = spec;
+        selecting["selector"] = json!({"matchLabels": {"app": "web"}});
+        let (_, patched) = run(&bare, &[log_watcher(selecting)], &options(true));
+        let keys: Vec<&String> = patched["metadata"]["annotations"].as_object().expect("annotations").keys().collect();
+        assert_eq!(
+            keys,
+            ["prometheus.io/port", "prometheus.io/scrape", "watcher.dev/injected", "watcher.dev/injected-without-image"]
+        );
+    }
+
+    #[test]
+    fn annotations_stay_under_kube_apiservers_limit() {
+        let mut pod = captured();
+        pod["metadata"]["annotations"]["big"] = json!("x".repeat(255 * 1024));
+        let (injection, patched) =
+            run(&pod, &[log_watcher(json!({"podAnnotations": {"prometheus.io/scrape": "true"}}))], &options(true));
+        assert!(patched["metadata"]["annotations"].get("prometheus.io/scrape").is_none());
+        assert_eq!(
+            injection.warnings,
+            ["Watcher log-watcher: annotation prometheus.io/scrape not added: the pod's annotations would pass 256 KiB"]
+        );
+    }
+
+    #[test]
+    fn init_containers_run_before_the_pods_own_and_the_sidecar_keeps_its_place() {
+        let review: Value = serde_json::from_str(include_str!(
+            "../../fixtures/admission-review/pod-create-init-and-existing-watcher-container.json"
+        ))
+        .expect("fixture");
+        let mut pod = review["request"]["object"].clone();
+        pod["metadata"]["annotations"] = json!({"watcher.dev/inject": "log-watcher"});
+        let spec = json!({"nativeSidecar": "Always", "initContainers": [
+            {"name": "prepare", "image": "busybox:1.36"}, {"name": "second", "image": "busybox:1.36"}]});
+        let (injection, patched) = run(&pod, &[log_watcher(spec)], &options(true));
+        let names: Vec<&str> =
+            patched["spec"]["initContainers"].as_array().expect("init").iter().filter_map(|c| c["name"].as_str()).collect();
+        assert_eq!(names, ["prepare", "second", "setup", "log-watcher"]);
+        assert_eq!(
+            lines(&injection),
+            ["runs init container prepare before the pod's own", "runs init container second before the pod's own"]
+        );
+
+        // A name the pod uses keeps the Watcher out, as the sidecar's does.
+        let clash = json!({"initContainers": [{"name": "setup", "image": "busybox:1.36"}]});
+        let (injection, patched) = run(&pod, &[log_watcher(clash)], &options(true));
+        assert!(injection.patch.is_empty() && patched == pod);
+        assert_eq!(injection.warnings, ["Watcher log-watcher not injected: the pod already has a container named setup"]);
+    }
+
+    /// The pod's own init containers move along when the Watcher's go before them: an
+    /// ImagePolicy rewrites them where they end up.
+    #[test]
+    fn images_are_rewritten_where_the_containers_end_up() {
+        let review: Value = serde_json::from_str(include_str!(
+            "../../fixtures/admission-review/pod-create-init-and-existing-watcher-container.json"
+        ))
+        .expect("fixture");
+        let mut pod = review["request"]["object"].clone();
+        pod["metadata"]["annotations"] = json!({"watcher.dev/inject": "log-watcher"});
+        let watchers = [log_watcher(json!({"initContainers": [{"name": "prepare", "image": "busybox:1.36"}]}))];
+        let refs: Vec<&Watcher> = watchers.iter().collect();
+        let view: crate::PodView = serde_json::from_value(pod.clone()).expect("pod");
+        let mut injection = crate::inject(&view, "team-a", &refs, &options(true));
+        let policy: watcher_api::ImagePolicy = serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1",
+            "kind": "ImagePolicy", "metadata": {"name": "mirror"},
+            "spec": {"rewrites": [{"from": "docker.io/library/", "to": "mirror.corp/library/"}]}}))
+        .expect("policy");
+        let policies = vec![std::sync::Arc::new(policy.compile())];
+        crate::rewrite_images(&view, "team-a", &policies, &options(true), &mut injection);
+        let mut patched = pod.clone();
+        json_patch::patch(&mut patched, &injection.patch).expect("applies");
+        let init: Vec<(&str, &str)> = patched["spec"]["initContainers"]
+            .as_array()
+            .expect("init")
+            .iter()
+            .map(|c| (c["name"].as_str().unwrap_or_default(), c["image"].as_str().unwrap_or_default()))
+            .collect();
+        assert_eq!(init, [("prepare", "mirror.corp/library/busybox:1.36"), ("setup", "mirror.corp/library/busybox:latest")]);
+    }
+}
