@@ -54,6 +54,17 @@ pub(super) fn see_the_app<'a>(
         .enumerate()
         .filter(|(_, c)| !injected.contains(&c.name.as_str()) && access.is_app_container(&c.name))
         .collect();
+    let reads_apps =
+        access.share_volumes != ShareVolumes::None || !access.app_volume_mounts.is_empty() || !access.transfer_env.is_empty();
+    if apps.is_empty() && reads_apps {
+        let why = if access.app_containers.is_empty() {
+            "every container of the pod is a Watcher's".to_owned()
+        } else {
+            format!("appContainers names none of the pod's containers ({})", access.app_containers.join(", "))
+        };
+        step.warn(format!("no app container: {why}"));
+        step.lines.push(format!("sees no app container: {why}"));
+    }
     if access.share_volumes != ShareVolumes::None {
         step.share_volumes(&apps, sidecar);
     }
