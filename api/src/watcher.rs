@@ -448,6 +448,52 @@ mod tests {
         assert_eq!(stored, spec.injection());
     }
 
+    /// A Watcher that sets none of the app fields hashes as before they existed (pods injected
+    /// then stay up to date across an upgrade); any of them, the sidecar's image excepted, is
+    /// part of both hashes, so only an image change can go in place.
+    #[test]
+    fn the_app_fields_are_hashed_only_when_set() {
+        let base = spec();
+        let before = crate::stable_hash(&(&base.container, &base.volume, &base.image_pull_secrets, base.native_sidecar, false));
+        assert_eq!(base.spec_hash(), before);
+        let changes = [
+            serde_json::json!({"shareVolumes": "ReadOnly"}),
+            serde_json::json!({"appContainers": ["app"]}),
+            serde_json::json!({"transferEnv": [{"names": ["SERVICE_NAME"]}]}),
+            serde_json::json!({"shareProcessNamespace": true}),
+            serde_json::json!({"podAnnotations": {"prometheus.io/scrape": "true"}}),
+            serde_json::json!({"initContainers": [{"name": "prepare", "image": "busybox:1.36"}]}),
+        ];
+        for change in changes {
+            let mut value = serde_json::to_value(&base).expect("JSON");
+            value.as_object_mut().expect("object").extend(change.as_object().expect("object").clone());
+            let changed: WatcherSpec = serde_json::from_value(value).expect("spec");
+            assert_ne!(changed.spec_hash(), base.spec_hash(), "{change}");
+            assert_ne!(changed.spec_hash_without_image(), base.spec_hash_without_image(), "{change}");
+            let mut image = changed.clone();
+            image.container.image = Some("busybox:1.37".into());
+            assert_eq!(image.spec_hash_without_image(), changed.spec_hash_without_image(), "{change}");
+            assert_eq!(changed.injection().hash(), changed.spec_hash(), "{change}: a revision hashes alike");
+        }
+        let mut init_image: WatcherSpec = serde_json::from_value(serde_json::json!({
+            "container": {"name": "log-watcher", "image": "busybox:1.36"},
+            "initContainers": [{"name": "prepare", "image": "busybox:1.36"}]}))
+        .expect("spec");
+        let old = init_image.spec_hash_without_image();
+        init_image.app.init_containers[0].image = Some("busybox:1.37".into());
+        assert_ne!(init_image.spec_hash_without_image(), old, "an init container's image is not the sidecar's");
+    }
+
+    /// A revision kept before the app fields existed reads back as a spec without them.
+    #[test]
+    fn an_older_revision_reads_without_the_app_fields() {
+        let stored = serde_json::json!({"container": {"name": "log-watcher", "image": "busybox:1.36"},
+                                        "nativeSidecar": "Auto", "config": false});
+        let revision: InjectionSpec = serde_json::from_value(stored).expect("revision");
+        assert!(revision.app.is_empty());
+        assert_eq!(revision.hash(), spec().spec_hash());
+    }
+
     #[test]
     fn empty_config_maps_count_as_no_config() {
         let mut spec = spec();

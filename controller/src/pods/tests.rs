@@ -461,6 +461,43 @@ async fn in_place_needs_no_revision_of_the_old_spec() {
     server.await.expect("scenario passed");
 }
 
+/// The same pods, the Watcher's image unchanged but `shareVolumes` now set: what the sidecar
+/// mounts is not an image, so nothing is patched in place; the oldest pod is evicted (its
+/// ReplicaSet recreates it injected with the new spec), within `maxUnavailable`.
+#[tokio::test]
+async fn a_change_of_share_volumes_is_a_recreate_not_in_place() {
+    use super::in_place::tests::as_injected_today;
+    let mut new = fixture_watcher("fx-limits", "busybox:1.36");
+    new.spec.app.share_volumes = watcher_api::ShareVolumes::ReadOnly;
+    let pods = [as_injected_today(stored_replica(1)), as_injected_today(stored_replica(2))];
+    let (ctx, mut api) = Context::test();
+    let metrics = ctx.metrics.clone();
+    let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1)]);
+    let hash = new.spec.spec_hash();
+    let server = tokio::spawn(async move {
+        let revision = api.expect(Method::POST, &format!("{FX_REVISIONS}?fieldManager=watcher-operator")).await;
+        assert_eq!(revision.body["metadata"]["name"], format!("log-watcher-{hash}"));
+        assert_eq!(revision.body["data"]["shareVolumes"], "ReadOnly", "the revision keeps what the pods will carry");
+        let created = revision.body.clone();
+        revision.respond(http::StatusCode::CREATED, &created);
+        let condition = api.expect(Method::PATCH, FX_STATUS_PATH).await;
+        assert_eq!(condition.body["status"]["conditions"][0]["reason"], "Progressing");
+        condition.ok(&watcher_echo());
+        let eviction = api.expect(Method::POST, "/api/v1/namespaces/fx-limits/pods/web-1/eviction").await;
+        eviction.ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
+        let status = api.expect(Method::PATCH, FX_STATUS_PATH).await;
+        assert_eq!(status.body["status"]["pods"], json!({"matched": 2, "injected": 2, "upToDate": 0, "missing": 0}));
+        status.ok(&watcher_echo());
+        api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await.created();
+        api.expect_no_more().await;
+    });
+    let action = reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");
+    assert_eq!(action, Action::requeue(super::EVICTION_RETRY));
+    assert_eq!(metrics.in_place_updates(), 0, "nothing patched in place");
+    drop(shared);
+    server.await.expect("scenario passed");
+}
+
 /// The revisions kept: none written in a steady state; beyond the history the oldest no pod
 /// carries deleted, the carried one kept.
 #[tokio::test]
