@@ -90,7 +90,7 @@ async fn mistakes_are_refused_at_apply_and_samples_apply() {
         }
     }
     let samples = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/samples");
-    for sample in ["watcher.yaml", "at.yaml", "podset.yaml"] {
+    for sample in ["watcher.yaml", "app-watcher.yaml", "app.yaml", "at.yaml", "podset.yaml"] {
         kubectl(&["apply", "--dry-run=server", "-n", n, "-f", &format!("{samples}/{sample}")]);
     }
     kubectl(&["apply", "--dry-run=server", "-f", &format!("{samples}/imagepolicy.yaml")]);

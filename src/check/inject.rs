@@ -12,7 +12,7 @@ use serde::Serialize;
 use watcher_api::{CompiledPolicy, ORIGINAL_IMAGES_ANNOTATION, Watcher, image, injected_watchers};
 use watcher_webhook::scope::Conditions;
 use watcher_webhook::{
-    Asked, Exclusion, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, decide, exclusion, inject,
+    Asked, Exclusion, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, app_report, decide, exclusion, inject,
     original_images, rewrite_images,
 };
 
@@ -34,6 +34,11 @@ pub(crate) struct WatcherLine {
     /// `Annotation`, `Selector`, `NotAsked`, `Collision`, `WatcherMissing` or `Excluded`.
     pub(crate) reason: &'static str,
     pub(crate) message: String,
+    /// For an injected Watcher with any app field: what its sidecar sees of the app (volumes
+    /// shared and mounted, variables carried, annotations, init containers) and what it skipped,
+    /// and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) sees: Vec<String>,
 }
 
 /// One image an ImagePolicy rewrites (or rewrote).
@@ -117,6 +122,7 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 reason: "Excluded",
                 message: format!("not sent to the webhook: {}", excluded.message),
                 name,
+                sees: Vec::new(),
             });
         }
     } else {
@@ -132,6 +138,7 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 up_to_date: if injected { up_to_date(&decision.name) } else { None },
                 reason,
                 message,
+                sees: Vec::new(),
             };
             lines.push(match &decision.verdict {
                 Verdict::Inject if existing => line(
@@ -193,8 +200,10 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 reason: "NotAsked",
                 message,
                 name,
+                sees: Vec::new(),
             });
         }
+        see_the_app(pod, existing, scope, &mut lines);
     }
     lines.sort_by(|a, b| a.name.cmp(&b.name));
     let images = if existing { rewritten_images(pod, scope.policies) } else { planned_images(pod, scope, &excluded) };
@@ -212,6 +221,27 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
         excluded,
         watchers: lines,
         images,
+    }
+}
+
+/// What each injected Watcher's sidecar sees of the app: for a manifest, what admission's own
+/// pass reports (every Watcher in one patch, as at creation); for an existing pod, the same step
+/// run on the pod as it is.
+fn see_the_app(pod: &PodView, existing: bool, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
+    let injecting: Vec<&Watcher> =
+        scope.watchers.iter().copied().filter(|w| !w.spec.app.is_empty() && lines.iter().any(|l| l.injected && l.name == w.name_any())).collect();
+    if injecting.is_empty() {
+        return;
+    }
+    let reports = if existing {
+        injecting.iter().map(|w| app_report(pod, scope.namespace, w, scope.watchers)).collect()
+    } else {
+        inject(pod, scope.namespace, scope.watchers, scope.options).app
+    };
+    for report in reports {
+        if let Some(line) = lines.iter_mut().find(|l| l.name == report.watcher) {
+            line.sees = report.lines;
+        }
     }
 }
 
@@ -324,6 +354,9 @@ impl Explanation {
             };
             let state = if line.injected { "injected" } else { "not injected" };
             out.push_str(&format!("{mark} {}: {state} ({}): {}\n", line.name, line.reason, line.message));
+            for seen in &line.sees {
+                out.push_str(&format!("    {seen}\n"));
+            }
         }
         for image in &self.images {
             let policy = if image.policy.is_empty() {

@@ -164,7 +164,8 @@ pub fn inject<W: Borrow<Watcher>>(
         let mut container = sidecar(watcher, native);
         if !watcher.spec.app.is_empty() {
             let injected = injected_names.get_or_insert_with(|| injected_containers(pod, namespace, watchers));
-            let report = app::see_the_app(&mut patch, watcher, injected, &mut container, &mut injection.warnings);
+            let report =
+                app::see_the_app(&mut patch, watcher, injected, &mut container, &mut injection.warnings, false);
             injection.app.push(report);
         }
         patch.add_container(container, native);
@@ -196,6 +197,15 @@ pub fn inject<W: Borrow<Watcher>>(
     patch.set_annotations([(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless)]);
     injection.patch = patch.ops;
     injection
+}
+
+/// What `watcher` lets its sidecar see of the app in `pod`, a pod that already exists (injected
+/// with it, or not): the same step as admission, on the pod as it is now, for `check-inject`.
+pub fn app_report<W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watcher: &Watcher, watchers: &[W]) -> AppReport {
+    let mut patch = PodPatch::new(pod);
+    let injected = injected_containers(pod, namespace, watchers);
+    let mut container = sidecar(watcher, false);
+    app::see_the_app(&mut patch, watcher, &injected, &mut container, &mut Vec::new(), true)
 }
 
 /// The names of the containers of `pod` that Watchers injected, as its `watcher.dev/injected`

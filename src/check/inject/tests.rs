@@ -292,3 +292,49 @@ fn sent_follows_the_registered_conditions() {
         assert_eq!(sent_by(registered, &admission, "team-a", &pod_labels, &none), sent, "{pod_labels:?}");
     }
 }
+
+/// What the sidecar sees of the app, for a manifest (admission's own pass) and for the pod
+/// admission made of it (the same step on the pod as stored): shared, mounted, carried,
+/// skipped and why.
+#[test]
+fn what_the_sidecar_sees_is_explained_for_a_manifest_and_the_pod_it_became() {
+    let mut sees: Watcher = watcher("log-watcher", "log-watcher", "busybox:1.36", None);
+    sees.spec = serde_json::from_value(json!({
+        "container": {"name": "log-watcher", "image": "busybox:1.36"},
+        "volume": {"name": "app-logs", "emptyDir": {}},
+        "shareVolumes": "ReadOnly", "appVolumeMounts": [{"mountPath": "/var/log/app"}],
+        "transferEnv": [{"names": ["SERVICE_NAME", "POD_IP"]}],
+        "podAnnotations": {"prometheus.io/scrape": "true"},
+    }))
+    .expect("spec");
+    let review: Value = serde_json::from_str(include_str!(
+        "../../../webhook/fixtures/admission-review/pod-create-named-annotated.json"
+    ))
+    .expect("fixture");
+    let mut manifest = review["request"]["object"].clone();
+    manifest["spec"]["containers"][0]["env"] = json!([{"name": "SERVICE_NAME", "value": "web"}]);
+    let watchers = [sees];
+    let planned = explain_in("team-a", &[], manifest.clone(), false, &watchers);
+    let expected = [
+        "shares /data of app (read-only)",
+        "does not share /var/run/secrets/kubernetes.io/serviceaccount: the ServiceAccount token, which kube-apiserver mounts itself",
+        "mounts volume app-logs at /var/log/app in app",
+        "carries SERVICE_NAME from app",
+        "does not carry POD_IP: app has no such variable",
+    ];
+    assert_eq!(planned.watchers[0].sees[..5], expected);
+    assert_eq!(planned.watchers[0].sees[5], "annotates prometheus.io/scrape");
+    let json = serde_json::to_value(&planned).expect("JSON");
+    assert_eq!(json["watchers"][0]["sees"].as_array().map(Vec::len), Some(6));
+    assert!(planned.text().contains("\n    carries SERVICE_NAME from app\n"), "{}", planned.text());
+
+    // The pod admission made of it, as stored: the same lines, the annotation now on it.
+    let refs: Vec<&Watcher> = watchers.iter().collect();
+    let view: PodView = serde_json::from_value(manifest.clone()).expect("pod");
+    let injection = watcher_webhook::inject(&view, "team-a", &refs, &options());
+    let mut stored = manifest;
+    json_patch::patch(&mut stored, &injection.patch).expect("applies");
+    let existing = explain_in("team-a", &[], stored, true, &watchers);
+    assert_eq!(existing.watchers[0].sees[..5], expected);
+    assert_eq!(existing.watchers[0].sees[5], "annotation prometheus.io/scrape is on the pod (never overwritten)");
+}

@@ -43,10 +43,11 @@ pub(super) fn see_the_app<'a>(
     injected: &[&str],
     sidecar: &mut Value,
     warnings: &mut Vec<String>,
+    existing: bool,
 ) -> AppReport {
     let name = watcher.metadata.name.clone().unwrap_or_default();
     let access = &watcher.spec.app;
-    let mut step = Step { patch, watcher, access, warnings, lines: Vec::new(), name: &name };
+    let mut step = Step { patch, watcher, access, warnings, lines: Vec::new(), name: &name, existing };
     let apps: Vec<(usize, &'a ContainerView)> = step
         .patch
         .containers
@@ -93,6 +94,7 @@ struct Step<'p, 'a> {
     warnings: &'p mut Vec<String>,
     lines: Vec<String>,
     name: &'p str,
+    existing: bool,
 }
 
 impl<'a> Step<'_, 'a> {
@@ -110,9 +112,18 @@ impl<'a> Step<'_, 'a> {
         let privileged = own.security_context.as_ref().and_then(|s| s.privileged) == Some(true);
         let mut shared = Vec::new();
         let mut token_skipped = false;
+        // The mounts `appVolumeMounts` adds are the Watcher's own volume, not the app's: not
+        // shared (at admission they are not there yet; on an existing pod they are).
+        let volume = self.watcher.spec.volume.as_deref().map(|v| v.name.as_str());
+        let ours = |name: &str, path: &str| {
+            volume == Some(name) && self.access.app_volume_mounts.iter().any(|m| normal(&m.mount_path) == path)
+        };
         for (_, app) in apps {
             for mount in app.volume_mounts.iter().flatten() {
                 let path = normal(&mount.mount_path);
+                if ours(&mount.name, path) {
+                    continue;
+                }
                 if path == SERVICE_ACCOUNT_PATH {
                     if !token_skipped {
                         token_skipped = true;
@@ -274,7 +285,9 @@ impl<'a> Step<'_, 'a> {
     /// `podAnnotations`: added where the pod has no such key; never over kube-apiserver's limit.
     fn annotate(&mut self) {
         for (key, value) in &self.access.pod_annotations {
-            if self.patch.has_annotation(key) {
+            if self.patch.has_annotation(key) && self.existing {
+                self.lines.push(format!("annotation {key} is on the pod (never overwritten)"));
+            } else if self.patch.has_annotation(key) {
                 self.lines.push(format!("does not annotate {key}: the pod has it (never overwritten)"));
             } else if self.patch.annotation_bytes + key.len() + value.len() + OWN_ANNOTATIONS_ROOM > MAX_ANNOTATION_BYTES {
                 self.warn(format!("annotation {key} not added: the pod's annotations would pass 256 KiB"));

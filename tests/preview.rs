@@ -1,0 +1,68 @@
+//! The offline preview as README shows it: `watcher-operator inject -f POD --watcher WATCHER`,
+//! the binary itself, no cluster.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn preview(pod: &str, watcher: &str) -> (Value, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
+        .args(["inject", "-f", pod, "--watcher", watcher])
+        .current_dir(ROOT)
+        .output()
+        .expect("binary runs");
+    assert!(output.status.success(), "inject failed: {}", String::from_utf8_lossy(&output.stderr));
+    let pods: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8(output.stdout).expect("UTF-8")).expect("YAML");
+    let pod = pods.into_iter().find(|p| !p.is_null()).expect("a pod");
+    (pod, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// README's "Watching the app": the sidecar reads the app's log volume read-only, carries its
+/// SERVICE_NAME, and the pod is annotated for scraping.
+#[test]
+fn the_app_sample_is_watched_as_readme_says() {
+    let (pod, warnings) = preview("deploy/samples/app.yaml", "deploy/samples/app-watcher.yaml");
+    assert_eq!(warnings, "");
+    let sidecar = &pod["spec"]["initContainers"][0];
+    assert_eq!(sidecar["name"], "app-watcher");
+    assert_eq!(sidecar["volumeMounts"], serde_json::json!([{"name": "logs", "mountPath": "/var/log/app", "readOnly": true}]));
+    assert_eq!(sidecar["env"], serde_json::json!([{"name": "SERVICE_NAME", "value": "shop"}]));
+    let annotations = &pod["metadata"]["annotations"];
+    assert_eq!((&annotations["prometheus.io/scrape"], &annotations["prometheus.io/port"]), (&"true".into(), &"9102".into()));
+}
+
+/// Every other option shows in the preview too: the Watcher's volume in the app, the process
+/// namespace, an init container before the pod's own; and a skipped one says why on stderr.
+#[test]
+fn every_option_shows_in_the_preview() {
+    let dir = std::env::temp_dir().join(format!("watcher-preview-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let watcher = dir.join("watcher.yaml");
+    std::fs::write(
+        &watcher,
+        r#"apiVersion: watcher.dev/v1alpha1
+kind: Watcher
+metadata: {name: app-watcher}
+spec:
+  selector: {matchLabels: {app: shop}}
+  container: {name: app-watcher, image: busybox:1.36}
+  volume: {name: watch-state, emptyDir: {}}
+  appVolumeMounts: [{mountPath: /var/watch}, {mountPath: /var/log/app}]
+  shareProcessNamespace: true
+  initContainers: [{name: prepare-watch, image: busybox:1.36, command: ["true"]}]
+"#,
+    )
+    .expect("written");
+    let (pod, warnings) = preview("deploy/samples/app.yaml", watcher.to_str().expect("UTF-8 path"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let app = &pod["spec"]["containers"][0];
+    assert_eq!(app["volumeMounts"][1], serde_json::json!({"name": "watch-state", "mountPath": "/var/watch"}));
+    assert_eq!(app["volumeMounts"].as_array().map(Vec::len), Some(2), "/var/log/app is the app's own: left alone");
+    assert!(warnings.contains("container app already mounts something at /var/log/app: left as it is"), "{warnings}");
+    assert_eq!(pod["spec"]["shareProcessNamespace"], true);
+    let init: Vec<&str> =
+        pod["spec"]["initContainers"].as_array().expect("init").iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(init, ["prepare-watch", "app-watcher"]);
+}
