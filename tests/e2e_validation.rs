@@ -63,6 +63,16 @@ async fn mistakes_are_refused_at_apply_and_samples_apply() {
             watcher("d", json!({"container": sidecar, "updatePolicy": {"maxUnavailable": 0}})),
             "spec.updatePolicy.maxUnavailable",
         ),
+        (
+            watcher("d1", json!({"container": sidecar, "volume": {"name": "v", "emptyDir": {}},
+                                  "appVolumeMounts": [{"mountPath": "var/log"}]})),
+            "spec.appVolumeMounts[0].mountPath",
+        ),
+        (watcher("d2", json!({"container": sidecar, "transferEnv": [{"names": ["A=B"]}]})), "spec.transferEnv[0].names[0]"),
+        (
+            watcher("d3", json!({"container": sidecar, "initContainers": [{"name": "Prepare", "image": "busybox"}]})),
+            "spec.initContainers[0].name",
+        ),
     ];
     for (manifest, field) in always {
         let refused = apply(n, &manifest).expect_err("refused");
@@ -77,6 +87,23 @@ async fn mistakes_are_refused_at_apply_and_samples_apply() {
                 {"key": "app", "operator": "Exists", "values": ["web"]}]}}),
                 ),
                 "values must be empty",
+            ),
+            (
+                watcher("e1", json!({"container": sidecar, "appVolumeMounts": [{"mountPath": "/var/log/app"}]})),
+                "appVolumeMounts needs volume",
+            ),
+            (
+                watcher("e2", json!({"container": sidecar, "initContainers": [{"name": "log-watcher", "image": "busybox"}]})),
+                "a name must differ from container.name",
+            ),
+            (
+                watcher("e3", json!({"container": sidecar, "podAnnotations": {"watcher.dev/inject": "x"}})),
+                "outside watcher.dev/",
+            ),
+            (
+                watcher("e4", json!({"container": sidecar, "volume": {"name": "v", "emptyDir": {}},
+                                      "appVolumeMounts": [{"mountPath": "/x", "subPath": "../etc"}]})),
+                "subPath must be a relative path without '..'",
             ),
             (
                 json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy", "metadata": {"name": "e2e-bad-prefix"},

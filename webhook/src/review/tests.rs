@@ -581,3 +581,74 @@ async fn an_opted_out_namespace_is_never_injected_whatever_the_selectors() {
     assert_eq!(review["response"]["uid"], request["request"]["uid"]);
     assert_eq!(metrics.count(AdmissionResult::injected), 0);
 }
+
+/// The sidecar sees the app, through the router: the captured pods with a Watcher that sets
+/// every field. The answer's patch applies to the pod kube-apiserver sent; each part shows; a
+/// part the pod cannot take is a warning of the answer, and the pod is allowed. The same review
+/// a second time, on the patched pod after the ServiceAccount plugin, patches nothing.
+#[rstest]
+#[case::named_annotated("pod-create-named-annotated.json")]
+#[case::from_a_replicaset("pod-create-from-replicaset-generatename.json")]
+#[case::with_init_and_a_watcher_container("pod-create-init-and-existing-watcher-container.json")]
+#[case::dry_run("pod-create-dry-run.json")]
+#[tokio::test]
+async fn the_sidecar_sees_the_app_through_the_router(#[case] name: &str) {
+    let sees = watcher(
+        "sees",
+        json!({"container": {"name": "sees", "image": "busybox:1.36"}, "selector": {},
+               "volume": {"name": "sees-state", "emptyDir": {}},
+               "shareVolumes": "ReadOnly", "appVolumeMounts": [{"mountPath": "/var/watch"}],
+               "transferEnv": [{"names": ["HOSTNAME"]}], "shareProcessNamespace": true,
+               "podAnnotations": {"prometheus.io/scrape": "true"},
+               "initContainers": [{"name": "prepare-watch", "image": "busybox:1.36"}]}),
+    );
+    let (app, _) = app(vec![sees]);
+    let mut request = fixture(name);
+    request["request"]["namespace"] = json!("team-a");
+    let (status, review, _) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(review["response"]["allowed"], true);
+    let (_, pod) = patched_pod(&request, &review);
+    let containers = pod["spec"]["containers"].as_array().expect("containers");
+    let init = pod["spec"]["initContainers"].as_array().expect("init containers");
+    assert_eq!(init[0]["name"], "prepare-watch", "{name}: before the pod's own");
+    let sidecar = init.last().expect("the native sidecar");
+    assert_eq!(sidecar["name"], "sees");
+    // The app's mounts, read-only, without the token (kube-apiserver mounts it itself).
+    let shared: Vec<&Value> = sidecar["volumeMounts"].as_array().into_iter().flatten().collect();
+    let app_paths: Vec<&Value> = containers
+        .iter()
+        .filter(|c| c["name"] != "sees")
+        .flat_map(|c| c["volumeMounts"].as_array().into_iter().flatten())
+        .map(|m| &m["mountPath"])
+        .filter(|p| *p != "/var/run/secrets/kubernetes.io/serviceaccount" && *p != "/var/watch")
+        .collect();
+    assert_eq!(shared.iter().map(|m| &m["mountPath"]).collect::<Vec<_>>(), app_paths, "{name}");
+    assert!(shared.iter().all(|m| m["readOnly"] == true));
+    assert!(containers.iter().all(|c| c["volumeMounts"].as_array().into_iter().flatten().any(|m| m["mountPath"] == "/var/watch")));
+    assert_eq!(pod["spec"]["shareProcessNamespace"], true);
+    assert_eq!(pod["metadata"]["annotations"]["prometheus.io/scrape"], "true");
+    // No app container defines HOSTNAME: skipped, and not a warning.
+    assert!(sidecar.get("env").is_none());
+
+    // Reinvocation: the ServiceAccount plugin has mounted the token into the new containers.
+    let mut again = request.clone();
+    let mut reinvoked = pod.clone();
+    let token = reinvoked["spec"]["volumes"].as_array().expect("volumes").iter()
+        .find_map(|v| v["name"].as_str().filter(|n| n.starts_with("kube-api-access-")).map(str::to_owned))
+        .expect("the token volume");
+    for list in ["initContainers", "containers"] {
+        for container in reinvoked["spec"][list].as_array_mut().expect("list") {
+            let mounts = container["volumeMounts"].as_array().cloned().unwrap_or_default();
+            if !mounts.iter().any(|m| m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount") {
+                let mut mounts = mounts;
+                mounts.push(json!({"name": token, "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}));
+                container["volumeMounts"] = json!(mounts);
+            }
+        }
+    }
+    again["request"]["object"] = reinvoked;
+    let (_, review, _) = post(&app, again.to_string()).await;
+    assert_eq!(review["response"]["allowed"], true);
+    assert!(review["response"].get("patch").is_none(), "{name}: reinvocation patched again: {}", review["response"]);
+}
