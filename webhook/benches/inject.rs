@@ -1,7 +1,7 @@
 //! `cargo bench -p watcher-webhook --bench inject`: time per call of `inject` on the captured
 //! kube-apiserver pod, and of the whole review (decode, inject, rewrite, encode), for a pod
-//! asking for one Watcher and for one asking for three; then the image rewrite step with 0 and
-//! 50 ImagePolicy rules.
+//! asking for one Watcher and for one asking for three, and for one Watcher with every field that
+//! lets the sidecar see the app; then the image rewrite step with 0 and 50 ImagePolicy rules.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -22,6 +22,19 @@ fn watcher(name: &str) -> Watcher {
                  "imagePullSecrets": {"name": "regcred"}},
     }))
     .expect("valid Watcher")
+}
+
+/// `name` with every field that lets the sidecar see the app.
+fn sees_the_app(name: &str) -> Watcher {
+    let mut watcher = watcher(name);
+    let app = json!({
+        "shareVolumes": "ReadOnly", "appVolumeMounts": [{"mountPath": "/var/log/app"}],
+        "transferEnv": [{"names": ["SERVICE_NAME"]}], "shareProcessNamespace": true,
+        "podAnnotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9102"},
+        "initContainers": [{"name": format!("{name}-prepare"), "image": "busybox:1.36", "command": ["true"]}],
+    });
+    watcher.spec.app = serde_json::from_value(app).expect("app fields");
+    watcher
 }
 
 /// One policy of `count` prefix rules for other registries, the last one matching Docker Hub's
@@ -63,6 +76,7 @@ fn main() {
     // 100 Watchers in the namespace besides the ones asked for, as in a busy cluster.
     let mut watchers: Vec<Arc<Watcher>> = (0..100).map(|i| Arc::new(watcher(&format!("other-{i}")))).collect();
     watchers.extend(["log-watcher", "metrics-watcher", "audit-watcher"].map(|n| Arc::new(watcher(n))));
+    watchers.push(Arc::new(sees_the_app("app-watcher")));
     let options = InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
     // The reviews read them as the operator does, from the shared cache's namespace index.
     let cached = {
@@ -77,6 +91,12 @@ fn main() {
     let mut three = one.clone();
     three["request"]["object"]["metadata"]["annotations"]["watcher.dev/inject"] =
         json!("log-watcher,metrics-watcher,audit-watcher");
+
+    // The same pod asking for the Watcher that sees the app (its container carrying the variable
+    // the Watcher transfers).
+    let mut every = one.clone();
+    every["request"]["object"]["metadata"]["annotations"]["watcher.dev/inject"] = json!("app-watcher");
+    every["request"]["object"]["spec"]["containers"][0]["env"] = json!([{"name": "SERVICE_NAME", "value": "web"}]);
 
     println!("{:<44} {:>10}", "benchmark (median of 15 batches)", "µs/call");
     {
@@ -109,7 +129,7 @@ fn main() {
     });
     println!("{:<44} {t:>10.2}", "for scale: decode into kube AdmissionReview<Pod>");
 
-    for (label, review) in [("1 Watcher", &one), ("3 Watchers", &three)] {
+    for (label, review) in [("1 Watcher", &one), ("3 Watchers", &three), ("1 Watcher, every app field", &every)] {
         let pod: PodView = serde_json::from_value(review["request"]["object"].clone()).expect("pod");
         let refs: Vec<&Watcher> = watchers.iter().map(Arc::as_ref).collect();
         let injected = inject(&pod, "team-a", &refs, &options);
