@@ -259,9 +259,9 @@ struct PodPatch<'a> {
     spec: Option<&'a PodSpecView>,
     annotations: &'a Annotations,
     containers: &'a [ContainerView],
-    /// The pod's own volumes, before any Watcher's.
-    pod_volumes: Vec<&'a str>,
+    /// The pod's volumes, then those the Watchers add; the first `pod_volumes` are the pod's.
     volume_names: Vec<&'a str>,
+    pod_volumes: usize,
     secret_names: Vec<&'a str>,
     has_containers: bool,
     has_init_containers: bool,
@@ -291,7 +291,7 @@ impl<'a> PodPatch<'a> {
             spec,
             annotations: &pod.metadata.annotations,
             containers,
-            pod_volumes: volume_names.clone(),
+            pod_volumes: volume_names.len(),
             volume_names,
             secret_names: secrets.unwrap_or_default().iter().map(|s| s.name.as_str()).collect(),
             has_containers: !containers.is_empty(),
@@ -324,6 +324,11 @@ impl<'a> PodPatch<'a> {
             self.has_init_containers = true;
         }
         self.inserted_init_containers += 1;
+    }
+
+    /// Whether the pod itself (not a Watcher) has a volume `name`.
+    fn pod_has_volume(&self, name: &str) -> bool {
+        self.volume_names.iter().take(self.pod_volumes).any(|v| *v == name)
     }
 
     fn add_volume(&mut self, name: &'a str, volume: Value) {

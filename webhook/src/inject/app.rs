@@ -177,7 +177,7 @@ impl<'a> Step<'_, 'a> {
     fn mount_into_apps(&mut self, apps: &[(usize, &ContainerView)]) {
         let Some(volume) = self.watcher.spec.volume.as_deref() else { return };
         let volume = volume.name.as_str();
-        if self.patch.pod_volumes.contains(&volume) {
+        if self.patch.pod_has_volume(volume) {
             self.warn(format!(
                 "the pod has a volume {volume} of its own: the app containers mount the pod's, not the Watcher's"
             ));
