@@ -549,11 +549,11 @@ mod tests {
         assert!(run.leader_election, "two replicas need leader election");
     }
 
-    /// README.md's flag table is the documentation of `run`: every flag is in it, with its
-    /// environment variable and the default clap applies.
+    /// docs/configuration.md's flag table is the documentation of `run`: every flag is in it,
+    /// with its environment variable and the default clap applies.
     #[test]
-    fn readme_flag_table_matches_the_parser() {
-        let readme = include_str!("../README.md");
+    fn the_flag_table_matches_the_parser() {
+        let readme = include_str!("../docs/configuration.md");
         let rows: Vec<Vec<&str>> = readme
             .lines()
             .filter(|line| line.starts_with("| `--"))
@@ -567,7 +567,7 @@ mod tests {
             let row = rows
                 .iter()
                 .find(|row| row[0] == format!("`--{long}`"))
-                .unwrap_or_else(|| panic!("README.md documents no --{long}"));
+                .unwrap_or_else(|| panic!("docs/configuration.md documents no --{long}"));
             let env = arg.get_env().map(|e| format!("`{}`", e.to_string_lossy()));
             assert_eq!(Some(row[1].to_owned()), env, "--{long}: environment variable");
             let defaults: Vec<_> = arg.get_default_values().iter().map(|v| v.to_string_lossy()).collect();
@@ -575,7 +575,7 @@ mod tests {
                 assert_eq!(row[2], format!("`{}`", defaults.join(",")), "--{long}: default");
             }
         }
-        assert_eq!(rows.len(), flags.len(), "README.md documents a flag `run` does not have");
+        assert_eq!(rows.len(), flags.len(), "docs/configuration.md documents a flag `run` does not have");
     }
 
     #[test]

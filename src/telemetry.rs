@@ -274,32 +274,6 @@ mod tests {
         assert!(names_read("sum(rate(watcher_pods_missing_total[5m]))").contains("watcher_pods_missing_total"));
     }
 
-    /// Each alert's runbook is a section of README.md, by its anchor.
-    #[test]
-    fn every_runbook_url_is_a_readme_section() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
-        let anchors: Vec<String> = readme
-            .lines()
-            .filter_map(|l| l.strip_prefix("### ").or_else(|| l.strip_prefix("#### ")))
-            .map(|heading| {
-                heading
-                    .to_lowercase()
-                    .chars()
-                    .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
-                    .map(|c| if c == ' ' { '-' } else { c })
-                    .collect()
-            })
-            .collect();
-        let rules = std::fs::read_to_string(format!("{FILES}watcher-operator.rules.yaml")).expect("file");
-        let urls: Vec<&str> = rules.lines().filter_map(|l| l.trim().strip_prefix("runbook_url: ")).collect();
-        assert!(urls.len() >= 6);
-        for url in urls {
-            let (page, anchor) = url.split_once('#').expect("an anchor");
-            assert_eq!(page, "https://github.com/watcher-dev/watcher-operator/blob/main/README.md");
-            assert!(anchors.iter().any(|a| a == anchor), "no README section #{anchor}");
-        }
-    }
-
     /// The certificates' expiry as exported: the serving certificate once one is served, the CA
     /// once known, each as its `notAfter` in Unix seconds.
     #[test]

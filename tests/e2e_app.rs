@@ -25,9 +25,11 @@ async fn ready(watchers: &Api<Watcher>, name: &str) {
     wait_for(STEP, || async {
         let watcher = watchers.get(name).await.ok()?;
         let generation = watcher.metadata.generation;
-        let ready = watcher.status?.conditions.iter().any(|c| {
-            c.type_ == "Ready" && c.status == "True" && c.observed_generation == generation
-        });
+        let ready = watcher
+            .status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True" && c.observed_generation == generation);
         ready.then_some(())
     })
     .await;
@@ -92,7 +94,8 @@ async fn the_sidecar_sees_the_app() {
         .expect("binary runs");
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let explained: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
-    let line = explained["watchers"].as_array().into_iter().flatten().find(|w| w["name"] == "app-watcher").expect("line");
+    let line =
+        explained["watchers"].as_array().into_iter().flatten().find(|w| w["name"] == "app-watcher").expect("line");
     let sees: Vec<&str> = line["sees"].as_array().into_iter().flatten().filter_map(|s| s.as_str()).collect();
     assert!(sees.contains(&"shares /var/log/app of app (read-only)"), "{sees:?}");
     assert!(sees.contains(&"carries SERVICE_NAME from app"), "{sees:?}");
@@ -128,7 +131,9 @@ async fn the_sidecar_sees_the_app() {
     assert_eq!(spec.share_process_namespace, Some(true));
     let init: Vec<&str> = spec.init_containers.iter().flatten().map(|c| c.name.as_str()).collect();
     assert_eq!(init.first(), Some(&"prepare-watch"), "before the pod's own: {init:?}");
-    assert!(init.iter().position(|c| *c == "setup") < init.iter().position(|c| *c == "all-options").or(Some(usize::MAX)));
+    assert!(
+        init.iter().position(|c| *c == "setup") < init.iter().position(|c| *c == "all-options").or(Some(usize::MAX))
+    );
     let app_mounts: Vec<&str> =
         container(&all, "app").expect("app").volume_mounts.iter().flatten().map(|m| m.mount_path.as_str()).collect();
     assert!(app_mounts.contains(&"/var/watch") && app_mounts.iter().filter(|p| **p == "/data").count() == 1);

@@ -64,11 +64,17 @@ async fn mistakes_are_refused_at_apply_and_samples_apply() {
             "spec.updatePolicy.maxUnavailable",
         ),
         (
-            watcher("d1", json!({"container": sidecar, "volume": {"name": "v", "emptyDir": {}},
-                                  "appVolumeMounts": [{"mountPath": "var/log"}]})),
+            watcher(
+                "d1",
+                json!({"container": sidecar, "volume": {"name": "v", "emptyDir": {}},
+                                  "appVolumeMounts": [{"mountPath": "var/log"}]}),
+            ),
             "spec.appVolumeMounts[0].mountPath",
         ),
-        (watcher("d2", json!({"container": sidecar, "transferEnv": [{"names": ["A=B"]}]})), "spec.transferEnv[0].names[0]"),
+        (
+            watcher("d2", json!({"container": sidecar, "transferEnv": [{"names": ["A=B"]}]})),
+            "spec.transferEnv[0].names[0]",
+        ),
         (
             watcher("d3", json!({"container": sidecar, "initContainers": [{"name": "Prepare", "image": "busybox"}]})),
             "spec.initContainers[0].name",
@@ -93,7 +99,10 @@ async fn mistakes_are_refused_at_apply_and_samples_apply() {
                 "appVolumeMounts needs volume",
             ),
             (
-                watcher("e2", json!({"container": sidecar, "initContainers": [{"name": "log-watcher", "image": "busybox"}]})),
+                watcher(
+                    "e2",
+                    json!({"container": sidecar, "initContainers": [{"name": "log-watcher", "image": "busybox"}]}),
+                ),
                 "a name must differ from container.name",
             ),
             (
@@ -101,8 +110,11 @@ async fn mistakes_are_refused_at_apply_and_samples_apply() {
                 "outside watcher.dev/",
             ),
             (
-                watcher("e4", json!({"container": sidecar, "volume": {"name": "v", "emptyDir": {}},
-                                      "appVolumeMounts": [{"mountPath": "/x", "subPath": "../etc"}]})),
+                watcher(
+                    "e4",
+                    json!({"container": sidecar, "volume": {"name": "v", "emptyDir": {}},
+                                      "appVolumeMounts": [{"mountPath": "/x", "subPath": "../etc"}]}),
+                ),
                 "subPath must be a relative path without '..'",
             ),
             (

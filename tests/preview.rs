@@ -14,7 +14,8 @@ fn preview(pod: &str, watcher: &str) -> (Value, String) {
         .output()
         .expect("binary runs");
     assert!(output.status.success(), "inject failed: {}", String::from_utf8_lossy(&output.stderr));
-    let pods: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8(output.stdout).expect("UTF-8")).expect("YAML");
+    let pods: Vec<Value> =
+        serde_saphyr::from_multiple(&String::from_utf8(output.stdout).expect("UTF-8")).expect("YAML");
     let pod = pods.into_iter().find(|p| !p.is_null()).expect("a pod");
     (pod, String::from_utf8_lossy(&output.stderr).into_owned())
 }
@@ -27,10 +28,16 @@ fn the_app_sample_is_watched_as_readme_says() {
     assert_eq!(warnings, "");
     let sidecar = &pod["spec"]["initContainers"][0];
     assert_eq!(sidecar["name"], "app-watcher");
-    assert_eq!(sidecar["volumeMounts"], serde_json::json!([{"name": "logs", "mountPath": "/var/log/app", "readOnly": true}]));
+    assert_eq!(
+        sidecar["volumeMounts"],
+        serde_json::json!([{"name": "logs", "mountPath": "/var/log/app", "readOnly": true}])
+    );
     assert_eq!(sidecar["env"], serde_json::json!([{"name": "SERVICE_NAME", "value": "shop"}]));
     let annotations = &pod["metadata"]["annotations"];
-    assert_eq!((&annotations["prometheus.io/scrape"], &annotations["prometheus.io/port"]), (&"true".into(), &"9102".into()));
+    assert_eq!(
+        (&annotations["prometheus.io/scrape"], &annotations["prometheus.io/port"]),
+        (&"true".into(), &"9102".into())
+    );
 }
 
 /// Every other option shows in the preview too: the Watcher's volume in the app, the process

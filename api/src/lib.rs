@@ -17,7 +17,10 @@ mod watcher;
 pub use annotations::{
     injected_annotation_value, injected_watchers, injected_watchers_without_image, requested_watchers,
 };
-pub use app::{AppAccess, AppVolumeMount, ENV_NAME, SERVICE_ACCOUNT_PATH, ShareVolumes, TransferEnv, is_descending_path, is_env_name};
+pub use app::{
+    AppAccess, AppVolumeMount, ENV_NAME, SERVICE_ACCOUNT_PATH, ShareVolumes, TransferEnv, is_descending_path,
+    is_env_name,
+};
 pub use at::{At, AtPhase, AtSpec, AtStatus, DEFAULT_AT_IMAGE};
 pub use condition::{Condition, condition, set_condition};
 pub use image_policy::{CompiledPolicy, ImagePolicy, ImagePolicySpec, ImagePolicyStatus, ImageRewrite, WorkloadCounts};

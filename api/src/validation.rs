@@ -210,7 +210,9 @@ pub fn watcher_spec_rules(schema: &mut schemars::Schema) {
         // `["object", "null"]` before kube makes it `nullable`.
         let kind = match fields.get("type") {
             Some(serde_json::Value::String(kind)) => Some(kind.clone()),
-            Some(serde_json::Value::Array(kinds)) => kinds.iter().filter_map(|k| k.as_str()).find(|k| *k != "null").map(str::to_owned),
+            Some(serde_json::Value::Array(kinds)) => {
+                kinds.iter().filter_map(|k| k.as_str()).find(|k| *k != "null").map(str::to_owned)
+            }
             _ => None,
         };
         match kind.as_deref() {

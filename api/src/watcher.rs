@@ -77,7 +77,7 @@ pub struct WatcherSpec {
 
     /// `Ignore` (default): a pod that cannot get this Watcher (the webhook is unreachable, a
     /// container name collides) is admitted without it, and counted as missing. `Fail`: the
-    /// Watcher is required, and such a pod is refused (see README, "Required Watchers").
+    /// Watcher is required, and such a pod is refused (see docs/admission-scope.md, "Required Watchers").
     #[serde(default)]
     pub failure_policy: FailurePolicy,
 
@@ -196,7 +196,14 @@ pub struct InjectionSpec {
 impl InjectionSpec {
     /// The `specHash` of this spec: equal to [`WatcherSpec::spec_hash`] of the spec it came from.
     pub fn hash(&self) -> String {
-        injection_hash(&self.container, &self.volume, &self.image_pull_secrets, self.native_sidecar, self.config, &self.app)
+        injection_hash(
+            &self.container,
+            &self.volume,
+            &self.image_pull_secrets,
+            self.native_sidecar,
+            self.config,
+            &self.app,
+        )
     }
 
     /// The hash of this spec without the sidecar's image: equal for two specs that differ at
@@ -340,7 +347,14 @@ impl WatcherSpec {
     /// webhook computes it for each Watcher it injects).
     pub fn spec_hash_without_image(&self) -> String {
         let container = Container { image: None, ..self.container.clone() };
-        injection_hash(&container, &self.volume, &self.image_pull_secrets, self.native_sidecar, self.has_config(), &self.app)
+        injection_hash(
+            &container,
+            &self.volume,
+            &self.image_pull_secrets,
+            self.native_sidecar,
+            self.has_config(),
+            &self.app,
+        )
     }
 
     /// Hash of everything injection uses: the container, volume, pull secret, sidecar mode,
@@ -454,7 +468,8 @@ mod tests {
     #[test]
     fn the_app_fields_are_hashed_only_when_set() {
         let base = spec();
-        let before = crate::stable_hash(&(&base.container, &base.volume, &base.image_pull_secrets, base.native_sidecar, false));
+        let before =
+            crate::stable_hash(&(&base.container, &base.volume, &base.image_pull_secrets, base.native_sidecar, false));
         assert_eq!(base.spec_hash(), before);
         let changes = [
             serde_json::json!({"shareVolumes": "ReadOnly"}),

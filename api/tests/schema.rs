@@ -97,7 +97,13 @@ fn openapi_errors(schema: &Value, value: &Value, path: &str, errors: &mut Vec<St
         let key = |item: &Value| match schema["x-kubernetes-list-type"].as_str() {
             Some("set") => Some(item.clone()),
             Some("map") => Some(json!(
-                schema["x-kubernetes-list-map-keys"].as_array().into_iter().flatten().filter_map(Value::as_str).map(|k| item[k].clone()).collect::<Vec<_>>()
+                schema["x-kubernetes-list-map-keys"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(|k| item[k].clone())
+                    .collect::<Vec<_>>()
             )),
             _ => None,
         };
@@ -381,7 +387,11 @@ fn samples_and_readme_examples_are_valid() {
         let path = format!("{ROOT}/deploy/samples/{sample}.yaml");
         objects.extend(yaml_objects(&std::fs::read_to_string(&path).expect("sample")));
     }
-    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).expect("README");
+    // README.md and every page of docs/.
+    let mut readme = std::fs::read_to_string(format!("{ROOT}/README.md")).expect("README");
+    for page in std::fs::read_dir(format!("{ROOT}/docs")).expect("docs/").flatten() {
+        readme.push_str(&std::fs::read_to_string(page.path()).expect("page"));
+    }
     let mut blocks = 0;
     for block in readme.split("```yaml\n").skip(1).filter_map(|b| b.split("```").next()) {
         if block.contains("apiVersion: watcher.dev/") {
@@ -389,7 +399,7 @@ fn samples_and_readme_examples_are_valid() {
             blocks += 1;
         }
     }
-    assert!(blocks > 0, "README shows at least one whole object");
+    assert!(blocks > 0, "the documentation shows at least one whole object");
     for object in &objects {
         assert_eq!(refusals(object), Vec::<String>::new(), "{object}");
     }

@@ -228,8 +228,12 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
 /// pass reports (every Watcher in one patch, as at creation); for an existing pod, the same step
 /// run on the pod as it is.
 fn see_the_app(pod: &PodView, existing: bool, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
-    let injecting: Vec<&Watcher> =
-        scope.watchers.iter().copied().filter(|w| !w.spec.app.is_empty() && lines.iter().any(|l| l.injected && l.name == w.name_any())).collect();
+    let injecting: Vec<&Watcher> = scope
+        .watchers
+        .iter()
+        .copied()
+        .filter(|w| !w.spec.app.is_empty() && lines.iter().any(|l| l.injected && l.name == w.name_any()))
+        .collect();
     if injecting.is_empty() {
         return;
     }

@@ -436,10 +436,28 @@ async fn a_server_without_cel_stores_no_rules_and_that_is_no_difference() {
     let report = Cluster::healthy().edit(WATCHERS_CRD, without_rules).check(false).await;
     let (status, message, _) = line(&report, "watchers.watcher.dev");
     assert_eq!(status, Status::Failed);
-    assert!(
-        message.starts_with("the v1alpha1 schema differs from this binary's at spec.selector.matchExpressions[] (x-kubernetes-validations)"),
-        "{message}"
-    );
+    assert!(message.starts_with("the v1alpha1 schema differs from this binary's at "), "{message}");
+    assert!(message.contains("spec.selector.matchExpressions[] (x-kubernetes-validations)"), "{message}");
+}
+
+/// The fields that let the sidecar see the app, added after the 1.24 capture.
+const APP_FIELDS: [&str; 7] = [
+    "spec.shareVolumes",
+    "spec.appVolumeMounts",
+    "spec.appContainers",
+    "spec.transferEnv",
+    "spec.shareProcessNamespace",
+    "spec.podAnnotations",
+    "spec.initContainers",
+];
+
+/// What the Watcher CRD gained after the 1.24 capture: bounds (on what rules read, then on
+/// everything under the spec-wide rules), the fields that let the sidecar see the app, and a
+/// description that now names a page of docs/.
+fn added_since_1_24_capture(difference: &str) -> bool {
+    ["(maxProperties)", "(maxItems)", "(maxLength)"].iter().any(|bound| difference.ends_with(bound))
+        || difference == "spec.failurePolicy (description)"
+        || APP_FIELDS.iter().any(|field| difference.starts_with(&format!("{field} ")))
 }
 
 /// The CRD kube-apiserver 1.24 stored, as captured: on 1.24 its missing rules are no
@@ -456,25 +474,20 @@ async fn the_stored_1_24_crd_differs_only_by_the_bounds_added_since() {
     let schema = |crd: &mut Value| super::normalized(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].take());
     let mut differences = Vec::new();
     super::keyword_differences(&schema(&mut ours), &schema(&mut stored), "", &mut differences);
-    assert!(
-        differences
-            .iter()
-            .all(|d| d.ends_with("(maxProperties)") || d.ends_with("(maxItems)") || d.ends_with("(maxLength)")),
-        "{differences:?}"
-    );
+    assert!(differences.iter().all(|d| added_since_1_24_capture(d)), "{differences:?}");
 
+    // On 1.24 `check` names what the stored CRD lacks: the app fields, nothing else.
     let on_1_24 = stored_on_1_24().check(false).await;
     let (_, message, _) = line(&on_1_24, "watchers.watcher.dev");
-    let differences = message.strip_prefix("the v1alpha1 schema differs from this binary's at ").expect(&message);
-    for difference in differences.split(", ") {
-        assert!(
-            ["(maxProperties)", "(maxItems)", "(maxLength)"].iter().any(|bound| difference.ends_with(bound)),
-            "{difference} in {message}"
-        );
+    let lacks = message.strip_prefix("older than this binary: v1alpha1 lacks ").expect(&message);
+    let lacks = lacks.split(" (").next().unwrap_or(lacks);
+    for field in lacks.split(", ") {
+        assert!(APP_FIELDS.iter().any(|f| field.starts_with(f)), "{field} in {message}");
     }
-    assert!(message.contains("spec.selector.matchLabels (maxProperties)"), "{message}");
     let on_1_36 = Cluster::healthy().edit(WATCHERS_CRD, |crd| *crd = stored_1_24()).check(false).await;
-    assert!(line(&on_1_36, "watchers.watcher.dev").1.contains("(x-kubernetes-validations)"));
+    let (status, message, _) = line(&on_1_36, "watchers.watcher.dev");
+    assert_eq!(status, Status::Failed);
+    assert!(message.starts_with("older than this binary: v1alpha1 lacks spec.appContainers"), "{message}");
 }
 
 #[tokio::test]

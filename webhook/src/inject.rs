@@ -269,14 +269,17 @@ struct PodPatch<'a> {
     has_pull_secrets: bool,
     /// Init containers inserted before the pod's own so far.
     inserted_init_containers: usize,
-    /// Each app container's mounts (normalised path, volume) and whether its list exists,
-    /// read from the pod when first needed.
-    app_mounts: Option<Vec<(bool, Vec<(String, String)>)>>,
+    /// Each container's mounts, read from the pod when first needed.
+    app_mounts: Option<Vec<Mounts>>,
     /// Annotations added for Watchers' `podAnnotations`, and the bytes of all the pod's.
     added_annotations: Vec<(&'a str, &'a str)>,
     annotation_bytes: usize,
     process_shared: bool,
 }
+
+/// One container's mounts as a patch leaves them: whether its `volumeMounts` list exists, and
+/// each mount's (normalised) path and volume.
+type Mounts = (bool, Vec<(String, String)>);
 
 impl<'a> PodPatch<'a> {
     fn new(pod: &'a PodView) -> Self {
@@ -345,15 +348,14 @@ impl<'a> PodPatch<'a> {
         }
     }
 
-    fn app_mounts(&mut self) -> &mut Vec<(bool, Vec<(String, String)>)> {
+    fn app_mounts(&mut self) -> &mut Vec<Mounts> {
         let containers = self.containers;
         self.app_mounts.get_or_insert_with(|| {
             containers
                 .iter()
                 .map(|c| {
                     let mounts = c.volume_mounts.iter().flatten();
-                    let entries =
-                        mounts.map(|m| (app::normal(&m.mount_path).to_owned(), m.name.clone())).collect();
+                    let entries = mounts.map(|m| (app::normal(&m.mount_path).to_owned(), m.name.clone())).collect();
                     (c.volume_mounts.is_some(), entries)
                 })
                 .collect()

@@ -12,10 +12,13 @@ pub mod scope;
 mod server;
 
 pub use decide::{Asked, Decision, Exclusion, Verdict, WebhookSelectors, decide, exclusion};
-pub use inject::{AppReport, InjectOptions, Injection, app_report, SYSTEM_NAMESPACES, inject, supports_native_sidecars};
+pub use inject::{
+    AppReport, InjectOptions, Injection, SYSTEM_NAMESPACES, app_report, inject, supports_native_sidecars,
+};
 pub use metrics::{AdmissionResult, Metrics};
 pub use pod::{
-    Annotations, ContainerView, DeviceView, EnvView, MAX_ANNOTATION_BYTES, MountView, Named, PodMeta, PodSpecView, PodView,
+    Annotations, ContainerView, DeviceView, EnvView, MAX_ANNOTATION_BYTES, MountView, Named, PodMeta, PodSpecView,
+    PodView,
 };
 pub use review::{ReviewError, Reviewer, WatcherSource};
 pub use rewrite::{PolicySource, original_images, rewrite_images};

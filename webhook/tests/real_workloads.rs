@@ -10,8 +10,12 @@ use watcher_api::{SERVICE_ACCOUNT_PATH, Watcher};
 use watcher_webhook::{InjectOptions, PodView, inject};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/");
-const WORKLOADS: [&str; 4] =
-    ["argo-cd-1.36-plain", "argo-cd-1.36-injected", "microservices-demo-1.36-plain", "microservices-demo-1.36-injected"];
+const WORKLOADS: [&str; 4] = [
+    "argo-cd-1.36-plain",
+    "argo-cd-1.36-injected",
+    "microservices-demo-1.36-plain",
+    "microservices-demo-1.36-injected",
+];
 
 fn read(path: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURES}{path}")).expect("fixture")).expect("JSON")
@@ -75,7 +79,8 @@ fn refusals(pod: &Value) -> Vec<String> {
             let mut paths = Vec::new();
             for (m, mount) in items(&container["volumeMounts"]).enumerate() {
                 let at = format!("spec.{list}[{c}].volumeMounts[{m}]");
-                let (volume, path) = (mount["name"].as_str().unwrap_or_default(), mount["mountPath"].as_str().unwrap_or_default());
+                let (volume, path) =
+                    (mount["name"].as_str().unwrap_or_default(), mount["mountPath"].as_str().unwrap_or_default());
                 if paths.contains(&path) {
                     out.push(format!("{at}.mountPath: Invalid value: {path:?}: must be unique"));
                 }

@@ -55,8 +55,9 @@ pub(super) fn see_the_app<'a>(
         .enumerate()
         .filter(|(_, c)| !injected.contains(&c.name.as_str()) && access.is_app_container(&c.name))
         .collect();
-    let reads_apps =
-        access.share_volumes != ShareVolumes::None || !access.app_volume_mounts.is_empty() || !access.transfer_env.is_empty();
+    let reads_apps = access.share_volumes != ShareVolumes::None
+        || !access.app_volume_mounts.is_empty()
+        || !access.transfer_env.is_empty();
     if apps.is_empty() && reads_apps {
         let why = if access.app_containers.is_empty() {
             "every container of the pod is a Watcher's".to_owned()
@@ -135,7 +136,8 @@ impl<'a> Step<'_, 'a> {
                 }
                 if let Some(at) = taken.iter().position(|p| *p == path) {
                     if at < own_paths {
-                        self.lines.push(format!("does not share {path} of {}: the sidecar mounts {path} itself", app.name));
+                        self.lines
+                            .push(format!("does not share {path} of {}: the sidecar mounts {path} itself", app.name));
                     }
                     continue;
                 }
@@ -192,7 +194,10 @@ impl<'a> Step<'_, 'a> {
                     }
                     Some(_) => {
                         self.warn(format!("container {} already mounts something at {path}: left as it is", app.name));
-                        self.lines.push(format!("does not mount {volume} at {path} in {}: it mounts something else there", app.name));
+                        self.lines.push(format!(
+                            "does not mount {volume} at {path} in {}: it mounts something else there",
+                            app.name
+                        ));
                         continue;
                     }
                     None => {}
@@ -228,7 +233,10 @@ impl<'a> Step<'_, 'a> {
                 None => apps.first(),
             };
             let Some((_, source)) = source else {
-                let which = transfer.container.as_deref().map_or("no app container".to_owned(), |n| format!("no app container {n}"));
+                let which = transfer
+                    .container
+                    .as_deref()
+                    .map_or("no app container".to_owned(), |n| format!("no app container {n}"));
                 self.warn(format!("{which} to carry {} from", transfer.names.join(", ")));
                 self.lines.push(format!("does not carry {}: the pod has {which}", transfer.names.join(", ")));
                 continue;
@@ -275,7 +283,8 @@ impl<'a> Step<'_, 'a> {
             self.lines.push("does not share the process namespace: the pod uses the host's (hostPID)".to_owned());
         } else if spec.is_some_and(|s| s.share_process_namespace == Some(false)) && !self.patch.process_shared {
             self.warn("the pod says shareProcessNamespace: false: kept".to_owned());
-            self.lines.push("does not share the process namespace: the pod says shareProcessNamespace: false".to_owned());
+            self.lines
+                .push("does not share the process namespace: the pod says shareProcessNamespace: false".to_owned());
         } else {
             self.patch.share_process_namespace();
             self.lines.push("shares the pod's process namespace".to_owned());
@@ -289,7 +298,9 @@ impl<'a> Step<'_, 'a> {
                 self.lines.push(format!("annotation {key} is on the pod (never overwritten)"));
             } else if self.patch.has_annotation(key) {
                 self.lines.push(format!("does not annotate {key}: the pod has it (never overwritten)"));
-            } else if self.patch.annotation_bytes + key.len() + value.len() + OWN_ANNOTATIONS_ROOM > MAX_ANNOTATION_BYTES {
+            } else if self.patch.annotation_bytes + key.len() + value.len() + OWN_ANNOTATIONS_ROOM
+                > MAX_ANNOTATION_BYTES
+            {
                 self.warn(format!("annotation {key} not added: the pod's annotations would pass 256 KiB"));
                 self.lines.push(format!("does not annotate {key}: the pod's annotations would pass 256 KiB"));
             } else {

@@ -390,8 +390,12 @@ mod app {
 
     #[test]
     fn shared_volumes_read_only_without_the_token() {
-        let (injection, patched) = run(&captured(), &[log_watcher(json!({"shareVolumes": "ReadOnly"}))], &options(true));
-        assert_eq!(sidecar_of(&patched)["volumeMounts"], json!([{"name": "data", "mountPath": "/data", "readOnly": true}]));
+        let (injection, patched) =
+            run(&captured(), &[log_watcher(json!({"shareVolumes": "ReadOnly"}))], &options(true));
+        assert_eq!(
+            sidecar_of(&patched)["volumeMounts"],
+            json!([{"name": "data", "mountPath": "/data", "readOnly": true}])
+        );
         assert_eq!(
             lines(&injection),
             [
@@ -429,10 +433,16 @@ mod app {
         let mounts = &patched["spec"]["containers"][0]["volumeMounts"];
         assert_eq!(mounts[2], json!({"name": "app-logs", "mountPath": "/var/log/app", "subPath": "a"}));
         assert_eq!(mounts.as_array().map(Vec::len), Some(3), "/data/ is where app mounts data: left alone");
-        assert_eq!(injection.warnings, ["Watcher log-watcher: container app already mounts something at /data: left as it is"]);
+        assert_eq!(
+            injection.warnings,
+            ["Watcher log-watcher: container app already mounts something at /data: left as it is"]
+        );
         assert_eq!(
             lines(&injection),
-            ["mounts volume app-logs at /var/log/app in app", "does not mount app-logs at /data in app: it mounts something else there"]
+            [
+                "mounts volume app-logs at /var/log/app in app",
+                "does not mount app-logs at /data in app: it mounts something else there"
+            ]
         );
     }
 
@@ -444,7 +454,9 @@ mod app {
         assert_eq!(patched["spec"]["containers"][0]["volumeMounts"][2], json!({"name": "data", "mountPath": "/x"}));
         assert_eq!(
             injection.warnings,
-            ["Watcher log-watcher: the pod has a volume data of its own: the app containers mount the pod's, not the Watcher's"]
+            [
+                "Watcher log-watcher: the pod has a volume data of its own: the app containers mount the pod's, not the Watcher's"
+            ]
         );
         assert_eq!(lines(&injection)[0], "mounts volume data at /data in app", "already there: nothing to add");
     }
@@ -511,11 +523,17 @@ mod app {
         let spec = json!({"podAnnotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9102"}});
         let (injection, patched) = run(&pod, &[log_watcher(spec.clone())], &options(true));
         let annotations = &patched["metadata"]["annotations"];
-        assert_eq!((&annotations["prometheus.io/scrape"], &annotations["prometheus.io/port"]), (&json!("true"), &json!("8080")));
+        assert_eq!(
+            (&annotations["prometheus.io/scrape"], &annotations["prometheus.io/port"]),
+            (&json!("true"), &json!("8080"))
+        );
         assert!(annotations["kubectl.kubernetes.io/last-applied-configuration"].is_string(), "the others stay");
         assert_eq!(
             lines(&injection),
-            ["does not annotate prometheus.io/port: the pod has it (never overwritten)", "annotates prometheus.io/scrape"]
+            [
+                "does not annotate prometheus.io/port: the pod has it (never overwritten)",
+                "annotates prometheus.io/scrape"
+            ]
         );
         // A pod with no annotations at all: one object with them and the operator's own.
         let bare = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "app", "image": "nginx"}]}});
@@ -525,7 +543,12 @@ mod app {
         let keys: Vec<&String> = patched["metadata"]["annotations"].as_object().expect("annotations").keys().collect();
         assert_eq!(
             keys,
-            ["prometheus.io/port", "prometheus.io/scrape", "watcher.dev/injected", "watcher.dev/injected-without-image"]
+            [
+                "prometheus.io/port",
+                "prometheus.io/scrape",
+                "watcher.dev/injected",
+                "watcher.dev/injected-without-image"
+            ]
         );
     }
 
@@ -538,7 +561,9 @@ mod app {
         assert!(patched["metadata"]["annotations"].get("prometheus.io/scrape").is_none());
         assert_eq!(
             injection.warnings,
-            ["Watcher log-watcher: annotation prometheus.io/scrape not added: the pod's annotations would pass 256 KiB"]
+            [
+                "Watcher log-watcher: annotation prometheus.io/scrape not added: the pod's annotations would pass 256 KiB"
+            ]
         );
     }
 
@@ -553,8 +578,12 @@ mod app {
         let spec = json!({"nativeSidecar": "Always", "initContainers": [
             {"name": "prepare", "image": "busybox:1.36"}, {"name": "second", "image": "busybox:1.36"}]});
         let (injection, patched) = run(&pod, &[log_watcher(spec)], &options(true));
-        let names: Vec<&str> =
-            patched["spec"]["initContainers"].as_array().expect("init").iter().filter_map(|c| c["name"].as_str()).collect();
+        let names: Vec<&str> = patched["spec"]["initContainers"]
+            .as_array()
+            .expect("init")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
         assert_eq!(names, ["prepare", "second", "setup", "log-watcher"]);
         assert_eq!(
             lines(&injection),
@@ -565,7 +594,10 @@ mod app {
         let clash = json!({"initContainers": [{"name": "setup", "image": "busybox:1.36"}]});
         let (injection, patched) = run(&pod, &[log_watcher(clash)], &options(true));
         assert!(injection.patch.is_empty() && patched == pod);
-        assert_eq!(injection.warnings, ["Watcher log-watcher not injected: the pod already has a container named setup"]);
+        assert_eq!(
+            injection.warnings,
+            ["Watcher log-watcher not injected: the pod already has a container named setup"]
+        );
     }
 
     /// The pod's own init containers move along when the Watcher's go before them: an
@@ -596,6 +628,9 @@ mod app {
             .iter()
             .map(|c| (c["name"].as_str().unwrap_or_default(), c["image"].as_str().unwrap_or_default()))
             .collect();
-        assert_eq!(init, [("prepare", "mirror.corp/library/busybox:1.36"), ("setup", "mirror.corp/library/busybox:latest")]);
+        assert_eq!(
+            init,
+            [("prepare", "mirror.corp/library/busybox:1.36"), ("setup", "mirror.corp/library/busybox:latest")]
+        );
     }
 }

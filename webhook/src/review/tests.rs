@@ -625,7 +625,13 @@ async fn the_sidecar_sees_the_app_through_the_router(#[case] name: &str) {
         .collect();
     assert_eq!(shared.iter().map(|m| &m["mountPath"]).collect::<Vec<_>>(), app_paths, "{name}");
     assert!(shared.iter().all(|m| m["readOnly"] == true));
-    assert!(containers.iter().all(|c| c["volumeMounts"].as_array().into_iter().flatten().any(|m| m["mountPath"] == "/var/watch")));
+    assert!(
+        containers.iter().all(|c| c["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|m| m["mountPath"] == "/var/watch"))
+    );
     assert_eq!(pod["spec"]["shareProcessNamespace"], true);
     assert_eq!(pod["metadata"]["annotations"]["prometheus.io/scrape"], "true");
     // No app container defines HOSTNAME: skipped, and not a warning.
@@ -634,7 +640,10 @@ async fn the_sidecar_sees_the_app_through_the_router(#[case] name: &str) {
     // Reinvocation: the ServiceAccount plugin has mounted the token into the new containers.
     let mut again = request.clone();
     let mut reinvoked = pod.clone();
-    let token = reinvoked["spec"]["volumes"].as_array().expect("volumes").iter()
+    let token = reinvoked["spec"]["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
         .find_map(|v| v["name"].as_str().filter(|n| n.starts_with("kube-api-access-")).map(str::to_owned))
         .expect("the token volume");
     for list in ["initContainers", "containers"] {
