@@ -221,6 +221,36 @@ mod tests {
         names
     }
 
+    /// A fresh operator's `/metrics`: every series known in advance is there at 0 (each
+    /// controller's reconciles and errors, each watched resource, each admission result), so the
+    /// dashboard shows 0 and `rate()` sees the first error of each.
+    #[test]
+    fn known_series_are_exported_at_zero_from_the_start() {
+        let (registry, _, _) = registry(kube::runtime::reflector::store().0, Arc::default());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        let mut wanted = Vec::new();
+        for controller in watcher_controller::CONTROLLERS {
+            wanted.push(format!("watcher_reconcile_total{{controller=\"{controller}\"}} 0"));
+            for error in watcher_controller::Error::METRIC_LABELS {
+                wanted
+                    .push(format!("watcher_reconcile_errors_total{{controller=\"{controller}\",error=\"{error}\"}} 0"));
+            }
+        }
+        for resource in watcher_controller::WATCHED_RESOURCES {
+            // Counted process-wide: another test may have counted a watch of it already.
+            wanted.push(format!("watcher_watch_errors_total{{resource=\"{resource}\"}} "));
+            wanted.push(format!("watcher_watch_lists_total{{resource=\"{resource}\"}} "));
+        }
+        for result in ["injected", "rewritten", "skipped", "probe", "refused", "error"] {
+            wanted.push(format!("watcher_admission_requests_total{{result=\"{result}\"}} 0"));
+        }
+        let missing: Vec<&String> =
+            wanted.iter().filter(|w| !text.lines().any(|l| l.starts_with(w.as_str()))).collect();
+        assert!(missing.is_empty(), "not exported: {missing:?}");
+        assert_eq!(watcher_webhook::AdmissionResult::ALL.len(), 6, "every result listed above");
+    }
+
     /// The `watcher_` metric names `text` reads.
     fn names_read(text: &str) -> std::collections::BTreeSet<String> {
         let name = regex::Regex::new(r"\bwatcher_[a-z_]+").expect("regex");

@@ -6,7 +6,8 @@
 mod common;
 
 use common::{
-    Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, wait_for, wait_until,
+    Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, runs_cel,
+    try_kubectl_apply, wait_for, wait_until,
 };
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
@@ -147,18 +148,24 @@ async fn image_policies_rewrite_pods_and_workloads() {
         kept.spec.and_then(|s| s.template.spec).and_then(|s| s.containers.first().and_then(|c| c.image.clone()));
     assert_eq!(template.as_deref(), Some("mirror.internal/library/alpine:3.20"));
 
-    // An invalid rule is reported, never applied.
+    // An invalid rule (a prefix rewritten to a whole reference) is never applied: refused at
+    // apply time where kube-apiserver runs the CRD's CEL rules (1.25+), reported before.
     let mut invalid = policy("e2e-invalid", &mark, false);
     invalid["spec"]["rewrites"][0]["to"] = json!("mirror.internal/library");
-    kubectl_apply(n, &invalid);
-    let reason = wait_for(STEP, || async {
-        let status = Api::<ImagePolicy>::all(client.clone()).get("e2e-invalid").await.ok()?.status?;
-        status.conditions.into_iter().find(|c| c.type_ == "Ready" && c.status == "False").map(|c| c.reason)
-    })
-    .await;
-    assert_eq!(reason, "InvalidRule");
+    if runs_cel(&client).await {
+        let refused = try_kubectl_apply(n, &invalid).expect_err("refused at apply time");
+        assert!(refused.contains("a prefix (from ending in /) is rewritten to a prefix"), "{refused}");
+    } else {
+        kubectl_apply(n, &invalid);
+        let reason = wait_for(STEP, || async {
+            let status = Api::<ImagePolicy>::all(client.clone()).get("e2e-invalid").await.ok()?.status?;
+            status.conditions.into_iter().find(|c| c.type_ == "Ready" && c.status == "False").map(|c| c.reason)
+        })
+        .await;
+        assert_eq!(reason, "InvalidRule");
+    }
     assert_eq!(dry_run_image(&pods, &pod("alpine2", "alpine")).await.as_deref(), Some("alpine"));
-    kubectl(&["delete", "imagepolicy", "e2e-invalid"]);
+    let _ = common::try_kubectl(&["delete", "imagepolicy", "e2e-invalid", "--ignore-not-found"]);
 
     other.delete().await;
     ns.delete().await;

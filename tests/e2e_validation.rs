@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, try_kubectl, wait_for};
+use common::{
+    Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, minor, runs_cel, try_kubectl_apply,
+    wait_for,
+};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
@@ -15,24 +18,11 @@ use watcher_api::Watcher;
 
 /// `kubectl apply` of `manifest`: its stderr when refused.
 fn apply(namespace: &str, manifest: &Value) -> Result<String, String> {
-    let path = std::env::temp_dir().join(format!("watcher-e2e-{}-validation.json", std::process::id()));
-    std::fs::write(&path, manifest.to_string()).expect("manifest written");
-    try_kubectl(&["apply", "-n", namespace, "-f", path.to_str().expect("UTF-8 path")])
+    try_kubectl_apply(namespace, manifest)
 }
 
 fn watcher(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": name}, "spec": spec})
-}
-
-/// The API server's minor version (1.x).
-async fn minor(client: &kube::Client) -> u32 {
-    let version = client.apiserver_version().await.expect("version");
-    version.minor.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().unwrap_or(0)
-}
-
-/// Whether the API server runs CEL validation rules (Kubernetes 1.25 or later).
-async fn runs_cel(client: &kube::Client) -> bool {
-    minor(client).await >= 25
 }
 
 #[tokio::test]

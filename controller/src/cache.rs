@@ -71,7 +71,7 @@ impl WatcherCache {
                     // No subscriber (not the leader) is fine: nothing waits.
                     Ok(watcher) => drop(sender.send(ObjectRef::from(&watcher))),
                     // Retried with backoff; until it works the webhook stays unready.
-                    Err(error) => tracing::warn!(%error, "cannot watch Watchers (are the CRDs installed?)"),
+                    Err(error) => crate::log_watch_error("Watchers", true, &error),
                 }
                 future::ready(())
             });

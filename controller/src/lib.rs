@@ -12,6 +12,7 @@ pub mod podset;
 mod policies;
 pub mod scope;
 pub mod sync;
+mod watch_errors;
 pub mod watcher;
 
 #[cfg(test)]
@@ -21,9 +22,11 @@ pub use cache::{Change, WatcherCache};
 pub use context::Context;
 pub use error::{Error, Result};
 pub use metrics::{
-    Metrics, ROLLOUT_STATES, ScopeState, WatcherCollector, observe_watch, watch_errors_of, watch_lists_of,
+    CONTROLLERS, Metrics, ROLLOUT_STATES, ScopeState, WATCHED_RESOURCES, WatcherCollector, observe_watch,
+    watch_errors_of, watch_lists_of,
 };
 pub use policies::PolicyCache;
+pub use watch_errors::{WatchTrouble, log_watch_error, watch_error_line};
 
 /// Settings shared by every controller: a bounded number of reconciles in flight, so a burst
 /// (a fresh start with thousands of objects) costs neither thousands of connections nor memory.
@@ -36,9 +39,10 @@ fn controller_config() -> kube::runtime::controller::Config {
 /// 1,000 Watchers, for 0.2 s less to reconcile them all (`cargo bench --bench startup`).
 const CONCURRENCY: u16 = 8;
 
-/// Logs what a controller's run stream yields: watch and queue failures as warnings (they stop
-/// reconciles until the watch recovers, e.g. a missing CRD or RBAC rule), the rest at debug
-/// (failed reconciles are logged by each `error_policy`).
+/// Logs what a controller's run stream yields: a failed watch with the hint its status earns
+/// (an expired watch is a normal relist; a missing CRD or RBAC rule stops reconciles until it
+/// is fixed), queue failures as warnings, the rest at debug (failed reconciles are logged by
+/// each `error_policy`).
 fn log_run_result<K, E: std::fmt::Display>(
     controller: &'static str,
     result: Result<K, kube::runtime::controller::Error<E, kube::runtime::watcher::Error>>,
@@ -46,8 +50,12 @@ fn log_run_result<K, E: std::fmt::Display>(
     use kube::runtime::controller::Error as RunError;
     match result {
         Ok(_) => {}
-        Err(error @ (RunError::QueueError(_) | RunError::RunnerError(_))) => {
-            tracing::warn!(controller, %error, "watch failed; retrying with backoff")
+        Err(RunError::QueueError(error)) => {
+            let _span = tracing::info_span!("controller", controller).entered();
+            log_watch_error(&format!("the objects of controller {controller}"), false, &error);
+        }
+        Err(error @ RunError::RunnerError(_)) => {
+            tracing::warn!(controller, %error, "controller queue failed; retrying with backoff")
         }
         Err(error) => tracing::debug!(controller, %error, "controller event"),
     }

@@ -83,6 +83,24 @@ impl ScopeState {
     }
 }
 
+/// Every controller, as its series name it.
+pub const CONTROLLERS: [&str; 6] = ["watcher", "pods", "at", "podset", "sync", "images"];
+
+/// Every resource whose watches are counted ([`observe_watch`]): their series are exported from
+/// the start, at 0.
+pub const WATCHED_RESOURCES: [&str; 10] = [
+    "watchers",
+    "imagepolicies",
+    "namespaces",
+    "pods",
+    "controllerrevisions",
+    "configmaps",
+    "secrets",
+    "deployments",
+    "statefulsets",
+    "daemonsets",
+];
+
 /// Watch errors and lists per resource: one set for the process, since every watch of every
 /// cache counts into it (those of the webhook's caches too), whoever holds the registry.
 struct Watches {
@@ -144,6 +162,19 @@ impl Metrics {
             leader: Gauge::default(),
             scope: Family::default(),
         };
+        // Every series known in advance, at 0: `rate()` and `increase()` see the first error of
+        // each, and the dashboard shows 0 rather than no data.
+        for controller in CONTROLLERS {
+            drop(metrics.reconciles.get_or_create(&ControllerLabels { controller }));
+            for error in crate::Error::METRIC_LABELS {
+                drop(metrics.errors.get_or_create(&ErrorLabels { controller, error }));
+            }
+        }
+        for resource in WATCHED_RESOURCES {
+            let labels = ResourceLabels { resource: resource.to_owned() };
+            drop(WATCHES.errors.get_or_create(&labels));
+            drop(WATCHES.lists.get_or_create(&labels));
+        }
         registry.register("watcher_reconcile", "Reconciles run", metrics.reconciles.clone());
         registry.register(
             "watcher_sidecar_in_place_updates",

@@ -57,7 +57,7 @@ impl PolicyCache {
                         policy_changed.send_replace(());
                     }
                     Ok(_) => {}
-                    Err(error) => tracing::warn!(%error, "cannot watch ImagePolicies (are the CRDs installed?)"),
+                    Err(error) => crate::log_watch_error("ImagePolicies", true, &error),
                 }
                 futures::future::ready(())
             });
@@ -72,7 +72,7 @@ impl PolicyCache {
                         namespace_changed.send_replace(());
                     }
                     Ok(_) => {}
-                    Err(error) => tracing::warn!(%error, "cannot watch namespaces"),
+                    Err(error) => crate::log_watch_error("namespaces", false, &error),
                 }
                 futures::future::ready(())
             });

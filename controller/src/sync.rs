@@ -305,7 +305,7 @@ pub async fn run(ctx: Arc<Context>, source_namespaces: Vec<String>, secrets: boo
                     let _ = notify.send(());
                 }
                 Ok(_) => {}
-                Err(error) => warn!(controller = CONTROLLER, %error, "cannot watch namespaces"),
+                Err(error) => crate::log_watch_error("namespaces", false, &error),
             }
             futures::future::ready(())
         });
@@ -390,7 +390,7 @@ async fn run_kind<K: Synced>(
                 // A source's own key; a copy names its source.
                 Ok(object) if is_source => enqueue(SourceKey::of(&object)),
                 Ok(copy) => SourceKey::from_copy(&copy).into_iter().for_each(&enqueue),
-                Err(error) => warn!(controller = CONTROLLER, %error, "cannot watch sync sources or copies"),
+                Err(error) => crate::log_watch_error("sync sources or copies", false, &error),
             }
             futures::future::ready(())
         })));

@@ -191,6 +191,18 @@ impl Drop for Operator {
     }
 }
 
+/// The API server's minor version (1.x).
+pub async fn minor(client: &Client) -> u32 {
+    let version = client.apiserver_version().await.expect("version");
+    version.minor.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().unwrap_or(0)
+}
+
+/// Whether the API server runs CEL validation rules (Kubernetes 1.25 or later): before, an
+/// object a rule would refuse is stored, and the operator reports it instead.
+pub async fn runs_cel(client: &Client) -> bool {
+    minor(client).await >= 25
+}
+
 /// Runs `kubectl` (with the test's `KUBECONFIG`) and returns its stdout, or its stderr as the
 /// error.
 pub fn try_kubectl(args: &[&str]) -> Result<String, String> {
@@ -209,9 +221,14 @@ pub fn kubectl(args: &[&str]) -> String {
 
 /// `kubectl apply` of a manifest given as JSON.
 pub fn kubectl_apply(namespace: &str, manifest: &serde_json::Value) {
+    try_kubectl_apply(namespace, manifest).unwrap_or_else(|stderr| panic!("kubectl apply failed: {stderr}"));
+}
+
+/// `kubectl apply` of a manifest given as JSON: kubectl's stderr when refused.
+pub fn try_kubectl_apply(namespace: &str, manifest: &serde_json::Value) -> Result<String, String> {
     let path = std::env::temp_dir().join(format!("watcher-e2e-{}-apply.json", std::process::id()));
     std::fs::write(&path, manifest.to_string()).expect("manifest written");
-    kubectl(&["apply", "-n", namespace, "-f", path.to_str().expect("UTF-8 path")]);
+    try_kubectl(&["apply", "-n", namespace, "-f", path.to_str().expect("UTF-8 path")])
 }
 
 /// A kubeconfig for ServiceAccount `namespace/name` on the test's cluster, with a token from

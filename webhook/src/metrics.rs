@@ -24,6 +24,13 @@ pub enum AdmissionResult {
     error,
 }
 
+impl AdmissionResult {
+    /// Every result, each exported from the start (at 0), so `rate()` sees the first request of
+    /// each and a dashboard shows 0 rather than no data.
+    pub const ALL: [Self; 6] =
+        [Self::injected, Self::rewritten, Self::skipped, Self::probe, Self::refused, Self::error];
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: AdmissionResult,
@@ -47,6 +54,9 @@ impl Metrics {
                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 2.5, 5.0, 10.0, 30.0,
             ]),
         };
+        for result in AdmissionResult::ALL {
+            drop(metrics.requests.get_or_create(&ResultLabels { result }));
+        }
         registry.register("watcher_admission_requests", "Admission requests answered", metrics.requests.clone());
         registry.register(
             "watcher_admission_duration_seconds",
