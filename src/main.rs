@@ -1,9 +1,5 @@
 //! `watcher-operator`: the admission webhook and the controllers, in one process.
 
-mod check;
-mod cli;
-mod offline;
-mod rollout;
 mod run;
 mod telemetry;
 
@@ -19,7 +15,7 @@ async fn main() -> ExitCode {
         Err(error) => {
             // One line with every cause once, for people and for `kubectl logs` alike (kube's
             // errors often repeat their source in their own message).
-            eprintln!("error: {}", cli::causes(error.as_ref()));
+            eprintln!("error: {}", watcher_cli::causes(error.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -30,7 +26,10 @@ async fn run() -> anyhow::Result<bool> {
     rustls::crypto::ring::default_provider()
         .install_default()
         .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
-    let cli = cli::Cli::parse_args();
+    let cli = watcher_cli::Cli::parse_args();
     telemetry::init_tracing(cli.log_format(), cli.default_log_filter())?;
-    cli.execute().await
+    match cli.job() {
+        watcher_cli::Job::Operator(args) => run::run(*args).await.map(|()| true),
+        watcher_cli::Job::Command(command) => watcher_cli::execute(*command).await,
+    }
 }

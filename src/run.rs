@@ -17,8 +17,8 @@ use watcher_controller::scope::ScopeWriter;
 use watcher_controller::{Context, PolicyCache, WatcherCache};
 use watcher_webhook::{InjectOptions, Reviewer, router, serve_tls, supports_native_sidecars};
 
-use crate::cli::{ControllerName, RunArgs};
 use crate::telemetry::{Readiness, serve_admin};
+use watcher_cli::{ControllerName, RunArgs};
 
 /// The Lease whose holder runs the controllers.
 const LEASE_NAME: &str = "watcher-operator";
@@ -401,12 +401,13 @@ mod tests {
         let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
         std::fs::write(&cert, &serving.cert_pem).expect("cert written");
         std::fs::write(&key, &serving.key_pem).expect("key written");
-        let args = crate::cli::run_args(&[
+        let args = watcher_cli::run_args(&[
             "--tls-cert-file",
             cert.to_str().expect("UTF-8"),
             "--tls-key-file",
             key.to_str().expect("UTF-8"),
-        ]);
+        ])
+        .expect("run parses");
         let (service, mut handle) =
             tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
         let client = Client::new(service, "watcher-system");

@@ -10,9 +10,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use clap::ValueEnum;
 use prometheus_client::registry::Registry;
 use tracing_subscriber::EnvFilter;
+use watcher_cli::LogFormat;
 
 /// `watcher_certificate_expiry_timestamp_seconds{certificate}`: when the serving certificate
 /// and its CA expire, read from the certificate store at each scrape.
@@ -52,19 +52,6 @@ pub(crate) fn registry(
     registry.register_collector(Box::new(CertificateCollector(certs)));
     (registry, controllers, webhook)
 }
-
-/// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// The default filter: our own crates at `info`, the chatty libraries only when they warn.
-pub(crate) const DEFAULT_FILTER: &str =
-    "info,kube=warn,kube_runtime=warn,kube_client=warn,hyper=warn,rustls=warn,tower=warn";
 
 /// Logs to stderr (stdout is for command output such as `crds`); `RUST_LOG` overrides the level.
 /// `default_filter` applies when `RUST_LOG` is not set.

@@ -7,13 +7,12 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::offline;
-use crate::telemetry::LogFormat;
 
 /// Injects Watcher sidecars into pods, rewrites their images, and reconciles Watcher, At,
 /// PodSet and ImagePolicy resources and synced Secrets and ConfigMaps.
 #[derive(Debug, Parser)]
 #[command(name = "watcher-operator", version, about, args_conflicts_with_subcommands = true)]
-pub(crate) struct Cli {
+pub struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
 
@@ -22,7 +21,7 @@ pub(crate) struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {
+pub enum Command {
     /// Serve the admission webhook and run the controllers (the default).
     Run(RunArgs),
     /// Print the CustomResourceDefinitions as YAML.
@@ -45,7 +44,7 @@ enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-enum RolloutCommand {
+pub enum RolloutCommand {
     /// Follow the rollout: exit 0 once every pod outside the partition runs the current spec,
     /// 1 when it is paused, stuck, or at --timeout.
     Status(RolloutStatusArgs),
@@ -62,7 +61,7 @@ enum RolloutCommand {
 
 /// The Watcher a `rollout` command is about.
 #[derive(Debug, Args)]
-struct RolloutArgs {
+pub struct RolloutArgs {
     /// The Watcher's name.
     watcher: String,
     /// Its namespace (default: the kubeconfig context's).
@@ -74,7 +73,7 @@ struct RolloutArgs {
 
 /// Flags of `rollout status`.
 #[derive(Debug, Args)]
-struct RolloutStatusArgs {
+pub struct RolloutStatusArgs {
     #[command(flatten)]
     target: RolloutArgs,
     /// How long to wait (`30s`, `5m`, `1h`); `0` waits for ever.
@@ -84,7 +83,7 @@ struct RolloutStatusArgs {
 
 /// Flags of `rollout undo`.
 #[derive(Debug, Args)]
-struct RolloutUndoArgs {
+pub struct RolloutUndoArgs {
     #[command(flatten)]
     target: RolloutArgs,
     /// The revision to go back to (see `rollout history`).
@@ -104,7 +103,7 @@ impl RolloutArgs {
 /// How to reach the cluster, as kubectl takes it. Without either flag: in-cluster config, then
 /// `KUBECONFIG`, then `~/.kube/config`.
 #[derive(Debug, Args)]
-pub(crate) struct ClusterArgs {
+pub struct ClusterArgs {
     /// The kubeconfig file to use.
     #[arg(long, env = "WATCHER_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
@@ -135,14 +134,14 @@ impl ClusterArgs {
 
 /// `-o`: text for people, JSON for machines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Output {
+pub enum Output {
     Text,
     Json,
 }
 
 /// Flags of `watcher-operator check`.
 #[derive(Debug, Args)]
-pub(crate) struct CheckArgs {
+pub struct CheckArgs {
     /// Check whether the cluster can take an install instead: its version, the admission API,
     /// and whether you may create what the install creates.
     #[arg(long, env = "WATCHER_CHECK_PRE")]
@@ -162,7 +161,7 @@ pub(crate) struct CheckArgs {
 
 /// Flags of `watcher-operator check-inject`.
 #[derive(Debug, Args)]
-pub(crate) struct CheckInjectArgs {
+pub struct CheckInjectArgs {
     /// A pod of the cluster.
     #[arg(required_unless_present = "filename", conflicts_with = "filename")]
     pod: Option<String>,
@@ -185,7 +184,7 @@ pub(crate) struct CheckInjectArgs {
 
 /// Flags of `watcher-operator inject`.
 #[derive(Debug, Args)]
-pub(crate) struct InjectArgs {
+pub struct InjectArgs {
     /// Pod manifest(s), YAML, several documents allowed; `-` reads stdin.
     #[arg(short = 'f', long = "filename")]
     pods: PathBuf,
@@ -208,7 +207,7 @@ pub(crate) struct InjectArgs {
 
 /// Flags of `watcher-operator certs`.
 #[derive(Debug, Args)]
-pub(crate) struct CertsArgs {
+pub struct CertsArgs {
     /// The webhook Service's name.
     #[arg(long, default_value = "watcher-operator")]
     service: String,
@@ -228,60 +227,60 @@ pub(crate) struct CertsArgs {
 
 /// Flags of `watcher-operator run`; each also reads the environment variable shown.
 #[derive(Debug, Clone, Args)]
-pub(crate) struct RunArgs {
+pub struct RunArgs {
     /// Address of the HTTPS admission webhook.
     #[arg(long, env = "WATCHER_WEBHOOK_ADDR", default_value = "0.0.0.0:8443")]
-    pub(crate) webhook_addr: SocketAddr,
+    pub webhook_addr: SocketAddr,
 
     /// Address of the plain-HTTP /healthz, /readyz and /metrics endpoints.
     #[arg(long, env = "WATCHER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
-    pub(crate) metrics_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
 
     /// The operator's namespace: its TLS Secret and leader Lease live here, and its pods are
     /// never injected. Default: the namespace of the pod it runs in, else the kubeconfig's.
     #[arg(long, env = "WATCHER_NAMESPACE")]
-    pub(crate) namespace: Option<String>,
+    pub namespace: Option<String>,
 
     /// The Service in front of the webhook; the webhook configuration points at it.
     #[arg(long, env = "WATCHER_SERVICE_NAME", default_value = "watcher-operator")]
-    pub(crate) service_name: String,
+    pub service_name: String,
 
     /// Register the webhook by URL instead of by Service (for running outside the cluster),
     /// e.g. `https://127.0.0.1:8443/mutate`.
     #[arg(long, env = "WATCHER_WEBHOOK_URL", value_parser = parse_webhook_url)]
-    pub(crate) webhook_url: Option<String>,
+    pub webhook_url: Option<String>,
 
     /// Controllers to run, comma-separated (default: every controller).
     #[arg(long, env = "WATCHER_CONTROLLERS", value_delimiter = ',', default_value = ALL_CONTROLLERS)]
-    pub(crate) controllers: Vec<ControllerName>,
+    pub controllers: Vec<ControllerName>,
 
     /// Namespaces whose Secrets and ConfigMaps annotated `watcher.dev/sync` are copied into
     /// other namespaces, comma-separated. Default: the operator's namespace.
     #[arg(long, env = "WATCHER_SYNC_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
-    pub(crate) sync_namespaces: Vec<String>,
+    pub sync_namespaces: Vec<String>,
 
     /// Whether the sync controller copies Secrets too; `--sync-secrets=false` copies ConfigMaps
     /// only, and the operator then needs no access to Secrets outside its namespace.
     #[arg(long, env = "WATCHER_SYNC_SECRETS", default_value_t = true, action = ArgAction::Set)]
-    pub(crate) sync_secrets: bool,
+    pub sync_secrets: bool,
 
     /// Run the controllers only in the replica that holds Lease `watcher-operator`.
     /// `--leader-election=false` runs them in every replica: use it with one replica only.
     #[arg(long, env = "WATCHER_LEADER_ELECTION", default_value_t = true, action = ArgAction::Set)]
-    pub(crate) leader_election: bool,
+    pub leader_election: bool,
 
     /// Serve this certificate (PEM chain) instead of self-managed ones, reloading it when the
     /// file changes (cert-manager). Needs `--tls-key-file`.
     #[arg(long, env = "WATCHER_TLS_CERT_FILE", requires = "tls_key_file")]
-    pub(crate) tls_cert_file: Option<PathBuf>,
+    pub tls_cert_file: Option<PathBuf>,
 
     /// The private key (PEM) of `--tls-cert-file`.
     #[arg(long, env = "WATCHER_TLS_KEY_FILE", requires = "tls_cert_file")]
-    pub(crate) tls_key_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
 
     /// Log format. The level comes from `RUST_LOG` (default `info`).
     #[arg(long, env = "WATCHER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub(crate) log_format: LogFormat,
+    pub log_format: LogFormat,
 }
 
 /// Every controller, the default of `--controllers`: an operator installed from `deploy/` (which
@@ -290,7 +289,7 @@ const ALL_CONTROLLERS: &str = "watcher,pods,at,podset,sync,images";
 
 /// A controller that `--controllers` can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum ControllerName {
+pub enum ControllerName {
     /// Watcher → owned ConfigMap and status.
     Watcher,
     /// Pods → injection drift on each Watcher (and evictions under `Recreate`).
@@ -327,15 +326,34 @@ fn parse_webhook_url(value: &str) -> Result<String, String> {
     Ok(value.to_owned())
 }
 
-/// `watcher-operator run ARGS` as parsed, for tests.
-#[cfg(test)]
-pub(crate) fn run_args(args: &[&str]) -> RunArgs {
-    let cli = Cli::try_parse_from(["watcher-operator", "run"].iter().chain(args)).expect("run parses");
-    match cli.command {
-        Some(Command::Run(run)) => run,
-        _ => unreachable!("the run subcommand"),
+/// `watcher-operator run ARGS` as parsed (with the environment's `WATCHER_...` variables).
+pub fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
+    let cli = Cli::try_parse_from(["watcher-operator", "run"].iter().chain(args))?;
+    match cli.job() {
+        Job::Operator(run) => Ok(*run),
+        Job::Command(_) => Err(clap::Error::new(clap::error::ErrorKind::InvalidSubcommand)),
     }
 }
+
+/// What the process does: run the operator (`run`, the default command), or another command.
+pub enum Job {
+    /// The webhook and the controllers, with these flags.
+    Operator(Box<RunArgs>),
+    /// A command that does its work and exits (see [`execute`]).
+    Command(Box<Command>),
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The default filter: our own crates at `info`, the chatty libraries only when they warn.
+pub const DEFAULT_FILTER: &str = "info,kube=warn,kube_runtime=warn,kube_client=warn,hyper=warn,rustls=warn,tower=warn";
 
 /// Whether the binary runs as the kubectl plugin (`kubectl-watcher` on the `PATH`, as
 /// `kubectl watcher ...` finds it).
@@ -346,7 +364,7 @@ fn is_kubectl_plugin(argv0: &std::ffi::OsStr) -> bool {
 impl Cli {
     /// Parses the process's arguments. As the kubectl plugin with no command, `kubectl watcher`
     /// shows the help rather than starting the operator.
-    pub(crate) fn parse_args() -> Self {
+    pub fn parse_args() -> Self {
         use clap::CommandFactory;
         let mut args = std::env::args_os();
         let plugin = args.next().is_some_and(|argv0| is_kubectl_plugin(&argv0));
@@ -359,7 +377,7 @@ impl Cli {
     }
 
     /// The log format for this invocation (only `run` has the flag; the others log as text).
-    pub(crate) fn log_format(&self) -> LogFormat {
+    pub fn log_format(&self) -> LogFormat {
         match &self.command {
             Some(Command::Run(args)) => args.log_format,
             None => self.run.log_format,
@@ -369,23 +387,34 @@ impl Cli {
 
     /// The log level when `RUST_LOG` is not set: the diagnostic commands print their own
     /// findings, and the client's own error logs would repeat them.
-    pub(crate) fn default_log_filter(&self) -> &'static str {
+    pub fn default_log_filter(&self) -> &'static str {
         match &self.command {
             Some(Command::Check(_) | Command::CheckInject(_) | Command::Rollout(_)) => "off",
-            _ => crate::telemetry::DEFAULT_FILTER,
+            _ => DEFAULT_FILTER,
         }
     }
 
-    /// Runs the chosen command; `Ok(false)`: it ran, and says something failed (exit code 1).
-    pub(crate) async fn execute(self) -> anyhow::Result<bool> {
+    /// What this invocation does.
+    pub fn job(self) -> Job {
         match self.command {
-            None => crate::run::run(self.run).await.map(|()| true),
-            Some(Command::Run(args)) => crate::run::run(args).await.map(|()| true),
-            Some(Command::Crds) => {
+            None => Job::Operator(Box::new(self.run)),
+            Some(Command::Run(args)) => Job::Operator(Box::new(args)),
+            Some(command) => Job::Command(Box::new(command)),
+        }
+    }
+}
+
+/// Runs `command` (any but `run`, which is the operator: [`Job::Operator`]); `Ok(false)`: it
+/// ran, and says something failed (exit code 1).
+pub async fn execute(command: Command) -> anyhow::Result<bool> {
+    {
+        match command {
+            Command::Run(_) => anyhow::bail!("`run` starts the operator: it is not run as a command"),
+            Command::Crds => {
                 print!("{}", offline::crds_yaml()?);
                 Ok(true)
             }
-            Some(Command::Check(args)) => {
+            Command::Check(args) => {
                 let client = args.cluster.client().await?;
                 let options = crate::check::CheckOptions {
                     namespace: args.namespace,
@@ -399,7 +428,7 @@ impl Cli {
                 }
                 Ok(report.ok())
             }
-            Some(Command::CheckInject(args)) => {
+            Command::CheckInject(args) => {
                 let client = args.cluster.client().await?;
                 let target = match (args.pod, args.filename) {
                     (Some(pod), _) => crate::check::inject::Target::Pod(pod),
@@ -419,7 +448,7 @@ impl Cli {
                 }
                 Ok(true)
             }
-            Some(Command::Rollout(command)) => {
+            Command::Rollout(command) => {
                 use crate::rollout;
                 match command {
                     RolloutCommand::Status(args) => {
@@ -445,7 +474,7 @@ impl Cli {
                     }
                 }
             }
-            Some(Command::Inject(args)) => {
+            Command::Inject(args) => {
                 let namespace = args.namespace.as_deref();
                 let preview = offline::inject_preview(
                     &args.pods,
@@ -457,7 +486,7 @@ impl Cli {
                 print!("{preview}");
                 Ok(true)
             }
-            Some(Command::Certs(args)) => {
+            Command::Certs(args) => {
                 offline::write_certs(&args.service, &args.namespace, &args.hosts, &args.out_dir, args.days)
                     .map(|()| true)
             }
@@ -466,7 +495,7 @@ impl Cli {
 }
 
 /// An error and its sources, `: `-separated, without repeats.
-pub(crate) fn causes(error: &dyn std::error::Error) -> String {
+pub fn causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -524,7 +553,7 @@ mod tests {
     /// The `run` arguments of the installed operator: the Deployment's `args`, plus every
     /// environment variable it sets with a literal value, as the flag that reads it.
     fn deployed_run_args() -> Vec<String> {
-        let text = include_str!("../deploy/deployment.yaml");
+        let text = include_str!("../../deploy/deployment.yaml");
         let deployment: serde_json::Value = serde_saphyr::from_str(text).expect("deployment.yaml is YAML");
         let container = &deployment["spec"]["template"]["spec"]["containers"][0];
         let mut args = vec!["watcher-operator".to_owned()];
@@ -553,7 +582,7 @@ mod tests {
     /// with its environment variable and the default clap applies.
     #[test]
     fn the_flag_table_matches_the_parser() {
-        let readme = include_str!("../docs/configuration.md");
+        let readme = include_str!("../../docs/configuration.md");
         let rows: Vec<Vec<&str>> = readme
             .lines()
             .filter(|line| line.starts_with("| `--"))

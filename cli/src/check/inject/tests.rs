@@ -34,7 +34,7 @@ fn options() -> InjectOptions {
 
 /// deploy/'s selectors: kube-apiserver never sends these namespaces.
 fn deploy_selectors() -> WebhookSelectors {
-    let config: Value = serde_saphyr::from_str(include_str!("../../../deploy/webhook.yaml")).expect("webhook.yaml");
+    let config: Value = serde_saphyr::from_str(include_str!("../../../../deploy/webhook.yaml")).expect("webhook.yaml");
     WebhookSelectors {
         namespace: Some(serde_json::from_value(config["webhooks"][0]["namespaceSelector"].clone()).expect("selector")),
         object: None,
@@ -193,7 +193,7 @@ fn the_json_has_the_documented_shape() {
 /// what the webhook does with it (Watchers injected, images rewritten).
 #[test]
 fn check_inject_and_the_webhook_decide_alike_on_the_real_fixtures() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/webhook/fixtures/admission-review");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../webhook/fixtures/admission-review");
     let watchers = [
         watcher("log-watcher", "log-watcher", "busybox:1.36", None),
         watcher("metrics", "metrics", "quay.io/m:1", Some(json!({"matchLabels": {"app": "web"}}))),
@@ -308,7 +308,7 @@ fn what_the_sidecar_sees_is_explained_for_a_manifest_and_the_pod_it_became() {
     }))
     .expect("spec");
     let review: Value = serde_json::from_str(include_str!(
-        "../../../webhook/fixtures/admission-review/pod-create-named-annotated.json"
+        "../../../../webhook/fixtures/admission-review/pod-create-named-annotated.json"
     ))
     .expect("fixture");
     let mut manifest = review["request"]["object"].clone();

@@ -77,7 +77,7 @@ async fn cluster(
             report.fail(
                 GROUP,
                 "API server",
-                format!("cannot reach it: {}", crate::cli::causes(&error)),
+                format!("cannot reach it: {}", crate::causes(&error)),
                 "check the kubeconfig and context: `kubectl cluster-info` (or pass --kubeconfig, --context)",
             );
             return None;
@@ -210,7 +210,7 @@ async fn adoptable(client: &Client, report: &mut Report) {
         Err(error) => report.warn(
             GROUP,
             NAME,
-            format!("cannot read MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}: {}", crate::cli::causes(&error)),
+            format!("cannot read MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION}: {}", crate::causes(&error)),
             "check that you may get mutatingwebhookconfigurations",
         ),
     }
@@ -247,7 +247,7 @@ async fn installed_crds(client: &Client, report: &mut Report, version: &k8s_open
         Err(error) => report.warn(
             GROUP,
             NAME,
-            format!("cannot read the CRDs: {}", crate::cli::causes(&error)),
+            format!("cannot read the CRDs: {}", crate::causes(&error)),
             "check that you may get customresourcedefinitions",
         ),
     }

@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn preview_injects_the_samples() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
         let out = inject_preview(
             &root.join("deploy/samples/pod.yaml"),
             &[root.join("deploy/samples/watcher.yaml")],
@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn preview_rewrites_images_with_the_sample_policy() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
         let out = inject_preview(
             &root.join("deploy/samples/pod.yaml"),
             &[root.join("deploy/samples/watcher.yaml")],

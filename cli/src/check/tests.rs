@@ -51,7 +51,7 @@ impl Cluster {
             objects.insert(format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"), installed);
         }
         let mut config: Value =
-            serde_saphyr::from_str(include_str!("../../deploy/webhook.yaml")).expect("deploy/webhook.yaml");
+            serde_saphyr::from_str(include_str!("../../../deploy/webhook.yaml")).expect("deploy/webhook.yaml");
         config["webhooks"][0]["clientConfig"]["caBundle"] =
             serde_json::to_value(k8s_openapi::ByteString(ca_pem.cert_pem.clone().into_bytes())).expect("base64");
         config["webhooks"][0]["clientConfig"].as_object_mut().expect("object").remove("url");
@@ -392,7 +392,7 @@ const WATCHERS_CRD: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefiniti
 
 /// The Watcher CRD as kube-apiserver 1.24 stored it (`controller/fixtures/apiserver/`), as is.
 fn stored_1_24() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/controller/fixtures/apiserver/crd-watchers-stored-1.24.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../controller/fixtures/apiserver/crd-watchers-stored-1.24.json");
     serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
 }
 
@@ -648,11 +648,11 @@ fn pre_covers_every_kind_deploy_installs() {
         "service.yaml",
         "webhook.yaml",
     ];
-    let kustomization = include_str!("../../deploy/kustomization.yaml");
+    let kustomization = include_str!("../../../deploy/kustomization.yaml");
     for file in files {
         assert!(kustomization.contains(&format!("- {file}")), "{file} listed in kustomization.yaml");
     }
-    let root = env!("CARGO_MANIFEST_DIR");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let mut kinds: Vec<String> = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(format!("{root}/deploy/{file}")).expect("deploy file");
