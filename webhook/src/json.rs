@@ -161,31 +161,43 @@ impl<'de> Reader<'de> {
     /// Checks a string (its opening quote next) and steps over it.
     #[inline]
     fn skip_string(&mut self) -> Result<()> {
-        self.pos = find_special(self.bytes, self.pos + 1);
+        self.string_length().map(drop)
+    }
+
+    /// Checks a string (its opening quote next), steps over it, and says how many bytes it
+    /// holds unescaped, copying none.
+    #[inline]
+    fn string_length(&mut self) -> Result<usize> {
+        let start = self.pos + 1;
+        self.pos = find_special(self.bytes, start);
+        let plain = self.pos - start;
         if self.bytes.get(self.pos) == Some(&b'"') {
             self.pos += 1;
-            return Ok(());
+            return Ok(plain);
         }
-        self.rest_of_string(None)
+        Ok(plain + self.rest_of_string(None)?)
     }
 
     /// The rest of a string from the current position to its closing quote, unescaped into
-    /// `out` when given.
-    fn rest_of_string(&mut self, mut out: Option<&mut String>) -> Result<()> {
+    /// `out` when given; its unescaped length in bytes.
+    fn rest_of_string(&mut self, mut out: Option<&mut String>) -> Result<usize> {
+        let mut length = 0;
         loop {
             let start = self.pos;
             self.pos = find_special(self.bytes, self.pos);
+            length += self.pos - start;
             if let Some(out) = out.as_deref_mut() {
                 out.push_str(self.text.get(start..self.pos).ok_or_else(|| Error::new("invalid string"))?);
             }
             match self.bytes.get(self.pos) {
                 Some(b'"') => {
                     self.pos += 1;
-                    return Ok(());
+                    return Ok(length);
                 }
                 Some(b'\\') => {
                     self.pos += 1;
                     let c = self.escape()?;
+                    length += c.len_utf8();
                     if let Some(out) = out.as_deref_mut() {
                         out.push(c);
                     }
@@ -418,7 +430,12 @@ impl<'de> Deserializer<'de> for &mut Reader<'de> {
         visitor.visit_unit()
     }
 
-    fn deserialize_newtype_struct<V: Visitor<'de>>(self, _name: &'static str, visitor: V) -> Result<V::Value> {
+    fn deserialize_newtype_struct<V: Visitor<'de>>(self, name: &'static str, visitor: V) -> Result<V::Value> {
+        // A string's length, read without copying it (see [`Length`]).
+        if name == LENGTH && self.peek() == Some(b'"') {
+            let length = self.string_length()?;
+            return visitor.visit_u64(u64::try_from(length).unwrap_or(u64::MAX));
+        }
         visitor.visit_newtype_struct(self)
     }
 
@@ -510,6 +527,42 @@ pub(crate) struct Valid;
 impl<'de> Deserialize<'de> for Valid {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_ignored_any(de::IgnoredAny).map(|_| Valid)
+    }
+}
+
+/// The name by which [`from_str`]'s reader knows a [`Length`].
+const LENGTH: &str = "$watcher::json::Length";
+
+/// The length in bytes of a string value (unescaped), or 0 for `null`. Read by [`from_str`],
+/// the string is checked and stepped over, never copied.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Length(pub(crate) usize);
+
+impl<'de> Deserialize<'de> for Length {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct LengthVisitor;
+        impl<'de> Visitor<'de> for LengthVisitor {
+            type Value = Length;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_u64<E: de::Error>(self, length: u64) -> Result<Length, E> {
+                Ok(Length(usize::try_from(length).unwrap_or(usize::MAX)))
+            }
+            fn visit_str<E>(self, text: &str) -> Result<Length, E> {
+                Ok(Length(text.len()))
+            }
+            fn visit_unit<E>(self) -> Result<Length, E> {
+                Ok(Length(0))
+            }
+            fn visit_none<E>(self) -> Result<Length, E> {
+                Ok(Length(0))
+            }
+            fn visit_newtype_struct<D: Deserializer<'de>>(self, deserializer: D) -> Result<Length, D::Error> {
+                deserializer.deserialize_any(self)
+            }
+        }
+        deserializer.deserialize_newtype_struct(LENGTH, LengthVisitor)
     }
 }
 

@@ -11,7 +11,7 @@ use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 
 use watcher_api::GROUP;
 
-use crate::json::{Text, narrow};
+use crate::json::{Length, Text, narrow};
 
 /// A pod as `inject` sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -214,11 +214,14 @@ fn read_annotations<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Annotations, 
                 fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
                     let mut read = Annotations { own: Some(BTreeMap::new()), ..Annotations::default() };
                     while let Some(key) = map.next_key::<Text<'de>>()? {
-                        let value = map.next_value::<Option<Text<'de>>>()?.unwrap_or_default();
-                        read.bytes += key.len() + value.len();
                         if key.strip_prefix(GROUP).is_some_and(|name| name.starts_with('/')) {
+                            let value = map.next_value::<Option<Text<'de>>>()?.unwrap_or_default();
+                            read.bytes += key.len() + value.len();
                             read.own.get_or_insert_default().insert(key.0.into_owned(), value.0.into_owned());
                         } else {
+                            // Only its size: a value such as kubectl's last applied configuration
+                            // is never copied.
+                            read.bytes += key.len() + map.next_value::<Length>()?.0;
                             read.other_keys.push(key.0.into_owned());
                         }
                     }
