@@ -658,6 +658,18 @@ mod tests {
     }
     narrow!(Sample { name: "name", count: "count" });
 
+    /// A string's length, read without copying it, is serde_json's unescaped length.
+    #[test]
+    fn lengths_agree_with_serde() {
+        for text in [r#""plain""#, r#""a\"b\u00e9\ud83d\ude00\n""#, "null", r#""""#] {
+            let ours: super::Length = from_str(text).expect("valid");
+            let theirs: super::Length = serde_json::from_str(text).expect("valid");
+            assert_eq!(ours, theirs, "{text}");
+        }
+        assert_eq!(from_str::<super::Length>(r#""a\"b""#).expect("valid").0, 3);
+        assert!(from_str::<super::Length>(r#""\x""#).is_err(), "checked as it is skipped");
+    }
+
     #[test]
     fn listed_fields_decode_and_the_rest_is_checked_in_full() {
         let sample: Sample = from_str(r#"{"other": [1, {"a": "b"}], "name": "x", "count": 3}"#).expect("valid");
