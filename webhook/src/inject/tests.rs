@@ -567,14 +567,20 @@ mod app {
         );
     }
 
-    #[test]
-    fn init_containers_run_before_the_pods_own_and_the_sidecar_keeps_its_place() {
+    /// The captured pod with an init container (`setup`), asking for `log-watcher`.
+    fn with_init_container() -> Value {
         let review: Value = serde_json::from_str(include_str!(
             "../../fixtures/admission-review/pod-create-init-and-existing-watcher-container.json"
         ))
         .expect("fixture");
         let mut pod = review["request"]["object"].clone();
         pod["metadata"]["annotations"] = json!({"watcher.dev/inject": "log-watcher"});
+        pod
+    }
+
+    #[test]
+    fn init_containers_run_before_the_pods_own_and_the_sidecar_keeps_its_place() {
+        let pod = with_init_container();
         let spec = json!({"nativeSidecar": "Always", "initContainers": [
             {"name": "prepare", "image": "busybox:1.36"}, {"name": "second", "image": "busybox:1.36"}]});
         let (injection, patched) = run(&pod, &[log_watcher(spec)], &options(true));
@@ -604,12 +610,7 @@ mod app {
     /// ImagePolicy rewrites them where they end up.
     #[test]
     fn images_are_rewritten_where_the_containers_end_up() {
-        let review: Value = serde_json::from_str(include_str!(
-            "../../fixtures/admission-review/pod-create-init-and-existing-watcher-container.json"
-        ))
-        .expect("fixture");
-        let mut pod = review["request"]["object"].clone();
-        pod["metadata"]["annotations"] = json!({"watcher.dev/inject": "log-watcher"});
+        let pod = with_init_container();
         let watchers = [log_watcher(json!({"initContainers": [{"name": "prepare", "image": "busybox:1.36"}]}))];
         let refs: Vec<&Watcher> = watchers.iter().collect();
         let view: crate::PodView = serde_json::from_value(pod.clone()).expect("pod");
