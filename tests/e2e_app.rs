@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, wait_for};
+use common::{
+    Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, wait_for, wait_ready,
+};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
@@ -17,22 +19,6 @@ use watcher_api::{SERVICE_ACCOUNT_PATH, Watcher};
 fn container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
     let spec = pod.spec.as_ref()?;
     spec.containers.iter().chain(spec.init_containers.iter().flatten()).find(|c| c.name == name)
-}
-
-/// Waits until Watcher `name` is Ready for its generation: from then on kube-apiserver sends
-/// the pods it selects (1.28+: the webhook's matchConditions cover it).
-async fn ready(watchers: &Api<Watcher>, name: &str) {
-    wait_for(STEP, || async {
-        let watcher = watchers.get(name).await.ok()?;
-        let generation = watcher.metadata.generation;
-        let ready = watcher
-            .status?
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True" && c.observed_generation == generation);
-        ready.then_some(())
-    })
-    .await;
 }
 
 /// Creates `pod` once a server dry run of it comes back injected with `watcher`.
@@ -64,7 +50,7 @@ async fn the_sidecar_sees_the_app() {
     // README's example, as README applies it.
     let samples = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/samples");
     kubectl(&["apply", "-n", n, "-f", &format!("{samples}/app-watcher.yaml")]);
-    ready(&watchers, "app-watcher").await;
+    wait_ready(&watchers, "app-watcher").await;
     let sample: Pod =
         serde_saphyr::from_str(&std::fs::read_to_string(format!("{samples}/app.yaml")).expect("sample")).expect("Pod");
     let shop = create_injected(&pods, &sample, "app-watcher").await;
@@ -114,7 +100,7 @@ async fn the_sidecar_sees_the_app() {
                      "shareProcessNamespace": true,
                      "initContainers": [{"name": "prepare-watch", "image": "busybox:1.36", "command": ["true"]}]}}),
     );
-    ready(&watchers, "all-options").await;
+    wait_ready(&watchers, "all-options").await;
     let app: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "all", "labels": {"watch": "all"}},
         "spec": {"restartPolicy": "Never", "initContainers": [{"name": "setup", "image": "busybox:1.36", "command": ["true"]}],

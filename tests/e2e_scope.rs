@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_until};
+use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_ready};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -61,20 +61,6 @@ async fn answered(operator: &Operator) -> u64 {
         .filter(|line| line.starts_with("watcher_admission_requests_total{"))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
-}
-
-/// Waits until the Watcher is Ready for its current generation (the conditions cover it).
-async fn wait_ready(watchers: &Api<Watcher>, name: &str) {
-    wait_until(STEP, || async {
-        let Ok(watcher) = watchers.get(name).await else { return false };
-        let generation = watcher.metadata.generation;
-        watcher
-            .status
-            .iter()
-            .flat_map(|s| &s.conditions)
-            .any(|c| c.type_ == "Ready" && c.status == "True" && c.observed_generation == generation)
-    })
-    .await;
 }
 
 fn injected(pod: &Pod) -> bool {

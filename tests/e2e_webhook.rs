@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, wait_for};
+use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, wait_for, wait_ready};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -93,17 +93,7 @@ async fn webhook_injects_pods() {
 
     // Selector opt-in, no annotation: once the Watcher is Ready, kube-apiserver sends such pods
     // (on 1.28 or later the webhook's matchConditions follow the selectors).
-    wait_for(STEP, || async {
-        let watcher = watchers.get("selecting").await.ok()?;
-        let generation = watcher.metadata.generation;
-        let status = watcher.status?;
-        status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True" && c.observed_generation == generation)
-            .then_some(())
-    })
-    .await;
+    wait_ready(&watchers, "selecting").await;
     let labelled = pod("labelled", json!({}), json!({"watcher-e2e": "selected"}), app());
     let created = pods.create(&PostParams::default(), &labelled).await.expect("pod created");
     assert!(sidecar(&created, "selected-sidecar").is_some());

@@ -377,7 +377,22 @@ fn crd_difference(wanted: &CustomResourceDefinition, installed: &CustomResourceD
         property_paths(&theirs["openAPIV3Schema"], "", &mut extra);
         let only_ours: Vec<&String> = missing.iter().filter(|p| !extra.contains(p)).collect();
         let only_theirs: Vec<&String> = extra.iter().filter(|p| !missing.contains(p)).collect();
-        let list = |paths: &[&String]| paths.iter().take(5).map(|p| p.as_str()).collect::<Vec<_>>().join(", ");
+        // A missing object's own properties are missing too: name the object only, and say how
+        // many more there are past five.
+        let list = |paths: &[&String]| {
+            let top: Vec<&str> = paths
+                .iter()
+                .map(|p| p.as_str())
+                .filter(|p| {
+                    !paths.iter().any(|q| {
+                        p.strip_prefix(q.as_str()).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+                    })
+                })
+                .collect();
+            let more = top.len().saturating_sub(5);
+            let shown = top.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+            if more == 0 { shown } else { format!("{shown} and {more} more") }
+        };
         return Some(match (only_ours.is_empty(), only_theirs.is_empty()) {
             (false, _) => format!("older than this binary: {} lacks {}", version.name, list(&only_ours)),
             (true, false) => format!("newer than this binary: {} has {}", version.name, list(&only_theirs)),

@@ -323,6 +323,21 @@ pub async fn run_pods(pods: &Api<Pod>, labels: &str) {
     }
 }
 
+/// Waits until Watcher `name` is Ready for its current generation: from then on the webhook's
+/// registered conditions cover it (kube-apiserver 1.28+ sends the pods it selects).
+pub async fn wait_ready(watchers: &Api<watcher_api::Watcher>, name: &str) {
+    wait_until(STEP, || async {
+        let Ok(watcher) = watchers.get(name).await else { return false };
+        let generation = watcher.metadata.generation;
+        watcher
+            .status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == "Ready" && c.status == "True" && c.observed_generation == generation)
+    })
+    .await;
+}
+
 /// Creates pod `app` asking for `watcher` by annotation once a dry run shows the webhook
 /// injecting it (the operator's cache may not have the Watcher yet), and returns it as created.
 pub async fn create_injected_app(pods: &Api<Pod>, watcher: &str) -> Pod {

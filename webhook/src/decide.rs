@@ -138,13 +138,15 @@ pub fn decide<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: 
 fn problems_in(watcher: &Watcher, volumes: &[&str]) -> Vec<String> {
     let mut problems = watcher.spec.problems();
     let own = watcher.spec.volume.as_deref().map(|v| v.name.as_str());
-    let containers = std::iter::once(("spec.container".to_owned(), &watcher.spec.container)).chain(
-        watcher.spec.app.init_containers.iter().enumerate().map(|(i, c)| (format!("spec.initContainers[{i}]"), c)),
-    );
-    for (field, container) in containers {
+    // The sidecar (`None`), then each init container by index: a field named only for a problem
+    // (the webhook checks every Watcher it injects).
+    let containers = std::iter::once((None, &watcher.spec.container))
+        .chain(watcher.spec.app.init_containers.iter().enumerate().map(|(i, c)| (Some(i), c)));
+    for (index, container) in containers {
         for (i, mount) in container.volume_mounts.iter().flatten().enumerate() {
             let name = mount.name.as_str();
             if own != Some(name) && !volumes.contains(&name) {
+                let field = index.map_or("spec.container".to_owned(), |n| format!("spec.initContainers[{n}]"));
                 problems.push(format!(
                     "{field}.volumeMounts[{i}].name: volume {name:?} is neither the pod's nor the Watcher's"
                 ));

@@ -567,6 +567,23 @@ mod app {
         );
     }
 
+    /// An init container that mounts a volume neither the pod nor the Watcher has would get the
+    /// pod refused: the Watcher is not injected, and the warning names the field.
+    #[test]
+    fn an_init_container_mount_of_no_volume_keeps_the_watcher_out() {
+        let spec = json!({"initContainers": [{"name": "prepare", "image": "busybox:1.36",
+                                               "volumeMounts": [{"name": "nope", "mountPath": "/x"}]}]});
+        let (injection, patched) = run(&captured(), &[log_watcher(spec)], &options(true));
+        assert!(injection.patch.is_empty() && patched == captured());
+        assert_eq!(
+            injection.warnings,
+            [
+                "Watcher log-watcher not injected: the pod would be invalid with it: spec.initContainers[0].volumeMounts[0].name: \
+              volume \"nope\" is neither the pod's nor the Watcher's"
+            ]
+        );
+    }
+
     /// The captured pod with an init container (`setup`), asking for `log-watcher`.
     fn with_init_container() -> Value {
         let review: Value = serde_json::from_str(include_str!(
