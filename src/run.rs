@@ -55,7 +55,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Every replica keeps the Watchers in memory, once: the webhook answers from this cache and
     // the leader's controllers read it too.
     let cache_synced = readiness.gate("watcher-cache");
-    let (watcher_cache, fill) = WatcherCache::new(client.clone());
+    // ImagePolicies and namespace labels, likewise in every replica (the Watcher cache reads
+    // the namespaces' labels for ClusterWatchers).
+    let policies_synced = readiness.gate("image-policy-cache");
+    let (policy_cache, fill_policies) = PolicyCache::new(client.clone());
+    let (watcher_cache, fill) = WatcherCache::new(client.clone(), policy_cache.namespaces.clone(), &namespace);
     let cache_shutdown = shutdown();
     let cache = tokio::spawn(async move {
         tokio::select! {
@@ -63,9 +67,6 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             () = cache_shutdown => {},
         }
     });
-    // ImagePolicies and namespace labels, likewise in every replica.
-    let policies_synced = readiness.gate("image-policy-cache");
-    let (policy_cache, fill_policies) = PolicyCache::new(client.clone());
     let policies_shutdown = shutdown();
     let policies_task = tokio::spawn(async move {
         tokio::select! {
@@ -73,15 +74,15 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             () = policies_shutdown => {},
         }
     });
-    let ready_watchers = watcher_cache.store.clone();
+    let (ready_watchers, ready_cluster) = (watcher_cache.store.clone(), watcher_cache.cluster.clone());
     let (ready_policies, ready_namespaces) = (policy_cache.policies.clone(), policy_cache.namespaces.clone());
     // The only task that waits on these stores: kube's `Store::wait_until_ready` wakes just one
     // of several concurrent waiters, so the controllers (which read them) start after this.
     let (cache_ready_tx, cache_ready) = watch::channel(false);
     tokio::spawn(async move {
-        match ready_watchers.wait_until_ready().await {
-            Ok(()) => {
-                info!(watchers = ready_watchers.len(), "watcher cache synced");
+        match futures::future::try_join(ready_watchers.wait_until_ready(), ready_cluster.wait_until_ready()).await {
+            Ok(_) => {
+                info!(watchers = ready_watchers.len(), cluster_watchers = ready_cluster.len(), "watcher cache synced");
                 cache_synced.store(true, Ordering::Release);
             }
             Err(error) => return warn!(%error, "the watcher cache stopped before it synced"),
@@ -99,7 +100,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The webhook: every replica serves it, from the Watcher cache.
     let tls_ready = readiness.gate("webhook-tls");
     let (certs, cert_upkeep) = start_certificates(&args, &client, &namespace, shutdown()).await?;
-    let (registry, metrics, webhook_metrics) = crate::telemetry::registry(watcher_cache.store.clone(), certs.clone());
+    let (registry, metrics, webhook_metrics) = crate::telemetry::registry(&watcher_cache, certs.clone());
     let listener = tokio::net::TcpListener::bind(args.webhook_addr)
         .await
         .with_context(|| format!("cannot listen on --webhook-addr {}", args.webhook_addr))?;
@@ -364,9 +365,13 @@ impl Controllers {
         // The writer runs as long as the controllers do (they end on SIGTERM), and stops with
         // them when the lease is lost: only the leader writes.
         let runs = names.iter().map(|name| match name {
-            ControllerName::Watcher => {
-                watcher_controller::watcher::run(self.ctx.clone(), self.cache.clone(), scope.clone()).boxed()
-            }
+            ControllerName::Watcher => watcher_controller::watcher::run(
+                self.ctx.clone(),
+                self.cache.clone(),
+                scope.clone(),
+                self.policies.changes(),
+            )
+            .boxed(),
             ControllerName::Pods => {
                 watcher_controller::pods::run(self.ctx.clone(), self.cache.clone(), self.policies.clone()).boxed()
             }

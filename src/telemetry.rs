@@ -42,13 +42,18 @@ impl prometheus_client::collector::Collector for CertificateCollector {
 /// Every metric of the process, registered in one registry: the controllers' (with the
 /// per-Watcher gauges read from `watchers`), the webhook's, and the certificates' from `certs`.
 pub(crate) fn registry(
-    watchers: kube::runtime::reflector::Store<watcher_api::Watcher>,
+    watchers: &watcher_controller::WatcherCache,
     certs: Arc<watcher_certs::CertStore>,
 ) -> (Registry, watcher_controller::Metrics, watcher_webhook::Metrics) {
     let mut registry = Registry::default();
     let controllers = watcher_controller::Metrics::register(&mut registry);
     let webhook = watcher_webhook::Metrics::register(&mut registry);
-    registry.register_collector(Box::new(watcher_controller::WatcherCollector::new(watchers)));
+    let collector = watcher_controller::WatcherCollector::new(
+        watchers.store.clone(),
+        watchers.cluster.clone(),
+        controllers.cluster_pods(),
+    );
+    registry.register_collector(Box::new(collector));
     registry.register_collector(Box::new(CertificateCollector(certs)));
     (registry, controllers, webhook)
 }
@@ -184,7 +189,10 @@ mod tests {
     /// The names a PromQL query may read of what `/metrics` exports: a gauge by its name, a
     /// counter with `_total`, a histogram's `_bucket`, `_sum` and `_count`.
     fn exported_names() -> std::collections::BTreeSet<String> {
-        let (registry, controllers, webhook) = registry(kube::runtime::reflector::store().0, Arc::default());
+        let (registry, controllers, webhook) = registry(
+            &watcher_controller::WatcherCache::from_store(kube::runtime::reflector::store().0).0,
+            Arc::default(),
+        );
         // A family shows in the text once it has a series: one each.
         webhook.observe(watcher_webhook::AdmissionResult::injected, 0.001);
         drop(controllers.reconcile("watcher"));
@@ -213,7 +221,10 @@ mod tests {
     /// dashboard shows 0 and `rate()` sees the first error of each.
     #[test]
     fn known_series_are_exported_at_zero_from_the_start() {
-        let (registry, _, _) = registry(kube::runtime::reflector::store().0, Arc::default());
+        let (registry, _, _) = registry(
+            &watcher_controller::WatcherCache::from_store(kube::runtime::reflector::store().0).0,
+            Arc::default(),
+        );
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
         let mut wanted = Vec::new();
@@ -296,7 +307,10 @@ mod tests {
     #[test]
     fn certificate_expiry_is_exported_once_known() {
         let store = Arc::new(watcher_certs::CertStore::default());
-        let (registry, _, _) = registry(kube::runtime::reflector::store().0, store.clone());
+        let (registry, _, _) = registry(
+            &watcher_controller::WatcherCache::from_store(kube::runtime::reflector::store().0).0,
+            store.clone(),
+        );
         let exported = |registry: &Registry| {
             let mut text = String::new();
             prometheus_client::encoding::text::encode(&mut text, registry).expect("encodes");

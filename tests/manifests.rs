@@ -172,20 +172,21 @@ fn cluster_role_grants(chart: &[Value]) -> std::collections::BTreeSet<(String, S
 /// code makes them: `(who, apiGroup, resources, verbs)`.
 const CALLS: &[(&str, &str, &[&str], &[&str])] = &[
     // The webhook's caches (controller/src/cache.rs, policies.rs), in every replica.
-    ("", "watcher.dev", &["watchers", "imagepolicies"], &["get", "list", "watch"]),
+    ("", "watcher.dev", &["watchers", "clusterwatchers", "imagepolicies"], &["get", "list", "watch"]),
     ("", "", &["namespaces"], &["list", "watch"]),
     // Events (controller/src/context.rs), the self-managed registration (certs/src/registration.rs)
     // and the admission scope (controller/src/scope.rs: get, update).
     ("", "events.k8s.io", &["events"], &["create", "patch"]),
     ("", "admissionregistration.k8s.io", &["mutatingwebhookconfigurations"], &["get", "patch", "update", "create"]),
-    // watcher.rs: the owned ConfigMaps (a labelled watch, POST, merge patch, delete) and status.
+    // watcher.rs and cluster_watcher.rs: the owned ConfigMaps (a labelled watch, POST, merge
+    // patch, delete) and status.
     ("watcher", "", &["configmaps"], &["get", "list", "watch", "create", "patch", "update", "delete"]),
-    ("watcher", "watcher.dev", &["watchers/status"], &["get", "patch", "update"]),
+    ("watcher", "watcher.dev", &["watchers/status", "clusterwatchers/status"], &["get", "patch", "update"]),
     // pods.rs: the pod index, in-place patches, evictions, the revisions, and the counts.
     ("pods", "", &["pods"], &["get", "list", "watch", "patch"]),
     ("pods", "", &["pods/eviction"], &["create"]),
     ("pods", "apps", &["controllerrevisions"], &["get", "list", "watch", "create", "delete"]),
-    ("pods", "watcher.dev", &["watchers/status"], &["get", "patch", "update"]),
+    ("pods", "watcher.dev", &["watchers/status", "clusterwatchers/status"], &["get", "patch", "update"]),
     // at.rs and podset.rs: their resources, status and the pods they own.
     ("at", "watcher.dev", &["ats"], &["get", "list", "watch"]),
     ("at", "watcher.dev", &["ats/status"], &["get", "patch", "update"]),

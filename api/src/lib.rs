@@ -7,6 +7,7 @@
 mod annotations;
 mod app;
 mod at;
+mod cluster_watcher;
 mod condition;
 pub mod image;
 mod image_policy;
@@ -22,6 +23,7 @@ pub use app::{
     is_env_name,
 };
 pub use at::{At, AtPhase, AtSpec, AtStatus, DEFAULT_AT_IMAGE};
+pub use cluster_watcher::{CLUSTER_WATCHER_KIND, ClusterWatcher, ClusterWatcherSpec, ClusterWatcherStatus};
 pub use condition::{Condition, condition, set_condition};
 pub use image_policy::{CompiledPolicy, ImagePolicy, ImagePolicySpec, ImagePolicyStatus, ImageRewrite, WorkloadCounts};
 pub use podset::{DEFAULT_PODSET_IMAGE, PodSet, PodSetSpec, PodSetStatus};
@@ -92,7 +94,7 @@ pub const MANAGED_BY: &str = "watcher-operator";
 
 /// Every CRD of this operator, in the order `watcher-operator crds` prints them.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![Watcher::crd(), At::crd(), PodSet::crd(), ImagePolicy::crd()]
+    vec![Watcher::crd(), ClusterWatcher::crd(), At::crd(), PodSet::crd(), ImagePolicy::crd()]
 }
 
 /// A short, stable hash (8 hex digits) of a JSON-serialisable value.
@@ -207,16 +209,23 @@ mod tests {
     }
 
     #[test]
-    fn crds_are_in_the_watcher_group_and_only_image_policies_are_cluster_scoped() {
+    fn crds_are_in_the_watcher_group_and_only_image_policies_and_cluster_watchers_are_cluster_scoped() {
         let crds = crds();
         let names: Vec<_> = crds.iter().map(|c| c.metadata.name.clone().unwrap_or_default()).collect();
         assert_eq!(
             names,
-            ["watchers.watcher.dev", "ats.watcher.dev", "podsets.watcher.dev", "imagepolicies.watcher.dev"]
+            [
+                "watchers.watcher.dev",
+                "clusterwatchers.watcher.dev",
+                "ats.watcher.dev",
+                "podsets.watcher.dev",
+                "imagepolicies.watcher.dev"
+            ]
         );
         for crd in &crds {
             assert_eq!(crd.spec.group, GROUP);
-            let scope = if crd.spec.names.kind == "ImagePolicy" { "Cluster" } else { "Namespaced" };
+            let cluster = ["ImagePolicy", "ClusterWatcher"].contains(&crd.spec.names.kind.as_str());
+            let scope = if cluster { "Cluster" } else { "Namespaced" };
             assert_eq!(crd.spec.scope, scope);
             let version = &crd.spec.versions[0];
             assert_eq!(version.name, "v1alpha1");

@@ -180,7 +180,13 @@ fn each_rule_is_where_design_says() {
     assert_eq!(node(spec, "volume.name")["pattern"], watcher_api::validation::DNS1123_LABEL);
     assert_eq!(node(spec, "updatePolicy.maxUnavailable")["minimum"], 1.0);
     let policy = schema("ImagePolicy");
-    for selector in [node(spec, "selector"), node(&policy, "spec.namespaceSelector")] {
+    let cluster = schema("ClusterWatcher");
+    for selector in [
+        node(spec, "selector"),
+        node(&policy, "spec.namespaceSelector"),
+        node(&cluster, "spec.selector"),
+        node(&cluster, "spec.namespaceSelector"),
+    ] {
         assert_eq!(node(selector, "matchLabels.{}")["pattern"], watcher_api::validation::LABEL_VALUE);
         assert!(
             node(selector, "matchLabels")["x-kubernetes-validations"][0]["rule"]
@@ -332,7 +338,7 @@ fn the_bounds_walk_finds_each_unbounded_list_map_and_string_under_a_rule() {
 /// answer, `crd-create-refused-1.36.json`, names the field) is among them.
 #[test]
 fn every_rule_reads_only_bounded_lists_maps_and_strings() {
-    for kind in ["Watcher", "At", "PodSet", "ImagePolicy"] {
+    for kind in ["Watcher", "ClusterWatcher", "At", "PodSet", "ImagePolicy"] {
         assert_eq!(unbounded(&schema(kind)), Vec::<String>::new(), "{kind}");
     }
     let refused: Value = serde_json::from_str(
@@ -365,13 +371,14 @@ fn rules_stay_within_the_cost_budget() {
         }
     }
     let mut found = Vec::new();
-    for kind in ["Watcher", "ImagePolicy"] {
+    for kind in ["Watcher", "ClusterWatcher", "ImagePolicy"] {
         rules(&schema(kind), &mut found);
     }
     assert_eq!(
         found.len(),
-        11,
-        "three per selector, one per rewrite, two across a Watcher's spec, its podAnnotations and subPath"
+        11 + 10,
+        "three per selector, one per rewrite, two across a Watcher's spec, its podAnnotations and subPath; a \
+         ClusterWatcher's as a Watcher's, and three for its namespaceSelector"
     );
     for (rule, node) in found {
         let compiled = kube_cel::compile_schema(&node);
@@ -422,6 +429,10 @@ fn samples_and_readme_examples_are_valid() {
             "podAnnotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9102"},
             "initContainers": [{"name": "prepare-watch", "image": "busybox:1.36", "command": ["sh", "-c", "mkdir -p /x"]},
                                {"name": "second", "image": "busybox:1.36"}]})),
+        json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcher", "metadata": {"name": "log-agent"},
+               "spec": {"container": sidecar(), "selector": {"matchLabels": {"app": "web"}},
+                        "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In", "values": ["payments"]}]},
+                        "updatePolicy": {"type": "Recreate", "partition": 1}}}),
         json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ImagePolicy", "metadata": {"name": "p"},
                "spec": {"rewrites": [{"from": "docker.io/library/", "to": "mirror.internal/library/"},
                                      {"from": "alpine:latest", "to": "nginx:1.13"}]}}),
@@ -552,6 +563,30 @@ fn mistakes_are_refused_naming_the_field() {
         ),
     ];
     for (object, expected) in cases {
+        let errors = refusals(&object);
+        assert!(errors.iter().any(|e| e.contains(expected)), "{object}\nexpected {expected:?}, got {errors:?}");
+        // A ClusterWatcher's spec is a Watcher's: refused alike, the same field named.
+        if object["kind"] == "Watcher" {
+            let mut cluster = object.clone();
+            cluster["kind"] = json!("ClusterWatcher");
+            let errors = refusals(&cluster);
+            assert!(errors.iter().any(|e| e.contains(expected)), "{cluster}\nexpected {expected:?}, got {errors:?}");
+        }
+    }
+    let namespaces = |selector: Value| {
+        json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcher", "metadata": {"name": "c"},
+               "spec": {"container": sidecar(), "namespaceSelector": selector}})
+    };
+    for (object, expected) in [
+        (
+            namespaces(json!({"matchExpressions": [{"key": "team", "operator": "Exists", "values": ["a"]}]})),
+            "values must be empty with operator Exists or DoesNotExist",
+        ),
+        (
+            namespaces(json!({"matchLabels": {"team": "x' || true"}})),
+            "spec.namespaceSelector.matchLabels.team: should match",
+        ),
+    ] {
         let errors = refusals(&object);
         assert!(errors.iter().any(|e| e.contains(expected)), "{object}\nexpected {expected:?}, got {errors:?}");
     }

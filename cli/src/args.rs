@@ -664,9 +664,9 @@ mod tests {
     }
 
     #[test]
-    fn crds_yaml_is_four_documents() {
+    fn crds_yaml_is_five_documents() {
         let yaml = offline::crds_yaml().expect("serialises");
-        assert_eq!(yaml.matches("---\n").count(), 4);
+        assert_eq!(yaml.matches("---\n").count(), 5);
         assert!(yaml.contains("name: watchers.watcher.dev"));
     }
 }

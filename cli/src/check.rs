@@ -6,6 +6,7 @@
 pub(crate) mod inject;
 mod report;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, MutatingWebhookConfiguration};
@@ -572,25 +573,27 @@ async fn admission_scope(
     let read = async {
         Ok::<_, kube::Error>((
             Api::<watcher_api::Watcher>::all(client.clone()).list(&all).await?,
+            Api::<watcher_api::ClusterWatcher>::all(client.clone()).list(&all).await?,
             Api::<watcher_api::ImagePolicy>::all(client.clone()).list(&all).await?,
             Api::<Namespace>::all(client.clone()).list_metadata(&all).await?,
         ))
     };
-    let (watchers, policies, namespaces) = match read.await {
+    let (watchers, cluster, policies, namespaces) = match read.await {
         Ok(read) => read,
         Err(error) => {
-            let hint =
-                "the CRDs must be installed (see above) and readable by you: `kubectl get watchers,imagepolicies -A`";
+            let hint = "the CRDs must be installed (see above) and readable by you: \
+                        `kubectl get watchers,clusterwatchers,imagepolicies -A`";
             return report.warn(GROUP, "scope", format!("cannot read what the scope is computed from: {error}"), hint);
         }
     };
     let policies: Vec<watcher_api::CompiledPolicy> = policies.items.iter().map(|p| p.compile()).collect();
-    let scope = watcher_webhook::Scope::compute(
-        &watchers.items,
-        &policies,
-        namespaces.items.iter().map(|ns| (ns.metadata.name.as_deref().unwrap_or_default(), ns.labels())),
-        namespace,
-    );
+    let own: Vec<Arc<watcher_api::Watcher>> = watchers.items.into_iter().map(Arc::new).collect();
+    let cluster: Vec<Arc<watcher_api::ClusterWatcher>> = cluster.items.into_iter().map(Arc::new).collect();
+    let options =
+        watcher_webhook::InjectOptions { excluded_namespaces: vec![namespace.to_owned()], native_sidecars: true };
+    let named = || namespaces.items.iter().map(|ns| (ns.metadata.name.as_deref().unwrap_or_default(), ns.labels()));
+    let everywhere = watcher_webhook::cluster::everywhere(&own, &cluster, named(), &options);
+    let scope = watcher_webhook::Scope::compute(everywhere.iter().map(AsRef::as_ref), &policies, named(), namespace);
     let summary = scope.summary();
     if !watcher_webhook::scope::supports_match_conditions(&info.major, &info.minor) {
         report.warn(

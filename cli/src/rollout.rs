@@ -306,7 +306,7 @@ mod tests {
     fn history_counts_the_pods_of_each_revision_and_undo_picks_the_previous() {
         let revisions: Vec<ControllerRevision> = [("b:1", 1), ("b:2", 2), ("b:3", 3)]
             .iter()
-            .map(|(image, n)| desired_revision(&watcher(image, 1, None), *n).expect("revision"))
+            .map(|(image, n)| desired_revision(&watcher(image, 1, None), "team-a", *n).expect("revision"))
             .collect();
         let current = watcher("b:3", 1, None);
         let carrying = |image: &str| -> Pod {

@@ -1,7 +1,8 @@
-//! The one in-memory copy of every Watcher in the process, shared by the webhook (every
-//! replica) and the controllers (the leader), so 1,000 Watchers are held once, not once per user.
+//! The one in-memory copy of every Watcher and ClusterWatcher in the process, shared by the
+//! webhook (every replica) and the controllers (the leader), so 1,000 Watchers are held once,
+//! not once per user.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -10,7 +11,10 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::broadcast;
-use watcher_api::Watcher;
+use watcher_api::{ClusterWatcher, Watcher};
+use watcher_webhook::InjectOptions;
+
+use crate::sync::NamespaceMeta;
 
 /// Changes buffered per subscriber; a subscriber that falls further behind catches up with a
 /// full resync instead of blocking the cache.
@@ -21,6 +25,8 @@ const CHANGE_BUFFER: usize = 1024;
 pub enum Change {
     /// This Watcher was created, updated or deleted.
     Watcher(ObjectRef<Watcher>),
+    /// This ClusterWatcher was created, updated or deleted.
+    ClusterWatcher(ObjectRef<ClusterWatcher>),
     /// Changes were missed: look at every Watcher.
     Resync,
 }
@@ -30,7 +36,13 @@ pub enum Change {
 pub struct WatcherCache {
     /// Every Watcher of the cluster, without `managedFields`.
     pub store: Store<Watcher>,
-    changes: broadcast::Sender<ObjectRef<Watcher>>,
+    /// Every ClusterWatcher, without `managedFields`.
+    pub cluster: Store<ClusterWatcher>,
+    /// Every namespace, as metadata (the labels a ClusterWatcher's `namespaceSelector` reads).
+    pub namespaces: Store<NamespaceMeta>,
+    /// The namespaces never injected besides the system ones: the operator's own.
+    pub options: Arc<InjectOptions>,
+    changes: broadcast::Sender<Change>,
     by_namespace: Arc<NamespaceIndex>,
 }
 
@@ -38,21 +50,64 @@ pub struct WatcherCache {
 /// Watchers change rarely, pods are admitted often, and filtering the whole store on every
 /// admission cost 12 µs with 1,000 Watchers. A read of the index clones one `Arc`, however many
 /// Watchers the namespace has (0.03 µs).
+///
+/// The ClusterWatchers that apply in a namespace are added to its own Watchers on its first
+/// read after a change of any of them, or of the namespace's labels: a namespace no pod is
+/// created in holds no copy of them.
 #[derive(Default)]
 struct NamespaceIndex {
     stale: AtomicBool,
     watchers: RwLock<HashMap<String, Arc<[Arc<Watcher>]>>>,
+    /// Per namespace: the labels its entry was computed with, and its own and cluster Watchers.
+    effective: RwLock<HashMap<String, Effective>>,
 }
+
+/// A namespace's labels, and the Watchers that apply there given them.
+type Effective = (BTreeMap<String, String>, Arc<[Arc<Watcher>]>);
+
+/// The label kube-apiserver puts on every namespace: its name.
+const NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 impl WatcherCache {
     /// The cache, and the future that fills it from the API server (run it for as long as the
     /// cache is used; it retries with backoff on errors).
-    pub fn new(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
+    /// `namespaces` is filled by its owner (the [`crate::PolicyCache`]); `operator_namespace` is
+    /// never injected.
+    pub fn new(
+        client: Client,
+        namespaces: Store<NamespaceMeta>,
+        operator_namespace: &str,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (store, writer) = reflector::store::<Watcher>();
+        let (cluster, cluster_writer) = reflector::store::<ClusterWatcher>();
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
         let sender = changes.clone();
+        let cluster_sender = changes.clone();
         let by_namespace = Arc::new(NamespaceIndex { stale: AtomicBool::new(true), ..NamespaceIndex::default() });
         let index = by_namespace.clone();
+        let cluster_index = by_namespace.clone();
+        let cluster_fill =
+            watcher(Api::<ClusterWatcher>::all(client.clone()), watcher::Config::default().any_semantic())
+                .inspect(crate::observe_watch("clusterwatchers"))
+                .default_backoff()
+                .modify(|cluster| cluster.managed_fields_mut().clear())
+                .reflect(cluster_writer)
+                .inspect(move |event| {
+                    if matches!(
+                        event,
+                        Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)
+                    ) {
+                        cluster_index.stale.store(true, Ordering::Release);
+                    }
+                })
+                .touched_objects()
+                .for_each(move |touched| {
+                    match touched {
+                        Ok(cluster) => drop(cluster_sender.send(Change::ClusterWatcher(ObjectRef::from(&cluster)))),
+                        Err(error) => crate::log_watch_error("ClusterWatchers", true, &error),
+                    }
+                    future::ready(())
+                });
         let fill = watcher(Api::<Watcher>::all(client), watcher::Config::default().any_semantic())
             .inspect(crate::observe_watch("watchers"))
             .default_backoff()
@@ -69,20 +124,42 @@ impl WatcherCache {
             .for_each(move |touched| {
                 match touched {
                     // No subscriber (not the leader) is fine: nothing waits.
-                    Ok(watcher) => drop(sender.send(ObjectRef::from(&watcher))),
+                    Ok(watcher) => drop(sender.send(Change::Watcher(ObjectRef::from(&watcher)))),
                     // Retried with backoff; until it works the webhook stays unready.
                     Err(error) => crate::log_watch_error("Watchers", true, &error),
                 }
                 future::ready(())
             });
-        (Self { store, changes, by_namespace }, fill)
+        let fill = async move {
+            futures::join!(fill, cluster_fill);
+        };
+        let options = Arc::new(options_for(operator_namespace));
+        (Self { store, cluster, namespaces, options, changes, by_namespace }, fill)
     }
 
-    /// A cache over `store`, for tests and benchmarks that fill the store themselves.
-    pub fn from_store(store: Store<Watcher>) -> (Self, broadcast::Sender<ObjectRef<Watcher>>) {
+    /// A cache over `store`, with no ClusterWatcher, for tests and benchmarks that fill the
+    /// store themselves.
+    pub fn from_store(store: Store<Watcher>) -> (Self, broadcast::Sender<Change>) {
+        Self::from_stores(store, reflector::store().0, reflector::store().0, "")
+    }
+
+    /// A cache over stores the caller fills (tests, benchmarks).
+    pub fn from_stores(
+        store: Store<Watcher>,
+        cluster: Store<ClusterWatcher>,
+        namespaces: Store<NamespaceMeta>,
+        operator_namespace: &str,
+    ) -> (Self, broadcast::Sender<Change>) {
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
         let by_namespace = Arc::new(NamespaceIndex { stale: AtomicBool::new(true), ..NamespaceIndex::default() });
-        (Self { store, changes: changes.clone(), by_namespace }, changes)
+        let options = Arc::new(options_for(operator_namespace));
+        (Self { store, cluster, namespaces, options, changes: changes.clone(), by_namespace }, changes)
+    }
+
+    /// Marks the namespace index stale, for callers that fill the stores themselves (tests,
+    /// benchmarks) after a first read.
+    pub fn invalidate(&self) {
+        self.by_namespace.stale.store(true, Ordering::Release);
     }
 
     /// Changes from now on. A subscriber starts with a [`Change::Resync`], since everything
@@ -91,14 +168,15 @@ impl WatcherCache {
         let receiver = self.changes.subscribe();
         futures::stream::once(future::ready(Change::Resync)).chain(futures::stream::unfold(receiver, |mut rx| async {
             match rx.recv().await {
-                Ok(object) => Some((Change::Watcher(object), rx)),
+                Ok(change) => Some((change, rx)),
                 Err(broadcast::error::RecvError::Lagged(_)) => Some((Change::Resync, rx)),
                 Err(broadcast::error::RecvError::Closed) => None,
             }
         }))
     }
 
-    /// The cached Watchers of `namespace`.
+    /// The Watchers that apply in `namespace`: its own, then the ClusterWatchers that apply
+    /// there as Watchers of their names in it (see [`watcher_webhook::cluster`]).
     pub fn in_namespace(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
         let index = &self.by_namespace;
         // A change marks the index stale after the store has it, so a rebuild that clears the
@@ -110,10 +188,91 @@ impl WatcherCache {
             }
             let rebuilt = rebuilt.into_iter().map(|(namespace, watchers)| (namespace, watchers.into())).collect();
             *index.watchers.write().unwrap_or_else(|p| p.into_inner()) = rebuilt;
+            index.effective.write().unwrap_or_else(|p| p.into_inner()).clear();
         }
-        let watchers = index.watchers.read().unwrap_or_else(|p| p.into_inner());
+        let own = {
+            let watchers = index.watchers.read().unwrap_or_else(|p| p.into_inner());
+            watchers.get(namespace).cloned().unwrap_or_else(|| Arc::new([]))
+        };
+        if self.cluster.is_empty() {
+            return own; // one length check when there is no ClusterWatcher
+        }
+        let labels = self.namespace_labels(namespace);
+        if let Some((seen, watchers)) = index.effective.read().unwrap_or_else(|p| p.into_inner()).get(namespace)
+            && *seen == labels
+        {
+            return watchers.clone();
+        }
+        let cluster = self.cluster.state();
+        let watchers: Arc<[Arc<Watcher>]> =
+            watcher_webhook::cluster::watchers_in_namespace(namespace, &labels, &own, &cluster, &self.options).into();
+        index
+            .effective
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(namespace.to_owned(), (labels, watchers.clone()));
+        watchers
+    }
+
+    /// The labels of `namespace`; one the cache has not seen yet (created a moment ago) has
+    /// the one label kube-apiserver gives every namespace.
+    pub fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
+        match self.namespaces.get(&ObjectRef::new(namespace)) {
+            Some(meta) => meta.labels().clone(),
+            None => BTreeMap::from([(NAME_LABEL.to_owned(), namespace.to_owned())]),
+        }
+    }
+
+    /// Every Watcher that applies anywhere: each namespace's own, and each ClusterWatcher in
+    /// every namespace it applies to (the admission scope is computed from these).
+    pub fn everywhere(&self) -> Vec<Arc<Watcher>> {
+        let mut all = self.store.state();
+        if self.cluster.is_empty() {
+            return all;
+        }
+        for namespace in self.namespaces.state() {
+            let name = namespace.name_any();
+            all.extend(self.in_namespace(&name).iter().filter(|w| w.cluster_watcher().is_some()).cloned());
+        }
+        all
+    }
+
+    /// The namespaces where `cluster` applies now, by name.
+    pub fn namespaces_of(&self, cluster: &ClusterWatcher) -> Vec<String> {
+        use watcher_webhook::cluster::{Standing, standing};
+        let mut names: Vec<String> = self
+            .namespaces
+            .state()
+            .iter()
+            .filter(|ns| ns.metadata.deletion_timestamp.is_none())
+            .map(|ns| ns.name_any())
+            .filter(|ns| {
+                let own = self.own_watchers(ns);
+                standing(cluster, ns, &self.namespace_labels(ns), &own, &self.options) == Standing::Applies
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The operator's namespace (where ClusterWatchers keep their revisions); empty for a cache
+    /// built without one.
+    pub fn operator_namespace(&self) -> &str {
+        self.options.excluded_namespaces.first().map_or("", String::as_str)
+    }
+
+    /// The namespace's own Watchers (no ClusterWatcher).
+    pub fn own_watchers(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
+        let _ = self.in_namespace(namespace); // brings the index up to date
+        let watchers = self.by_namespace.watchers.read().unwrap_or_else(|p| p.into_inner());
         watchers.get(namespace).cloned().unwrap_or_else(|| Arc::new([]))
     }
+}
+
+/// What the cache knows of the namespaces never injected: the operator's own.
+fn options_for(operator_namespace: &str) -> InjectOptions {
+    let excluded = if operator_namespace.is_empty() { Vec::new() } else { vec![operator_namespace.to_owned()] };
+    InjectOptions { excluded_namespaces: excluded, native_sidecars: true }
 }
 
 /// The webhook reads Watchers from the namespace index.
@@ -137,10 +296,40 @@ pub(crate) fn split(
                 let _ = resync_tx.unbounded_send(());
                 None
             }
+            Change::ClusterWatcher(_) => None,
         };
         future::ready(found)
     });
     (triggers, resync_rx)
+}
+
+/// [`split`] for the ClusterWatchers: the changed ones (a change of a Watcher of the same name
+/// too: it takes a namespace over or hands it back) and the moments to reconcile them all.
+pub(crate) fn split_cluster(
+    changes: impl Stream<Item = Change> + Send + 'static,
+    store: Store<ClusterWatcher>,
+) -> (impl Stream<Item = Arc<ClusterWatcher>> + Send + 'static, impl Stream<Item = ()> + Send + 'static) {
+    let (resync_tx, resync_rx) = futures::channel::mpsc::unbounded();
+    let triggers = changes.filter_map(move |change| {
+        let found = match change {
+            Change::ClusterWatcher(object) => store.get(&object),
+            Change::Watcher(object) => store.get(&ObjectRef::new(&object.name)),
+            Change::Resync => {
+                let _ = resync_tx.unbounded_send(());
+                None
+            }
+        };
+        future::ready(found)
+    });
+    (triggers, resync_rx)
+}
+
+/// A stream that yields each time `receiver` is marked changed.
+pub(crate) fn changed(receiver: tokio::sync::watch::Receiver<()>) -> impl Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(receiver, |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    })
 }
 
 #[cfg(test)]
@@ -165,11 +354,11 @@ mod tests {
         assert_eq!(feed.next().await, Some(Change::Resync));
 
         let a = ObjectRef::from(&watcher("a"));
-        changes.send(a.clone()).expect("subscribed");
+        changes.send(Change::Watcher(a.clone())).expect("subscribed");
         assert_eq!(feed.next().await, Some(Change::Watcher(a.clone())));
 
         for _ in 0..=CHANGE_BUFFER {
-            let _ = changes.send(a.clone());
+            let _ = changes.send(Change::Watcher(a.clone()));
         }
         assert_eq!(feed.next().await, Some(Change::Resync), "a lagging subscriber resyncs");
         assert_eq!(cache.in_namespace("team-a").len(), 1);
@@ -183,19 +372,31 @@ mod tests {
         use http::{Request, Response};
         use kube::client::Body;
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let (cache, fill) = WatcherCache::new(Client::new(service, "default"));
+        let (cache, fill) = WatcherCache::new(Client::new(service, "default"), reflector::store().0, "watcher-system");
         let mut feed = Box::pin(cache.subscribe());
         tokio::spawn(fill);
         let server = tokio::spawn(async move {
-            let (request, send) = handle.next_request().await.expect("list");
-            assert_eq!(request.uri().path(), "/apis/watcher.dev/v1alpha1/watchers");
-            let list = serde_json::json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "WatcherList",
-                "metadata": {"resourceVersion": "10"}, "items": [watcher("a"), watcher("b")]});
-            send.send_response(Response::new(Body::from(serde_json::to_vec(&list).expect("json"))));
-            // The watch that follows: keep it open by never answering.
-            let (request, _send) = handle.next_request().await.expect("watch");
-            assert!(request.uri().query().is_some_and(|q| q.contains("watch=true")));
-            std::future::pending::<()>().await;
+            // The Watchers and the ClusterWatchers are listed, then watched, in any order;
+            // the watches are kept open by never answering them.
+            let mut open = Vec::new();
+            loop {
+                let (request, send) = handle.next_request().await.expect("request");
+                let query = request.uri().query().unwrap_or_default().to_owned();
+                if query.contains("watch=true") {
+                    open.push(send);
+                    continue;
+                }
+                let list = match request.uri().path() {
+                    "/apis/watcher.dev/v1alpha1/watchers" => serde_json::json!({
+                        "apiVersion": "watcher.dev/v1alpha1", "kind": "WatcherList",
+                        "metadata": {"resourceVersion": "10"}, "items": [watcher("a"), watcher("b")]}),
+                    "/apis/watcher.dev/v1alpha1/clusterwatchers" => serde_json::json!({
+                        "apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcherList",
+                        "metadata": {"resourceVersion": "10"}, "items": []}),
+                    other => panic!("unexpected request {other}"),
+                };
+                send.send_response(Response::new(Body::from(serde_json::to_vec(&list).expect("json"))));
+            }
         });
         tokio::time::timeout(std::time::Duration::from_secs(5), cache.store.wait_until_ready())
             .await
@@ -221,7 +422,7 @@ mod tests {
     fn sending_without_subscribers_never_blocks() {
         let (cache, changes) = WatcherCache::from_store(reflector::store().0);
         for _ in 0..10 * CHANGE_BUFFER {
-            let _ = changes.send(ObjectRef::new("w").within("ns"));
+            let _ = changes.send(Change::Watcher(ObjectRef::new("w").within("ns")));
         }
         drop(cache);
     }

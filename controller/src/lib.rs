@@ -3,6 +3,7 @@
 
 pub mod at;
 mod cache;
+pub mod cluster_watcher;
 mod context;
 mod error;
 pub mod images;
@@ -22,7 +23,7 @@ pub use cache::{Change, WatcherCache};
 pub use context::Context;
 pub use error::{Error, Result};
 pub use metrics::{
-    CONTROLLERS, Metrics, ROLLOUT_STATES, ScopeState, WATCHED_RESOURCES, WatcherCollector, observe_watch,
+    CONTROLLERS, ClusterPods, Metrics, ROLLOUT_STATES, ScopeState, WATCHED_RESOURCES, WatcherCollector, observe_watch,
     watch_errors_of, watch_lists_of,
 };
 pub use policies::PolicyCache;

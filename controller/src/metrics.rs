@@ -3,7 +3,8 @@
 //! each scrape: no series outlives its Watcher), the admission scope's state, the Lease held,
 //! and watch errors and lists per resource.
 
-use std::sync::LazyLock;
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock, RwLock};
 use std::time::Instant;
 
 use kube::ResourceExt;
@@ -17,7 +18,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use watcher_api::Watcher;
+use watcher_api::{ClusterWatcher, PodCounts, Watcher};
 
 /// `{controller}` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -144,7 +145,12 @@ pub struct Metrics {
     duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
     scope: Family<ScopeLabels, Gauge>,
+    cluster_pods: ClusterPods,
 }
+
+/// Per ClusterWatcher, per namespace where it applies: its pods' counts, as the pod reconciler
+/// last counted them (in the leader; `status.pods` holds their sum).
+pub type ClusterPods = Arc<RwLock<BTreeMap<String, BTreeMap<String, PodCounts>>>>;
 
 fn duration_histogram() -> Histogram {
     Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0])
@@ -161,6 +167,7 @@ impl Metrics {
             duration: Family::new_with_constructor(duration_histogram),
             leader: Gauge::default(),
             scope: Family::default(),
+            cluster_pods: ClusterPods::default(),
         };
         // Every series known in advance, at 0: `rate()` and `increase()` see the first error of
         // each, and the dashboard shows 0 rather than no data.
@@ -247,6 +254,16 @@ impl Metrics {
     }
 
     /// Counts one sidecar image updated in place.
+    /// The per-namespace pod counts of the ClusterWatchers, for [`WatcherCollector`].
+    pub fn cluster_pods(&self) -> ClusterPods {
+        self.cluster_pods.clone()
+    }
+
+    /// Records `cluster`'s pod counts in each namespace where it applies.
+    pub fn set_cluster_pods(&self, cluster: &str, counts: BTreeMap<String, PodCounts>) {
+        self.cluster_pods.write().unwrap_or_else(|p| p.into_inner()).insert(cluster.to_owned(), counts);
+    }
+
     pub fn in_place_update(&self) {
         self.in_place_updates.inc();
     }
@@ -308,16 +325,30 @@ impl Drop for ReconcileTimer<'_> {
 
 /// Per-Watcher gauges, read from the Watcher cache at each scrape: the pod counts the pod
 /// reconciler wrote into `status.pods`, and the rollout's state from the `SidecarsUpdated`
-/// condition. A deleted Watcher's series go with it.
+/// condition. A deleted Watcher's series go with it. The same per ClusterWatcher, with its
+/// pods per namespace (`cluster_pods`) and how many namespaces it applies in.
 pub struct WatcherCollector {
     store: Store<Watcher>,
+    cluster: Store<ClusterWatcher>,
+    cluster_pods: ClusterPods,
 }
 
 impl WatcherCollector {
-    /// A collector over the Watchers of `store`.
-    pub fn new(store: Store<Watcher>) -> Self {
-        Self { store }
+    /// A collector over the Watchers of `store` and the ClusterWatchers of `cluster`, with the
+    /// latter's pods per namespace from `cluster_pods` ([`Metrics::cluster_pods`]).
+    pub fn new(store: Store<Watcher>, cluster: Store<ClusterWatcher>, cluster_pods: ClusterPods) -> Self {
+        Self { store, cluster, cluster_pods }
     }
+}
+
+/// The four states of `watcher_pods`, with their counts.
+fn pod_states(counts: PodCounts) -> [(&'static str, i32); 4] {
+    [
+        ("matched", counts.matched),
+        ("injected", counts.injected),
+        ("up_to_date", counts.up_to_date),
+        ("missing", counts.missing),
+    ]
 }
 
 impl std::fmt::Debug for WatcherCollector {
@@ -352,13 +383,7 @@ impl Collector for WatcherCollector {
         )?;
         for watcher in &watchers {
             let Some(counts) = watcher.status.as_ref().and_then(|s| s.pods) else { continue };
-            let states = [
-                ("matched", counts.matched),
-                ("injected", counts.injected),
-                ("up_to_date", counts.up_to_date),
-                ("missing", counts.missing),
-            ];
-            for (state, value) in states {
+            for (state, value) in pod_states(counts) {
                 let mut labels = identity(watcher);
                 labels.push(("state", state.to_owned()));
                 ConstGauge::new(i64::from(value)).encode(pods.encode_family(&labels)?)?;
@@ -376,6 +401,59 @@ impl Collector for WatcherCollector {
             for state in ROLLOUT_STATES {
                 let mut labels = identity(watcher);
                 labels.push(("state", state.to_owned()));
+                ConstGauge::new(i64::from(state == current)).encode(rollouts.encode_family(&labels)?)?;
+            }
+        }
+        self.encode_cluster(encoder)
+    }
+}
+
+impl WatcherCollector {
+    fn encode_cluster(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut clusters: Vec<Watcher> = self.cluster.state().iter().map(|c| c.across_namespaces()).collect();
+        clusters.sort_by_key(|w| w.name_any());
+        let mut namespaces = encoder.encode_descriptor(
+            "watcher_clusterwatcher_namespaces",
+            "Namespaces a ClusterWatcher applies in, as status.namespaces counts them",
+            None,
+            MetricType::Gauge,
+        )?;
+        for cluster in self.cluster.state() {
+            let Some(count) = cluster.status.as_ref().and_then(|s| s.namespaces) else { continue };
+            let labels = [("clusterwatcher", cluster.name_any())];
+            ConstGauge::new(i64::from(count)).encode(namespaces.encode_family(&labels)?)?;
+        }
+        let mut pods = encoder.encode_descriptor(
+            "watcher_clusterwatcher_pods",
+            "Pods of a ClusterWatcher by namespace and state, as watcher_pods counts a Watcher's (exported by the \
+             leader, which counts them)",
+            None,
+            MetricType::Gauge,
+        )?;
+        let counted = self.cluster_pods.read().unwrap_or_else(|p| p.into_inner());
+        for cluster in &clusters {
+            let name = cluster.name_any();
+            for (namespace, counts) in counted.get(&name).into_iter().flatten() {
+                for (state, value) in pod_states(*counts) {
+                    let labels = [
+                        ("clusterwatcher", name.clone()),
+                        ("namespace", namespace.clone()),
+                        ("state", state.to_owned()),
+                    ];
+                    ConstGauge::new(i64::from(value)).encode(pods.encode_family(&labels)?)?;
+                }
+            }
+        }
+        let mut rollouts = encoder.encode_descriptor(
+            "watcher_clusterwatcher_rollout_state",
+            "1 for the state of a ClusterWatcher's sidecar rollout across its namespaces, 0 for the others",
+            None,
+            MetricType::Gauge,
+        )?;
+        for cluster in &clusters {
+            let Some(current) = rollout_state(cluster) else { continue };
+            for state in ROLLOUT_STATES {
+                let labels = [("clusterwatcher", cluster.name_any()), ("state", state.to_owned())];
                 ConstGauge::new(i64::from(state == current)).encode(rollouts.encode_family(&labels)?)?;
             }
         }

@@ -29,9 +29,9 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_api::{
-    INJECT_ANNOTATION, INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL,
-    ORIGINAL_IMAGES_ANNOTATION, PodCounts, SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher, condition,
-    injected_watchers, requested_watchers, set_condition,
+    ClusterWatcher, INJECT_ANNOTATION, INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, MANAGED_BY,
+    MANAGED_BY_LABEL, ORIGINAL_IMAGES_ANNOTATION, PodCounts, SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher,
+    condition, injected_watchers, requested_watchers, set_condition,
 };
 
 use self::in_place::{InjectedSpec, Sidecar};
@@ -329,8 +329,14 @@ impl PodIndex {
     /// `read` over the pods of `namespace`, under the index's read lock: what it returns must
     /// not borrow them.
     pub fn with_namespace<R>(&self, namespace: &str, read: impl FnOnce(&[&CountedPod]) -> R) -> R {
+        self.with_namespaces(&[namespace], read)
+    }
+
+    /// `read` over the pods of `namespaces`, as [`PodIndex::with_namespace`].
+    pub fn with_namespaces<R>(&self, namespaces: &[impl AsRef<str>], read: impl FnOnce(&[&CountedPod]) -> R) -> R {
         let index = self.by_namespace.read().unwrap_or_else(|p| p.into_inner());
-        let pods: Vec<&CountedPod> = index.get(namespace).into_iter().flatten().map(|p| &p.0).collect();
+        let pods: Vec<&CountedPod> =
+            namespaces.iter().filter_map(|ns| index.get(ns.as_ref())).flatten().map(|p| &p.0).collect();
         read(&pods)
     }
 
@@ -365,6 +371,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// What the pod reconciler shares between reconciles.
 pub struct PodsContext {
     ctx: Arc<Context>,
+    /// The Watchers and ClusterWatchers: where a ClusterWatcher applies.
+    cache: WatcherCache,
     pods: Arc<PodIndex>,
     recorder: Recorder,
     /// ImagePolicies: an image updated in place is rewritten as admission would.
@@ -399,6 +407,7 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
     };
     let pods = Arc::new(PodIndex::new(lookup));
     let (synced_tx, synced_rx) = futures::channel::mpsc::unbounded();
+    let (cluster_synced_tx, synced_cluster) = futures::channel::mpsc::unbounded();
     let pod_events = pod_events(Api::<PodMeta>::all(client.clone()))
         .inspect(crate::observe_watch("pods"))
         .default_backoff()
@@ -410,7 +419,9 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
                         let done = matches!(event, watcher::Event::InitDone);
                         let changed = pods.apply(event).map(Ok);
                         if done {
-                            let _ = synced_tx.unbounded_send(()); // count every Watcher once
+                            // Count every Watcher and ClusterWatcher once.
+                            let _ = synced_tx.unbounded_send(());
+                            let _ = cluster_synced_tx.unbounded_send(());
                         }
                         changed
                     }
@@ -426,28 +437,66 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
         watcher::Config::default().labels(&labels),
         |_| {},
     );
+    let namespace_changes = policies.changes();
     let shared = Arc::new(PodsContext {
         ctx,
+        cache: cache.clone(),
         pods,
         recorder: Recorder::new(client, reporter),
         policies: Some(policies),
         revisions,
         revisions_listed,
     });
+    // Pod and revision events go to the Watchers or ClusterWatchers they concern: a pod's, by
+    // its namespace; a revision's, by its owner.
+    let (pods_tx, pods_rx) = futures::channel::mpsc::unbounded::<ObjectRef<Watcher>>();
+    let (cluster_tx, cluster_rx) = futures::channel::mpsc::unbounded::<ObjectRef<ClusterWatcher>>();
     let watchers = cache.clone();
+    let (revision_tx, revision_rx) = (pods_tx.clone(), cluster_tx.clone());
+    let fan_out = futures::future::join(
+        pod_events.for_each(move |pod| {
+            if let Ok(pod) = pod {
+                for watcher in watchers.in_namespace(&pod.namespace().unwrap_or_default()).iter() {
+                    match watcher.cluster_watcher() {
+                        Some(owner) => drop(cluster_tx.unbounded_send(ObjectRef::new(&owner.name))),
+                        None => drop(pods_tx.unbounded_send(ObjectRef::from(watcher.as_ref()))),
+                    }
+                }
+            }
+            futures::future::ready(())
+        }),
+        revision_events.for_each(move |revision| {
+            if let Ok(revision) = revision {
+                for owner in revision.owner_references().iter().filter(|o| o.controller == Some(true)) {
+                    if owner.kind == watcher_api::CLUSTER_WATCHER_KIND {
+                        drop(revision_rx.unbounded_send(ObjectRef::new(&owner.name)));
+                    } else {
+                        let namespace = revision.namespace().unwrap_or_default();
+                        drop(revision_tx.unbounded_send(ObjectRef::new(&owner.name).within(&namespace)));
+                    }
+                }
+            }
+            futures::future::ready(())
+        }),
+    );
     let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
-    Controller::for_shared_stream(triggers, cache.store.clone())
+    let watchers = Controller::for_shared_stream(triggers, cache.store.clone())
         .reconcile_all_on(futures::stream::select(resyncs, synced_rx))
-        .owns_stream(revision_events)
-        .watches_stream(pod_events, move |pod: PodMeta| {
-            let namespace = pod.namespace().unwrap_or_default();
-            watchers.in_namespace(&namespace).iter().map(|w| ObjectRef::from(w.as_ref())).collect::<Vec<_>>()
-        })
+        .reconcile_on(pods_rx)
         .with_config(crate::controller_config().debounce(DEBOUNCE))
         .shutdown_on_signal()
-        .run(reconcile, error_policy, shared)
-        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
-        .await;
+        .run(reconcile, error_policy, shared.clone())
+        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) });
+    let (changes, resyncs) = crate::cache::split_cluster(cache.subscribe(), cache.cluster.clone());
+    let namespaces = crate::cache::changed(namespace_changes);
+    let clusters = Controller::for_shared_stream(changes, cache.cluster.clone())
+        .reconcile_all_on(futures::stream::select_all([resyncs.boxed(), namespaces.boxed(), synced_cluster.boxed()]))
+        .reconcile_on(cluster_rx)
+        .with_config(crate::controller_config().debounce(DEBOUNCE))
+        .shutdown_on_signal()
+        .run(reconcile_cluster, cluster_error_policy, shared)
+        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) });
+    futures::join!(fan_out, watchers, clusters);
 }
 
 /// The pods' watch events. The initial list is streamed where kube-apiserver serves it so
@@ -515,16 +564,20 @@ pub fn count(watcher: &Watcher, pods: &[&CountedPod]) -> PodCounts {
     counts
 }
 
+/// Whether `pod` is in `watcher`'s namespace; a ClusterWatcher's (no namespace) takes every pod
+/// it is given: those of the namespaces where it applies.
+fn in_reach(watcher: &Watcher, pod: &CountedPod) -> bool {
+    watcher.metadata.namespace.as_deref().is_none_or(|namespace| pod.namespace() == namespace)
+}
+
 fn live_pods_of<'a>(watcher: &'a Watcher, pods: &'a [&CountedPod]) -> impl Iterator<Item = &'a CountedPod> + 'a {
-    let namespace = watcher.namespace().unwrap_or_default();
-    pods.iter().copied().filter(move |p| p.namespace() == namespace && !p.terminating())
+    pods.iter().copied().filter(move |p| in_reach(watcher, p) && !p.terminating())
 }
 
 /// The Watcher's pods being deleted (matched or injected): they count against `maxUnavailable`.
 fn terminating_pods_of(watcher: &Watcher, hash: &str, pods: &[&CountedPod]) -> usize {
-    let namespace = watcher.namespace().unwrap_or_default();
     pods.iter()
-        .filter(|p| p.namespace() == namespace && p.terminating())
+        .filter(|p| in_reach(watcher, p) && p.terminating())
         .filter(|p| {
             let s = standing(watcher, hash, p);
             s.matched || s.injected
@@ -532,58 +585,124 @@ fn terminating_pods_of(watcher: &Watcher, hash: &str, pods: &[&CountedPod]) -> u
         .count()
 }
 
+/// Whose pods a reconcile counts and rolls out, and where it writes what it finds.
+enum Subject {
+    /// A Watcher: the pods of its namespace.
+    Watcher(String),
+    /// A ClusterWatcher: the pods of the namespaces where it applies.
+    Cluster(Arc<ClusterWatcher>),
+}
+
 /// Counts the Watcher's pods, takes a step of its rollout (`Recreate`, `InPlace`), and records
 /// the counts.
 #[instrument(skip(watcher, ctx), fields(namespace = watcher.namespace(), watcher = watcher.name_any()))]
 pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<Action> {
+    if let Some(wait) = unready(&ctx) {
+        return Ok(wait);
+    }
+    let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
+    let action =
+        reconcile_subject(&watcher, std::slice::from_ref(&namespace), &Subject::Watcher(namespace.clone()), &ctx)
+            .await?;
+    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
+    Ok(action)
+}
+
+/// [`reconcile`] for a ClusterWatcher: its pods in every namespace where it applies, one
+/// rollout across all of them, oldest first; its revisions in the operator's namespace.
+#[instrument(skip(cluster, ctx), fields(clusterwatcher = cluster.name_any()))]
+pub async fn reconcile_cluster(cluster: Arc<ClusterWatcher>, ctx: Arc<PodsContext>) -> Result<Action> {
+    if let Some(wait) = unready(&ctx) {
+        return Ok(wait);
+    }
+    let namespaces = ctx.cache.namespaces_of(&cluster);
+    let watcher = cluster.across_namespaces();
+    let action = reconcile_subject(&watcher, &namespaces, &Subject::Cluster(cluster.clone()), &ctx).await?;
+    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, cluster.as_ref()));
+    Ok(action)
+}
+
+/// What to do until the pods and the revisions are listed: counts would be short, and the
+/// cache would say "no revision".
+fn unready(ctx: &PodsContext) -> Option<Action> {
     if !ctx.pods.is_synced() {
-        // Counts would be short; every Watcher is counted when the list is in.
-        return Ok(Action::await_change());
+        return Some(Action::await_change()); // every Watcher is counted when the list is in
     }
     if !ctx.revisions_listed.load(Ordering::Acquire) {
-        return Ok(Action::requeue(crate::UNLISTED_RETRY)); // the cache would say "no revision"
+        return Some(Action::requeue(crate::UNLISTED_RETRY));
     }
+    None
+}
+
+async fn reconcile_subject(
+    watcher: &Watcher,
+    namespaces: &[String],
+    subject: &Subject,
+    ctx: &PodsContext,
+) -> Result<Action> {
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
-    let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
-    let (mut counts, step) = ctx.pods.with_namespace(&namespace, |pods| {
+    let (mut counts, step) = ctx.pods.with_namespaces(namespaces, |pods| {
         let rolls = watcher.spec.update_policy.type_ != UpdatePolicyType::Report;
-        (count(&watcher, pods), rolls.then(|| plan_step(&watcher, pods, &ctx, &namespace)))
+        (count(watcher, pods), rolls.then(|| plan_step(watcher, pods, ctx, namespaces)))
     });
     let action = match step {
         None => Action::await_change(),
         Some(step) => {
-            let (action, patched) = roll(&watcher, step, &ctx, &namespace).await?;
+            let (action, patched) = roll(watcher, subject, step, ctx).await?;
             // A pod counts as up to date once its patch is written.
             counts.up_to_date += i32::try_from(patched).unwrap_or(i32::MAX);
             action
         }
     };
 
+    if let Subject::Cluster(cluster) = subject {
+        let by_namespace = namespaces
+            .iter()
+            .map(|ns| (ns.clone(), ctx.pods.with_namespace(ns, |pods| count(watcher, pods))))
+            .collect();
+        ctx.ctx.metrics.set_cluster_pods(&cluster.name_any(), by_namespace);
+    }
     let current = watcher.status.as_ref().and_then(|s| s.pods);
     if current != Some(counts) {
-        let api = Api::<Watcher>::namespaced(ctx.ctx.client.clone(), &namespace);
-        let patch = json!({"status": {"pods": counts}});
-        api.patch_status(&watcher.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        patch_status(subject, &watcher.name_any(), ctx, json!({"status": {"pods": counts}})).await?;
         let outdated = counts.injected - counts.up_to_date;
         if counts.missing > 0 || outdated > 0 {
             // Once per change of the counts, not once per reconcile.
-            let event = Event {
-                type_: EventType::Warning,
-                reason: "InjectionDrift".into(),
-                note: Some(format!(
-                    "{} of {} pods miss this Watcher and {outdated} carry an older spec",
-                    counts.missing, counts.matched
-                )),
-                action: "Count".into(),
-                secondary: None,
-            };
-            if let Err(error) = ctx.recorder.publish(&event, &watcher.object_ref(&())).await {
-                warn!(%error, "cannot publish the drift event");
-            }
+            let note = format!(
+                "{} of {} pods miss this {} and {outdated} carry an older spec",
+                counts.missing,
+                counts.matched,
+                subject.kind()
+            );
+            publish(ctx, subject, watcher, EventType::Warning, "InjectionDrift", "Count", note).await;
         }
     }
-    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
     Ok(action)
+}
+
+impl Subject {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Watcher(_) => "Watcher",
+            Self::Cluster(_) => watcher_api::CLUSTER_WATCHER_KIND,
+        }
+    }
+}
+
+/// Merge-patches the status of the Watcher or ClusterWatcher.
+async fn patch_status(subject: &Subject, name: &str, ctx: &PodsContext, patch: serde_json::Value) -> Result<()> {
+    let params = PatchParams::default();
+    match subject {
+        Subject::Watcher(namespace) => {
+            let api = Api::<Watcher>::namespaced(ctx.ctx.client.clone(), namespace);
+            api.patch_status(name, &params, &Patch::Merge(&patch)).await?;
+        }
+        Subject::Cluster(_) => {
+            let api = Api::<ClusterWatcher>::all(ctx.ctx.client.clone());
+            api.patch_status(name, &params, &Patch::Merge(&patch)).await?;
+        }
+    }
+    Ok(())
 }
 
 /// How often a rollout in flight is looked at again (pod status changes also wake it).
@@ -595,10 +714,10 @@ struct Step {
     rollout: rollout::Rollout,
 }
 
-/// Plans a step of `watcher`'s rollout over `pods` (its namespace's): the revisions kept (the
-/// current spec's created, the oldest beyond the history that no pod carries deleted), the
-/// in-place patches and the evictions.
-fn plan_step(watcher: &Watcher, pods: &[&CountedPod], ctx: &PodsContext, namespace: &str) -> Step {
+/// Plans a step of `watcher`'s rollout over `pods` (those of `namespaces`): the revisions kept
+/// (the current spec's created, the oldest beyond the history that no pod carries deleted),
+/// the in-place patches and the evictions.
+fn plan_step(watcher: &Watcher, pods: &[&CountedPod], ctx: &PodsContext, namespaces: &[String]) -> Step {
     let all = ctx.revisions.state();
     let mine = revisions::revisions_of(watcher, &all);
     let name = watcher.name_any();
@@ -608,17 +727,28 @@ fn plan_step(watcher: &Watcher, pods: &[&CountedPod], ctx: &PodsContext, namespa
             injected_watchers(pod.annotations()).into_iter().filter(|(n, _)| *n == name).map(|(_, h)| h.to_owned())
         })
         .collect();
-    let policies = ctx.policies.as_ref().map(|p| p.policies_for(namespace)).unwrap_or_default();
-    let rules: Vec<&watcher_api::image::Rule> = policies.iter().flat_map(|p| p.valid_rules()).collect();
+    let policies: Vec<(&str, Vec<Arc<watcher_api::CompiledPolicy>>)> = namespaces
+        .iter()
+        .map(|ns| (ns.as_str(), ctx.policies.as_ref().map(|p| p.policies_for(ns)).unwrap_or_default()))
+        .filter(|(_, policies)| !policies.is_empty())
+        .collect();
+    let rules: rollout::Rules<'_> =
+        policies.iter().map(|(ns, policies)| (*ns, policies.iter().flat_map(|p| p.valid_rules()).collect())).collect();
     Step {
-        revisions: revisions::plan_revisions(watcher, &mine, &carried),
+        revisions: revisions::plan_revisions(watcher, &revisions_namespace(watcher, ctx), &mine, &carried),
         rollout: rollout::plan(watcher, pods, &mine, &rules, jiff::Timestamp::now()),
     }
+}
+
+/// Where `watcher`'s revisions are kept: its namespace; a ClusterWatcher's, the operator's.
+fn revisions_namespace(watcher: &Watcher, ctx: &PodsContext) -> String {
+    watcher.namespace().unwrap_or_else(|| ctx.cache.operator_namespace().to_owned())
 }
 
 /// Writes the Watcher's revisions as planned.
 async fn keep_revisions(plan: revisions::RevisionPlan, ctx: &PodsContext, namespace: &str) -> Result<()> {
     let api = Api::<ControllerRevision>::namespaced(ctx.ctx.client.clone(), namespace);
+    debug_assert!(plan.create.as_ref().is_none_or(|r| r.metadata.namespace.as_deref() == Some(namespace)));
     if let Some(revision) = plan.create {
         let params = PostParams { field_manager: Some(watcher_api::FIELD_MANAGER.to_owned()), ..PostParams::default() };
         match api.create(&params, &revision).await {
@@ -642,13 +772,13 @@ async fn keep_revisions(plan: revisions::RevisionPlan, ctx: &PodsContext, namesp
 /// One step of a rollout: the revisions kept, the in-place patches, then the evictions, an
 /// Event for what was updated, and the `SidecarsUpdated` condition when it changes. Returns the
 /// pods patched.
-async fn roll(watcher: &Watcher, step: Step, ctx: &PodsContext, namespace: &str) -> Result<(Action, usize)> {
-    keep_revisions(step.revisions, ctx, namespace).await?;
+async fn roll(watcher: &Watcher, subject: &Subject, step: Step, ctx: &PodsContext) -> Result<(Action, usize)> {
+    keep_revisions(step.revisions, ctx, &revisions_namespace(watcher, ctx)).await?;
     let mut rollout = step.rollout;
-    let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), namespace);
     let mut patched = Vec::new();
     let mut conflict = false;
     for patch in &rollout.patches {
+        let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), &patch.namespace);
         let ops = Patch::Json::<()>(json_patch::Patch(patch.ops.clone()));
         match api.patch(&patch.pod, &PatchParams::default(), &ops).await {
             Ok(_) => {
@@ -667,7 +797,7 @@ async fn roll(watcher: &Watcher, step: Step, ctx: &PodsContext, namespace: &str)
         let image = rollout.patches.first().map(|p| p.image.as_str()).unwrap_or_default();
         let note =
             format!("sidecar image updated in place to {image} in {} pod(s): {}", patched.len(), patched.join(", "));
-        publish(ctx, watcher, EventType::Normal, "SidecarUpdated", note).await;
+        publish(ctx, subject, watcher, EventType::Normal, "SidecarUpdated", "Update", note).await;
     }
     // The condition counts a pod patched now as on the current spec and updating, as the
     // counts do.
@@ -675,8 +805,8 @@ async fn roll(watcher: &Watcher, step: Step, ctx: &PodsContext, namespace: &str)
     rollout.updated += patched.len();
     rollout.outdated -= patched.len();
     rollout.in_flight.extend(patched.iter().cloned());
-    set_rollout_condition(watcher, ctx, namespace, &rollout).await?;
-    let mut action = evict_names(&api, &rollout.evictions).await?;
+    set_rollout_condition(watcher, subject, ctx, &rollout).await?;
+    let mut action = evict_names(&ctx.ctx.client, &rollout.evictions).await?;
     if conflict || !patched.is_empty() || !rollout.in_flight.is_empty() {
         action = Action::requeue(IN_PLACE_RECHECK.min(EVICTION_RETRY));
     }
@@ -687,8 +817,8 @@ async fn roll(watcher: &Watcher, step: Step, ctx: &PodsContext, namespace: &str)
 /// Event when the rollout gets stuck.
 async fn set_rollout_condition(
     watcher: &Watcher,
+    subject: &Subject,
     ctx: &PodsContext,
-    namespace: &str,
     rollout: &rollout::Rollout,
 ) -> Result<()> {
     let (status, reason, message) = rollout::condition(watcher, rollout);
@@ -699,32 +829,44 @@ async fn set_rollout_condition(
         return Ok(());
     }
     if reason == "Stuck" && existing.is_none_or(|c| c.reason != "Stuck") {
-        publish(ctx, watcher, EventType::Warning, "SidecarUpdateStuck", message.clone()).await;
+        let stuck = "SidecarUpdateStuck";
+        publish(ctx, subject, watcher, EventType::Warning, stuck, "Update", message.clone()).await;
     }
     set_condition(&mut conditions, condition("SidecarsUpdated", status, reason, message, generation));
-    let api = Api::<Watcher>::namespaced(ctx.ctx.client.clone(), namespace);
-    let patch = json!({"status": {"conditions": conditions}});
-    api.patch_status(&watcher.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
-    Ok(())
+    patch_status(subject, &watcher.name_any(), ctx, json!({"status": {"conditions": conditions}})).await
 }
 
-async fn publish(ctx: &PodsContext, watcher: &Watcher, type_: EventType, reason: &str, note: String) {
-    let event = Event { type_, reason: reason.into(), note: Some(note), action: "Update".into(), secondary: None };
-    if let Err(error) = ctx.recorder.publish(&event, &watcher.object_ref(&())).await {
+/// Publishes an Event about the Watcher or ClusterWatcher.
+async fn publish(
+    ctx: &PodsContext,
+    subject: &Subject,
+    watcher: &Watcher,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+    let regarding = match subject {
+        Subject::Watcher(_) => watcher.object_ref(&()),
+        Subject::Cluster(cluster) => cluster.object_ref(&()),
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &regarding).await {
         warn!(%error, reason, "cannot publish an event");
     }
 }
 
 /// Evicts the chosen pods; a refusal by a PodDisruptionBudget waits for the next try.
-async fn evict_names(api: &Api<Pod>, chosen: &[String]) -> Result<Action> {
+async fn evict_names(client: &kube::Client, chosen: &[rollout::PodName]) -> Result<Action> {
     if chosen.is_empty() {
         return Ok(Action::await_change());
     }
-    for name in chosen {
+    for rollout::PodName { namespace, name } in chosen {
+        let api = Api::<Pod>::namespaced(client.clone(), namespace);
         match api.evict(name, &EvictParams::default()).await {
-            Ok(_) => info!(pod = name, "evicted: its controller recreates it injected"),
+            Ok(_) => info!(namespace, pod = name, "evicted: its controller recreates it injected"),
             Err(kube::Error::Api(status)) if status.code == 429 => {
-                info!(pod = name, "eviction refused for now (PodDisruptionBudget)");
+                info!(namespace, pod = name, "eviction refused for now (PodDisruptionBudget)");
                 return Ok(Action::requeue(EVICTION_RETRY));
             }
             Err(kube::Error::Api(status)) if status.code == 404 => {}
@@ -741,9 +883,27 @@ pub fn error_policy(watcher: Arc<Watcher>, error: &Error, ctx: Arc<PodsContext>)
     ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, watcher.as_ref()), error)
 }
 
+/// [`error_policy`] for a ClusterWatcher.
+pub fn cluster_error_policy(cluster: Arc<ClusterWatcher>, error: &Error, ctx: Arc<PodsContext>) -> Action {
+    warn!(clusterwatcher = cluster.name_any(), %error, "pod reconcile failed");
+    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, cluster.as_ref()), error)
+}
+
 /// A context over `pods`, for tests that fill the index themselves.
 #[cfg(test)]
 fn context_for_tests(ctx: Arc<Context>, pods: PodIndex, revisions: Vec<ControllerRevision>) -> Arc<PodsContext> {
+    let cache = WatcherCache::from_store(kube::runtime::reflector::store().0).0;
+    context_with_cache(ctx, pods, revisions, cache)
+}
+
+/// [`context_for_tests`] over the Watchers, ClusterWatchers and namespaces of `cache`.
+#[cfg(test)]
+fn context_with_cache(
+    ctx: Arc<Context>,
+    pods: PodIndex,
+    revisions: Vec<ControllerRevision>,
+    cache: WatcherCache,
+) -> Arc<PodsContext> {
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: None };
     let recorder = Recorder::new(ctx.client.clone(), reporter);
     let (store, mut writer) = kube::runtime::reflector::store();
@@ -752,6 +912,7 @@ fn context_for_tests(ctx: Arc<Context>, pods: PodIndex, revisions: Vec<Controlle
     }
     Arc::new(PodsContext {
         ctx,
+        cache,
         pods: Arc::new(pods),
         recorder,
         policies: None,

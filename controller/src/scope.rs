@@ -100,8 +100,7 @@ impl ScopeStatus {
     }
 
     /// A stream that yields each time what is registered changes, once it is known.
-    #[cfg(test)]
-    fn changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+    pub fn changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
         futures::stream::once(Self::known(self.0.clone())).flat_map(|rx| {
             futures::stream::unfold(rx, |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) })
         })
@@ -258,7 +257,7 @@ impl ScopeWriter {
 
     /// The scope of what the caches hold now.
     fn compute(&self) -> Scope {
-        let watchers = self.watchers.store.state();
+        let watchers = self.watchers.everywhere();
         let policies = self.policies.compiled();
         let namespaces = self.policies.namespaces.state();
         Scope::compute(

@@ -36,7 +36,7 @@ use crate::{Context, Error, Result, WatcherCache};
 
 const CONTROLLER: &str = "watcher";
 /// Label on every owned ConfigMap: the Watcher it belongs to.
-const WATCHER_LABEL: &str = "watcher.dev/watcher";
+pub(crate) const WATCHER_LABEL: &str = "watcher.dev/watcher";
 /// A steady Watcher is looked at again this often, in case an event was missed.
 const RESYNC: Duration = Duration::from_secs(30 * 60);
 /// A Watcher waiting for the admission scope to be known is looked at again this often.
@@ -164,26 +164,61 @@ fn newer_or_same(cached: Option<&str>, written: &str) -> bool {
 /// Runs the Watcher controller until shutdown, on the Watchers of the shared cache. A Watcher
 /// is `Ready` only once `scope` says the webhook's registered conditions cover it; a Watcher
 /// whose coverage a change of the registered conditions changes is looked at again.
-pub async fn run(ctx: Arc<Context>, cache: WatcherCache, scope: ScopeStatus) {
+///
+/// The ClusterWatchers' reconciler ([`crate::cluster_watcher`]) runs beside it, on the same
+/// cache of ConfigMaps; a ConfigMap's change reaches the Watcher and the ClusterWatcher of its
+/// `watcher.dev/watcher` label, so a namespace one hands over to the other converges at once.
+/// `namespace_changes` marks every change of a namespace.
+pub async fn run(
+    ctx: Arc<Context>,
+    cache: WatcherCache,
+    scope: ScopeStatus,
+    namespace_changes: tokio::sync::watch::Receiver<()>,
+) {
     let labels = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
     let api = Api::<ConfigMap>::all(ctx.client.clone());
-    let (config_maps, owned, listed) = crate::cached_watch(api, watcher::Config::default().labels(&labels), |_| {});
+    let (config_maps, changed, listed) = crate::cached_watch(api, watcher::Config::default().labels(&labels), |_| {});
+    let (to_watchers, for_watchers) = futures::channel::mpsc::unbounded();
+    let (to_cluster, for_cluster) = futures::channel::mpsc::unbounded();
+    let fan_out = changed.for_each(move |config_map| {
+        match config_map {
+            Ok(config_map) => {
+                if let Some(name) = config_map.labels().get(WATCHER_LABEL) {
+                    let namespace = config_map.namespace().unwrap_or_default();
+                    let _ = to_watchers.unbounded_send(ObjectRef::<Watcher>::new(name).within(&namespace));
+                }
+                if let Some(cluster) = crate::cluster_watcher::owner_of(&config_map) {
+                    let _ = to_cluster.unbounded_send(cluster);
+                }
+            }
+            Err(error) => crate::log_watch_error("ConfigMaps", false, &error),
+        }
+        futures::future::ready(())
+    });
     let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
     // Nothing is reconciled before the scope is known (each Watcher would only wait), then
     // everything once, and again each Watcher whose coverage what is registered changes.
     let triggers = scope.gate(triggers);
     let resyncs = scope.gate(resyncs);
     let coverage = scope.coverage_changes(cache.store.clone());
+    let cluster = Arc::new(crate::cluster_watcher::ClusterContext::new(
+        ctx.clone(),
+        cache.clone(),
+        config_maps.clone(),
+        listed.clone(),
+        scope.clone(),
+    ));
     let shared = Arc::new(WatcherContext::with(ctx, config_maps, listed, scope));
-    Controller::for_shared_stream(triggers, cache.store.clone())
+    let watchers = Controller::for_shared_stream(triggers, cache.store.clone())
         .reconcile_all_on(resyncs)
-        .reconcile_on(coverage)
-        .owns_stream(owned)
+        .reconcile_on(futures::stream::select(coverage, for_watchers))
         .with_config(crate::controller_config())
         .shutdown_on_signal()
         .run(reconcile, error_policy, shared)
-        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
-        .await;
+        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) });
+    let clusters = crate::cluster_watcher::run(cluster, for_cluster, namespace_changes);
+    // The fan-out ends with its watch, which ends only on shutdown.
+    futures::join!(watchers, clusters, fan_out);
 }
 
 /// What became of a Watcher's config data.
@@ -312,14 +347,14 @@ async fn publish(ctx: &WatcherContext, watcher: &Watcher, type_: EventType, reas
 }
 
 /// A create as the operator's field manager.
-fn create_params() -> PostParams {
+pub(crate) fn create_params() -> PostParams {
     PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() }
 }
 
 /// The merge patch that turns `existing` into `desired`: the data whole (keys the Watcher no
 /// longer has set to null), labels and owner, with the cached resourceVersion as precondition
 /// (a ConfigMap changed since it was cached is a conflict, retried after its own event).
-fn update_patch(existing: &ConfigMap, desired: &ConfigMap) -> serde_json::Value {
+pub(crate) fn update_patch(existing: &ConfigMap, desired: &ConfigMap) -> serde_json::Value {
     fn with_removals<V: serde::Serialize>(
         existing: &Option<BTreeMap<String, V>>,
         desired: &Option<BTreeMap<String, V>>,
@@ -349,30 +384,43 @@ pub fn error_policy(watcher: Arc<Watcher>, error: &Error, ctx: Arc<WatcherContex
 
 /// The ConfigMap a Watcher should own, or `None` when it has no config data.
 pub fn desired_config_map(watcher: &Watcher) -> Option<ConfigMap> {
-    if !watcher.spec.has_config() {
+    let owner = watcher.controller_owner_ref(&())?;
+    config_map_of(&watcher.spec, &watcher.name_any(), &watcher.namespace()?, owner, [])
+}
+
+/// The ConfigMap `<name>-config` in `namespace` with the config data of `spec`, owned by
+/// `owner`, labelled `watcher.dev/watcher=<name>` (and `extra`); `None` without config data.
+pub(crate) fn config_map_of<const N: usize>(
+    spec: &watcher_api::WatcherSpec,
+    name: &str,
+    namespace: &str,
+    owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    extra: [(&str, &str); N],
+) -> Option<ConfigMap> {
+    if !spec.has_config() {
         return None;
     }
-    let owner = watcher.controller_owner_ref(&())?;
-    let labels = BTreeMap::from([
+    let mut labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
-        (WATCHER_LABEL.to_owned(), watcher.name_any()),
+        (WATCHER_LABEL.to_owned(), name.to_owned()),
     ]);
+    labels.extend(extra.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
     Some(ConfigMap {
         metadata: ObjectMeta {
-            name: Some(config_map_name(&watcher.name_any())),
-            namespace: watcher.namespace(),
+            name: Some(config_map_name(name)),
+            namespace: Some(namespace.to_owned()),
             labels: Some(labels),
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
-        data: watcher.spec.config_data.clone().filter(|data| !data.is_empty()),
-        binary_data: watcher.spec.config_binary_data.clone().filter(|data| !data.is_empty()),
+        data: spec.config_data.clone().filter(|data| !data.is_empty()),
+        binary_data: spec.config_binary_data.clone().filter(|data| !data.is_empty()),
         ..ConfigMap::default()
     })
 }
 
 /// Whether `existing` already holds everything `desired` sets (so writing it would change nothing).
-fn config_map_matches(existing: &ConfigMap, desired: &ConfigMap) -> bool {
+pub(crate) fn config_map_matches(existing: &ConfigMap, desired: &ConfigMap) -> bool {
     fn non_empty<V>(map: &Option<BTreeMap<String, V>>) -> Option<&BTreeMap<String, V>> {
         map.as_ref().filter(|map| !map.is_empty())
     }

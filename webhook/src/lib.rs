@@ -1,6 +1,7 @@
 //! The admission webhook of watcher-operator: the pure [`inject`] and [`rewrite_images`] steps,
 //! the AdmissionReview handling around them ([`Reviewer`]), and the TLS server ([`serve_tls`]).
 
+pub mod cluster;
 mod decide;
 mod inject;
 mod json;

@@ -173,6 +173,8 @@ pub struct Scope {
     required: Pods,
     /// What the conditions were computed from, per Watcher (namespace, name).
     watchers: BTreeMap<(String, String), Entry>,
+    /// Of those, the ClusterWatchers' (one per namespace where they apply), by ClusterWatcher.
+    cluster: BTreeMap<String, BTreeSet<String>>,
     /// How many ImagePolicies put pods in scope.
     policies: usize,
 }
@@ -205,6 +207,9 @@ impl Scope {
             }
             if entry.required {
                 scope.required.named.entry(namespace.to_owned()).or_default().insert(watcher.name_any());
+            }
+            if let Some(owner) = watcher.cluster_watcher() {
+                scope.cluster.entry(owner.name.clone()).or_default().insert(namespace.to_owned());
             }
             scope.watchers.insert((namespace.to_owned(), watcher.name_any()), entry);
         }
@@ -252,11 +257,22 @@ impl Scope {
     /// How many Watchers select pods by label, how many are required, and how many ImagePolicies
     /// put pods in scope (for `check` and the logs).
     pub fn summary(&self) -> Summary {
-        let entries = self.watchers.values();
+        // A ClusterWatcher counts once, however many namespaces it applies in.
+        let of_cluster = |(namespace, name): &(String, String)| {
+            self.cluster.get(name).is_some_and(|namespaces| namespaces.contains(namespace))
+        };
+        let mut counted: BTreeSet<&str> = BTreeSet::new();
+        let entries: Vec<&Entry> = self
+            .watchers
+            .iter()
+            .filter(|(key, _)| !of_cluster(key) || counted.insert(key.1.as_str()))
+            .map(|(_, entry)| entry)
+            .collect();
         Summary {
-            watchers: self.watchers.len(),
-            selecting: entries.clone().filter(|e| e.selector.is_some()).count(),
-            required: entries.filter(|e| e.required).count(),
+            watchers: self.watchers.keys().filter(|key| !of_cluster(key)).count(),
+            cluster_watchers: self.cluster.len(),
+            selecting: entries.iter().filter(|e| e.selector.is_some()).count(),
+            required: entries.iter().filter(|e| e.required).count(),
             policies: self.policies,
             everywhere: self.everywhere,
         }
@@ -288,7 +304,9 @@ impl Scope {
 pub struct Summary {
     /// Watchers outside the excluded namespaces.
     pub watchers: usize,
-    /// Of these, those with a selector that can be read.
+    /// ClusterWatchers that apply in at least one namespace.
+    pub cluster_watchers: usize,
+    /// Of these and the Watchers, those with a selector that can be read.
     pub selecting: usize,
     /// Of these, the required ones.
     pub required: usize,
@@ -303,9 +321,13 @@ impl std::fmt::Display for Summary {
         let plural = |n: usize, one: &'static str, many: &'static str| if n == 1 { one } else { many };
         write!(
             f,
-            "{} {} ({} selecting pods by label, {} required), {} {}",
+            "{} {}{} ({} selecting pods by label, {} required), {} {}",
             self.watchers,
             plural(self.watchers, "Watcher", "Watchers"),
+            match self.cluster_watchers {
+                0 => String::new(),
+                n => format!(" and {n} {}", plural(n, "ClusterWatcher", "ClusterWatchers")),
+            },
             self.selecting,
             self.required,
             self.policies,

@@ -19,6 +19,7 @@ const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/watcher-system/leas
 const PODS: &str = "/api/v1/namespaces/default/pods";
 const SSAR: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 const WATCHERS: &str = "/apis/watcher.dev/v1alpha1/watchers";
+const CLUSTER_WATCHERS: &str = "/apis/watcher.dev/v1alpha1/clusterwatchers";
 
 /// A cluster as the mocked API server answers it: objects by path; what a dry-run pod comes
 /// back as; what access reviews answer.
@@ -63,6 +64,7 @@ impl Cluster {
         let namespaces = json!({"apiVersion": "v1", "kind": "NamespaceList", "metadata": {}, "items": [
             {"metadata": {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "team-a"}}}]});
         objects.insert(WATCHERS.into(), json!({"metadata": {}, "items": [watcher.clone()]}));
+        objects.insert(CLUSTER_WATCHERS.into(), json!({"metadata": {}, "items": []}));
         objects.insert("/apis/watcher.dev/v1alpha1/imagepolicies".into(), json!({"metadata": {}, "items": []}));
         objects.insert("/api/v1/namespaces".into(), namespaces);
         let watcher: watcher_api::Watcher = serde_json::from_value(watcher).expect("Watcher");
@@ -193,6 +195,7 @@ async fn a_healthy_install_passes_every_check() {
             "API server",
             "native sidecars",
             "watchers.watcher.dev",
+            "clusterwatchers.watcher.dev",
             "ats.watcher.dev",
             "podsets.watcher.dev",
             "imagepolicies.watcher.dev",
@@ -232,6 +235,20 @@ async fn the_admission_scope_warns_when_it_does_not_hold() {
     let (status, message, _) = line(&selector_changed, "scope");
     assert_eq!(status, Status::Warning);
     assert!(message.ends_with("the matchConditions in place are not yet what they need"), "{message}");
+
+    // A ClusterWatcher selecting pods in team-a: its pods are not in the conditions yet.
+    let cluster_watcher = Cluster::healthy()
+        .edit(CLUSTER_WATCHERS, |list| {
+            list["items"] = json!([{"apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcher",
+                "metadata": {"name": "log-agent"},
+                "spec": {"container": {"name": "log-agent", "image": "busybox:1.36"},
+                         "selector": {"matchLabels": {"tier": "backend"}}}}])
+        })
+        .check(false)
+        .await;
+    let (status, message, _) = line(&cluster_watcher, "scope");
+    assert_eq!(status, Status::Warning);
+    assert!(message.starts_with("1 Watcher and 1 ClusterWatcher (2 selecting pods by label, 0 required)"), "{message}");
 
     let required = Cluster::healthy()
         .edit(WATCHERS, |list| list["items"][0]["spec"]["failurePolicy"] = json!("Fail"))

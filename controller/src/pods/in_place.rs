@@ -77,6 +77,8 @@ pub enum Update {
 /// The in-place patch of one pod.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Patch {
+    /// The pod's namespace.
+    pub namespace: String,
     /// The pod.
     pub pod: String,
     /// JSON-patch operations: the resourceVersion precondition, the container's image and the
@@ -156,6 +158,7 @@ pub fn update(
     let wanted = watcher.spec.container.image.clone().unwrap_or_default();
     let target = image::rewrite(rules.iter().copied(), &wanted).unwrap_or_else(|| wanted.clone());
     Update::InPlace(Patch {
+        namespace: pod.namespace().to_owned(),
         pod: pod.name.to_string(),
         ops: patch_ops(watcher, pod, spec, sidecar, &wanted, &target, now),
         image: target,

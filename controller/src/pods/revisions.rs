@@ -27,18 +27,27 @@ pub fn revision_name(watcher: &str, hash: &str) -> String {
     format!("{watcher}-{hash}")
 }
 
-/// A revision of `watcher`'s current spec, numbered `number`.
-pub fn desired_revision(watcher: &Watcher, number: i64) -> Option<ControllerRevision> {
-    let owner = watcher.controller_owner_ref(&())?;
+/// A revision of `watcher`'s current spec, numbered `number`, in `namespace`: a Watcher's own,
+/// or for a ClusterWatcher (a Watcher of no namespace, see
+/// [`watcher_api::ClusterWatcher::across_namespaces`]) the operator's, owned by the
+/// ClusterWatcher and labelled with its name.
+pub fn desired_revision(watcher: &Watcher, namespace: &str, number: i64) -> Option<ControllerRevision> {
+    let owner = match watcher.cluster_watcher() {
+        Some(cluster) => cluster.clone(),
+        None => watcher.controller_owner_ref(&())?,
+    };
     let injection = watcher.spec.injection();
     let name = watcher.name_any();
+    let mut labels: std::collections::BTreeMap<String, String> =
+        [(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()), (WATCHER_LABEL.to_owned(), name.clone())].into();
+    if watcher.cluster_watcher().is_some() {
+        labels.insert(crate::cluster_watcher::CLUSTER_WATCHER_LABEL.to_owned(), name.clone());
+    }
     Some(ControllerRevision {
         metadata: ObjectMeta {
             name: Some(revision_name(&name, &injection.hash())),
-            namespace: watcher.namespace(),
-            labels: Some(
-                [(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()), (WATCHER_LABEL.to_owned(), name)].into(),
-            ),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(labels),
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
@@ -54,13 +63,16 @@ pub fn injection_of(revision: &ControllerRevision) -> Option<InjectionSpec> {
     serde_json::from_value(data.0.clone()).ok()
 }
 
-/// The revisions of `watcher` among `all` (any Watcher's), by number.
+/// The revisions of `watcher` among `all` (any Watcher's), by number: labelled with its name
+/// and owned by it, in its namespace (a ClusterWatcher's, a Watcher of no namespace: wherever
+/// they are).
 pub fn revisions_of<'a>(watcher: &Watcher, all: &'a [Arc<ControllerRevision>]) -> Vec<&'a ControllerRevision> {
     let (name, namespace) = (watcher.name_any(), watcher.namespace());
     let mut mine: Vec<&ControllerRevision> = all
         .iter()
         .map(Arc::as_ref)
-        .filter(|r| r.namespace() == namespace && r.labels().get(WATCHER_LABEL) == Some(&name))
+        .filter(|r| namespace.is_none() || r.namespace() == namespace)
+        .filter(|r| r.labels().get(WATCHER_LABEL) == Some(&name))
         .filter(|r| r.owner_references().iter().any(|o| Some(&o.uid) == watcher.meta().uid.as_ref()))
         .collect();
     mine.sort_by_key(|r| r.revision);
@@ -83,13 +95,19 @@ pub struct RevisionPlan {
 }
 
 /// Keeps a revision of the current spec; prunes the oldest beyond [`HISTORY`], never one that
-/// a pod still carries (`carried`: hashes on the Watcher's pods) nor the current one.
-pub fn plan_revisions(watcher: &Watcher, mine: &[&ControllerRevision], carried: &BTreeSet<String>) -> RevisionPlan {
+/// a pod still carries (`carried`: hashes on the Watcher's pods) nor the current one. A new
+/// revision goes to `namespace`.
+pub fn plan_revisions(
+    watcher: &Watcher,
+    namespace: &str,
+    mine: &[&ControllerRevision],
+    carried: &BTreeSet<String>,
+) -> RevisionPlan {
     let hash = watcher.spec.spec_hash();
     let current = revision_name(&watcher.name_any(), &hash);
     let exists = mine.iter().any(|r| r.metadata.name.as_deref() == Some(current.as_str()));
     let next = mine.iter().map(|r| r.revision).max().unwrap_or(0) + 1;
-    let create = if exists { None } else { desired_revision(watcher, next) };
+    let create = if exists { None } else { desired_revision(watcher, namespace, next) };
     let total = mine.len() + usize::from(create.is_some());
     let prefix = format!("{}-", watcher.name_any());
     let prunable: Vec<String> = mine

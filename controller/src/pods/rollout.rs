@@ -4,6 +4,8 @@
 //! `maxUnavailable` pods in flight (evicted and terminating, or updated in place and not yet
 //! running and ready with the new image); none at all while one is stuck.
 
+use std::collections::HashMap;
+
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use watcher_api::{SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher};
 
@@ -17,7 +19,7 @@ pub struct Rollout {
     /// In-place patches to write now.
     pub patches: Vec<in_place::Patch>,
     /// Pods to evict now (their controllers recreate them injected).
-    pub evictions: Vec<String>,
+    pub evictions: Vec<PodName>,
     /// Pods updated in place whose sidecar is not yet running and ready with the new image.
     pub in_flight: Vec<String>,
     /// Why the rollout cannot go on by itself: pods updated in place and not back within
@@ -33,14 +35,33 @@ pub struct Rollout {
     pub held: usize,
 }
 
-/// The next step of `watcher`'s rollout over `pods` (any namespace: only the Watcher's count).
-/// `revisions`: the Watcher's ControllerRevisions; `rules`: the ImagePolicy rules of the
-/// namespace; `now`: for the stuck deadline and the pods' annotation.
+/// A pod, by namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodName {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl AsRef<str> for PodName {
+    fn as_ref(&self) -> &str {
+        &self.name
+    }
+}
+
+/// The ImagePolicy rules that admission applies, by namespace (a namespace not in it has none).
+pub type Rules<'a> = HashMap<&'a str, Vec<&'a watcher_api::image::Rule>>;
+
+/// The next step of `watcher`'s rollout over `pods` (for a Watcher, only its namespace's
+/// count; for a ClusterWatcher's, every pod given). `revisions`: the Watcher's
+/// ControllerRevisions; `rules`: the ImagePolicy rules of each namespace; `now`: for the stuck
+/// deadline and the pods' annotation.
 pub fn plan(
     watcher: &Watcher,
     pods: &[&CountedPod],
     revisions: &[&ControllerRevision],
-    rules: &[&watcher_api::image::Rule],
+    rules: &Rules<'_>,
     now: jiff::Timestamp,
 ) -> Rollout {
     let policy = &watcher.spec.update_policy;
@@ -98,6 +119,7 @@ pub fn plan(
             (UpdatePolicyType::InPlace, true) => {
                 let carried =
                     pod_hash(watcher, pod).and_then(|carried| revisions::carried(watcher, &carried, revisions));
+                let rules = rules.get(pod.namespace()).map_or(&[][..], Vec::as_slice);
                 in_place::update(watcher, carried.as_ref(), pod, rules, &now_text)
             }
             _ => Update::Recreate(if s.injected { "an older spec" } else { "not injected" }.to_owned()),
@@ -109,7 +131,9 @@ pub fn plan(
             }
             Update::InPlace(_) => {}
             Update::LeftAlone(why) => rollout.stuck.push(why),
-            Update::Recreate(_) if pod.recreated_when_evicted() => recreate.push(pod.name.to_string()),
+            Update::Recreate(_) if pod.recreated_when_evicted() => {
+                recreate.push(PodName { namespace: pod.namespace().to_owned(), name: pod.name.to_string() })
+            }
             Update::Recreate(why) => rollout.stuck.push(format!(
                 "pod {} ({why}) is not controlled by a ReplicaSet, StatefulSet or DaemonSet: delete it and \
                  create it again",

@@ -11,7 +11,9 @@ use crate::Context;
 
 /// The pods a `Recreate` rollout evicts now.
 fn eviction_choice(watcher: &Watcher, pods: &[CountedPod]) -> Vec<String> {
-    super::rollout::plan(watcher, &refs(pods), &[], &[], "2026-11-21T11:00:00Z".parse().expect("time")).evictions
+    let now = "2026-11-21T11:00:00Z".parse().expect("time");
+    let rollout = super::rollout::plan(watcher, &refs(pods), &[], &super::rollout::Rules::new(), now);
+    rollout.evictions.into_iter().map(|pod| pod.name).collect()
 }
 
 fn watcher(policy: &str, max_unavailable: i32, status: Option<Value>) -> Watcher {
@@ -229,7 +231,8 @@ pub(crate) fn exported(watchers: Vec<Watcher>) -> String {
         writer.apply_watcher_event(&Event::Apply(w));
     }
     let mut registry = prometheus_client::registry::Registry::default();
-    registry.register_collector(Box::new(crate::WatcherCollector::new(store)));
+    let collector = crate::WatcherCollector::new(store, kube::runtime::reflector::store().0, Default::default());
+    registry.register_collector(Box::new(collector));
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
     text
@@ -355,7 +358,7 @@ fn stored_index(pods: &[Value], watcher: &Watcher) -> PodIndex {
 
 /// The revision of the spec the stored pods carry.
 fn old_revision(number: i64) -> ControllerRevision {
-    desired_revision(&fixture_watcher("fx-limits", "busybox:1.36"), number).expect("revision")
+    desired_revision(&fixture_watcher("fx-limits", "busybox:1.36"), "fx-limits", number).expect("revision")
 }
 
 /// Two pods on the old image, `maxUnavailable: 1`: the new spec kept as a revision, exactly one
@@ -518,8 +521,10 @@ async fn revisions_are_created_once_and_pruned_beyond_the_history() {
     // Eleven more specs came and went; the pod still carries revision 1.
     let mut revisions = vec![old_revision(1)];
     for i in 0..11 {
-        revisions
-            .push(desired_revision(&fixture_watcher("fx-limits", &format!("busybox:2.{i}")), i + 2).expect("revision"));
+        revisions.push(
+            desired_revision(&fixture_watcher("fx-limits", &format!("busybox:2.{i}")), "fx-limits", i + 2)
+                .expect("revision"),
+        );
     }
     let mut newest = fixture_watcher("fx-limits", "busybox:2.10");
     newest.spec.update_policy.paused = true; // nothing else moves: the pass is about revisions
@@ -566,7 +571,7 @@ async fn a_stuck_pod_halts_the_rollout() {
     stuck["metadata"]["annotations"]["watcher.dev/injected"] = json!(format!("log-watcher@{}", new.spec.spec_hash()));
     stuck["metadata"]["annotations"]["watcher.dev/sidecar-updated"] = json!("2026-11-21T10:00:00Z");
     let pods = [stuck, stored_replica(2)];
-    let current = desired_revision(&new, 2).expect("revision");
+    let current = desired_revision(&new, "fx-limits", 2).expect("revision");
     let (ctx, mut api) = Context::test();
     let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1), current]);
     let server = tokio::spawn(async move {
@@ -731,4 +736,119 @@ fn apiserver_fixtures_are_the_shared_captures() {
         let theirs = std::fs::read_to_string(format!("{shared}{name}")).unwrap_or_default();
         assert_eq!(captured(&name), theirs, "{name} differs from shared/");
     }
+}
+
+// A ClusterWatcher's rollout: one across the namespaces where it applies.
+
+/// The pod reconciler over a ClusterWatcher in `payments` namespaces: `team-a` and `team-b`
+/// match, `team-c` does not. Five outdated pods, created in turn across the three namespaces;
+/// `Recreate` with `maxUnavailable: 2` and `partition: 1` evicts the two oldest of the four it
+/// applies to, whatever their namespace, and keeps the newest; its revision goes to the
+/// operator's namespace, its status and Events to the ClusterWatcher.
+#[tokio::test]
+async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_partition() {
+    use kube::runtime::reflector;
+    use watcher_api::ClusterWatcher;
+
+    let cluster: ClusterWatcher = serde_json::from_value(json!({
+        "apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcher",
+        "metadata": {"name": "log-watcher", "uid": "cw-uid", "generation": 3},
+        "spec": {"container": {"name": "log-watcher", "image": "busybox:1.37"},
+                 "selector": {"matchLabels": {"app": "web"}},
+                 "namespaceSelector": {"matchLabels": {"team": "payments"}},
+                 "updatePolicy": {"type": "Recreate", "maxUnavailable": 2, "partition": 1}}}))
+    .expect("valid ClusterWatcher");
+    let (namespaces, mut namespace_writer) = reflector::store();
+    for (name, team) in [("team-a", "payments"), ("team-b", "payments"), ("team-c", "search")] {
+        let namespace: crate::sync::NamespaceMeta =
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, "team": team}}}))
+            .expect("namespace");
+        namespace_writer.apply_watcher_event(&Event::Apply(namespace));
+    }
+    let (clusters, mut cluster_writer) = reflector::store();
+    cluster_writer.apply_watcher_event(&Event::Apply(cluster.clone()));
+    let (cache, _) = crate::WatcherCache::from_stores(reflector::store().0, clusters, namespaces, "watcher-system");
+
+    let old = json!({"watcher.dev/injected": "log-watcher@0ld0ld00"});
+    let pods = [
+        ("web-1", "team-b", 1),
+        ("web-2", "team-c", 2), // not where it applies
+        ("web-3", "team-a", 3),
+        ("web-4", "team-b", 4),
+        ("web-5", "team-a", 5), // the newest: kept by the partition
+    ]
+    .map(|(name, namespace, created)| {
+        meta(name, namespace, json!({"app": "web"}), old.clone(), Some("ReplicaSet"), created, false)
+    });
+    let (ctx, mut api) = Context::test();
+    let shared = super::context_with_cache(ctx, PodIndex::with_pods(pods), Vec::new(), cache);
+    let status_path = "/apis/watcher.dev/v1alpha1/clusterwatchers/log-watcher/status";
+    let echo = serde_json::to_value(&cluster).expect("JSON");
+    let server = tokio::spawn(async move {
+        let revision = api
+            .expect(
+                Method::POST,
+                "/apis/apps/v1/namespaces/watcher-system/controllerrevisions?fieldManager=watcher-operator",
+            )
+            .await;
+        assert_eq!(revision.body["metadata"]["ownerReferences"][0]["kind"], "ClusterWatcher");
+        assert_eq!(revision.body["metadata"]["ownerReferences"][0]["uid"], "cw-uid");
+        assert_eq!(revision.body["metadata"]["labels"]["watcher.dev/cluster-watcher"], "log-watcher");
+        let created = revision.body.clone();
+        revision.respond(http::StatusCode::CREATED, &created);
+        let condition = api.expect(Method::PATCH, status_path).await;
+        assert_eq!(
+            condition.body["status"]["conditions"][0]["message"],
+            "0 of 4 pods on the current spec, 3 to update, 1 kept by partition 1"
+        );
+        condition.ok(&echo);
+        for path in ["/api/v1/namespaces/team-b/pods/web-1/eviction", "/api/v1/namespaces/team-a/pods/web-3/eviction"] {
+            api.expect(Method::POST, path)
+                .await
+                .ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
+        }
+        let counts = api.expect(Method::PATCH, status_path).await;
+        assert_eq!(
+            counts.body,
+            json!({"status": {"pods": {"matched": 4, "injected": 4, "upToDate": 0, "missing": 0}}})
+        );
+        counts.ok(&echo);
+        let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/default/events").await;
+        assert_eq!(
+            (event.body["reason"].as_str(), event.body["regarding"]["kind"].as_str()),
+            (Some("InjectionDrift"), Some("ClusterWatcher"))
+        );
+        event.created();
+        api.expect_no_more().await;
+    });
+    let action = super::reconcile_cluster(Arc::new(cluster.clone()), shared.clone()).await.expect("reconciled");
+    assert_eq!(action, Action::requeue(super::EVICTION_RETRY));
+    let counted = shared.ctx.metrics.cluster_pods();
+    drop(shared);
+    server.await.expect("scenario passed");
+
+    // Its pods per namespace, and its rollout, are exported while it exists.
+    let (store, mut writer) = reflector::store();
+    let mut cached = cluster;
+    cached.status = Some(
+        serde_json::from_value(json!({"namespaces": 2, "conditions": [{"type": "SidecarsUpdated",
+        "status": "False", "reason": "Progressing", "message": "", "lastTransitionTime": "2026-11-24T10:00:00Z"}]}))
+        .expect("status"),
+    );
+    writer.apply_watcher_event(&Event::Apply(cached));
+    let mut registry = prometheus_client::registry::Registry::default();
+    let collector = crate::WatcherCollector::new(reflector::store().0, store, counted);
+    registry.register_collector(Box::new(collector));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+    for line in [
+        r#"watcher_clusterwatcher_namespaces{clusterwatcher="log-watcher"} 2"#,
+        r#"watcher_clusterwatcher_pods{clusterwatcher="log-watcher",namespace="team-a",state="injected"} 2"#,
+        r#"watcher_clusterwatcher_pods{clusterwatcher="log-watcher",namespace="team-b",state="up_to_date"} 0"#,
+        r#"watcher_clusterwatcher_rollout_state{clusterwatcher="log-watcher",state="progressing"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    assert!(!text.contains(r#"namespace="team-c""#), "only where it applies:\n{text}");
 }

@@ -7,7 +7,7 @@ use super::{HISTORY, desired_revision, injection_of, plan_revisions, revision_na
 use crate::pods::in_place::tests::fixture_watcher;
 
 fn revision(image: &str, number: i64) -> ControllerRevision {
-    desired_revision(&fixture_watcher("team-a", image), number).expect("revision")
+    desired_revision(&fixture_watcher("team-a", image), "team-a", number).expect("revision")
 }
 
 #[test]
@@ -33,11 +33,11 @@ fn a_revision_keeps_what_injection_uses_owned_by_the_watcher() {
 fn created_once_per_spec_and_numbered_after_the_last() {
     let watcher = fixture_watcher("team-a", "busybox:1.37");
     let old = revision("busybox:1.36", 4);
-    let plan = plan_revisions(&watcher, &[&old], &BTreeSet::new());
+    let plan = plan_revisions(&watcher, "team-a", &[&old], &BTreeSet::new());
     let created = plan.create.expect("the current spec's revision");
     assert_eq!(created.revision, 5);
     assert!(plan.delete.is_empty());
-    let again = plan_revisions(&watcher, &[&old, &created], &BTreeSet::new());
+    let again = plan_revisions(&watcher, "team-a", &[&old, &created], &BTreeSet::new());
     assert_eq!(again, super::RevisionPlan::default(), "nothing to write in a steady state");
 }
 
@@ -48,11 +48,11 @@ fn pruned_beyond_the_history_never_one_a_pod_carries() {
         (0..HISTORY + 2).map(|i| revision(&format!("busybox:1.{i}"), i as i64 + 1)).collect();
     let refs: Vec<&ControllerRevision> = old.iter().collect();
     let oldest = |i: usize| old[i].metadata.name.clone().expect("name");
-    let plan = plan_revisions(&watcher, &refs, &BTreeSet::new());
+    let plan = plan_revisions(&watcher, "team-a", &refs, &BTreeSet::new());
     // 12 old + the new one, 10 kept: the three oldest go.
     assert_eq!(plan.delete, [oldest(0), oldest(1), oldest(2)]);
     let carried_hash = oldest(0).strip_prefix("log-watcher-").expect("hash").to_owned();
-    let plan = plan_revisions(&watcher, &refs, &BTreeSet::from([carried_hash]));
+    let plan = plan_revisions(&watcher, "team-a", &refs, &BTreeSet::from([carried_hash]));
     assert_eq!(plan.delete, [oldest(1), oldest(2), oldest(3)], "a carried revision is never pruned");
 }
 

@@ -25,7 +25,7 @@ fn watcher(image: &str, policy: Value) -> Watcher {
 
 /// The revision of the spec the fixture pods carry.
 fn old_revision() -> ControllerRevision {
-    desired_revision(&watcher("busybox:1.36", json!({"type": "InPlace"})), 1).expect("revision")
+    desired_revision(&watcher("busybox:1.36", json!({"type": "InPlace"})), "team-a", 1).expect("revision")
 }
 
 fn names(list: &[impl AsRef<str>]) -> Vec<&str> {
@@ -36,7 +36,7 @@ fn run(watcher: &Watcher, pods: &[Value]) -> super::Rollout {
     let counted: Vec<CountedPod> = pods.iter().map(|p| counted(p, watcher)).collect();
     let counted: Vec<&CountedPod> = counted.iter().collect();
     let revision = old_revision();
-    plan(watcher, &counted, &[&revision], &[], NOW.parse().expect("time"))
+    plan(watcher, &counted, &[&revision], &super::Rules::new(), NOW.parse().expect("time"))
 }
 
 #[test]

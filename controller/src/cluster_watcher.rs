@@ -1,0 +1,335 @@
+//! ClusterWatcher → ConfigMap `<name>-config` in every namespace it applies to, and its status.
+//!
+//! Run by the `watcher` controller beside the Watchers' reconciler, on the same cache of the
+//! operator's ConfigMaps: where a ClusterWatcher applies ([`WatcherCache::namespaces_of`]), its
+//! ConfigMap is created by POST as soon as the namespace matches (a 409 is someone else's
+//! ConfigMap: `ConfigMapConflict` for that namespace only), updated by merge patch with the
+//! cached resourceVersion, and deleted (uid precondition) from a namespace it no longer applies
+//! to — one that stopped matching, or that a Watcher of the same name took over, whose own
+//! controller then creates its ConfigMap there. A steady state reads and writes nothing.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::{info, instrument, warn};
+use watcher_api::{ClusterWatcher, ClusterWatcherStatus, FIELD_MANAGER, condition, config_map_name, set_condition};
+
+use crate::scope::ScopeStatus;
+use crate::watcher::{WATCHER_LABEL, config_map_matches, config_map_of, create_params, update_patch};
+use crate::{Context, Error, Result, WatcherCache};
+
+/// Label on every ConfigMap a ClusterWatcher owns: its name.
+pub const CLUSTER_WATCHER_LABEL: &str = "watcher.dev/cluster-watcher";
+const CONTROLLER: &str = "watcher";
+/// A steady ClusterWatcher is looked at again this often, in case an event was missed.
+const RESYNC: Duration = Duration::from_secs(30 * 60);
+/// A ClusterWatcher with a conflict, or waiting for the admission scope, is looked at again this often.
+const RETRY: Duration = Duration::from_secs(60);
+/// Writes in flight at once in one reconcile (a new ClusterWatcher over 1,000 namespaces).
+const WRITES_IN_FLIGHT: usize = 8;
+
+/// What the ClusterWatcher reconciler shares between reconciles.
+pub struct ClusterContext {
+    pub(crate) ctx: Arc<Context>,
+    /// The Watchers, ClusterWatchers and namespaces.
+    pub(crate) cache: WatcherCache,
+    /// The operator's ConfigMaps (`app.kubernetes.io/managed-by=watcher-operator`).
+    pub(crate) config_maps: Store<ConfigMap>,
+    /// Whether their initial list is in.
+    pub(crate) listed: Arc<AtomicBool>,
+    pub(crate) scope: ScopeStatus,
+    recorder: Recorder,
+    /// ConfigMaps created since the cache last caught up: not created again meanwhile.
+    created: Mutex<std::collections::HashMap<ObjectRef<ConfigMap>, String>>,
+}
+
+impl ClusterContext {
+    /// A context over the caches.
+    pub fn new(
+        ctx: Arc<Context>,
+        cache: WatcherCache,
+        config_maps: Store<ConfigMap>,
+        listed: Arc<AtomicBool>,
+        scope: ScopeStatus,
+    ) -> Self {
+        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
+        let recorder = Recorder::new(ctx.client.clone(), reporter);
+        Self { ctx, cache, config_maps, listed, scope, recorder, created: Mutex::default() }
+    }
+}
+
+/// What to write of a ClusterWatcher's ConfigMaps.
+#[derive(Debug, Default, PartialEq)]
+pub struct ConfigMapPlan {
+    /// ConfigMaps to create, in namespace order.
+    pub create: Vec<ConfigMap>,
+    /// Merge patches of ConfigMaps that differ: (namespace, patch).
+    pub update: Vec<(String, serde_json::Value)>,
+    /// Its ConfigMaps to delete: (namespace, uid).
+    pub delete: Vec<(String, String)>,
+    /// Namespaces where a ConfigMap of that name is someone else's.
+    pub conflicts: BTreeSet<String>,
+}
+
+/// The ConfigMap `cluster` should own in `namespace`, or `None` without config data.
+pub fn desired_config_map(cluster: &ClusterWatcher, namespace: &str) -> Option<ConfigMap> {
+    let owner = cluster.controller_owner_ref(&())?;
+    let name = cluster.name_any();
+    config_map_of(&cluster.spec.watcher, &name, namespace, owner, [(CLUSTER_WATCHER_LABEL, name.as_str())])
+}
+
+/// Plans `cluster`'s ConfigMaps: one in each of `applies`, and none elsewhere. `cached` finds
+/// a ConfigMap of the operator's by namespace and name; `owned` are the cached ConfigMaps
+/// `cluster` controls; `created` those it created that the cache may not hold yet.
+pub fn plan_config_maps(
+    cluster: &ClusterWatcher,
+    applies: &[String],
+    cached: impl Fn(&str, &str) -> Option<Arc<ConfigMap>>,
+    owned: &[Arc<ConfigMap>],
+    created: &BTreeSet<String>,
+) -> ConfigMapPlan {
+    let mut plan = ConfigMapPlan::default();
+    let name = config_map_name(&cluster.name_any());
+    for namespace in applies {
+        let desired = desired_config_map(cluster, namespace);
+        match (desired, cached(namespace, &name)) {
+            (Some(_), Some(existing)) if !crate::is_controlled_by(existing.as_ref(), cluster) => {
+                plan.conflicts.insert(namespace.clone());
+            }
+            (Some(desired), Some(existing)) => {
+                if !config_map_matches(&existing, &desired) {
+                    plan.update.push((namespace.clone(), update_patch(&existing, &desired)));
+                }
+            }
+            (Some(_), None) if created.contains(namespace) => {}
+            (Some(desired), None) => plan.create.push(desired),
+            (None, _) => {}
+        }
+    }
+    let applies: BTreeSet<&str> = applies.iter().map(String::as_str).collect();
+    for existing in owned {
+        let namespace = existing.namespace().unwrap_or_default();
+        let wanted = applies.contains(namespace.as_str()) && cluster.spec.watcher.has_config();
+        if !wanted && existing.metadata.name.as_deref() == Some(name.as_str()) {
+            plan.delete.push((namespace, existing.uid().unwrap_or_default()));
+        }
+    }
+    plan.delete.sort();
+    plan
+}
+
+/// Brings the ClusterWatcher's ConfigMaps and status up to date from the caches.
+#[instrument(skip(cluster, ctx), fields(cluster_watcher = cluster.name_any()))]
+pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -> Result<Action> {
+    if !ctx.listed.load(Ordering::Acquire) {
+        return Ok(Action::requeue(crate::UNLISTED_RETRY));
+    }
+    let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
+    let name = cluster.name_any();
+    let applies = ctx.cache.namespaces_of(&cluster);
+    let uid = cluster.uid().unwrap_or_default();
+    let owned: Vec<Arc<ConfigMap>> = ctx
+        .config_maps
+        .state()
+        .into_iter()
+        .filter(|c| c.labels().get(CLUSTER_WATCHER_LABEL) == Some(&name))
+        .filter(|c| c.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid))
+        .collect();
+    let created = created_not_cached(&ctx, &name);
+    let cached = |namespace: &str, name: &str| ctx.config_maps.get(&ObjectRef::new(name).within(namespace));
+    let plan = plan_config_maps(&cluster, &applies, cached, &owned, &created);
+    let conflicts = write(&ctx, &cluster, plan).await?;
+
+    let covered = applies.iter().all(|ns| ctx.scope.covers(&cluster.in_namespace(ns)).unwrap_or(false));
+    let status = desired_status(&cluster, applies.len(), &conflicts, covered);
+    if cluster.status.as_ref() != Some(&status) {
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+        let became_invalid = ready.filter(|c| c.reason == "InvalidSpec").is_some_and(|c| {
+            cluster.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready")) != Some(c)
+        });
+        if let Some(invalid) = ready.filter(|_| became_invalid) {
+            publish(&ctx, &cluster, EventType::Warning, "InvalidSpec", invalid.message.clone()).await;
+        }
+        let api = Api::<ClusterWatcher>::all(ctx.ctx.client.clone());
+        let patch = json!({"status": {
+            "observedGeneration": status.observed_generation,
+            "specHash": status.spec_hash,
+            "namespaces": status.namespaces,
+            "conditions": status.conditions,
+        }});
+        match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(refused)) if refused.code == 422 && became_invalid => {
+                warn!(message = refused.message, "the status of an invalid ClusterWatcher is refused");
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, cluster.as_ref()));
+    let pending = !conflicts.is_empty() || !covered;
+    Ok(Action::requeue(if pending { RETRY } else { RESYNC }))
+}
+
+/// The namespaces where this process created `name`'s ConfigMap and the cache does not hold it
+/// yet (forgotten once it does).
+fn created_not_cached(ctx: &ClusterContext, name: &str) -> BTreeSet<String> {
+    let mut created = ctx.created.lock().unwrap_or_else(|p| p.into_inner());
+    created.retain(|key, _| ctx.config_maps.get(key).is_none());
+    created.iter().filter(|(_, owner)| *owner == name).filter_map(|(key, _)| key.namespace.clone()).collect()
+}
+
+/// Writes the plan, a few requests at a time; returns the namespaces in conflict.
+async fn write(ctx: &ClusterContext, cluster: &ClusterWatcher, plan: ConfigMapPlan) -> Result<BTreeSet<String>> {
+    let client = ctx.ctx.client.clone();
+    let name = config_map_name(&cluster.name_any());
+    let mut conflicts = plan.conflicts;
+    let creates = futures::stream::iter(plan.create.into_iter().map(|desired| {
+        let api = Api::<ConfigMap>::namespaced(client.clone(), &desired.namespace().unwrap_or_default());
+        async move {
+            let namespace = desired.namespace().unwrap_or_default();
+            match api.create(&create_params(), &desired).await {
+                Ok(_) => Ok((namespace, true)),
+                // Someone else's: never overwritten. (Not read: one of ours that the cache has
+                // not listed would be in it after the initial list.)
+                Err(kube::Error::Api(status)) if status.code == 409 => Ok((namespace, false)),
+                // The namespace is being deleted: nothing to keep there.
+                Err(kube::Error::Api(status)) if status.code == 403 && status.message.contains("being terminated") => {
+                    Ok((namespace, true))
+                }
+                Err(error) => Err(Error::from(error)),
+            }
+        }
+    }))
+    .buffer_unordered(WRITES_IN_FLIGHT)
+    .try_collect::<Vec<_>>()
+    .await?;
+    for (namespace, created) in creates {
+        if created {
+            info!(namespace, config_map = name, "created ConfigMap");
+            let key = ObjectRef::new(&name).within(&namespace);
+            ctx.created.lock().unwrap_or_else(|p| p.into_inner()).insert(key, cluster.name_any());
+        } else {
+            conflicts.insert(namespace);
+        }
+    }
+    for (namespace, patch) in plan.update {
+        let api = Api::<ConfigMap>::namespaced(client.clone(), &namespace);
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        info!(namespace, config_map = name, "updated ConfigMap");
+    }
+    for (namespace, uid) in plan.delete {
+        let api = Api::<ConfigMap>::namespaced(client.clone(), &namespace);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {
+                info!(namespace, config_map = name, "deleted ConfigMap: the ClusterWatcher no longer applies here")
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(conflicts)
+}
+
+/// The status of `cluster` applying in `namespaces` namespaces, with ConfigMap conflicts in
+/// `conflicts`, and whether the webhook's conditions cover it everywhere.
+pub fn desired_status(
+    cluster: &ClusterWatcher,
+    namespaces: usize,
+    conflicts: &BTreeSet<String>,
+    covered: bool,
+) -> ClusterWatcherStatus {
+    let mut status = cluster.status.clone().unwrap_or_default();
+    let generation = cluster.meta().generation;
+    status.observed_generation = generation;
+    status.spec_hash = Some(cluster.spec.watcher.spec_hash());
+    status.namespaces = Some(i32::try_from(namespaces).unwrap_or(i32::MAX));
+    let problems = cluster.problems();
+    let ready = if !problems.is_empty() {
+        let message = format!("not injected: a pod would be invalid with it: {}", problems.join("; "));
+        condition("Ready", false, "InvalidSpec", message, generation)
+    } else if !conflicts.is_empty() {
+        let first: Vec<&str> = conflicts.iter().take(5).map(String::as_str).collect();
+        let more = conflicts.len().saturating_sub(first.len());
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        let message = format!(
+            "ConfigMap {} exists and is not owned by this ClusterWatcher in namespace(s) {}{more}; delete or rename it",
+            config_map_name(&cluster.name_any()),
+            first.join(", ")
+        );
+        condition("Ready", false, "ConfigMapConflict", message, generation)
+    } else if !covered {
+        let message = "waiting for the webhook's matchConditions to send the pods that ask for this ClusterWatcher";
+        condition("Ready", false, "AdmissionScopePending", message, generation)
+    } else {
+        let message = format!("applies in {namespaces} namespace(s); its ConfigMaps are up to date");
+        condition("Ready", true, "Reconciled", message, generation)
+    };
+    set_condition(&mut status.conditions, ready);
+    status
+}
+
+async fn publish(ctx: &ClusterContext, cluster: &ClusterWatcher, type_: EventType, reason: &str, note: String) {
+    let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+    if let Err(error) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
+        warn!(%error, reason, "cannot publish an event");
+    }
+}
+
+/// Logs the failure and retries with backoff.
+pub fn error_policy(cluster: Arc<ClusterWatcher>, error: &Error, ctx: Arc<ClusterContext>) -> Action {
+    warn!(cluster_watcher = cluster.name_any(), %error, "reconcile failed");
+    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, cluster.as_ref()), error)
+}
+
+/// Runs the ClusterWatcher reconciler until shutdown. Beside its own changes, a ClusterWatcher
+/// is looked at again when a Watcher of its name changes (a namespace taken over or handed
+/// back), when a ConfigMap of its name changes (`config_maps`), when any namespace changes
+/// (`namespace_changes`: one may now match), and when what is registered changes.
+pub(crate) async fn run(
+    shared: Arc<ClusterContext>,
+    config_maps: impl futures::Stream<Item = ObjectRef<ClusterWatcher>> + Send + 'static,
+    namespace_changes: tokio::sync::watch::Receiver<()>,
+) {
+    use kube::runtime::controller::Controller;
+    let cache = shared.cache.clone();
+    let store = cache.cluster.clone();
+    let (changes, resyncs) = crate::cache::split_cluster(cache.subscribe(), store.clone());
+    let namespaces = crate::cache::changed(namespace_changes);
+    let scope = shared.scope.clone();
+    let changes = scope.gate(changes);
+    let all = futures::stream::select_all([
+        scope.gate(resyncs).boxed(),
+        scope.gate(namespaces).boxed(),
+        scope.gate(scope.changes()).boxed(),
+    ]);
+    Controller::for_shared_stream(changes, store)
+        .reconcile_all_on(all)
+        .reconcile_on(config_maps)
+        .with_config(crate::controller_config())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, shared)
+        .for_each(|result| async move { crate::log_run_result("clusterwatcher", result) })
+        .await;
+}
+
+/// The ClusterWatchers whose ConfigMap `config_map` may be, by its `watcher.dev/watcher` label.
+pub(crate) fn owner_of(config_map: &ConfigMap) -> Option<ObjectRef<ClusterWatcher>> {
+    config_map.labels().get(WATCHER_LABEL).map(|name| ObjectRef::new(name))
+}
+
+#[cfg(test)]
+mod tests;
