@@ -390,7 +390,7 @@ fn rules_stay_within_the_cost_budget() {
 #[test]
 fn samples_and_readme_examples_are_valid() {
     let mut objects = Vec::new();
-    for sample in ["watcher", "app-watcher", "at", "podset", "imagepolicy"] {
+    for sample in ["watcher", "app-watcher", "clusterwatcher", "at", "podset", "imagepolicy"] {
         let path = format!("{ROOT}/deploy/samples/{sample}.yaml");
         objects.extend(yaml_objects(&std::fs::read_to_string(&path).expect("sample")));
     }

@@ -37,8 +37,8 @@ pub enum Command {
     /// Why a pod is, or would be, injected or not, Watcher by Watcher, and which ImagePolicy
     /// rewrites which image: for a pod of the cluster (`POD -n NS`) or a manifest (`-f FILE`).
     CheckInject(CheckInjectArgs),
-    /// A Watcher's sidecar rollout (`updatePolicy` Recreate or InPlace), as `kubectl rollout`
-    /// shows and steers a Deployment's: status, pause, resume, history, undo.
+    /// A Watcher's or ClusterWatcher's sidecar rollout (`updatePolicy` Recreate or InPlace), as
+    /// `kubectl rollout` shows and steers a Deployment's: status, pause, resume, history, undo.
     #[command(subcommand)]
     Rollout(RolloutCommand),
 }
@@ -62,9 +62,10 @@ pub enum RolloutCommand {
 /// The Watcher a `rollout` command is about.
 #[derive(Debug, Args)]
 pub struct RolloutArgs {
-    /// The Watcher's name.
+    /// The Watcher's name (`NAME` or `watcher/NAME`), or `clusterwatcher/NAME` for a
+    /// ClusterWatcher's rollout across its namespaces.
     watcher: String,
-    /// Its namespace (default: the kubeconfig context's).
+    /// The Watcher's namespace (default: the kubeconfig context's; a ClusterWatcher has none).
     #[arg(short = 'n', long, env = "WATCHER_ROLLOUT_NAMESPACE", value_parser = parse_namespace)]
     namespace: Option<String>,
     #[command(flatten)]
@@ -92,11 +93,13 @@ pub struct RolloutUndoArgs {
 }
 
 impl RolloutArgs {
-    /// A client, and the namespace: the flag's, else the kubeconfig context's.
-    async fn client(&self) -> anyhow::Result<(kube::Client, String)> {
+    /// A client, and what the command is about (a Watcher in the flag's namespace, else the
+    /// kubeconfig context's).
+    async fn client(&self) -> anyhow::Result<(kube::Client, crate::rollout::Target)> {
         let client = self.cluster.client().await?;
         let namespace = self.namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
-        Ok((client, namespace))
+        let target = crate::rollout::Target::parse(&self.watcher, &namespace)?;
+        Ok((client, target))
     }
 }
 
@@ -452,25 +455,25 @@ pub async fn execute(command: Command) -> anyhow::Result<bool> {
                 use crate::rollout;
                 match command {
                     RolloutCommand::Status(args) => {
-                        let (client, namespace) = args.target.client().await?;
+                        let (client, target) = args.target.client().await?;
                         let timeout = Some(args.timeout).filter(|t| !t.is_zero());
-                        rollout::status(&client, &namespace, &args.target.watcher, timeout).await
+                        rollout::status(&client, &target, timeout).await
                     }
                     RolloutCommand::Pause(args) => {
-                        let (client, namespace) = args.client().await?;
-                        rollout::set_paused(&client, &namespace, &args.watcher, true).await.map(|()| true)
+                        let (client, target) = args.client().await?;
+                        rollout::set_paused(&client, &target, true).await.map(|()| true)
                     }
                     RolloutCommand::Resume(args) => {
-                        let (client, namespace) = args.client().await?;
-                        rollout::set_paused(&client, &namespace, &args.watcher, false).await.map(|()| true)
+                        let (client, target) = args.client().await?;
+                        rollout::set_paused(&client, &target, false).await.map(|()| true)
                     }
                     RolloutCommand::History(args) => {
-                        let (client, namespace) = args.client().await?;
-                        rollout::print_history(&client, &namespace, &args.watcher).await.map(|()| true)
+                        let (client, target) = args.client().await?;
+                        rollout::print_history(&client, &target).await.map(|()| true)
                     }
                     RolloutCommand::Undo(args) => {
-                        let (client, namespace) = args.target.client().await?;
-                        rollout::undo(&client, &namespace, &args.target.watcher, args.to_revision).await.map(|()| true)
+                        let (client, target) = args.target.client().await?;
+                        rollout::undo(&client, &target, args.to_revision).await.map(|()| true)
                     }
                 }
             }

@@ -1,13 +1,15 @@
 //! Commands that need no cluster: `crds`, `inject` (the webhook's mutation, offline) and
 //! `certs` (a CA and serving certificate for manual setups).
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use std::sync::Arc;
 
-use watcher_api::{CompiledPolicy, ImagePolicy, Watcher};
+use kube::ResourceExt;
+use watcher_api::{CLUSTER_WATCHER_KIND, ClusterWatcher, CompiledPolicy, ImagePolicy, Watcher};
 use watcher_certs::{Authority, service_hosts};
 use watcher_webhook::{InjectOptions, PodView, inject, rewrite_images};
 
@@ -32,8 +34,21 @@ pub(crate) fn inject_preview(
     native: bool,
 ) -> anyhow::Result<String> {
     let mut all_watchers: Vec<Watcher> = Vec::new();
+    let mut cluster: Vec<Arc<ClusterWatcher>> = Vec::new();
     for path in watchers {
         for document in documents(path)? {
+            if document.get("kind").and_then(|k| k.as_str()) == Some(CLUSTER_WATCHER_KIND) {
+                let found = parse_kind::<ClusterWatcher>(&document, CLUSTER_WATCHER_KIND, path)?;
+                if found.spec.namespace_selector.is_some() {
+                    eprintln!(
+                        "ClusterWatcher {} has a namespaceSelector: offline a namespace has only its name label \
+                         (kubernetes.io/metadata.name)",
+                        found.name_any()
+                    );
+                }
+                cluster.push(Arc::new(found));
+                continue;
+            }
             let watcher = parse_kind::<Watcher>(&document, "Watcher", path)?;
             all_watchers.push(watcher);
         }
@@ -46,15 +61,19 @@ pub(crate) fn inject_preview(
         let namespace =
             pod.metadata.namespace.clone().or(namespace.map(str::to_owned)).unwrap_or_else(|| "default".into());
         // Watcher files usually carry no namespace: they stand for Watchers of the pod's.
-        let in_namespace: Vec<Watcher> = all_watchers
+        // ClusterWatchers apply as the webhook resolves them (a Watcher of the same name wins).
+        let own: Vec<Arc<Watcher>> = all_watchers
             .iter()
             .cloned()
             .map(|mut w| {
                 w.metadata.namespace.get_or_insert_with(|| namespace.clone());
-                w
+                Arc::new(w)
             })
             .collect();
-        let refs: Vec<&Watcher> = in_namespace.iter().collect();
+        let labels = BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), namespace.clone())]);
+        let in_namespace =
+            watcher_webhook::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster, &options);
+        let refs: Vec<&Watcher> = in_namespace.iter().map(AsRef::as_ref).collect();
         let mut injection = inject(&pod, &namespace, &refs, &options);
         rewrite_images(&pod, &namespace, &policies, &options, &mut injection);
         let name = pod.display_name();
@@ -228,6 +247,40 @@ mod tests {
         let error = inject_preview(&root.join("deploy/samples/pod.yaml"), &[], &[invalid], None, true)
             .expect_err("an invalid policy is refused");
         assert!(error.to_string().contains("ImagePolicy bad is not valid"), "{error}");
+    }
+
+    /// A ClusterWatcher file previews as the webhook resolves it: it applies where its
+    /// namespaceSelector matches the namespace's name label, and a Watcher of the same name wins.
+    #[test]
+    fn preview_takes_cluster_watchers_and_namespaced_ones_win() {
+        let pod = temp_file(
+            "asks-log-agent.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a, annotations: {watcher.dev/inject: log-agent}}\nspec: {containers: [{name: app}]}\n",
+        );
+        let cluster = temp_file(
+            "log-agent.yaml",
+            "apiVersion: watcher.dev/v1alpha1\nkind: ClusterWatcher\nmetadata: {name: log-agent}\n\
+             spec: {container: {name: log-agent, image: busybox:1.36}}\n",
+        );
+        let injected = |out: &str| -> Vec<String> {
+            let pod: serde_json::Value = serde_saphyr::from_str(out.trim_start_matches("---\n")).expect("YAML out");
+            let sidecars = pod["spec"]["containers"].as_array().into_iter().flatten();
+            sidecars.filter_map(|c| c["name"].as_str().map(str::to_owned)).collect()
+        };
+        let out = inject_preview(&pod, std::slice::from_ref(&cluster), &[], Some("team-a"), false).expect("preview");
+        assert_eq!(injected(&out), ["app", "log-agent"]);
+
+        let own = temp_file(
+            "own-log-agent.yaml",
+            "apiVersion: watcher.dev/v1alpha1\nkind: Watcher\nmetadata: {name: log-agent}\n\
+             spec: {container: {name: team-agent, image: busybox:1.36}}\n",
+        );
+        let out = inject_preview(&pod, &[cluster.clone(), own], &[], Some("team-a"), false).expect("preview");
+        assert_eq!(injected(&out), ["app", "team-agent"], "the namespace's own Watcher wins");
+
+        let sample = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/samples/clusterwatcher.yaml"));
+        let out = inject_preview(&pod, &[sample.to_owned()], &[], Some("team-a"), false).expect("preview");
+        assert_eq!(injected(&out), ["app"], "its namespaceSelector does not match team-a offline");
     }
 
     #[test]

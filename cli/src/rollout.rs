@@ -1,7 +1,8 @@
 //! `watcher-operator rollout status|pause|resume|history|undo WATCHER`: a Watcher's sidecar
-//! rollout, as `kubectl rollout` shows and steers a Deployment's. The progress is the
-//! `SidecarsUpdated` condition the pod reconciler writes; the history, the Watcher's
-//! ControllerRevisions.
+//! rollout, as `kubectl rollout` shows and steers a Deployment's; `clusterwatcher/NAME`, a
+//! ClusterWatcher's, across its namespaces. The progress is the `SidecarsUpdated` condition the
+//! pod reconciler writes; the history, the Watcher's ControllerRevisions (a ClusterWatcher's
+//! are in the operator's namespace).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -12,8 +13,101 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use watcher_api::{UpdatePolicyType, Watcher, injected_watchers};
+use watcher_api::{ClusterWatcher, UpdatePolicyType, Watcher, injected_watchers};
+use watcher_controller::cluster_watcher::CLUSTER_WATCHER_LABEL;
 use watcher_controller::pods::revisions::{WATCHER_LABEL, injection_of};
+
+/// What a `rollout` command is about: `NAME` or `watcher/NAME`, a Watcher of the namespace;
+/// `clusterwatcher/NAME` (or `clusterwatchers/`, `cwt/`), a ClusterWatcher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A Watcher: its namespace and name.
+    Watcher(String, String),
+    /// A ClusterWatcher, by name.
+    Cluster(String),
+}
+
+impl Target {
+    /// `argument` as a target; `namespace` is a Watcher's.
+    pub(crate) fn parse(argument: &str, namespace: &str) -> anyhow::Result<Self> {
+        let (kind, name) = argument.split_once('/').unwrap_or(("watcher", argument));
+        if name.is_empty() || name.contains('/') {
+            bail!("{argument:?} is not a Watcher: NAME, watcher/NAME or clusterwatcher/NAME");
+        }
+        match kind.to_ascii_lowercase().as_str() {
+            "watcher" | "watchers" | "watcher.watcher.dev" | "wt" => {
+                Ok(Self::Watcher(namespace.to_owned(), name.into()))
+            }
+            "clusterwatcher" | "clusterwatchers" | "clusterwatcher.watcher.dev" | "cwt" => {
+                Ok(Self::Cluster(name.into()))
+            }
+            _ => bail!("{argument:?}: rollout is for watcher/NAME and clusterwatcher/NAME"),
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Self::Watcher(_, name) | Self::Cluster(name) => name,
+        }
+    }
+
+    /// As kubectl names the object: `watcher.watcher.dev/NAME`.
+    fn resource(&self) -> String {
+        match self {
+            Self::Watcher(_, name) => format!("watcher.watcher.dev/{name}"),
+            Self::Cluster(name) => format!("clusterwatcher.watcher.dev/{name}"),
+        }
+    }
+
+    /// For messages: `watcher NAME in namespace NS`, `clusterwatcher NAME`.
+    fn described(&self) -> String {
+        match self {
+            Self::Watcher(namespace, name) => format!("watcher {name} in namespace {namespace}"),
+            Self::Cluster(name) => format!("clusterwatcher {name}"),
+        }
+    }
+
+    /// The Watcher, or the ClusterWatcher as a Watcher of no namespace, with its
+    /// resourceVersion.
+    async fn get(&self, client: &Client) -> anyhow::Result<Watcher> {
+        let read = || format!("cannot read {}", self.described());
+        match self {
+            Self::Watcher(namespace, name) => {
+                Api::<Watcher>::namespaced(client.clone(), namespace).get(name).await.with_context(read)
+            }
+            Self::Cluster(name) => {
+                let cluster = Api::<ClusterWatcher>::all(client.clone()).get(name).await.with_context(read)?;
+                let mut watcher = cluster.across_namespaces();
+                watcher.metadata.resource_version = cluster.metadata.resource_version;
+                Ok(watcher)
+            }
+        }
+    }
+
+    async fn patch(&self, client: &Client, patch: &Patch<serde_json::Value>) -> anyhow::Result<()> {
+        let params = PatchParams::default();
+        let update = || format!("cannot update {}", self.described());
+        match self {
+            Self::Watcher(namespace, name) => {
+                Api::<Watcher>::namespaced(client.clone(), namespace).patch(name, &params, patch).await.map(drop)
+            }
+            Self::Cluster(name) => {
+                Api::<ClusterWatcher>::all(client.clone()).patch(name, &params, patch).await.map(drop)
+            }
+        }
+        .with_context(update)
+    }
+}
+
+/// How `judge` names a Watcher (`watcher NAME`) or a ClusterWatcher (`clusterwatcher NAME`),
+/// and the argument that names it to `rollout`.
+fn noun_and_argument(watcher: &Watcher) -> (String, String) {
+    let name = watcher.name_any();
+    match watcher.cluster_watcher() {
+        Some(_) => (format!("clusterwatcher {name}"), format!("clusterwatcher/{name}")),
+        None => (format!("watcher {name}"), name),
+    }
+}
 
 /// How `rollout status` ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -27,10 +121,10 @@ pub(crate) enum Outcome {
 /// What `rollout status` makes of a Watcher as it stands: `None` while the rollout goes on
 /// (or the pod reconciler has not seen the Watcher's generation yet), with the line to print.
 pub(crate) fn judge(watcher: &Watcher) -> (Option<Outcome>, String) {
-    let name = watcher.name_any();
+    let (noun, argument) = noun_and_argument(watcher);
     if watcher.spec.update_policy.type_ == UpdatePolicyType::Report {
         let why = format!(
-            "watcher {name} has updatePolicy Report: its pods are only counted; set updatePolicy.type to InPlace or Recreate to roll them out"
+            "{noun} has updatePolicy Report: its pods are only counted; set updatePolicy.type to InPlace or Recreate to roll them out"
         );
         return (Some(Outcome::Failed(why.clone())), why);
     }
@@ -41,40 +135,31 @@ pub(crate) fn judge(watcher: &Watcher) -> (Option<Outcome>, String) {
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == "SidecarsUpdated"))
         .filter(|c| c.observed_generation == generation);
     let Some(condition) = condition else {
-        return (None, format!("Waiting for the pod reconciler to observe watcher {name}..."));
+        return (None, format!("Waiting for the pod reconciler to observe {noun}..."));
     };
     let message = &condition.message;
     match condition.reason.as_str() {
-        "Complete" => {
-            (Some(Outcome::Done(format!("watcher {name} successfully rolled out: {message}"))), String::new())
-        }
+        "Complete" => (Some(Outcome::Done(format!("{noun} successfully rolled out: {message}"))), String::new()),
         "Partitioned" => {
-            (Some(Outcome::Done(format!("partitioned roll out complete for watcher {name}: {message}"))), String::new())
+            (Some(Outcome::Done(format!("partitioned roll out complete for {noun}: {message}"))), String::new())
         }
         "Paused" => {
             let why = format!(
-                "the rollout of watcher {name} is paused ({message}); resume it: kubectl watcher rollout resume {name}"
+                "the rollout of {noun} is paused ({message}); resume it: kubectl watcher rollout resume {argument}"
             );
             (Some(Outcome::Failed(why)), String::new())
         }
-        "Stuck" => (Some(Outcome::Failed(format!("the rollout of watcher {name} is stuck: {message}"))), String::new()),
-        _ => (None, format!("Waiting for watcher {name} rollout to finish: {message}...")),
+        "Stuck" => (Some(Outcome::Failed(format!("the rollout of {noun} is stuck: {message}"))), String::new()),
+        _ => (None, format!("Waiting for {noun} rollout to finish: {message}...")),
     }
 }
 
 /// `rollout status`: prints progress lines until the rollout ends or `timeout` passes.
-pub(crate) async fn status(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    timeout: Option<Duration>,
-) -> anyhow::Result<bool> {
-    let api = Api::<Watcher>::namespaced(client.clone(), namespace);
+pub(crate) async fn status(client: &Client, target: &Target, timeout: Option<Duration>) -> anyhow::Result<bool> {
     let started = Instant::now();
     let mut last = String::new();
     loop {
-        let watcher =
-            api.get(name).await.with_context(|| format!("cannot read watcher {name} in namespace {namespace}"))?;
+        let watcher = target.get(client).await?;
         let (outcome, line) = judge(&watcher);
         match outcome {
             Some(Outcome::Done(message)) => {
@@ -94,7 +179,7 @@ pub(crate) async fn status(
         }
         if timeout.is_some_and(|t| started.elapsed() >= t) {
             let progress = progress(&watcher).unwrap_or("no progress reported yet");
-            eprintln!("error: timed out waiting for the rollout of watcher {name}: {progress}");
+            eprintln!("error: timed out waiting for the rollout of {}: {progress}", target.described());
             return Ok(false);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -108,13 +193,9 @@ fn progress(watcher: &Watcher) -> Option<&str> {
 }
 
 /// `rollout pause` and `rollout resume`.
-pub(crate) async fn set_paused(client: &Client, namespace: &str, name: &str, paused: bool) -> anyhow::Result<()> {
-    let api = Api::<Watcher>::namespaced(client.clone(), namespace);
-    let patch = json!({"spec": {"updatePolicy": {"paused": paused}}});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .with_context(|| format!("cannot update watcher {name} in namespace {namespace}"))?;
-    println!("watcher.watcher.dev/{name} {}", if paused { "paused" } else { "resumed" });
+pub(crate) async fn set_paused(client: &Client, target: &Target, paused: bool) -> anyhow::Result<()> {
+    target.patch(client, &Patch::Merge(json!({"spec": {"updatePolicy": {"paused": paused}}}))).await?;
+    println!("{} {}", target.resource(), if paused { "paused" } else { "resumed" });
     Ok(())
 }
 
@@ -160,8 +241,8 @@ pub(crate) fn history(watcher: &Watcher, revisions: &[ControllerRevision], pods:
     lines
 }
 
-fn history_text(name: &str, lines: &[HistoryLine]) -> String {
-    let mut out = format!("watcher.watcher.dev/{name}\nREVISION  SPEC HASH  PODS  IMAGE\n");
+fn history_text(resource: &str, lines: &[HistoryLine]) -> String {
+    let mut out = format!("{resource}\nREVISION  SPEC HASH  PODS  IMAGE\n");
     for line in lines {
         let current = if line.current { "  (current)" } else { "" };
         out.push_str(&format!("{:<8}  {:<9}  {:<4}  {}{current}\n", line.revision, line.hash, line.pods, line.image));
@@ -169,25 +250,34 @@ fn history_text(name: &str, lines: &[HistoryLine]) -> String {
     out
 }
 
+/// The Watcher, its revisions, and the pods that may carry them: a Watcher's namespace's; for a
+/// ClusterWatcher, those of every namespace where it applies.
 async fn revisions_and_pods(
     client: &Client,
-    namespace: &str,
-    name: &str,
+    target: &Target,
 ) -> anyhow::Result<(Watcher, Vec<ControllerRevision>, Vec<Pod>)> {
-    let watcher = Api::<Watcher>::namespaced(client.clone(), namespace)
-        .get(name)
+    let watcher = target.get(client).await?;
+    let name = target.name();
+    let (revisions, pods) = match target {
+        Target::Watcher(namespace, _) => (
+            Api::<ControllerRevision>::namespaced(client.clone(), namespace),
+            Api::<Pod>::namespaced(client.clone(), namespace),
+        ),
+        Target::Cluster(_) => (Api::<ControllerRevision>::all(client.clone()), Api::<Pod>::all(client.clone())),
+    };
+    let label = match target {
+        Target::Watcher(..) => format!("{WATCHER_LABEL}={name},!{CLUSTER_WATCHER_LABEL}"),
+        Target::Cluster(_) => format!("{CLUSTER_WATCHER_LABEL}={name}"),
+    };
+    let revisions = revisions
+        .list(&ListParams::default().labels(&label))
         .await
-        .with_context(|| format!("cannot read watcher {name} in namespace {namespace}"))?;
-    let params = ListParams::default().labels(&format!("{WATCHER_LABEL}={name}"));
-    let revisions = Api::<ControllerRevision>::namespaced(client.clone(), namespace)
-        .list(&params)
-        .await
-        .with_context(|| format!("cannot list the revisions of watcher {name}"))?
+        .with_context(|| format!("cannot list the revisions of {}", target.described()))?
         .items;
-    let pods = Api::<Pod>::namespaced(client.clone(), namespace)
+    let pods = pods
         .list_metadata(&ListParams::default())
         .await
-        .with_context(|| format!("cannot list the pods of namespace {namespace}"))?
+        .with_context(|| format!("cannot list the pods of {}", target.described()))?
         .items
         .into_iter()
         .map(|p| Pod { metadata: p.metadata, ..Pod::default() })
@@ -196,9 +286,9 @@ async fn revisions_and_pods(
 }
 
 /// `rollout history`.
-pub(crate) async fn print_history(client: &Client, namespace: &str, name: &str) -> anyhow::Result<()> {
-    let (watcher, revisions, pods) = revisions_and_pods(client, namespace, name).await?;
-    print!("{}", history_text(name, &history(&watcher, &revisions, &pods)));
+pub(crate) async fn print_history(client: &Client, target: &Target) -> anyhow::Result<()> {
+    let (watcher, revisions, pods) = revisions_and_pods(client, target).await?;
+    print!("{}", history_text(&target.resource(), &history(&watcher, &revisions, &pods)));
     Ok(())
 }
 
@@ -216,8 +306,8 @@ pub(crate) fn undo_target(lines: &[HistoryLine], to: Option<i64>) -> anyhow::Res
 }
 
 /// `rollout undo`: writes the chosen revision's container back into the Watcher.
-pub(crate) async fn undo(client: &Client, namespace: &str, name: &str, to: Option<i64>) -> anyhow::Result<()> {
-    let (watcher, revisions, pods) = revisions_and_pods(client, namespace, name).await?;
+pub(crate) async fn undo(client: &Client, to_undo: &Target, to: Option<i64>) -> anyhow::Result<()> {
+    let (watcher, revisions, pods) = revisions_and_pods(client, to_undo).await?;
     let lines = history(&watcher, &revisions, &pods);
     let target = undo_target(&lines, to)?;
     let revision = revisions
@@ -230,11 +320,8 @@ pub(crate) async fn undo(client: &Client, namespace: &str, name: &str, to: Optio
         {"op": "replace", "path": "/spec/container", "value": revision.container},
     ]);
     let patch: json_patch::Patch = serde_json::from_value(patch)?;
-    Api::<Watcher>::namespaced(client.clone(), namespace)
-        .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
-        .await
-        .with_context(|| format!("cannot update watcher {name}"))?;
-    println!("watcher.watcher.dev/{name} rolled back to revision {} (image {})", target.revision, target.image);
+    to_undo.patch(client, &Patch::Json(patch)).await?;
+    println!("{} rolled back to revision {} (image {})", to_undo.resource(), target.revision, target.image);
     Ok(())
 }
 
@@ -256,10 +343,10 @@ mod tests {
     use k8s_openapi::api::apps::v1::ControllerRevision;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
-    use watcher_api::Watcher;
+    use watcher_api::{ClusterWatcher, Watcher};
     use watcher_controller::pods::revisions::desired_revision;
 
-    use super::{HistoryLine, Outcome, history, history_text, judge, parse_timeout, undo_target};
+    use super::{HistoryLine, Outcome, Target, history, history_text, judge, parse_timeout, undo_target};
 
     fn watcher(image: &str, generation: i64, condition: Option<(&str, &str)>) -> Watcher {
         let mut value = json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
@@ -319,7 +406,8 @@ mod tests {
         let summary: Vec<(i64, usize, &str, bool)> =
             lines.iter().map(|l| (l.revision, l.pods, l.image.as_str(), l.current)).collect();
         assert_eq!(summary, [(1, 0, "b:1", false), (2, 1, "b:2", false), (3, 2, "b:3", true)]);
-        assert!(history_text("log-watcher", &lines).contains("3         "), "{}", history_text("log-watcher", &lines));
+        let text = history_text("watcher.watcher.dev/log-watcher", &lines);
+        assert!(text.contains("3         "), "{text}");
         assert_eq!(undo_target(&lines, None).expect("previous").revision, 2);
         assert_eq!(undo_target(&lines, Some(1)).expect("chosen").image, "b:1");
         assert!(undo_target(&lines, Some(9)).is_err());
@@ -327,6 +415,35 @@ mod tests {
         assert_eq!(
             undo_target(&only, None).expect_err("nothing before").to_string(),
             "no earlier revision to go back to"
+        );
+    }
+
+    #[test]
+    fn a_target_is_a_watcher_of_the_namespace_or_a_cluster_watcher() {
+        let watcher = Target::Watcher("team-a".into(), "log-watcher".into());
+        assert_eq!(Target::parse("log-watcher", "team-a").expect("name"), watcher);
+        assert_eq!(Target::parse("watcher/log-watcher", "team-a").expect("kind/name"), watcher);
+        assert_eq!(
+            Target::parse("clusterwatcher/log-agent", "team-a").expect("cluster"),
+            Target::Cluster("log-agent".into())
+        );
+        assert_eq!(Target::parse("cwt/log-agent", "x").expect("short name"), Target::Cluster("log-agent".into()));
+        for wrong in ["deployment/web", "clusterwatcher/", "a/b/c"] {
+            assert!(Target::parse(wrong, "team-a").is_err(), "{wrong}");
+        }
+        // A ClusterWatcher is judged and named as one, its resume hint included.
+        let cluster: ClusterWatcher = serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1",
+            "kind": "ClusterWatcher", "metadata": {"name": "log-agent", "generation": 2},
+            "spec": {"container": {"name": "log-agent", "image": "b:2"}, "updatePolicy": {"type": "InPlace"}},
+            "status": {"conditions": [{"type": "SidecarsUpdated", "status": "False", "reason": "Paused",
+                "message": "1 of 3 pods on the current spec; paused", "observedGeneration": 2,
+                "lastTransitionTime": "2026-11-24T10:00:00Z"}]}}))
+        .expect("ClusterWatcher");
+        let Some(Outcome::Failed(message)) = judge(&cluster.across_namespaces()).0 else { panic!("paused") };
+        assert_eq!(
+            message,
+            "the rollout of clusterwatcher log-agent is paused (1 of 3 pods on the current spec; paused); resume it: \
+             kubectl watcher rollout resume clusterwatcher/log-agent"
         );
     }
 

@@ -570,6 +570,15 @@ fn in_reach(watcher: &Watcher, pod: &CountedPod) -> bool {
     watcher.metadata.namespace.as_deref().is_none_or(|namespace| pod.namespace() == namespace)
 }
 
+/// How messages name `pod`: by name in a Watcher's namespace, `namespace/name` across a
+/// ClusterWatcher's.
+fn shown(watcher: &Watcher, pod: &CountedPod) -> String {
+    match watcher.metadata.namespace {
+        Some(_) => pod.name.to_string(),
+        None => format!("{}/{}", pod.namespace(), pod.name),
+    }
+}
+
 fn live_pods_of<'a>(watcher: &'a Watcher, pods: &'a [&CountedPod]) -> impl Iterator<Item = &'a CountedPod> + 'a {
     pods.iter().copied().filter(move |p| in_reach(watcher, p) && !p.terminating())
 }

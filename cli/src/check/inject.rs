@@ -9,7 +9,7 @@ use std::sync::Arc;
 use json_patch::PatchOperation;
 use kube::ResourceExt;
 use serde::Serialize;
-use watcher_api::{CompiledPolicy, ORIGINAL_IMAGES_ANNOTATION, Watcher, image, injected_watchers};
+use watcher_api::{ClusterWatcher, CompiledPolicy, ORIGINAL_IMAGES_ANNOTATION, Watcher, image, injected_watchers};
 use watcher_webhook::scope::Conditions;
 use watcher_webhook::{
     Asked, Exclusion, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, app_report, decide, exclusion, inject,
@@ -39,6 +39,49 @@ pub(crate) struct WatcherLine {
     /// and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) sees: Vec<String>,
+    /// The Watcher is a ClusterWatcher's, where it applies.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) cluster: bool,
+}
+
+/// How one ClusterWatcher stands towards the pod's namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct ClusterLine {
+    pub(crate) name: String,
+    /// Whether it applies there (then its line is among the Watchers').
+    pub(crate) applies: bool,
+    /// `Applies`, `TakenOver`, `NotSelected` or `NeverInjected`.
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
+}
+
+/// How each of `cluster` stands towards `namespace` (labelled `labels`, with its own Watchers
+/// `own`), by name.
+pub(crate) fn cluster_lines(
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    own: &[Arc<Watcher>],
+    cluster: &[Arc<ClusterWatcher>],
+    options: &InjectOptions,
+) -> Vec<ClusterLine> {
+    use watcher_webhook::cluster::{Standing, standing};
+    let mut lines: Vec<ClusterLine> = cluster
+        .iter()
+        .map(|c| {
+            let name = c.name_any();
+            let standing = standing(c, namespace, labels, own, options);
+            let reason = match standing {
+                Standing::Applies => "Applies",
+                Standing::TakenOver => "TakenOver",
+                Standing::NotSelected => "NotSelected",
+                Standing::NeverInjected(_) => "NeverInjected",
+            };
+            let message = standing.describe(&name, namespace);
+            ClusterLine { applies: standing == Standing::Applies, reason, message, name }
+        })
+        .collect();
+    lines.sort_by(|a, b| a.name.cmp(&b.name));
+    lines
 }
 
 /// One image an ImagePolicy rewrites (or rewrote).
@@ -50,7 +93,8 @@ pub(crate) struct ImageLine {
     pub(crate) policy: String,
 }
 
-/// The whole answer: `{"namespace", "pod", "sent", "webhook", "excluded", "watchers", "images"}`.
+/// The whole answer: `{"namespace", "pod", "sent", "webhook", "excluded", "watchers",
+/// "clusterWatchers" (when there are any), "images"}`.
 #[derive(Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Explanation {
     pub(crate) namespace: String,
@@ -61,6 +105,9 @@ pub(crate) struct Explanation {
     pub(crate) webhook: Option<&'static str>,
     pub(crate) excluded: Option<Excluded>,
     pub(crate) watchers: Vec<WatcherLine>,
+    /// The ClusterWatchers, and whether each applies in the namespace and why.
+    #[serde(rename = "clusterWatchers", skip_serializing_if = "Vec::is_empty")]
+    pub(crate) cluster_watchers: Vec<ClusterLine>,
     pub(crate) images: Vec<ImageLine>,
 }
 
@@ -68,8 +115,11 @@ pub(crate) struct Explanation {
 pub(crate) struct Scope<'a> {
     pub(crate) namespace: &'a str,
     pub(crate) namespace_labels: &'a BTreeMap<String, String>,
-    /// The Watchers of the namespace.
+    /// The Watchers that apply in the namespace: its own, then the ClusterWatchers' that
+    /// apply there ([`watcher_webhook::cluster::watchers_in_namespace`]).
     pub(crate) watchers: &'a [&'a Watcher],
+    /// How each ClusterWatcher stands towards the namespace ([`cluster_lines`]).
+    pub(crate) cluster: Vec<ClusterLine>,
     /// The webhook configuration's selectors.
     pub(crate) selectors: &'a WebhookSelectors,
     /// The valid ImagePolicies selecting the namespace, in name order.
@@ -123,6 +173,7 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 message: format!("not sent to the webhook: {}", excluded.message),
                 name,
                 sees: Vec::new(),
+                cluster: false,
             });
         }
     } else {
@@ -139,6 +190,7 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 reason,
                 message,
                 sees: Vec::new(),
+                cluster: false,
             };
             lines.push(match &decision.verdict {
                 Verdict::Inject if existing => line(
@@ -201,11 +253,15 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 message,
                 name,
                 sees: Vec::new(),
+                cluster: false,
             });
         }
         see_the_app(pod, existing, scope, &mut lines);
     }
     lines.sort_by(|a, b| a.name.cmp(&b.name));
+    for line in &mut lines {
+        line.cluster = scope.watchers.iter().any(|w| w.name_any() == line.name && w.cluster_watcher().is_some());
+    }
     let images = if existing { rewritten_images(pod, scope.policies) } else { planned_images(pod, scope, &excluded) };
     let sent = if excluded.is_some() { Sent::No } else { scope.sent };
     let webhook = match sent {
@@ -220,6 +276,11 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
         webhook,
         excluded,
         watchers: lines,
+        cluster_watchers: scope
+            .cluster
+            .iter()
+            .map(|l| ClusterLine { message: l.message.clone(), name: l.name.clone(), ..*l })
+            .collect(),
         images,
     }
 }
@@ -357,10 +418,17 @@ impl Explanation {
                 (false, _) => "×",
             };
             let state = if line.injected { "injected" } else { "not injected" };
-            out.push_str(&format!("{mark} {}: {state} ({}): {}\n", line.name, line.reason, line.message));
+            let kind = if line.cluster { " (ClusterWatcher)" } else { "" };
+            out.push_str(&format!("{mark} {}{kind}: {state} ({}): {}\n", line.name, line.reason, line.message));
             for seen in &line.sees {
                 out.push_str(&format!("    {seen}\n"));
             }
+        }
+        for line in self.cluster_watchers.iter().filter(|l| !l.applies) {
+            out.push_str(&format!(
+                "- {} (ClusterWatcher): does not apply ({}): {}\n",
+                line.name, line.reason, line.message
+            ));
         }
         for image in &self.images {
             let policy = if image.policy.is_empty() {
@@ -458,8 +526,28 @@ pub(crate) async fn check_inject(
         .iter()
         .map(|p| Arc::new(p.compile()))
         .collect();
-    let admission =
-        watcher_webhook::Scope::compute(&watchers, &compiled, [(namespace.as_str(), &labels)], &operator_namespace);
+    let cluster_watchers: Vec<Arc<ClusterWatcher>> = Api::<ClusterWatcher>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("cannot list the ClusterWatchers (is their CRD installed?)")?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let admission_options =
+        InjectOptions { excluded_namespaces: vec![operator_namespace.clone()], native_sidecars: true };
+    let everywhere = watcher_webhook::cluster::everywhere(
+        &watchers.iter().cloned().map(Arc::new).collect::<Vec<_>>(),
+        &cluster_watchers,
+        [(namespace.as_str(), &labels)],
+        &admission_options,
+    );
+    let admission = watcher_webhook::Scope::compute(
+        everywhere.iter().map(AsRef::as_ref),
+        &compiled,
+        [(namespace.as_str(), &labels)],
+        &operator_namespace,
+    );
     let registered = configuration.as_ref().map(watcher_controller::scope::in_place);
     let sent = sent_by(registered.as_ref(), &admission, &namespace, pod.labels(), pod.annotations());
     let mut policies: Vec<Arc<CompiledPolicy>> =
@@ -470,11 +558,15 @@ pub(crate) async fn check_inject(
         .await
         .is_ok_and(|info| watcher_webhook::supports_native_sidecars(&info.major, &info.minor));
     let options = InjectOptions { excluded_namespaces: vec![operator_namespace], native_sidecars };
-    let refs: Vec<&Watcher> = watchers.iter().collect();
+    let own: Vec<Arc<Watcher>> = watchers.into_iter().map(Arc::new).collect();
+    let effective =
+        watcher_webhook::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster_watchers, &options);
+    let refs: Vec<&Watcher> = effective.iter().map(AsRef::as_ref).collect();
     let scope = Scope {
         namespace: &namespace,
         namespace_labels: &labels,
         watchers: &refs,
+        cluster: cluster_lines(&namespace, &labels, &own, &cluster_watchers, &options),
         selectors: &selectors,
         policies: &policies,
         options: &options,

@@ -152,7 +152,8 @@ pub fn update(
     if !injected_with(admitted) {
         return Update::LeftAlone(format!(
             "pod {}: sidecar {name} runs {}, not the image it was injected with (changed by hand): left alone",
-            pod.name, sidecar.image
+            super::shown(watcher, pod),
+            sidecar.image
         ));
     }
     let wanted = watcher.spec.container.image.clone().unwrap_or_default();

@@ -11,7 +11,7 @@ use watcher_api::{SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher};
 
 use super::in_place::{self, IN_PLACE_DEADLINE, Update};
 use super::revisions;
-use super::{CountedPod, live_pods_of, standing, terminating_pods_of};
+use super::{CountedPod, live_pods_of, shown, standing, terminating_pods_of};
 
 /// One pass of a rollout: what to do now, and the counts the `SidecarsUpdated` condition says.
 #[derive(Debug, Default, PartialEq)]
@@ -89,13 +89,13 @@ pub fn plan(
         }
         rollout.updated += 1;
         if policy.type_ == UpdatePolicyType::InPlace && in_place::in_flight(pod, container) {
-            rollout.in_flight.push(pod.name.to_string());
+            rollout.in_flight.push(shown(watcher, pod));
             let updated =
                 pod.annotations().get(SIDECAR_UPDATED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
             if updated.is_some_and(|at| now.duration_since(at) > deadline) {
                 rollout.stuck.push(format!(
                     "pod {} has not run the new sidecar image within {} minutes of its update",
-                    pod.name,
+                    shown(watcher, pod),
                     IN_PLACE_DEADLINE.as_secs() / 60
                 ));
             }
@@ -137,7 +137,7 @@ pub fn plan(
             Update::Recreate(why) => rollout.stuck.push(format!(
                 "pod {} ({why}) is not controlled by a ReplicaSet, StatefulSet or DaemonSet: delete it and \
                  create it again",
-                pod.name
+                shown(watcher, pod)
             )),
         }
     }

@@ -3,10 +3,10 @@ use std::sync::Arc;
 
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
-use watcher_api::{CompiledPolicy, ImagePolicy, Watcher};
+use watcher_api::{ClusterWatcher, CompiledPolicy, ImagePolicy, Watcher};
 use watcher_webhook::{InjectOptions, PodView, Reviewer, WebhookSelectors};
 
-use super::{Explanation, Scope, explain, sent_by};
+use super::{Explanation, Scope, cluster_lines, explain, sent_by};
 use watcher_webhook::Sent;
 
 fn watcher(name: &str, container: &str, image: &str, selector: Option<Value>) -> Watcher {
@@ -48,26 +48,87 @@ fn explain_in(
     existing: bool,
     watchers: &[Watcher],
 ) -> Explanation {
+    explain_with(namespace, labels, pod, existing, watchers, &[])
+}
+
+/// [`explain_in`] with ClusterWatchers: the Watchers that apply are resolved as the webhook
+/// resolves them.
+fn explain_with(
+    namespace: &str,
+    labels: &[(&str, &str)],
+    pod: Value,
+    existing: bool,
+    watchers: &[Watcher],
+    cluster: &[ClusterWatcher],
+) -> Explanation {
     let mut namespace_labels: BTreeMap<String, String> =
         labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
     namespace_labels.insert("kubernetes.io/metadata.name".into(), namespace.into());
     let pod: PodView = serde_json::from_value(pod).expect("pod");
-    let refs: Vec<&Watcher> = watchers.iter().collect();
+    let own: Vec<Arc<Watcher>> = watchers.iter().cloned().map(Arc::new).collect();
+    let cluster: Vec<Arc<ClusterWatcher>> = cluster.iter().cloned().map(Arc::new).collect();
+    let effective =
+        watcher_webhook::cluster::watchers_in_namespace(namespace, &namespace_labels, &own, &cluster, &options());
+    let refs: Vec<&Watcher> = effective.iter().map(AsRef::as_ref).collect();
     let policies = [policy()];
     // The conditions registered as the operator computes them.
-    let admission =
-        watcher_webhook::Scope::compute(watchers, &policies, [(namespace, &namespace_labels)], "watcher-system");
+    let admission = watcher_webhook::Scope::compute(
+        refs.iter().copied(),
+        &policies,
+        [(namespace, &namespace_labels)],
+        "watcher-system",
+    );
     let sent = sent_by(Some(&admission.conditions()), &admission, namespace, pod.labels(), pod.annotations());
     let scope = Scope {
         namespace,
         namespace_labels: &namespace_labels,
         watchers: &refs,
+        cluster: cluster_lines(namespace, &namespace_labels, &own, &cluster, &options()),
         selectors: &deploy_selectors(),
         policies: &policies,
         options: &options(),
         sent,
     };
     explain(&pod, existing, &scope)
+}
+
+/// Which one applied and why: a ClusterWatcher where its namespaceSelector matches; the
+/// namespace's own Watcher of the same name where there is one; nothing where it does not
+/// match; never in the operator's namespace.
+#[test]
+fn a_cluster_watcher_is_explained_where_it_applies_and_where_it_does_not() {
+    let cluster: ClusterWatcher = serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1",
+        "kind": "ClusterWatcher", "metadata": {"name": "log-agent", "uid": "cw"},
+        "spec": {"container": {"name": "log-agent", "image": "busybox:1.36"},
+                 "namespaceSelector": {"matchLabels": {"team": "payments"}}}}))
+    .expect("ClusterWatcher");
+    let pod = |namespace: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": namespace,
+               "annotations": {"watcher.dev/inject": "log-agent"}},
+               "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}})
+    };
+    let cluster = [cluster];
+    let served = explain_with("team-a", &[("team", "payments")], pod("team-a"), false, &[], &cluster);
+    assert_eq!(reasons(&served), [("log-agent", true, None, "Annotation")]);
+    assert!(served.watchers[0].cluster);
+    assert_eq!(served.cluster_watchers[0].reason, "Applies");
+    assert!(served.text().contains("√ log-agent (ClusterWatcher): injected (Annotation)"), "{}", served.text());
+    let json = serde_json::to_value(&served).expect("JSON");
+    assert_eq!(json["clusterWatchers"][0]["message"], "ClusterWatcher log-agent applies in namespace team-a");
+
+    let own = watcher("log-agent", "team-agent", "busybox:1.36", None);
+    let taken = explain_with("team-a", &[("team", "payments")], pod("team-a"), false, &[own], &cluster);
+    assert_eq!(reasons(&taken), [("log-agent", true, None, "Annotation")]);
+    assert!(!taken.watchers[0].cluster, "the namespace's own Watcher applies");
+    assert_eq!(taken.cluster_watchers[0].reason, "TakenOver");
+    assert!(taken.text().contains("Watcher team-a/log-agent takes namespace team-a over"), "{}", taken.text());
+
+    let elsewhere = explain_with("team-b", &[("team", "search")], pod("team-b"), false, &[], &cluster);
+    assert_eq!(reasons(&elsewhere), [("log-agent", false, None, "WatcherMissing")]);
+    assert_eq!(elsewhere.cluster_watchers[0].reason, "NotSelected");
+
+    let operator = explain_with("watcher-system", &[("team", "payments")], pod("watcher-system"), false, &[], &cluster);
+    assert_eq!(operator.cluster_watchers[0].reason, "NeverInjected");
 }
 
 fn reasons(explanation: &Explanation) -> Vec<(&str, bool, Option<bool>, &str)> {
