@@ -15,6 +15,11 @@
 //!    this process: the count's time from the operator's start, and its ratio to the LIST's;
 //!    once with the pods' initial list streamed, once with it refused and listed in pages.
 //!
+//! 5. ClusterWatchers (`BENCH_CLUSTER_ONLY=1`: these runs alone): one over 1,000 namespaces, and
+//!    100 over 100 namespaces, created while the operator runs: ConfigMap creates, 409s and reads
+//!    per namespace and ClusterWatcher (target 1, 0, 0), until every ConfigMap and status is
+//!    written, and memory; then namespaces created while it runs (1 create each, no read, no 409).
+//!
 //! The operator runs with the environment the image gives it (`ENV` in `deploy/Dockerfile`: glibc's
 //! malloc tunables); `BENCH_BARE=1` runs it without.
 //!
@@ -272,6 +277,10 @@ async fn main() {
         println!("profiled run: peak RSS {:.1} MB", mb(loaded.peak));
         return;
     }
+    if std::env::var_os("BENCH_CLUSTER_ONLY").is_some() {
+        cluster_watcher_runs().await;
+        return;
+    }
     match image_env().as_slice() {
         [] => println!("the operator runs without the image's environment (BENCH_BARE)\n"),
         env => println!("the operator runs with the image's environment: {env:?} (BENCH_BARE=1: without)\n"),
@@ -364,6 +373,7 @@ async fn main() {
     }
     assert_eq!(first.writes, 2 * count as u64, "one ConfigMap create and one status patch per Watcher");
     assert_eq!(steady.reads + steady.writes, 0, "a steady state costs no request");
+    cluster_watcher_runs().await;
 }
 
 /// The time a client takes to LIST `pod_count` pods from the fake server, 500 a page.
@@ -420,5 +430,137 @@ impl Drop for KillOnDrop<'_> {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// What the ClusterWatcher controller asked of the server, and how long it took.
+#[derive(Default)]
+struct FanOut {
+    creates: u64,
+    conflicts: u64,
+    reads: u64,
+    status_writes: u64,
+    converged: Duration,
+    rss: u64,
+    peak: u64,
+}
+
+impl FanOut {
+    /// What was asked from `before` until now.
+    fn since(server: &FakeApiServer, before: &Self) -> Self {
+        let log = server.write_log.lock().map(|l| l.clone()).unwrap_or_default();
+        let reads =
+            server.read_log.lock().map(|l| l.iter().filter(|p| p.contains("/configmaps/")).count()).unwrap_or(0);
+        Self {
+            creates: log.iter().filter(|w| w.starts_with("POST") && w.ends_with("/configmaps")).count() as u64
+                - before.creates,
+            conflicts: server.conflicts.load(Ordering::Relaxed) - before.conflicts,
+            reads: reads as u64 - before.reads,
+            status_writes: server.status_writes.load(Ordering::Relaxed) - before.status_writes,
+            ..Self::default()
+        }
+    }
+
+    fn totals(server: &FakeApiServer) -> Self {
+        Self::since(server, &Self::default())
+    }
+}
+
+/// `clusters` ClusterWatchers with config data and no namespaceSelector, over `namespaces`
+/// namespaces: created (as one `kubectl apply`) while the operator runs with the Watcher
+/// controller, until every namespace has each one's ConfigMap and each its status; then
+/// `later` namespaces created while it runs, until they have theirs. Watch events trail writes
+/// by 5 ms.
+async fn cluster_watchers_over(clusters: usize, namespaces: usize, later: usize) -> (FanOut, FanOut, Duration) {
+    let names: Vec<Value> = (0..namespaces).map(|i| fake_apiserver::namespace(&format!("ns-{i}"))).collect();
+    let (server, addr) = FakeApiServer::default()
+        .live(Duration::from_millis(5))
+        .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", Vec::new())
+        .with_list("/apis/watcher.dev/v1alpha1/clusterwatchers", "ClusterWatcherList", Vec::new())
+        .with_list("/api/v1/namespaces", "NamespaceList", names)
+        .with_list("/api/v1/configmaps", "ConfigMapList", Vec::new())
+        .with_list("/api/v1/pods", "PodList", Vec::new())
+        .start()
+        .await;
+    let started = Instant::now();
+    let (mut child, metrics, dir) = spawn_operator(addr, "watcher", &format!("cw-{clusters}"));
+    let pid = child.id();
+    let _guard = KillOnDrop(&mut child);
+    while !readyz(metrics).await {
+        assert!(started.elapsed() < Duration::from_secs(180), "not ready within 180 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let ready = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await; // the admission scope known
+    let wait = |expected_creates: u64, expected_status: u64, since: Instant| {
+        let server = server.clone();
+        async move {
+            loop {
+                let now = FanOut::totals(&server);
+                if now.creates >= expected_creates && now.status_writes >= expected_status {
+                    return since.elapsed();
+                }
+                assert!(since.elapsed() < Duration::from_secs(600), "not converged within 600 s");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    let created = Instant::now();
+    for cluster in fake_apiserver::cluster_watchers(clusters) {
+        server.create("/apis/watcher.dev/v1alpha1/clusterwatchers", cluster);
+    }
+    let converged = wait((clusters * namespaces) as u64, clusters as u64, created).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (rss, peak) = rss_kib(pid).expect("/proc");
+    let first = FanOut { converged, rss, peak, ..FanOut::totals(&server) };
+
+    let created = Instant::now();
+    for i in 0..later {
+        server.create("/api/v1/namespaces", fake_apiserver::namespace(&format!("new-{i}")));
+    }
+    let total = (clusters * (namespaces + later)) as u64;
+    let converged = wait(total, first.status_writes, created).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (rss, peak) = rss_kib(pid).expect("/proc");
+    let then = FanOut { converged, rss, peak, ..FanOut::since(&server, &first) };
+    drop(_guard);
+    let _ = std::fs::remove_dir_all(&dir);
+    (first, then, ready)
+}
+
+/// Prints and checks the ClusterWatcher runs: one over 1,000 namespaces, 100 over 100.
+async fn cluster_watcher_runs() {
+    for (clusters, namespaces, later) in [(1, 1000, 100), (100, 100, 10)] {
+        let (first, then, ready) = cluster_watchers_over(clusters, namespaces, later).await;
+        let pairs = (clusters * namespaces) as f64;
+        println!("\n{clusters} ClusterWatcher(s) over {namespaces} namespaces (created while the operator runs)");
+        println!("  start → /readyz 200:        {:.0} ms", ready.as_secs_f64() * 1e3);
+        println!(
+            "  per namespace and ClusterWatcher: {:.2} ConfigMap creates, {:.2} answered 409, {:.2} reads   \
+             (target 1, 0, 0); {} status writes for {clusters}",
+            first.creates as f64 / pairs,
+            first.conflicts as f64 / pairs,
+            first.reads as f64 / pairs,
+            first.status_writes
+        );
+        println!(
+            "  every ConfigMap and status written after: {:.0} ms; RSS {:.1} MB, peak {:.1} MB",
+            first.converged.as_secs_f64() * 1e3,
+            mb(first.rss),
+            mb(first.peak)
+        );
+        let later_pairs = (clusters * later) as f64;
+        println!(
+            "  {later} namespaces created later: per namespace and ClusterWatcher {:.2} creates, {:.2} answered 409, \
+             {:.2} reads   (target 1, 0, 0); {} status writes; all written after {:.0} ms; RSS {:.1} MB",
+            then.creates as f64 / later_pairs,
+            then.conflicts as f64 / later_pairs,
+            then.reads as f64 / later_pairs,
+            then.status_writes,
+            then.converged.as_secs_f64() * 1e3,
+            mb(then.rss)
+        );
+        assert_eq!((first.creates, first.conflicts, first.reads), ((clusters * namespaces) as u64, 0, 0));
+        assert_eq!((then.creates, then.conflicts, then.reads), ((clusters * later) as u64, 0, 0));
     }
 }

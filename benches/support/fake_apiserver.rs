@@ -63,8 +63,13 @@ struct Live {
 /// The objects of one resource, by namespace and name.
 type Kept = HashMap<(String, String), Value>;
 
-/// The resources a live server keeps.
-const LIVE: [&str; 2] = ["/api/v1/configmaps", "/apis/watcher.dev/v1alpha1/watchers"];
+/// The resources a live server keeps (namespaces: only those [`FakeApiServer::create`] makes).
+const LIVE: [&str; 4] = [
+    "/api/v1/configmaps",
+    "/apis/watcher.dev/v1alpha1/watchers",
+    "/apis/watcher.dev/v1alpha1/clusterwatchers",
+    "/api/v1/namespaces",
+];
 
 impl FakeApiServer {
     /// Serves `items` as the list of kind `list_kind` at `path`.
@@ -108,7 +113,9 @@ impl FakeApiServer {
             return None;
         }
         let version = live.version.fetch_add(1, Ordering::Relaxed) + 1;
-        object["metadata"]["namespace"] = json!(namespace);
+        if !namespace.is_empty() {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
         object["metadata"]["resourceVersion"] = json!(version.to_string());
         if create {
             object["metadata"]["uid"] = json!(format!("00000000-0000-4000-8000-{version:012}"));
@@ -124,14 +131,19 @@ impl FakeApiServer {
     /// A kept object by its path, with the resource path and namespace it is kept under.
     fn kept(&self, object_path: &str) -> Option<(String, String, Option<Value>)> {
         let live = self.live.as_ref()?;
-        let (prefix, rest) = object_path.split_once("/namespaces/")?;
-        let mut parts = rest.split('/');
-        let (namespace, resource) = (parts.next()?, parts.next()?);
-        let resource_path = format!("{prefix}/{resource}");
+        let (resource_path, namespace, name) = match object_path.split_once("/namespaces/") {
+            Some((prefix, rest)) if rest.contains('/') => {
+                let mut parts = rest.split('/');
+                let (namespace, resource) = (parts.next()?, parts.next()?);
+                (format!("{prefix}/{resource}"), namespace, parts.next())
+            }
+            // A cluster-scoped object (a namespace, a ClusterWatcher).
+            _ => object_path.rsplit_once('/').map(|(parent, name)| (parent.to_owned(), "", Some(name)))?,
+        };
         if !LIVE.contains(&resource_path.as_str()) {
             return None;
         }
-        let object = match parts.next() {
+        let object = match name {
             Some(name) => live
                 .objects
                 .lock()
@@ -160,8 +172,14 @@ impl FakeApiServer {
         self
     }
 
-    /// The listed object at `/…/namespaces/{ns}/{resource}/{name}`.
+    /// The listed object at `/…/namespaces/{ns}/{resource}/{name}`, or of a cluster-scoped
+    /// resource at `/…/{resource}/{name}`.
     fn find(&self, object_path: &str) -> Option<&Value> {
+        if let Some((list, name)) = object_path.rsplit_once('/')
+            && let Some((_, items)) = self.lists.get(list)
+        {
+            return items.iter().find(|item| item["metadata"]["name"] == name);
+        }
         let (prefix, rest) = object_path.split_once("/namespaces/")?;
         let mut parts = rest.split('/');
         let (namespace, resource, name) = (parts.next()?, parts.next()?, parts.next()?);
@@ -368,6 +386,30 @@ pub(crate) fn watchers(count: usize) -> Vec<Value> {
             })
         })
         .collect()
+}
+
+/// `count` ClusterWatchers with config data and no namespaceSelector.
+pub(crate) fn cluster_watchers(count: usize) -> Vec<Value> {
+    (0..count)
+        .map(|i| {
+            json!({
+                "apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcher",
+                "metadata": {"name": format!("agent-{i}"), "uid": format!("30000000-0000-4000-8000-{i:012}"),
+                             "generation": 1, "resourceVersion": "1"},
+                "spec": {"container": {"name": format!("agent-{i}"), "image": "busybox:1.36",
+                                       "command": ["sh", "-c", "tail -F /var/log/app.log"]},
+                         "configData": {"LEVEL": "debug"}},
+            })
+        })
+        .collect()
+}
+
+/// The namespace `name`, as kube-apiserver lists it (its name label).
+pub(crate) fn namespace(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace",
+           "metadata": {"name": name, "uid": format!("ns-{name}"), "resourceVersion": "1",
+                        "labels": {"kubernetes.io/metadata.name": name}},
+           "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
 }
 
 /// `count` pods of Deployments, spread over the namespaces of [`watchers`], as kube-apiserver

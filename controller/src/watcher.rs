@@ -65,24 +65,24 @@ pub struct WatcherContext {
 /// What the controller wrote, until its cache holds it: a cache trails a write by milliseconds
 /// to seconds, so an entry older than [`FORGET_AFTER`] (its object deleted meanwhile, say) is
 /// dropped at the next write rather than kept for the life of the process.
-struct Recent<K, V>(Mutex<HashMap<K, (Instant, V)>>);
+pub(crate) struct Recent<K, V>(Mutex<HashMap<K, (Instant, V)>>);
 
 /// How long a written object is kept at most, waiting for the cache to hold it.
 const FORGET_AFTER: Duration = Duration::from_secs(5 * 60);
 
 impl<K: std::hash::Hash + Eq, V: Clone> Recent<K, V> {
-    fn insert(&self, key: K, value: V) {
+    pub(crate) fn insert(&self, key: K, value: V) {
         let mut map = lock(&self.0);
         let now = Instant::now();
         map.retain(|_, (at, _)| now.duration_since(*at) < FORGET_AFTER);
         map.insert(key, (now, value));
     }
 
-    fn get(&self, key: &K) -> Option<V> {
+    pub(crate) fn get(&self, key: &K) -> Option<V> {
         lock(&self.0).get(key).map(|(_, value)| value.clone())
     }
 
-    fn remove(&self, key: &K) {
+    pub(crate) fn remove(&self, key: &K) {
         lock(&self.0).remove(key);
     }
 
@@ -154,7 +154,7 @@ fn caught_up(cached: Option<&ObjectMeta>, written: &ObjectMeta) -> bool {
     }
 }
 
-fn newer_or_same(cached: Option<&str>, written: &str) -> bool {
+pub(crate) fn newer_or_same(cached: Option<&str>, written: &str) -> bool {
     match (cached.map(str::parse::<u64>), written.parse::<u64>()) {
         (Some(Ok(cached)), Ok(written)) => cached >= written,
         _ => true,
