@@ -274,15 +274,23 @@ async fn revisions_and_pods(
         .await
         .with_context(|| format!("cannot list the revisions of {}", target.described()))?
         .items;
-    let pods = pods
-        .list_metadata(&ListParams::default())
-        .await
-        .with_context(|| format!("cannot list the pods of {}", target.described()))?
-        .items
-        .into_iter()
-        .map(|p| Pod { metadata: p.metadata, ..Pod::default() })
-        .collect();
+    let pods = pods_metadata(&pods).await.with_context(|| format!("cannot list the pods of {}", target.described()))?;
     Ok((watcher, revisions, pods))
+}
+
+/// The metadata of every pod `api` lists, in pages of 500 as kubectl lists (a ClusterWatcher's
+/// are those of the whole cluster).
+async fn pods_metadata(api: &Api<Pod>) -> kube::Result<Vec<Pod>> {
+    let mut params = ListParams::default().limit(500);
+    let mut pods = Vec::new();
+    loop {
+        let page = api.list_metadata(&params).await?;
+        pods.extend(page.items.into_iter().map(|p| Pod { metadata: p.metadata, ..Pod::default() }));
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(pods),
+        }
+    }
 }
 
 /// `rollout history`.
@@ -358,6 +366,35 @@ mod tests {
                 "message": message, "observedGeneration": 2, "lastTransitionTime": "2026-11-21T10:00:00Z"}]});
         }
         serde_json::from_value(value).expect("Watcher")
+    }
+
+    /// The pods are listed in pages of 500, each with the previous page's continue token, until
+    /// a page has none.
+    #[tokio::test]
+    async fn pods_are_listed_in_pages() {
+        use http::{Request, Response};
+        use kube::client::Body;
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let server = tokio::spawn(async move {
+            let mut queries = Vec::new();
+            for (token, name) in [("next-page", "web-1"), ("", "web-2")] {
+                let (request, send) = handle.next_request().await.expect("a page asked for");
+                queries.push(request.uri().query().unwrap_or_default().to_owned());
+                let page = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                    "metadata": {"resourceVersion": "7", "continue": token},
+                    "items": [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                               "metadata": {"name": name, "namespace": "team-a"}}]});
+                send.send_response(Response::new(Body::from(serde_json::to_vec(&page).expect("JSON"))));
+            }
+            queries
+        });
+        let api = kube::Api::<Pod>::all(kube::Client::new(service, "default"));
+        let pods = super::pods_metadata(&api).await.expect("listed");
+        let names: Vec<_> = pods.iter().map(|p| p.metadata.name.clone().unwrap_or_default()).collect();
+        assert_eq!(names, ["web-1", "web-2"]);
+        let queries = server.await.expect("server");
+        assert!(queries[0].contains("limit=500") && !queries[0].contains("continue="), "{queries:?}");
+        assert!(queries[1].contains("limit=500") && queries[1].contains("continue=next-page"), "{queries:?}");
     }
 
     #[test]

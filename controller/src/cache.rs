@@ -3,7 +3,7 @@
 //! not once per user.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::{Stream, StreamExt, future};
@@ -57,6 +57,10 @@ pub struct WatcherCache {
 #[derive(Default)]
 struct NamespaceIndex {
     stale: AtomicBool,
+    /// Counts rebuilds: an entry of `effective` computed from the stores as they were before a
+    /// rebuild is not kept after it (a reader that raced a change would otherwise leave its
+    /// namespace on the old ClusterWatchers until the next change).
+    epoch: AtomicU64,
     watchers: RwLock<HashMap<String, Arc<[Arc<Watcher>]>>>,
     /// Per namespace: the labels its entry was computed with, and its own and cluster Watchers.
     effective: RwLock<HashMap<String, Effective>>,
@@ -64,6 +68,42 @@ struct NamespaceIndex {
 
 /// A namespace's labels, and the Watchers that apply there given them.
 type Effective = (BTreeMap<String, String>, Arc<[Arc<Watcher>]>);
+
+impl NamespaceIndex {
+    /// Indexes `watchers` by namespace and forgets every namespace's effective Watchers.
+    fn rebuild(&self, watchers: Vec<Arc<Watcher>>) {
+        let mut rebuilt: HashMap<String, Vec<Arc<Watcher>>> = HashMap::new();
+        for watcher in watchers {
+            rebuilt.entry(watcher.namespace().unwrap_or_default()).or_default().push(watcher);
+        }
+        let rebuilt = rebuilt.into_iter().map(|(namespace, watchers)| (namespace, watchers.into())).collect();
+        *self.watchers.write().unwrap_or_else(|p| p.into_inner()) = rebuilt;
+        let mut effective = self.effective.write().unwrap_or_else(|p| p.into_inner());
+        effective.clear();
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The namespace's own Watchers.
+    fn own(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
+        let watchers = self.watchers.read().unwrap_or_else(|p| p.into_inner());
+        watchers.get(namespace).cloned().unwrap_or_else(|| Arc::new([]))
+    }
+
+    /// The effective Watchers of `namespace`, when computed with these labels.
+    fn remembered(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Option<Arc<[Arc<Watcher>]>> {
+        let effective = self.effective.read().unwrap_or_else(|p| p.into_inner());
+        effective.get(namespace).filter(|(seen, _)| seen == labels).map(|(_, watchers)| watchers.clone())
+    }
+
+    /// Keeps the effective Watchers of `namespace`, computed from the stores as they were at
+    /// `epoch`, unless a rebuild came since.
+    fn remember(&self, epoch: u64, namespace: &str, labels: BTreeMap<String, String>, watchers: Arc<[Arc<Watcher>]>) {
+        let mut effective = self.effective.write().unwrap_or_else(|p| p.into_inner());
+        if self.epoch.load(Ordering::Acquire) == epoch {
+            effective.insert(namespace.to_owned(), (labels, watchers));
+        }
+    }
+}
 
 /// The label kube-apiserver puts on every namespace: its name.
 const NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -92,14 +132,7 @@ impl WatcherCache {
                 .default_backoff()
                 .modify(|cluster| cluster.managed_fields_mut().clear())
                 .reflect(cluster_writer)
-                .inspect(move |event| {
-                    if matches!(
-                        event,
-                        Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)
-                    ) {
-                        cluster_index.stale.store(true, Ordering::Release);
-                    }
-                })
+                .inspect(stale_on_spec_changes(cluster_index))
                 .touched_objects()
                 .for_each(move |touched| {
                     match touched {
@@ -182,35 +215,22 @@ impl WatcherCache {
         // A change marks the index stale after the store has it, so a rebuild that clears the
         // mark always sees that change.
         if index.stale.swap(false, Ordering::AcqRel) {
-            let mut rebuilt: HashMap<String, Vec<Arc<Watcher>>> = HashMap::new();
-            for watcher in self.store.state() {
-                rebuilt.entry(watcher.namespace().unwrap_or_default()).or_default().push(watcher);
-            }
-            let rebuilt = rebuilt.into_iter().map(|(namespace, watchers)| (namespace, watchers.into())).collect();
-            *index.watchers.write().unwrap_or_else(|p| p.into_inner()) = rebuilt;
-            index.effective.write().unwrap_or_else(|p| p.into_inner()).clear();
+            index.rebuild(self.store.state());
         }
-        let own = {
-            let watchers = index.watchers.read().unwrap_or_else(|p| p.into_inner());
-            watchers.get(namespace).cloned().unwrap_or_else(|| Arc::new([]))
-        };
+        // Read before the stores: what is computed from them is kept only if no rebuild came since.
+        let epoch = index.epoch.load(Ordering::Acquire);
+        let own = index.own(namespace);
         if self.cluster.is_empty() {
             return own; // one length check when there is no ClusterWatcher
         }
         let labels = self.namespace_labels(namespace);
-        if let Some((seen, watchers)) = index.effective.read().unwrap_or_else(|p| p.into_inner()).get(namespace)
-            && *seen == labels
-        {
-            return watchers.clone();
+        if let Some(watchers) = index.remembered(namespace, &labels) {
+            return watchers;
         }
         let cluster = self.cluster.state();
         let watchers: Arc<[Arc<Watcher>]> =
             watcher_webhook::cluster::watchers_in_namespace(namespace, &labels, &own, &cluster, &self.options).into();
-        index
-            .effective
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(namespace.to_owned(), (labels, watchers.clone()));
+        index.remember(epoch, namespace, labels, watchers.clone());
         watchers
     }
 
@@ -264,8 +284,49 @@ impl WatcherCache {
     /// The namespace's own Watchers (no ClusterWatcher).
     pub fn own_watchers(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
         let _ = self.in_namespace(namespace); // brings the index up to date
-        let watchers = self.by_namespace.watchers.read().unwrap_or_else(|p| p.into_inner());
-        watchers.get(namespace).cloned().unwrap_or_else(|| Arc::new([]))
+        self.by_namespace.own(namespace)
+    }
+}
+
+/// Marks `index` stale when what admission reads of a ClusterWatcher changes (its uid or spec),
+/// after the store has it: its status writes leave the namespaces' Watchers as they are (with
+/// 100 ClusterWatchers over 100 namespaces, rebuilding them on each status write kept the
+/// operator's memory growing while it converged).
+fn stale_on_spec_changes(
+    index: Arc<NamespaceIndex>,
+) -> impl FnMut(&Result<watcher::Event<ClusterWatcher>, watcher::Error>) {
+    let mut specs: HashMap<String, u64> = HashMap::new();
+    let digest = |cluster: &ClusterWatcher| {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        cluster.metadata.uid.hash(&mut hasher);
+        serde_json::to_string(&cluster.spec).unwrap_or_default().hash(&mut hasher);
+        hasher.finish()
+    };
+    move |event| {
+        let changed = match event {
+            Ok(watcher::Event::Apply(cluster)) => {
+                let digest = digest(cluster);
+                specs.insert(cluster.name_any(), digest) != Some(digest)
+            }
+            Ok(watcher::Event::Delete(cluster)) => {
+                specs.remove(&cluster.name_any());
+                true
+            }
+            Ok(watcher::Event::Init) => {
+                specs.clear();
+                false
+            }
+            Ok(watcher::Event::InitApply(cluster)) => {
+                specs.insert(cluster.name_any(), digest(cluster));
+                false
+            }
+            Ok(watcher::Event::InitDone) => true,
+            Err(_) => false,
+        };
+        if changed {
+            index.stale.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -416,6 +477,95 @@ mod tests {
             ]
         );
         server.abort();
+    }
+
+    fn cluster_watcher(image: &str, team: &str, status: Option<serde_json::Value>) -> ClusterWatcher {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcher",
+            "metadata": {"name": "log-agent", "uid": "cw-1", "generation": 1},
+            "spec": {"container": {"name": "log-agent", "image": image},
+                     "namespaceSelector": {"matchLabels": {"team": team}}},
+            "status": status,
+        }))
+        .expect("valid ClusterWatcher")
+    }
+
+    fn namespace(name: &str, team: &str) -> NamespaceMeta {
+        serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, "team": team}}}))
+        .expect("namespace")
+    }
+
+    fn images(watchers: &[Arc<Watcher>]) -> Vec<(String, Option<String>)> {
+        watchers.iter().map(|w| (w.name_any(), w.spec.container.image.clone())).collect()
+    }
+
+    /// A namespace's effective Watchers follow its labels at once (no invalidation needed) and
+    /// the ClusterWatchers once the index is marked stale.
+    #[test]
+    fn a_namespace_sees_the_cluster_watchers_that_apply_there() {
+        let (store, mut own) = reflector::store();
+        own.apply_watcher_event(&Event::Apply(watcher("own")));
+        let (cluster_store, mut clusters) = reflector::store();
+        clusters.apply_watcher_event(&Event::Apply(cluster_watcher("busybox:1.36", "payments", None)));
+        let (namespace_store, mut namespaces) = reflector::store();
+        namespaces.apply_watcher_event(&Event::Apply(namespace("team-a", "search")));
+        let (cache, _) = WatcherCache::from_stores(store, cluster_store, namespace_store, "watcher-system");
+        assert_eq!(images(&cache.in_namespace("team-a")), [("own".to_owned(), None)], "not selected");
+
+        namespaces.apply_watcher_event(&Event::Apply(namespace("team-a", "payments")));
+        let seen = cache.in_namespace("team-a");
+        assert_eq!(
+            images(&seen),
+            [("own".to_owned(), None), ("log-agent".to_owned(), Some("busybox:1.36".to_owned()))],
+            "relabelled"
+        );
+        assert!(Arc::ptr_eq(&seen, &cache.in_namespace("team-a")), "kept until something changes");
+
+        clusters.apply_watcher_event(&Event::Apply(cluster_watcher("busybox:1.37", "payments", None)));
+        cache.invalidate();
+        assert_eq!(images(&cache.in_namespace("team-a"))[1].1.as_deref(), Some("busybox:1.37"));
+    }
+
+    /// A reader that computed a namespace's Watchers from the stores before a rebuild does not
+    /// leave them behind after it: the next reader computes them again.
+    #[test]
+    fn what_was_computed_before_a_rebuild_is_not_kept() {
+        let index = NamespaceIndex::default();
+        let labels = BTreeMap::from([("team".to_owned(), "payments".to_owned())]);
+        let old: Arc<[Arc<Watcher>]> = Arc::new([Arc::new(watcher("old"))]);
+        let before = index.epoch.load(Ordering::Acquire);
+        index.rebuild(vec![Arc::new(watcher("new"))]);
+        index.remember(before, "team-a", labels.clone(), old.clone());
+        assert!(index.remembered("team-a", &labels).is_none(), "computed before the rebuild");
+        let now = index.epoch.load(Ordering::Acquire);
+        index.remember(now, "team-a", labels.clone(), old);
+        assert!(index.remembered("team-a", &labels).is_some());
+        assert!(index.remembered("team-a", &BTreeMap::new()).is_none(), "other labels: computed again");
+    }
+
+    /// Only what admission reads of a ClusterWatcher marks the index stale: not a status write.
+    #[test]
+    fn a_status_write_leaves_the_namespaces_as_they_are() {
+        let index = Arc::new(NamespaceIndex::default());
+        let mut inspect = stale_on_spec_changes(index.clone());
+        let stale = || index.stale.swap(false, Ordering::AcqRel);
+        let listed = cluster_watcher("busybox:1.36", "payments", None);
+        inspect(&Ok(watcher::Event::Init));
+        inspect(&Ok(watcher::Event::InitApply(listed.clone())));
+        assert!(!stale(), "not before the list is in");
+        inspect(&Ok(watcher::Event::InitDone));
+        assert!(stale(), "the list is in");
+        let counted =
+            serde_json::json!({"namespaces": 3, "pods": {"matched": 4, "injected": 4, "upToDate": 4, "missing": 0}});
+        inspect(&Ok(watcher::Event::Apply(cluster_watcher("busybox:1.36", "payments", Some(counted)))));
+        assert!(!stale(), "a status write");
+        inspect(&Ok(watcher::Event::Apply(cluster_watcher("busybox:1.37", "payments", None))));
+        assert!(stale(), "a new image");
+        inspect(&Ok(watcher::Event::Apply(cluster_watcher("busybox:1.37", "search", None))));
+        assert!(stale(), "a new namespaceSelector");
+        inspect(&Ok(watcher::Event::Delete(listed)));
+        assert!(stale(), "deleted");
     }
 
     #[test]

@@ -25,7 +25,9 @@ use tracing::{info, instrument, warn};
 use watcher_api::{ClusterWatcher, ClusterWatcherStatus, FIELD_MANAGER, condition, config_map_name, set_condition};
 
 use crate::scope::ScopeStatus;
-use crate::watcher::{WATCHER_LABEL, config_map_matches, config_map_of, create_params, update_patch};
+use crate::watcher::{
+    Recent, WATCHER_LABEL, config_map_matches, config_map_of, create_params, newer_or_same, update_patch,
+};
 use crate::{Context, Error, Result, WatcherCache};
 
 /// Label on every ConfigMap a ClusterWatcher owns: its name.
@@ -51,6 +53,9 @@ pub struct ClusterContext {
     recorder: Recorder,
     /// ConfigMaps created since the cache last caught up: not created again meanwhile.
     created: Mutex<std::collections::HashMap<ObjectRef<ConfigMap>, String>>,
+    /// Statuses written (with the ClusterWatcher's resourceVersion after the write) that the
+    /// cache may not hold yet, by name.
+    statuses: Recent<String, (String, ClusterWatcherStatus)>,
 }
 
 impl ClusterContext {
@@ -64,7 +69,23 @@ impl ClusterContext {
     ) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
         let recorder = Recorder::new(ctx.client.clone(), reporter);
-        Self { ctx, cache, config_maps, listed, scope, recorder, created: Mutex::default() }
+        let (created, statuses) = (Mutex::default(), Recent::default());
+        Self { ctx, cache, config_maps, listed, scope, recorder, created, statuses }
+    }
+
+    /// `cluster` with the status this controller last knows: the cached one, or the one it
+    /// wrote when the cache does not hold that version yet.
+    fn as_known(&self, cluster: &ClusterWatcher) -> ClusterWatcher {
+        let name = cluster.name_any();
+        let mut known = cluster.clone();
+        match self.statuses.get(&name) {
+            Some((version, ours)) if !newer_or_same(cluster.resource_version().as_deref(), &version) => {
+                known.status = Some(ours);
+            }
+            Some(_) => self.statuses.remove(&name),
+            None => {}
+        }
+        known
     }
 }
 
@@ -150,6 +171,7 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
     let plan = plan_config_maps(&cluster, &applies, cached, &owned, &created);
     let conflicts = write(&ctx, &cluster, plan).await?;
 
+    let cluster = ctx.as_known(&cluster);
     let covered = applies.iter().all(|ns| ctx.scope.covers(&cluster.in_namespace(ns)).unwrap_or(false));
     let status = desired_status(&cluster, applies.len(), &conflicts, covered);
     if cluster.status.as_ref() != Some(&status) {
@@ -168,14 +190,17 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
             "conditions": status.conditions,
         }});
         match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => {}
+            Ok(written) => {
+                let version = written.resource_version().unwrap_or_default();
+                ctx.statuses.insert(name.clone(), (version, status));
+            }
             Err(kube::Error::Api(refused)) if refused.code == 422 && became_invalid => {
                 warn!(message = refused.message, "the status of an invalid ClusterWatcher is refused");
             }
             Err(error) => return Err(error.into()),
         }
     }
-    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, cluster.as_ref()));
+    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, &cluster));
     let pending = !conflicts.is_empty() || !covered;
     Ok(Action::requeue(if pending { RETRY } else { RESYNC }))
 }
@@ -222,25 +247,35 @@ async fn write(ctx: &ClusterContext, cluster: &ClusterWatcher, plan: ConfigMapPl
             conflicts.insert(namespace);
         }
     }
-    for (namespace, patch) in plan.update {
+    let updates = plan.update.into_iter().map(|(namespace, patch)| {
         let api = Api::<ConfigMap>::namespaced(client.clone(), &namespace);
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-        info!(namespace, config_map = name, "updated ConfigMap");
-    }
-    for (namespace, uid) in plan.delete {
+        let name = name.clone();
+        async move {
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            info!(namespace, config_map = name, "updated ConfigMap");
+            Ok::<_, Error>(())
+        }
+    });
+    futures::stream::iter(updates).buffer_unordered(WRITES_IN_FLIGHT).try_collect::<()>().await?;
+    let deletes = plan.delete.into_iter().map(|(namespace, uid)| {
         let api = Api::<ConfigMap>::namespaced(client.clone(), &namespace);
+        let name = name.clone();
         let params = DeleteParams {
             preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
             ..DeleteParams::default()
         };
-        match api.delete(&name, &params).await {
-            Ok(_) => {
-                info!(namespace, config_map = name, "deleted ConfigMap: the ClusterWatcher no longer applies here")
+        async move {
+            match api.delete(&name, &params).await {
+                Ok(_) => {
+                    info!(namespace, config_map = name, "deleted ConfigMap: the ClusterWatcher no longer applies here");
+                    Ok(())
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+                Err(error) => Err(Error::from(error)),
             }
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-            Err(error) => return Err(error.into()),
         }
-    }
+    });
+    futures::stream::iter(deletes).buffer_unordered(WRITES_IN_FLIGHT).try_collect::<()>().await?;
     Ok(conflicts)
 }
 

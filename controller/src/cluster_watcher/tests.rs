@@ -299,6 +299,50 @@ async fn a_same_named_watcher_takes_a_namespace_over_and_hands_it_back() {
     server.await.expect("handed back");
 }
 
+/// New config data reaches every namespace where it applies: a merge patch of each cached
+/// ConfigMap with its resourceVersion as precondition (the old key set to null), and no read.
+#[tokio::test]
+async fn new_config_data_patches_each_namespace_with_its_cached_version() {
+    let (ctx, verifier) = Context::test();
+    let namespaces = [namespace("team-a", "payments"), namespace("team-b", "payments")];
+    let before = cluster_watcher(payments(), Some(status(2, ("True", "Reconciled"))));
+    let state = cluster(ctx, &namespaces, vec![ours(&before, "team-a"), ours(&before, "team-b")]);
+    let mut after = before.clone();
+    after.spec.watcher.config_data = Some([("FORMAT".to_owned(), "json".to_owned())].into());
+    let merged = serde_json::to_value(ours(&after, "team-a")).expect("JSON");
+    reconcile_with(
+        after,
+        state,
+        |mut api| async move {
+            let seen = api.serve(2, |_, _, _| (200, merged.clone())).await;
+            let paths: Vec<(Method, &str)> = seen.iter().map(|(m, uri, _)| (m.clone(), uri.as_str())).collect();
+            assert_eq!(
+                paths,
+                [
+                    (Method::PATCH, "/api/v1/namespaces/team-a/configmaps/log-agent-config"),
+                    (Method::PATCH, "/api/v1/namespaces/team-b/configmaps/log-agent-config"),
+                ]
+            );
+            for (_, _, body) in &seen {
+                assert_eq!(body["metadata"]["resourceVersion"], "5", "the cached version: {body}");
+                assert_eq!(body["data"], json!({"FORMAT": "json", "LEVEL": null}));
+            }
+            let status = api.expect(Method::PATCH, STATUS_PATH).await;
+            // Config data reaches pods through the ConfigMap, not their spec: the hash stays.
+            assert_eq!(status.body["status"]["specHash"], json!(before_hash()));
+            assert_eq!(status.body["status"]["conditions"][0]["reason"], "Reconciled");
+            status.ok(&echo());
+            api.expect_no_more().await;
+        },
+        verifier,
+    )
+    .await;
+}
+
+fn before_hash() -> String {
+    cluster_watcher(payments(), None).spec.watcher.spec_hash()
+}
+
 /// The plan alone: without config data nothing is created, and what it owns is deleted.
 #[test]
 fn without_config_data_it_owns_no_config_map() {
