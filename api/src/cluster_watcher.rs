@@ -123,11 +123,20 @@ impl ClusterWatcher {
         }
     }
 
-    /// Itself as a Watcher of no namespace: what the pod reconciler counts and rolls out
-    /// across the pods of every namespace it applies to.
-    pub fn across_namespaces(&self) -> Watcher {
+    /// Itself as a Watcher of no namespace, with no status: the one copy that admission and
+    /// the admission scope share between all the namespaces it applies in (a Watcher is
+    /// kilobytes; one per namespace would make memory grow with ClusterWatchers × namespaces).
+    /// Whoever puts it in a namespace's list has decided that it applies there.
+    pub fn unplaced(&self) -> Watcher {
         let mut watcher = self.in_namespace("");
         watcher.metadata.namespace = None;
+        watcher
+    }
+
+    /// Itself as a Watcher of no namespace, with its status: what the pod reconciler counts
+    /// and rolls out across the pods of every namespace it applies to.
+    pub fn across_namespaces(&self) -> Watcher {
+        let mut watcher = self.unplaced();
         watcher.status = self.status.as_ref().map(|s| crate::WatcherStatus {
             observed_generation: s.observed_generation,
             spec_hash: s.spec_hash.clone(),
@@ -140,6 +149,13 @@ impl ClusterWatcher {
 }
 
 impl Watcher {
+    /// Whether it is one of `namespace`'s Watchers: its own namespace, or none (a
+    /// ClusterWatcher's [`ClusterWatcher::unplaced`] copy, put in that namespace's list by whoever
+    /// decided that it applies there).
+    pub fn is_in(&self, namespace: &str) -> bool {
+        self.metadata.namespace.as_deref().is_none_or(|own| own == namespace)
+    }
+
     /// The ClusterWatcher this Watcher stands for in its namespace, when it is one of
     /// [`ClusterWatcher::in_namespace`]'s (never one read from the API server: the operator
     /// never gives a Watcher such an owner).

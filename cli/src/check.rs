@@ -593,7 +593,7 @@ async fn admission_scope(
         watcher_webhook::InjectOptions { excluded_namespaces: vec![namespace.to_owned()], native_sidecars: true };
     let named = || namespaces.items.iter().map(|ns| (ns.metadata.name.as_deref().unwrap_or_default(), ns.labels()));
     let everywhere = watcher_webhook::cluster::everywhere(&own, &cluster, named(), &options);
-    let scope = watcher_webhook::Scope::compute(everywhere.iter().map(AsRef::as_ref), &policies, named(), namespace);
+    let scope = watcher_webhook::Scope::compute(&everywhere, &policies, named(), namespace);
     let summary = scope.summary();
     if !watcher_webhook::scope::supports_match_conditions(&info.major, &info.minor) {
         report.warn(

@@ -53,15 +53,18 @@ pub struct WatcherCache {
 ///
 /// The ClusterWatchers that apply in a namespace are added to its own Watchers on its first
 /// read after a change of any of them, or of the namespace's labels: a namespace no pod is
-/// created in holds no copy of them.
+/// created in holds no entry. Each ClusterWatcher is one Watcher shared by every namespace
+/// ([`ClusterWatcher::unplaced`]), so an entry costs a pointer per ClusterWatcher, not a copy.
 #[derive(Default)]
 struct NamespaceIndex {
     stale: AtomicBool,
-    /// Counts rebuilds: an entry of `effective` computed from the stores as they were before a
+    /// Counts rebuilds: an entry of `effective` computed from the index as it was before a
     /// rebuild is not kept after it (a reader that raced a change would otherwise leave its
     /// namespace on the old ClusterWatchers until the next change).
     epoch: AtomicU64,
     watchers: RwLock<HashMap<String, Arc<[Arc<Watcher>]>>>,
+    /// Every ClusterWatcher, with the Watcher that stands for it wherever it applies.
+    clusters: RwLock<Arc<[Shared]>>,
     /// Per namespace: the labels its entry was computed with, and its own and cluster Watchers.
     effective: RwLock<HashMap<String, Effective>>,
 }
@@ -69,15 +72,30 @@ struct NamespaceIndex {
 /// A namespace's labels, and the Watchers that apply there given them.
 type Effective = (BTreeMap<String, String>, Arc<[Arc<Watcher>]>);
 
+/// A ClusterWatcher and the one Watcher that stands for it in every namespace where it applies.
+struct Shared {
+    cluster: Arc<ClusterWatcher>,
+    watcher: Arc<Watcher>,
+}
+
+impl std::borrow::Borrow<ClusterWatcher> for Shared {
+    fn borrow(&self) -> &ClusterWatcher {
+        &self.cluster
+    }
+}
+
 impl NamespaceIndex {
-    /// Indexes `watchers` by namespace and forgets every namespace's effective Watchers.
-    fn rebuild(&self, watchers: Vec<Arc<Watcher>>) {
+    /// Indexes `watchers` by namespace, shares each of `clusters` as a Watcher, and forgets
+    /// every namespace's effective Watchers.
+    fn rebuild(&self, watchers: Vec<Arc<Watcher>>, clusters: Vec<Arc<ClusterWatcher>>) {
         let mut rebuilt: HashMap<String, Vec<Arc<Watcher>>> = HashMap::new();
         for watcher in watchers {
             rebuilt.entry(watcher.namespace().unwrap_or_default()).or_default().push(watcher);
         }
         let rebuilt = rebuilt.into_iter().map(|(namespace, watchers)| (namespace, watchers.into())).collect();
+        let shared = clusters.into_iter().map(|cluster| Shared { watcher: Arc::new(cluster.unplaced()), cluster });
         *self.watchers.write().unwrap_or_else(|p| p.into_inner()) = rebuilt;
+        *self.clusters.write().unwrap_or_else(|p| p.into_inner()) = shared.collect();
         let mut effective = self.effective.write().unwrap_or_else(|p| p.into_inner());
         effective.clear();
         self.epoch.fetch_add(1, Ordering::AcqRel);
@@ -89,13 +107,18 @@ impl NamespaceIndex {
         watchers.get(namespace).cloned().unwrap_or_else(|| Arc::new([]))
     }
 
+    /// Every ClusterWatcher, shared.
+    fn clusters(&self) -> Arc<[Shared]> {
+        self.clusters.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// The effective Watchers of `namespace`, when computed with these labels.
     fn remembered(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Option<Arc<[Arc<Watcher>]>> {
         let effective = self.effective.read().unwrap_or_else(|p| p.into_inner());
         effective.get(namespace).filter(|(seen, _)| seen == labels).map(|(_, watchers)| watchers.clone())
     }
 
-    /// Keeps the effective Watchers of `namespace`, computed from the stores as they were at
+    /// Keeps the effective Watchers of `namespace`, computed from the index as it was at
     /// `epoch`, unless a rebuild came since.
     fn remember(&self, epoch: u64, namespace: &str, labels: BTreeMap<String, String>, watchers: Arc<[Arc<Watcher>]>) {
         let mut effective = self.effective.write().unwrap_or_else(|p| p.into_inner());
@@ -104,9 +127,6 @@ impl NamespaceIndex {
         }
     }
 }
-
-/// The label kube-apiserver puts on every namespace: its name.
-const NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 impl WatcherCache {
     /// The cache, and the future that fills it from the API server (run it for as long as the
@@ -215,21 +235,22 @@ impl WatcherCache {
         // A change marks the index stale after the store has it, so a rebuild that clears the
         // mark always sees that change.
         if index.stale.swap(false, Ordering::AcqRel) {
-            index.rebuild(self.store.state());
+            index.rebuild(self.store.state(), self.cluster.state());
         }
-        // Read before the stores: what is computed from them is kept only if no rebuild came since.
+        // Read before the index: what is computed from it is kept only if no rebuild came since.
         let epoch = index.epoch.load(Ordering::Acquire);
         let own = index.own(namespace);
-        if self.cluster.is_empty() {
+        let clusters = index.clusters();
+        if clusters.is_empty() {
             return own; // one length check when there is no ClusterWatcher
         }
         let labels = self.namespace_labels(namespace);
         if let Some(watchers) = index.remembered(namespace, &labels) {
             return watchers;
         }
-        let cluster = self.cluster.state();
+        let applying = watcher_webhook::cluster::applying(namespace, &labels, &own, &clusters, &self.options);
         let watchers: Arc<[Arc<Watcher>]> =
-            watcher_webhook::cluster::watchers_in_namespace(namespace, &labels, &own, &cluster, &self.options).into();
+            own.iter().cloned().chain(applying.into_iter().map(|shared| shared.watcher.clone())).collect();
         index.remember(epoch, namespace, labels, watchers.clone());
         watchers
     }
@@ -239,20 +260,23 @@ impl WatcherCache {
     pub fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
         match self.namespaces.get(&ObjectRef::new(namespace)) {
             Some(meta) => meta.labels().clone(),
-            None => BTreeMap::from([(NAME_LABEL.to_owned(), namespace.to_owned())]),
+            None => BTreeMap::from([(crate::policies::NAME_LABEL.to_owned(), namespace.to_owned())]),
         }
     }
 
-    /// Every Watcher that applies anywhere: each namespace's own, and each ClusterWatcher in
-    /// every namespace it applies to (the admission scope is computed from these).
-    pub fn everywhere(&self) -> Vec<Arc<Watcher>> {
-        let mut all = self.store.state();
+    /// Every Watcher that applies anywhere, with the namespace it applies in: each namespace's
+    /// own, and each ClusterWatcher (its shared copy) in every namespace it applies to (the
+    /// admission scope is computed from these).
+    pub fn everywhere(&self) -> Vec<(String, Arc<Watcher>)> {
+        let mut all: Vec<(String, Arc<Watcher>)> =
+            self.store.state().into_iter().filter_map(|w| Some((w.metadata.namespace.clone()?, w))).collect();
         if self.cluster.is_empty() {
             return all;
         }
         for namespace in self.namespaces.state() {
             let name = namespace.name_any();
-            all.extend(self.in_namespace(&name).iter().filter(|w| w.cluster_watcher().is_some()).cloned());
+            let theirs = self.in_namespace(&name);
+            all.extend(theirs.iter().filter(|w| w.cluster_watcher().is_some()).map(|w| (name.clone(), w.clone())));
         }
         all
     }
@@ -525,6 +549,22 @@ mod tests {
         clusters.apply_watcher_event(&Event::Apply(cluster_watcher("busybox:1.37", "payments", None)));
         cache.invalidate();
         assert_eq!(images(&cache.in_namespace("team-a"))[1].1.as_deref(), Some("busybox:1.37"));
+
+        // Every namespace where it applies holds the same copy of it, not one of its own.
+        namespaces.apply_watcher_event(&Event::Apply(namespace("team-b", "payments")));
+        let (a, b) = (cache.in_namespace("team-a"), cache.in_namespace("team-b"));
+        assert!(Arc::ptr_eq(&a[1], &b[0]), "one ClusterWatcher, one copy");
+        let mut everywhere: Vec<(String, String)> =
+            cache.everywhere().iter().map(|(namespace, w)| (namespace.clone(), w.name_any())).collect();
+        everywhere.sort(); // the stores list in no order
+        assert_eq!(
+            everywhere,
+            [
+                ("team-a".to_owned(), "log-agent".to_owned()),
+                ("team-a".to_owned(), "own".to_owned()),
+                ("team-b".to_owned(), "log-agent".to_owned())
+            ]
+        );
     }
 
     /// A reader that computed a namespace's Watchers from the stores before a rebuild does not
@@ -535,7 +575,7 @@ mod tests {
         let labels = BTreeMap::from([("team".to_owned(), "payments".to_owned())]);
         let old: Arc<[Arc<Watcher>]> = Arc::new([Arc::new(watcher("old"))]);
         let before = index.epoch.load(Ordering::Acquire);
-        index.rebuild(vec![Arc::new(watcher("new"))]);
+        index.rebuild(vec![Arc::new(watcher("new"))], Vec::new());
         index.remember(before, "team-a", labels.clone(), old.clone());
         assert!(index.remembered("team-a", &labels).is_none(), "computed before the rebuild");
         let now = index.epoch.load(Ordering::Acquire);

@@ -172,7 +172,7 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
     let conflicts = write(&ctx, &cluster, plan).await?;
 
     let cluster = ctx.as_known(&cluster);
-    let covered = applies.iter().all(|ns| ctx.scope.covers(&cluster.in_namespace(ns)).unwrap_or(false));
+    let covered = ctx.scope.covers_in(applies.iter().map(String::as_str), &cluster.unplaced()).unwrap_or(false);
     let status = desired_status(&cluster, applies.len(), &conflicts, covered);
     if cluster.status.as_ref() != Some(&status) {
         let ready = status.conditions.iter().find(|c| c.type_ == "Ready");

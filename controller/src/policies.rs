@@ -14,7 +14,7 @@ use watcher_api::{CompiledPolicy, ImagePolicy};
 use crate::sync::NamespaceMeta;
 
 /// The label kube-apiserver puts on every namespace: its name.
-const NAME_LABEL: &str = "kubernetes.io/metadata.name";
+pub(crate) const NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// ImagePolicies and namespace labels.
 #[derive(Clone)]

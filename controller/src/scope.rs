@@ -83,6 +83,16 @@ impl ScopeStatus {
         covered_by(&self.0.borrow(), watcher)
     }
 
+    /// [`ScopeStatus::covers`] in each of `namespaces` for a ClusterWatcher's shared copy (a
+    /// Watcher of no namespace): all of them, or `None` while not known.
+    pub fn covers_in<'a>(&self, namespaces: impl IntoIterator<Item = &'a str>, watcher: &Watcher) -> Option<bool> {
+        match &*self.0.borrow() {
+            Registered::Pending => None,
+            Registered::EveryPod(_) => Some(true),
+            Registered::Scoped(scope) => Some(namespaces.into_iter().all(|ns| scope.covers_in(ns, watcher))),
+        }
+    }
+
     /// Waits until what is registered is known (or nothing will ever say it).
     async fn known(mut rx: watch::Receiver<Registered>) -> watch::Receiver<Registered> {
         let _ = rx.wait_for(|registered| *registered != Registered::Pending).await;
@@ -261,7 +271,7 @@ impl ScopeWriter {
         let policies = self.policies.compiled();
         let namespaces = self.policies.namespaces.state();
         Scope::compute(
-            watchers.iter().map(AsRef::as_ref),
+            &watchers,
             &policies,
             namespaces.iter().map(|ns| (ns.metadata.name.as_deref().unwrap_or_default(), ns.labels())),
             &self.operator_namespace,

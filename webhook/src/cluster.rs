@@ -11,7 +11,6 @@ use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kube::ResourceExt;
 use watcher_api::{ClusterWatcher, INJECTION_DISABLED, INJECTION_LABEL, Watcher};
 
 use crate::{Exclusion, InjectOptions, SYSTEM_NAMESPACES};
@@ -87,6 +86,22 @@ pub fn standing<W: Borrow<Watcher>>(
     if taken { Standing::TakenOver } else { Standing::Applies }
 }
 
+/// The ClusterWatchers of `cluster` that apply in `namespace`, by name.
+pub fn applying<'c, C: Borrow<ClusterWatcher>, W: Borrow<Watcher>>(
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    own: &[W],
+    cluster: &'c [C],
+    options: &InjectOptions,
+) -> Vec<&'c C> {
+    let mut applying: Vec<&C> = cluster
+        .iter()
+        .filter(|c| standing(C::borrow(c), namespace, labels, own, options) == Standing::Applies)
+        .collect();
+    applying.sort_by(|a, b| C::borrow(a).metadata.name.cmp(&C::borrow(b).metadata.name));
+    applying
+}
+
 /// The Watchers that apply in `namespace`: its own (`own`, the same `Arc`s), then each
 /// ClusterWatcher that applies there, as a Watcher of its name in it, by name.
 pub fn watchers_in_namespace(
@@ -96,37 +111,37 @@ pub fn watchers_in_namespace(
     cluster: &[Arc<ClusterWatcher>],
     options: &InjectOptions,
 ) -> Vec<Arc<Watcher>> {
-    let mut watchers: Vec<Arc<Watcher>> = own.to_vec();
-    let mut applying: Vec<&ClusterWatcher> = cluster
-        .iter()
-        .map(AsRef::as_ref)
-        .filter(|c| standing(c, namespace, labels, own, options) == Standing::Applies)
-        .collect();
-    applying.sort_by_key(|c| c.name_any());
-    watchers.extend(applying.into_iter().map(|c| Arc::new(c.in_namespace(namespace))));
-    watchers
+    let applying = applying(namespace, labels, own, cluster, options);
+    own.iter().cloned().chain(applying.into_iter().map(|c| Arc::new(c.in_namespace(namespace)))).collect()
 }
 
-/// Every Watcher that applies anywhere: `own`, then each ClusterWatcher as a Watcher of each
-/// of `namespaces` (name and labels) where it applies, as the operator computes the admission
-/// scope from them.
+/// Every Watcher that applies anywhere, with the namespace it applies in: `own`, then each
+/// ClusterWatcher in each of `namespaces` (name and labels) where it applies (one shared copy of
+/// it, [`ClusterWatcher::unplaced`]), as the admission scope is computed from them.
 pub fn everywhere<'a>(
     own: &[Arc<Watcher>],
     cluster: &[Arc<ClusterWatcher>],
     namespaces: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, String>)>,
     options: &InjectOptions,
-) -> Vec<Arc<Watcher>> {
-    let mut all = own.to_vec();
+) -> Vec<(String, Arc<Watcher>)> {
+    let mut all: Vec<(String, Arc<Watcher>)> =
+        own.iter().filter_map(|w| Some((w.metadata.namespace.clone()?, w.clone()))).collect();
+    let shared: Vec<Arc<Watcher>> = cluster.iter().map(|c| Arc::new(c.unplaced())).collect();
     for (namespace, labels) in namespaces {
-        let theirs: Vec<Arc<Watcher>> =
-            own.iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).cloned().collect();
-        all.extend(watchers_in_namespace(namespace, labels, &theirs, cluster, options).into_iter().skip(theirs.len()));
+        let theirs: Vec<&Watcher> =
+            own.iter().map(AsRef::as_ref).filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).collect();
+        for (cluster, shared) in cluster.iter().zip(&shared) {
+            if standing(cluster, namespace, labels, &theirs, options) == Standing::Applies {
+                all.push((namespace.to_owned(), shared.clone()));
+            }
+        }
     }
     all
 }
 
 #[cfg(test)]
 mod tests {
+    use kube::ResourceExt;
     use serde_json::json;
 
     use super::*;
@@ -239,5 +254,58 @@ mod tests {
         assert_eq!((decisions[0].asked, &decisions[0].verdict), (crate::Asked::Selector, &crate::Verdict::Inject));
         let search = watchers_in_namespace("team-c", &labels(&[("team", "search")]), &[], &all, &options());
         assert!(crate::decide(&pod, "team-c", &search).is_empty(), "not selected there");
+    }
+
+    /// One shared copy of a ClusterWatcher ([`ClusterWatcher::unplaced`]) admits every captured
+    /// pod exactly as a copy placed in the pod's namespace does: the same patch, the same
+    /// warnings. Every field that reaches the pod is set.
+    #[test]
+    fn the_shared_copy_injects_as_a_copy_in_the_namespace_does() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/admission-review");
+        let cluster: ClusterWatcher = serde_json::from_value(json!({
+            "apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcher",
+            "metadata": {"name": "log-agent", "uid": "uid-log-agent", "generation": 4},
+            "spec": {"container": {"name": "log-agent", "image": "busybox:1.36", "command": ["sh", "-c", "tail -F /x"]},
+                     "selector": {"matchExpressions": [{"key": "watcher.dev/skip", "operator": "DoesNotExist"}]},
+                     "volume": {"name": "agent-logs", "emptyDir": {}}, "configData": {"LEVEL": "info"},
+                     "imagePullSecrets": {"name": "regcred"}, "shareVolumes": "ReadOnly",
+                     "appVolumeMounts": [{"mountPath": "/var/log/agent"}], "shareProcessNamespace": true,
+                     "podAnnotations": {"prometheus.io/scrape": "true"},
+                     "initContainers": [{"name": "prepare-agent", "image": "busybox:1.36"}]}}))
+        .expect("valid ClusterWatcher");
+        let mut compared = 0;
+        for entry in std::fs::read_dir(dir).expect("fixtures") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let review: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("JSON");
+            let namespace = review["request"]["namespace"].as_str().expect("namespace");
+            let pod: crate::PodView = serde_json::from_value(review["request"]["object"].clone()).expect("pod");
+            for native in [false, true] {
+                let options = InjectOptions { native_sidecars: native, ..options() };
+                let placed = crate::inject(&pod, namespace, &[Arc::new(cluster.in_namespace(namespace))], &options);
+                let shared = crate::inject(&pod, namespace, &[Arc::new(cluster.unplaced())], &options);
+                assert!(!placed.patch.is_empty(), "{}: injected", path.display());
+                assert_eq!(shared.patch, placed.patch, "{}", path.display());
+                assert_eq!(shared.warnings, placed.warnings, "{}", path.display());
+                // Reinvoked on the pod it patched, neither patches again.
+                let mut patched = review["request"]["object"].clone();
+                json_patch::patch(&mut patched, &shared.patch).expect("the patch applies");
+                let patched: crate::PodView = serde_json::from_value(patched).expect("patched pod");
+                for watcher in [cluster.in_namespace(namespace), cluster.unplaced()] {
+                    let again = crate::inject(&patched, namespace, &[Arc::new(watcher)], &options);
+                    assert!(again.patch.is_empty(), "{}: {:?}", path.display(), again.patch);
+                }
+                compared += 1;
+            }
+        }
+        assert_eq!(compared, 8, "four captured reviews, native sidecars or not");
+        // A Watcher of another namespace still never applies.
+        let pod: crate::PodView =
+            serde_json::from_value(json!({"metadata": {"labels": {}}, "spec": {"containers": [{"name": "app"}]}}))
+                .expect("pod");
+        let elsewhere = crate::inject(&pod, "team-a", &[Arc::new(cluster.in_namespace("team-b"))], &options());
+        assert!(elsewhere.patch.is_empty());
     }
 }

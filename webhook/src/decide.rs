@@ -62,7 +62,8 @@ pub struct Decision<'a> {
 
 /// The decisions for every Watcher `pod` asks for, in the order injection handles them:
 /// requested by annotation in the order written, then selected, by name. `watchers` may hold
-/// Watchers of any namespace: only those of `namespace` count. A container a Watcher adds takes
+/// Watchers of any namespace: only those of `namespace` count (and those of none, ClusterWatchers
+/// the caller found applying there, see [`Watcher::is_in`]). A container a Watcher adds takes
 /// its name for the Watchers after it.
 pub fn decide<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: &'a [W]) -> Vec<Decision<'a>> {
     let annotations = pod.annotations();
@@ -76,7 +77,7 @@ pub fn decide<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: 
         let position = requested.iter().position(|r| *r == name);
         let selects = watcher.selects(pod.labels());
         // The namespace last: most Watchers are neither asked for nor selecting.
-        if (position.is_none() && !selects) || watcher.metadata.namespace.as_deref() != Some(namespace) {
+        if (position.is_none() && !selects) || !watcher.is_in(namespace) {
             continue;
         }
         if let Some(slot) = position.and_then(|i| found.get_mut(i)) {

@@ -215,10 +215,7 @@ fn injected_containers<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, w
     watchers
         .iter()
         .map(Borrow::borrow)
-        .filter(|w| {
-            w.metadata.namespace.as_deref() == Some(namespace)
-                && carried.iter().any(|(name, _)| w.metadata.name.as_deref() == Some(*name))
-        })
+        .filter(|w| w.is_in(namespace) && carried.iter().any(|(name, _)| w.metadata.name.as_deref() == Some(*name)))
         .map(|w| w.spec.container.name.as_str())
         .collect()
 }

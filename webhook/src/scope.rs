@@ -184,7 +184,7 @@ impl Scope {
     /// operator running in `operator_namespace`. Watchers of excluded namespaces count for
     /// nothing; a selector that cannot be read selects nothing.
     pub fn compute<'a>(
-        watchers: impl IntoIterator<Item = &'a Watcher>,
+        watchers: impl IntoIterator<Item = impl Placed<'a>>,
         policies: &[impl std::borrow::Borrow<CompiledPolicy>],
         namespaces: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, String>)>,
         operator_namespace: &str,
@@ -193,8 +193,7 @@ impl Scope {
             excluded: SYSTEM_NAMESPACES.iter().copied().chain([operator_namespace]).map(str::to_owned).collect(),
             ..Self::default()
         };
-        for watcher in watchers {
-            let Some(namespace) = watcher.metadata.namespace.as_deref() else { continue };
+        for (namespace, watcher) in watchers.into_iter().filter_map(Placed::placed) {
             if scope.excluded.contains(namespace) {
                 continue;
             }
@@ -249,9 +248,14 @@ impl Scope {
     /// Whether conditions registered from this scope send every pod that asks for `watcher`
     /// (as it is now) to the right webhook.
     pub fn covers(&self, watcher: &Watcher) -> bool {
+        self.covers_in(&watcher.namespace().unwrap_or_default(), watcher)
+    }
+
+    /// [`Scope::covers`] for `watcher` in `namespace` (a ClusterWatcher's shared copy, of no
+    /// namespace, in one where it applies).
+    pub fn covers_in(&self, namespace: &str, watcher: &Watcher) -> bool {
         let entry = Entry::of(watcher);
-        let key = (watcher.namespace().unwrap_or_default(), watcher.name_any());
-        entry.needs_nothing() || self.watchers.get(&key) == Some(&entry)
+        entry.needs_nothing() || self.watchers.get(&(namespace.to_owned(), watcher.name_any())) == Some(&entry)
     }
 
     /// How many Watchers select pods by label, how many are required, and how many ImagePolicies
@@ -296,6 +300,35 @@ impl Scope {
 
     fn not_excluded(&self) -> String {
         format!("!(request.namespace in {})", list(&self.excluded))
+    }
+}
+
+/// A Watcher and the namespace it applies in, as [`Scope::compute`] reads it: a Watcher alone
+/// applies in its own namespace; a ClusterWatcher's shared copy ([`ClusterWatcher::unplaced`],
+/// of no namespace) comes with each namespace it was found applying in.
+///
+/// [`ClusterWatcher::unplaced`]: watcher_api::ClusterWatcher::unplaced
+pub trait Placed<'a> {
+    /// The namespace and the Watcher; `None` for a Watcher of no namespace given alone.
+    fn placed(self) -> Option<(&'a str, &'a Watcher)>;
+}
+
+impl<'a> Placed<'a> for &'a Watcher {
+    fn placed(self) -> Option<(&'a str, &'a Watcher)> {
+        Some((self.metadata.namespace.as_deref()?, self))
+    }
+}
+
+impl<'a> Placed<'a> for (&'a str, &'a Watcher) {
+    fn placed(self) -> Option<(&'a str, &'a Watcher)> {
+        Some(self)
+    }
+}
+
+/// What [`crate::cluster::everywhere`] lists.
+impl<'a> Placed<'a> for &'a (String, std::sync::Arc<Watcher>) {
+    fn placed(self) -> Option<(&'a str, &'a Watcher)> {
+        Some((self.0.as_str(), self.1.as_ref()))
     }
 }
 

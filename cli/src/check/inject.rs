@@ -542,12 +542,8 @@ pub(crate) async fn check_inject(
         [(namespace.as_str(), &labels)],
         &admission_options,
     );
-    let admission = watcher_webhook::Scope::compute(
-        everywhere.iter().map(AsRef::as_ref),
-        &compiled,
-        [(namespace.as_str(), &labels)],
-        &operator_namespace,
-    );
+    let admission =
+        watcher_webhook::Scope::compute(&everywhere, &compiled, [(namespace.as_str(), &labels)], &operator_namespace);
     let registered = configuration.as_ref().map(watcher_controller::scope::in_place);
     let sent = sent_by(registered.as_ref(), &admission, &namespace, pod.labels(), pod.annotations());
     let mut policies: Vec<Arc<CompiledPolicy>> =

@@ -449,3 +449,70 @@ fn coverage_follows_the_selector_and_the_failure_policy() {
     assert!(scope.covers(&watcher("team-a", "plain", json!({}))), "the annotation is always in scope");
     assert!(!Scope::default().covers(&watcher("team-a", "audit", json!({"failurePolicy": "Fail"}))));
 }
+
+/// A required ClusterWatcher that selects `app: api` pods in the `team: payments` namespaces:
+/// computed from its one shared copy placed in each namespace where it applies (as the
+/// operator computes it), the scope is the scope of a Watcher of its name in each of them. The
+/// conditions, evaluated as kube-apiserver does, send a pod that it selects, or that asks for
+/// it, to `required.watcher.dev` where it applies and nowhere else; a namespace's own Watcher
+/// of that name takes the namespace over; the summary counts the ClusterWatcher once.
+#[test]
+fn a_cluster_watcher_is_in_scope_where_it_applies() {
+    let cluster: watcher_api::ClusterWatcher = serde_json::from_value(json!({
+        "apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcher",
+        "metadata": {"name": "audit", "uid": "uid-audit"},
+        "spec": {"container": {"name": "audit", "image": "busybox:1.36"}, "failurePolicy": "Fail",
+                 "selector": {"matchLabels": {"app": "api"}},
+                 "namespaceSelector": {"matchLabels": {"team": "payments"}}}}))
+    .expect("valid ClusterWatcher");
+    let namespaces: Namespaces = ["team-a", "team-b", "team-c", "team-d"]
+        .iter()
+        .map(|ns| {
+            let team = if *ns == "team-c" { "search" } else { "payments" };
+            ((*ns).to_owned(), labels(&[("kubernetes.io/metadata.name", ns), ("team", team)]))
+        })
+        .collect();
+    // team-d has its own Watcher named audit: optional, no selector.
+    let own = vec![std::sync::Arc::new(watcher("team-d", "audit", json!({})))];
+    let options = crate::InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+    let clusters = [std::sync::Arc::new(cluster.clone())];
+    let named = || namespaces.iter().map(|(n, l)| (n.as_str(), l));
+    let everywhere = crate::cluster::everywhere(&own, &clusters, named(), &options);
+    let placed: Vec<(&str, String)> = everywhere.iter().map(|(ns, w)| (ns.as_str(), w.name_any())).collect();
+    assert_eq!(
+        placed,
+        [("team-d", "audit".to_owned()), ("team-a", "audit".to_owned()), ("team-b", "audit".to_owned())]
+    );
+    let none: &[CompiledPolicy] = &[];
+    let scope = Scope::compute(&everywhere, none, named(), "watcher-system");
+    let copies: Vec<Watcher> = ["team-a", "team-b"].iter().map(|ns| cluster.in_namespace(ns)).collect();
+    let copies: Vec<&Watcher> = copies.iter().chain(own.iter().map(AsRef::as_ref)).collect();
+    assert_eq!(scope, Scope::compute(copies, none, named(), "watcher-system"), "shared or copied, one scope");
+
+    let conditions = scope.conditions();
+    let api = Some(labels(&[("app", "api")]));
+    let asking = Some(labels(&[(INJECT_ANNOTATION, "audit")]));
+    for (namespace, pod_labels, annotations, expected) in [
+        ("team-a", api.clone(), None, Sent::Required),
+        ("team-b", None, asking.clone(), Sent::Required),
+        ("team-a", Some(labels(&[("app", "web")])), None, Sent::No),
+        ("team-c", api.clone(), None, Sent::No),
+        ("team-c", None, asking.clone(), Sent::Inject), // the annotation: a missing Watcher's warning
+        ("team-d", api, None, Sent::No),
+        ("team-d", None, asking, Sent::Inject), // its own Watcher, optional
+    ] {
+        let pod = Pod { namespace: namespace.into(), labels: pod_labels, annotations };
+        assert_eq!(pod.sends(&scope), expected, "{pod:?}");
+        assert_eq!(sent_by_cel(&conditions, &pod.review()), expected, "{pod:?}");
+    }
+
+    let shared = cluster.unplaced();
+    assert!(scope.covers_in("team-a", &shared) && scope.covers_in("team-b", &shared));
+    assert!(!scope.covers_in("team-c", &shared), "not computed where it does not apply");
+    let summary = scope.summary();
+    assert_eq!((summary.watchers, summary.cluster_watchers, summary.selecting, summary.required), (1, 1, 1, 1));
+    assert_eq!(
+        summary.to_string(),
+        "1 Watcher and 1 ClusterWatcher (1 selecting pods by label, 1 required), 0 ImagePolicies"
+    );
+}
