@@ -244,14 +244,23 @@ impl WatcherCache {
         if clusters.is_empty() {
             return own; // one length check when there is no ClusterWatcher
         }
-        let labels = self.namespace_labels(namespace);
-        if let Some(watchers) = index.remembered(namespace, &labels) {
+        // The labels compared where the cache holds them: copied only when the entry is made.
+        let meta = self.namespaces.get(&ObjectRef::new(namespace));
+        let unseen;
+        let labels = match &meta {
+            Some(meta) => meta.labels(),
+            None => {
+                unseen = unseen_namespace_labels(namespace);
+                &unseen
+            }
+        };
+        if let Some(watchers) = index.remembered(namespace, labels) {
             return watchers;
         }
-        let applying = watcher_webhook::cluster::applying(namespace, &labels, &own, &clusters, &self.options);
+        let applying = watcher_webhook::cluster::applying(namespace, labels, &own, &clusters, &self.options);
         let watchers: Arc<[Arc<Watcher>]> =
             own.iter().cloned().chain(applying.into_iter().map(|shared| shared.watcher.clone())).collect();
-        index.remember(epoch, namespace, labels, watchers.clone());
+        index.remember(epoch, namespace, labels.clone(), watchers.clone());
         watchers
     }
 
@@ -260,7 +269,7 @@ impl WatcherCache {
     pub fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
         match self.namespaces.get(&ObjectRef::new(namespace)) {
             Some(meta) => meta.labels().clone(),
-            None => BTreeMap::from([(crate::policies::NAME_LABEL.to_owned(), namespace.to_owned())]),
+            None => unseen_namespace_labels(namespace),
         }
     }
 
@@ -310,6 +319,12 @@ impl WatcherCache {
         let _ = self.in_namespace(namespace); // brings the index up to date
         self.by_namespace.own(namespace)
     }
+}
+
+/// The labels of a namespace the cache has not seen yet (created a moment ago): the one label
+/// kube-apiserver gives every namespace.
+fn unseen_namespace_labels(namespace: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(crate::policies::NAME_LABEL.to_owned(), namespace.to_owned())])
 }
 
 /// Marks `index` stale when what admission reads of a ClusterWatcher changes (its uid or spec),

@@ -740,11 +740,11 @@ fn apiserver_fixtures_are_the_shared_captures() {
 
 // A ClusterWatcher's rollout: one across the namespaces where it applies.
 
-/// The pod reconciler over a ClusterWatcher in `payments` namespaces: `team-a` and `team-b`
-/// match, `team-c` does not. Five outdated pods, created in turn across the three namespaces;
-/// `Recreate` with `maxUnavailable: 2` and `partition: 1` evicts the two oldest of the four it
-/// applies to, whatever their namespace, and keeps the newest; its revision goes to the
-/// operator's namespace, its status and Events to the ClusterWatcher.
+/// The pod reconciler over a ClusterWatcher in `payments` namespaces: `team-a`, `team-b` and
+/// `team-d` (no pods) match, `team-c` does not. Five outdated pods, created in turn across three
+/// namespaces; `Recreate` with `maxUnavailable: 2` and `partition: 1` evicts the two oldest of
+/// the four it applies to, whatever their namespace, and keeps the newest; its revision goes to
+/// the operator's namespace, its status and Events to the ClusterWatcher.
 #[tokio::test]
 async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_partition() {
     use kube::runtime::reflector;
@@ -759,7 +759,7 @@ async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_parti
                  "updatePolicy": {"type": "Recreate", "maxUnavailable": 2, "partition": 1}}}))
     .expect("valid ClusterWatcher");
     let (namespaces, mut namespace_writer) = reflector::store();
-    for (name, team) in [("team-a", "payments"), ("team-b", "payments"), ("team-c", "search")] {
+    for (name, team) in [("team-a", "payments"), ("team-b", "payments"), ("team-c", "search"), ("team-d", "payments")] {
         let namespace: crate::sync::NamespaceMeta =
             serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, "team": team}}}))
@@ -851,4 +851,5 @@ async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_parti
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
     assert!(!text.contains(r#"namespace="team-c""#), "only where it applies:\n{text}");
+    assert!(!text.contains(r#"namespace="team-d""#), "only where pods ask for it:\n{text}");
 }
