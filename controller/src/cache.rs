@@ -231,12 +231,7 @@ impl WatcherCache {
     /// The Watchers that apply in `namespace`: its own, then the ClusterWatchers that apply
     /// there as Watchers of their names in it (see [`watcher_webhook::cluster`]).
     pub fn in_namespace(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
-        let index = &self.by_namespace;
-        // A change marks the index stale after the store has it, so a rebuild that clears the
-        // mark always sees that change.
-        if index.stale.swap(false, Ordering::AcqRel) {
-            index.rebuild(self.store.state(), self.cluster.state());
-        }
+        let index = self.index();
         // Read before the index: what is computed from it is kept only if no rebuild came since.
         let epoch = index.epoch.load(Ordering::Acquire);
         let own = index.own(namespace);
@@ -262,6 +257,17 @@ impl WatcherCache {
             own.iter().cloned().chain(applying.into_iter().map(|shared| shared.watcher.clone())).collect();
         index.remember(epoch, namespace, labels.clone(), watchers.clone());
         watchers
+    }
+
+    /// The namespace index, rebuilt first if a change marked it stale.
+    fn index(&self) -> &NamespaceIndex {
+        let index = &self.by_namespace;
+        // A change marks the index stale after the store has it, so a rebuild that clears the
+        // mark always sees that change.
+        if index.stale.swap(false, Ordering::AcqRel) {
+            index.rebuild(self.store.state(), self.cluster.state());
+        }
+        index
     }
 
     /// The labels of `namespace`; one the cache has not seen yet (created a moment ago) has
@@ -316,8 +322,7 @@ impl WatcherCache {
 
     /// The namespace's own Watchers (no ClusterWatcher).
     pub fn own_watchers(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
-        let _ = self.in_namespace(namespace); // brings the index up to date
-        self.by_namespace.own(namespace)
+        self.index().own(namespace)
     }
 }
 
