@@ -393,19 +393,10 @@ pub(crate) fn split(
     changes: impl Stream<Item = Change> + Send + 'static,
     store: Store<Watcher>,
 ) -> (impl Stream<Item = Arc<Watcher>> + Send + 'static, impl Stream<Item = ()> + Send + 'static) {
-    let (resync_tx, resync_rx) = futures::channel::mpsc::unbounded();
-    let triggers = changes.filter_map(move |change| {
-        let found = match change {
-            Change::Watcher(object) => store.get(&object),
-            Change::Resync => {
-                let _ = resync_tx.unbounded_send(());
-                None
-            }
-            Change::ClusterWatcher(_) => None,
-        };
-        future::ready(found)
-    });
-    (triggers, resync_rx)
+    split_by(changes, move |change| match change {
+        Change::Watcher(object) => store.get(&object),
+        Change::ClusterWatcher(_) | Change::Resync => None,
+    })
 }
 
 /// [`split`] for the ClusterWatchers: the changed ones (a change of a Watcher of the same name
@@ -414,15 +405,27 @@ pub(crate) fn split_cluster(
     changes: impl Stream<Item = Change> + Send + 'static,
     store: Store<ClusterWatcher>,
 ) -> (impl Stream<Item = Arc<ClusterWatcher>> + Send + 'static, impl Stream<Item = ()> + Send + 'static) {
+    split_by(changes, move |change| match change {
+        Change::ClusterWatcher(object) => store.get(&object),
+        Change::Watcher(object) => store.get(&ObjectRef::new(&object.name)),
+        Change::Resync => None,
+    })
+}
+
+/// A change feed as the objects `lookup` finds for each change (a [`Change::Resync`] is sent to
+/// the second stream instead).
+fn split_by<K: Send + Sync + 'static>(
+    changes: impl Stream<Item = Change> + Send + 'static,
+    lookup: impl Fn(Change) -> Option<Arc<K>> + Send + 'static,
+) -> (impl Stream<Item = Arc<K>> + Send + 'static, impl Stream<Item = ()> + Send + 'static) {
     let (resync_tx, resync_rx) = futures::channel::mpsc::unbounded();
     let triggers = changes.filter_map(move |change| {
         let found = match change {
-            Change::ClusterWatcher(object) => store.get(&object),
-            Change::Watcher(object) => store.get(&ObjectRef::new(&object.name)),
             Change::Resync => {
                 let _ = resync_tx.unbounded_send(());
                 None
             }
+            change => lookup(change),
         };
         future::ready(found)
     });
@@ -626,6 +629,26 @@ mod tests {
         assert!(stale(), "a new namespaceSelector");
         inspect(&Ok(watcher::Event::Delete(listed)));
         assert!(stale(), "deleted");
+    }
+
+    /// A ClusterWatcher is looked at when it changes and when a Watcher of its name does (in
+    /// any namespace: it may take that namespace over or hand it back); a resync goes to the
+    /// other stream; a change of no ClusterWatcher's name is dropped.
+    #[tokio::test]
+    async fn a_cluster_watcher_hears_of_watchers_of_its_name() {
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&Event::Apply(cluster_watcher("busybox:1.36", "payments", None)));
+        let changes = futures::stream::iter([
+            Change::Watcher(ObjectRef::new("log-agent").within("team-a")),
+            Change::Watcher(ObjectRef::new("other").within("team-a")),
+            Change::Resync,
+            Change::ClusterWatcher(ObjectRef::new("log-agent")),
+            Change::ClusterWatcher(ObjectRef::new("gone")),
+        ]);
+        let (triggers, resyncs) = split_cluster(changes, store);
+        let names: Vec<String> = triggers.map(|c| c.name_any()).collect().await;
+        assert_eq!(names, ["log-agent", "log-agent"]);
+        assert_eq!(resyncs.collect::<Vec<()>>().await.len(), 1);
     }
 
     #[test]
