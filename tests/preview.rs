@@ -73,3 +73,44 @@ spec:
         pod["spec"]["initContainers"].as_array().expect("init").iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(init, ["prepare-watch", "app-watcher"]);
 }
+
+/// README's ClusterWatcher preview, as written: in a namespace labelled `team=payments` the
+/// log agent applies (selected by `app: shop`) and reads the app's log volume read-only; without
+/// the labels it does not apply, and stderr says why.
+#[test]
+fn the_cluster_watcher_sample_applies_where_its_namespace_selector_matches() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "inject",
+            "-f",
+            "deploy/samples/app.yaml",
+            "--watcher",
+            "deploy/samples/clusterwatcher.yaml",
+            "--namespace",
+            "team-a",
+        ];
+        args.extend(extra);
+        let output = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
+            .args(&args)
+            .current_dir(ROOT)
+            .output()
+            .expect("binary runs");
+        assert!(output.status.success(), "inject failed: {}", String::from_utf8_lossy(&output.stderr));
+        let out = String::from_utf8(output.stdout).expect("UTF-8");
+        let pods: Vec<Value> = serde_saphyr::from_multiple(&out).expect("YAML");
+        (pods.into_iter().find(|p| !p.is_null()).expect("a pod"), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let (pod, warnings) = run(&["--namespace-labels", "team=payments"]);
+    assert_eq!(warnings, "");
+    let sidecar = &pod["spec"]["initContainers"][0];
+    assert_eq!(sidecar["name"], "log-agent");
+    assert_eq!(
+        sidecar["volumeMounts"],
+        serde_json::json!([{"name": "logs", "mountPath": "/var/log/app", "readOnly": true}])
+    );
+    assert_eq!(sidecar["envFrom"][0]["configMapRef"]["name"], "log-agent-config");
+
+    let (pod, notes) = run(&[]);
+    assert!(pod["spec"]["initContainers"].is_null(), "not injected: {pod}");
+    assert!(notes.contains("unless --namespace-labels gives it more"), "{notes}");
+}

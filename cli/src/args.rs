@@ -1,6 +1,7 @@
 //! The command line: `run` (default), `crds`, `inject`, `certs`, `check`, `check-inject`,
 //! `rollout`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -202,6 +203,11 @@ pub struct InjectArgs {
     /// Namespace of pods that name none (default `default`).
     #[arg(long)]
     namespace: Option<String>,
+    /// Labels of the pods' namespace, `KEY=VALUE,...`, as the `namespaceSelector` of
+    /// ClusterWatchers and ImagePolicies reads them (always with `kubernetes.io/metadata.name`:
+    /// the namespace's name, as kube-apiserver sets it).
+    #[arg(long, env = "WATCHER_NAMESPACE_LABELS", value_name = "KEY=VALUE,...", value_parser = parse_labels)]
+    namespace_labels: Option<BTreeMap<String, String>>,
     /// Whether the cluster runs native sidecars (Kubernetes 1.29 or later); decides
     /// `nativeSidecar: Auto`.
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
@@ -315,6 +321,25 @@ fn parse_namespace(value: &str) -> Result<String, String> {
         && !value.starts_with('-')
         && !value.ends_with('-');
     if valid { Ok(value.to_owned()) } else { Err(format!("{value:?} is not a namespace name")) }
+}
+
+/// `KEY=VALUE,...`, each a label kube-apiserver would take.
+pub(crate) fn parse_labels(value: &str) -> Result<BTreeMap<String, String>, String> {
+    use watcher_api::validation::{is_label_key, is_label_value};
+    let mut labels = BTreeMap::new();
+    for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(format!("{pair:?} is not KEY=VALUE"));
+        };
+        if !is_label_key(key) {
+            return Err(format!("{key:?} is not a label key"));
+        }
+        if !is_label_value(value) {
+            return Err(format!("{value:?} (label {key}) is not a label value"));
+        }
+        labels.insert(key.to_owned(), value.to_owned());
+    }
+    Ok(labels)
 }
 
 /// `https://HOST[:PORT]/PATH`: kube-apiserver calls webhooks over HTTPS only.
@@ -479,11 +504,12 @@ pub async fn execute(command: Command) -> anyhow::Result<bool> {
             }
             Command::Inject(args) => {
                 let namespace = args.namespace.as_deref();
+                let labels = args.namespace_labels.unwrap_or_default();
                 let preview = offline::inject_preview(
                     &args.pods,
                     &args.watchers,
                     &args.image_policies,
-                    namespace,
+                    offline::Namespace { name: namespace, labels: &labels },
                     args.native_sidecars,
                 )?;
                 print!("{preview}");

@@ -30,19 +30,20 @@ pub(crate) fn inject_preview(
     pods: &Path,
     watchers: &[PathBuf],
     policies: &[PathBuf],
-    namespace: Option<&str>,
+    namespace: Namespace<'_>,
     native: bool,
 ) -> anyhow::Result<String> {
+    let Namespace { name: namespace, labels: namespace_labels } = namespace;
     let mut all_watchers: Vec<Watcher> = Vec::new();
     let mut cluster: Vec<Arc<ClusterWatcher>> = Vec::new();
     for path in watchers {
         for document in documents(path)? {
             if document.get("kind").and_then(|k| k.as_str()) == Some(CLUSTER_WATCHER_KIND) {
                 let found = parse_kind::<ClusterWatcher>(&document, CLUSTER_WATCHER_KIND, path)?;
-                if found.spec.namespace_selector.is_some() {
+                if found.spec.namespace_selector.is_some() && namespace_labels.is_empty() {
                     eprintln!(
-                        "ClusterWatcher {} has a namespaceSelector: offline a namespace has only its name label \
-                         (kubernetes.io/metadata.name)",
+                        "ClusterWatcher {} has a namespaceSelector: the namespace has only its name label \
+                         (kubernetes.io/metadata.name) unless --namespace-labels gives it more",
                         found.name_any()
                     );
                 }
@@ -53,7 +54,7 @@ pub(crate) fn inject_preview(
             all_watchers.push(watcher);
         }
     }
-    let policies = image_policies(policies)?;
+    let policies = image_policies(policies, !namespace_labels.is_empty())?;
     let options = InjectOptions { excluded_namespaces: Vec::new(), native_sidecars: native };
     let mut out = String::new();
     for mut document in documents(pods)? {
@@ -70,7 +71,9 @@ pub(crate) fn inject_preview(
                 Arc::new(w)
             })
             .collect();
-        let labels = BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), namespace.clone())]);
+        let mut labels = namespace_labels.clone();
+        labels.insert("kubernetes.io/metadata.name".to_owned(), namespace.clone());
+        let policies: Vec<Arc<CompiledPolicy>> = policies.iter().filter(|p| p.selects(&labels)).cloned().collect();
         let in_namespace =
             watcher_webhook::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster, &options);
         let refs: Vec<&Watcher> = in_namespace.iter().map(AsRef::as_ref).collect();
@@ -93,9 +96,16 @@ pub(crate) fn inject_preview(
     Ok(out)
 }
 
-/// The ImagePolicies of `paths`, compiled, in name order. Offline there are no namespace
-/// labels: a policy with a `namespaceSelector` is left out, with a note.
-fn image_policies(paths: &[PathBuf]) -> anyhow::Result<Vec<Arc<CompiledPolicy>>> {
+/// The namespace of the previewed pods: the name of those that give none, and its labels
+/// (`--namespace-labels`; empty when not given).
+pub(crate) struct Namespace<'a> {
+    pub(crate) name: Option<&'a str>,
+    pub(crate) labels: &'a BTreeMap<String, String>,
+}
+
+/// The ImagePolicies of `paths`, compiled, in name order. Without namespace labels, a policy
+/// with a `namespaceSelector` is left out, with a note.
+fn image_policies(paths: &[PathBuf], labelled: bool) -> anyhow::Result<Vec<Arc<CompiledPolicy>>> {
     let mut policies = Vec::new();
     for path in paths {
         for document in documents(path)? {
@@ -104,9 +114,9 @@ fn image_policies(paths: &[PathBuf]) -> anyhow::Result<Vec<Arc<CompiledPolicy>>>
             if let Err(error) = &compiled.rules {
                 bail!("{}: ImagePolicy {} is not valid: {error}", path.display(), compiled.name);
             }
-            if policy.spec.namespace_selector.is_some() {
+            if policy.spec.namespace_selector.is_some() && !labelled {
                 eprintln!(
-                    "ImagePolicy {} has a namespaceSelector: not applied offline (no namespace labels)",
+                    "ImagePolicy {} has a namespaceSelector: not applied without --namespace-labels",
                     compiled.name
                 );
                 continue;
@@ -194,6 +204,12 @@ fn write_file(path: &Path, contents: &str, private: bool) -> anyhow::Result<()> 
 mod tests {
     use super::*;
 
+    static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+    fn unlabelled(name: Option<&str>) -> Namespace<'_> {
+        Namespace { name, labels: &NO_LABELS }
+    }
+
     fn temp_file(name: &str, contents: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("watcher-offline-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -209,7 +225,7 @@ mod tests {
             &root.join("deploy/samples/pod.yaml"),
             &[root.join("deploy/samples/watcher.yaml")],
             &[],
-            None,
+            unlabelled(None),
             true,
         )
         .expect("preview");
@@ -230,7 +246,7 @@ mod tests {
             &root.join("deploy/samples/pod.yaml"),
             &[root.join("deploy/samples/watcher.yaml")],
             &[root.join("deploy/samples/imagepolicy.yaml")],
-            None,
+            unlabelled(None),
             true,
         )
         .expect("preview");
@@ -244,7 +260,7 @@ mod tests {
             "invalid-policy.yaml",
             "apiVersion: watcher.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: bad}\nspec: {rewrites: [{from: 'docker.io/', to: 'x'}]}\n",
         );
-        let error = inject_preview(&root.join("deploy/samples/pod.yaml"), &[], &[invalid], None, true)
+        let error = inject_preview(&root.join("deploy/samples/pod.yaml"), &[], &[invalid], unlabelled(None), true)
             .expect_err("an invalid policy is refused");
         assert!(error.to_string().contains("ImagePolicy bad is not valid"), "{error}");
     }
@@ -267,7 +283,8 @@ mod tests {
             let sidecars = pod["spec"]["containers"].as_array().into_iter().flatten();
             sidecars.filter_map(|c| c["name"].as_str().map(str::to_owned)).collect()
         };
-        let out = inject_preview(&pod, std::slice::from_ref(&cluster), &[], Some("team-a"), false).expect("preview");
+        let out = inject_preview(&pod, std::slice::from_ref(&cluster), &[], unlabelled(Some("team-a")), false)
+            .expect("preview");
         assert_eq!(injected(&out), ["app", "log-agent"]);
 
         let own = temp_file(
@@ -275,12 +292,41 @@ mod tests {
             "apiVersion: watcher.dev/v1alpha1\nkind: Watcher\nmetadata: {name: log-agent}\n\
              spec: {container: {name: team-agent, image: busybox:1.36}}\n",
         );
-        let out = inject_preview(&pod, &[cluster.clone(), own], &[], Some("team-a"), false).expect("preview");
+        let out =
+            inject_preview(&pod, &[cluster.clone(), own], &[], unlabelled(Some("team-a")), false).expect("preview");
         assert_eq!(injected(&out), ["app", "team-agent"], "the namespace's own Watcher wins");
 
         let sample = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/samples/clusterwatcher.yaml"));
-        let out = inject_preview(&pod, &[sample.to_owned()], &[], Some("team-a"), false).expect("preview");
+        let out = inject_preview(&pod, &[sample.to_owned()], &[], unlabelled(Some("team-a")), false).expect("preview");
         assert_eq!(injected(&out), ["app"], "its namespaceSelector does not match team-a offline");
+
+        // Given the namespace's labels, the sample applies; a policy selecting that namespace
+        // rewrites the sidecar's image, one selecting another namespace does not.
+        let payments = BTreeMap::from([("team".to_owned(), "payments".to_owned())]);
+        let policies = temp_file(
+            "policies.yaml",
+            "apiVersion: watcher.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: payments-mirror}\n\
+             spec: {namespaceSelector: {matchLabels: {team: payments}}, rewrites: [{from: docker.io/library/, to: mirror.internal/library/}]}\n\
+             ---\napiVersion: watcher.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: search-pins}\n\
+             spec: {namespaceSelector: {matchLabels: {team: search}}, rewrites: [{from: 'busybox:1.36', to: 'busybox:1.37'}]}\n",
+        );
+        let labelled = Namespace { name: Some("team-a"), labels: &payments };
+        let out = inject_preview(&pod, &[sample.to_owned()], &[policies], labelled, false).expect("preview");
+        assert_eq!(injected(&out), ["app", "log-agent"], "its namespaceSelector matches");
+        assert!(out.contains("image: mirror.internal/library/busybox:1.36"), "{out}");
+        assert!(!out.contains("busybox:1.37"), "{out}");
+    }
+
+    #[test]
+    fn namespace_labels_are_label_syntax() {
+        let parse = |value: &str| crate::args::parse_labels(value);
+        let expected =
+            BTreeMap::from([("env".to_owned(), "prod".to_owned()), ("team".to_owned(), "payments".to_owned())]);
+        assert_eq!(parse("team=payments, env=prod"), Ok(expected));
+        assert_eq!(parse(""), Ok(BTreeMap::new()));
+        assert_eq!(parse("team"), Err("\"team\" is not KEY=VALUE".to_owned()));
+        assert_eq!(parse("bad key=x"), Err("\"bad key\" is not a label key".to_owned()));
+        assert_eq!(parse("team=a/b"), Err("\"a/b\" (label team) is not a label value".to_owned()));
     }
 
     #[test]
@@ -294,19 +340,20 @@ mod tests {
             "w.yaml",
             "apiVersion: watcher.dev/v1alpha1\nkind: Watcher\nmetadata: {name: w}\nspec: {container: {name: w, image: x}}\n",
         );
-        let out = inject_preview(&pods, std::slice::from_ref(&watcher), &[], Some("team-a"), false).expect("preview");
+        let out = inject_preview(&pods, std::slice::from_ref(&watcher), &[], unlabelled(Some("team-a")), false)
+            .expect("preview");
         assert_eq!(out.matches("---\n").count(), 2);
         let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&out).expect("YAML");
         assert_eq!(docs[0]["spec"]["containers"][1]["name"], "w");
         assert_eq!(docs[1]["spec"]["containers"].as_array().map(Vec::len), Some(1), "b asked for nothing");
 
-        let error = inject_preview(&watcher, std::slice::from_ref(&watcher), &[], None, true)
+        let error = inject_preview(&watcher, std::slice::from_ref(&watcher), &[], unlabelled(None), true)
             .expect_err("a Watcher is not a Pod");
         assert!(error.to_string().contains("expected a Pod, found Watcher"), "{error}");
         let broken = temp_file("broken.yaml", "kind: Pod\nspec: [unclosed\n");
-        assert!(inject_preview(&broken, std::slice::from_ref(&watcher), &[], None, true).is_err());
-        let missing =
-            inject_preview(Path::new("/nonexistent/pod.yaml"), &[watcher], &[], None, true).expect_err("missing");
+        assert!(inject_preview(&broken, std::slice::from_ref(&watcher), &[], unlabelled(None), true).is_err());
+        let missing = inject_preview(Path::new("/nonexistent/pod.yaml"), &[watcher], &[], unlabelled(None), true)
+            .expect_err("missing");
         assert!(missing.to_string().contains("cannot read /nonexistent/pod.yaml"), "{missing}");
     }
 
