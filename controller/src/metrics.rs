@@ -253,7 +253,6 @@ impl Metrics {
         })
     }
 
-    /// Counts one sidecar image updated in place.
     /// The per-namespace pod counts of the ClusterWatchers, for [`WatcherCollector`].
     pub fn cluster_pods(&self) -> ClusterPods {
         self.cluster_pods.clone()
@@ -264,6 +263,7 @@ impl Metrics {
         self.cluster_pods.write().unwrap_or_else(|p| p.into_inner()).insert(cluster.to_owned(), counts);
     }
 
+    /// Counts one sidecar image updated in place.
     pub fn in_place_update(&self) {
         self.in_place_updates.inc();
     }
