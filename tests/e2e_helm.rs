@@ -86,8 +86,8 @@ async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
     // Uninstall: the release's objects go; the CRDs and every Watcher stay.
     helm(&["uninstall", "watcher-operator", "-n", r]);
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    for name in ["watchers.watcher.dev", "ats.watcher.dev", "podsets.watcher.dev", "imagepolicies.watcher.dev"] {
-        assert!(crds.get_opt(name).await.expect("read").is_some(), "{name} kept");
+    for name in watcher_api::crds().iter().map(ResourceExt::name_any) {
+        assert!(crds.get_opt(&name).await.expect("read").is_some(), "{name} kept");
     }
     let watchers = Api::<Watcher>::namespaced(client.clone(), n);
     assert!(watchers.get_opt("log-watcher").await.expect("read").is_some(), "the Watcher is kept");
