@@ -9,8 +9,8 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::offline;
 
-/// Injects Watcher sidecars into pods, rewrites their images, and reconciles Watcher, At,
-/// PodSet and ImagePolicy resources and synced Secrets and ConfigMaps.
+/// Injects Watcher sidecars into pods, rewrites their images, and reconciles Watcher,
+/// ClusterWatcher, At, PodSet and ImagePolicy resources and synced Secrets and ConfigMaps.
 #[derive(Debug, Parser)]
 #[command(name = "watcher-operator", version, about, args_conflicts_with_subcommands = true)]
 pub struct Cli {
