@@ -430,7 +430,9 @@ impl WatcherCollector {
             None,
             MetricType::Gauge,
         )?;
-        let counted = self.cluster_pods.read().unwrap_or_else(|p| p.into_inner());
+        let mut counted = self.cluster_pods.write().unwrap_or_else(|p| p.into_inner());
+        // The counts of a ClusterWatcher deleted since go with it.
+        counted.retain(|name, _| clusters.iter().any(|c| c.metadata.name.as_deref() == Some(name.as_str())));
         for cluster in &clusters {
             let name = cluster.name_any();
             for (namespace, counts) in counted.get(&name).into_iter().flatten() {

@@ -838,6 +838,7 @@ async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_parti
     );
     writer.apply_watcher_event(&Event::Apply(cached));
     let mut registry = prometheus_client::registry::Registry::default();
+    let shared_counts = counted.clone();
     let collector = crate::WatcherCollector::new(reflector::store().0, store, counted);
     registry.register_collector(Box::new(collector));
     let mut text = String::new();
@@ -852,4 +853,16 @@ async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_parti
     }
     assert!(!text.contains(r#"namespace="team-c""#), "only where it applies:\n{text}");
     assert!(!text.contains(r#"namespace="team-d""#), "only where pods ask for it:\n{text}");
+
+    // Deleted: its counts go at the next scrape.
+    writer.apply_watcher_event(&Event::Delete(
+        serde_json::from_value(json!({
+        "apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcher", "metadata": {"name": "log-watcher"},
+        "spec": {"container": {"name": "log-watcher"}}}))
+        .expect("ClusterWatcher"),
+    ));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+    assert!(!text.contains("log-watcher"), "{text}");
+    assert!(shared_counts.read().map(|c| c.is_empty()).unwrap_or(false), "forgotten");
 }
