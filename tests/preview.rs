@@ -8,8 +8,14 @@ use serde_json::Value;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn preview(pod: &str, watcher: &str) -> (Value, String) {
+    preview_with(pod, watcher, &[])
+}
+
+/// [`preview`] with `extra` flags.
+fn preview_with(pod: &str, watcher: &str, extra: &[&str]) -> (Value, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
         .args(["inject", "-f", pod, "--watcher", watcher])
+        .args(extra)
         .current_dir(ROOT)
         .output()
         .expect("binary runs");
@@ -80,25 +86,9 @@ spec:
 #[test]
 fn the_cluster_watcher_sample_applies_where_its_namespace_selector_matches() {
     let run = |extra: &[&str]| {
-        let mut args = vec![
-            "inject",
-            "-f",
-            "deploy/samples/app.yaml",
-            "--watcher",
-            "deploy/samples/clusterwatcher.yaml",
-            "--namespace",
-            "team-a",
-        ];
-        args.extend(extra);
-        let output = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
-            .args(&args)
-            .current_dir(ROOT)
-            .output()
-            .expect("binary runs");
-        assert!(output.status.success(), "inject failed: {}", String::from_utf8_lossy(&output.stderr));
-        let out = String::from_utf8(output.stdout).expect("UTF-8");
-        let pods: Vec<Value> = serde_saphyr::from_multiple(&out).expect("YAML");
-        (pods.into_iter().find(|p| !p.is_null()).expect("a pod"), String::from_utf8_lossy(&output.stderr).into_owned())
+        let mut flags = vec!["--namespace", "team-a"];
+        flags.extend(extra);
+        preview_with("deploy/samples/app.yaml", "deploy/samples/clusterwatcher.yaml", &flags)
     };
     let (pod, warnings) = run(&["--namespace-labels", "team=payments"]);
     assert_eq!(warnings, "");
