@@ -40,7 +40,7 @@ impl Standing {
             Self::NotSelected => {
                 format!("the namespaceSelector of ClusterWatcher {name} does not match namespace {namespace}")
             }
-            Self::NeverInjected(why) => format!("namespace {namespace} is never injected ({why:?})"),
+            Self::NeverInjected(why) => why.message(namespace),
         }
     }
 }
@@ -200,6 +200,11 @@ mod tests {
         assert_eq!(
             Standing::TakenOver.describe("log-agent", "team-b"),
             "Watcher team-b/log-agent takes namespace team-b over from ClusterWatcher log-agent"
+        );
+        assert_eq!(
+            Standing::NeverInjected(Exclusion::DisabledLabel).describe("log-agent", "team-d"),
+            "namespace team-d is labelled watcher.dev/injection=disabled",
+            "as check-inject says it of the namespace"
         );
     }
 

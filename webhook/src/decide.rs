@@ -173,6 +173,21 @@ pub enum Exclusion {
     ObjectSelector,
 }
 
+impl Exclusion {
+    /// A sentence for people: why a pod of `namespace` gets no Watcher.
+    pub fn message(self, namespace: &str) -> String {
+        match self {
+            Self::SystemNamespace => format!("{namespace} is a system namespace, never injected"),
+            Self::OperatorNamespace => format!("{namespace} is the operator's own namespace, never injected"),
+            Self::DisabledLabel => format!("namespace {namespace} is labelled watcher.dev/injection=disabled"),
+            Self::NamespaceSelector => {
+                format!("the webhook configuration's namespaceSelector does not select namespace {namespace}")
+            }
+            Self::ObjectSelector => "the webhook configuration's objectSelector does not select the pod".to_owned(),
+        }
+    }
+}
+
 /// The selectors kube-apiserver applies before it calls the webhook, as registered.
 #[derive(Clone, Debug, Default)]
 pub struct WebhookSelectors {

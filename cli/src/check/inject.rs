@@ -155,7 +155,7 @@ pub(crate) fn sent_by(
 pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Explanation {
     let namespace = scope.namespace;
     let excluded = exclusion(namespace, scope.namespace_labels, pod.labels(), scope.selectors, scope.options)
-        .map(|reason| Excluded { reason, message: exclusion_message(reason, namespace) });
+        .map(|reason| Excluded { reason, message: reason.message(namespace) });
     let carried = injected_watchers(pod.annotations());
     let hash_of = |name: &str| carried.iter().find(|(n, _)| *n == name).map(|(_, h)| *h);
     let current = |name: &str| scope.watchers.iter().find(|w| w.name_any() == name).map(|w| w.spec.spec_hash());
@@ -317,18 +317,6 @@ fn refused(decision: &watcher_webhook::Decision<'_>) -> &'static str {
             "; the Watcher is required (failurePolicy: Fail): the pod is refused"
         }
         _ => "",
-    }
-}
-
-fn exclusion_message(reason: Exclusion, namespace: &str) -> String {
-    match reason {
-        Exclusion::SystemNamespace => format!("{namespace} is a system namespace, never injected"),
-        Exclusion::OperatorNamespace => format!("{namespace} is the operator's own namespace, never injected"),
-        Exclusion::DisabledLabel => format!("namespace {namespace} is labelled watcher.dev/injection=disabled"),
-        Exclusion::NamespaceSelector => {
-            format!("the webhook configuration's namespaceSelector does not select namespace {namespace}")
-        }
-        Exclusion::ObjectSelector => "the webhook configuration's objectSelector does not select the pod".to_owned(),
     }
 }
 
