@@ -18,7 +18,9 @@
 //! 5. ClusterWatchers (`BENCH_CLUSTER_ONLY=1`: these runs alone): one over 1,000 namespaces, and
 //!    100 over 100 namespaces, created while the operator runs: ConfigMap creates, 409s and reads
 //!    per namespace and ClusterWatcher (target 1, 0, 0), until every ConfigMap and status is
-//!    written, and memory; then namespaces created while it runs (1 create each, no read, no 409).
+//!    written, and memory; then namespaces created while it runs (1 create each, no read, no 409);
+//!    then the same ClusterWatchers there before the operator starts (1, 0, 0), and the operator
+//!    restarted onto what it wrote (no request).
 //!
 //! The operator runs with the environment the image gives it (`ENV` in `deploy/Dockerfile`: glibc's
 //! malloc tunables); `BENCH_BARE=1` runs it without.
@@ -437,6 +439,8 @@ impl Drop for KillOnDrop<'_> {
 #[derive(Default)]
 struct FanOut {
     creates: u64,
+    /// Every write to ConfigMaps and ClusterWatchers (creates, patches, deletes, statuses).
+    writes: u64,
     conflicts: u64,
     reads: u64,
     status_writes: u64,
@@ -449,11 +453,12 @@ impl FanOut {
     /// What was asked from `before` until now.
     fn since(server: &FakeApiServer, before: &Self) -> Self {
         let log = server.write_log.lock().map(|l| l.clone()).unwrap_or_default();
-        let reads =
-            server.read_log.lock().map(|l| l.iter().filter(|p| p.contains("/configmaps/")).count()).unwrap_or(0);
+        let ours = |path: &String| path.contains("/configmaps") || path.contains("/clusterwatchers");
+        let reads = server.read_log.lock().map(|l| l.iter().filter(|p| ours(p)).count()).unwrap_or(0);
         Self {
             creates: log.iter().filter(|w| w.starts_with("POST") && w.ends_with("/configmaps")).count() as u64
                 - before.creates,
+            writes: log.iter().filter(|w| ours(w)).count() as u64 - before.writes,
             conflicts: server.conflicts.load(Ordering::Relaxed) - before.conflicts,
             reads: reads as u64 - before.reads,
             status_writes: server.status_writes.load(Ordering::Relaxed) - before.status_writes,
@@ -492,24 +497,11 @@ async fn cluster_watchers_over(clusters: usize, namespaces: usize, later: usize)
     }
     let ready = started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await; // the admission scope known
-    let wait = |expected_creates: u64, expected_status: u64, since: Instant| {
-        let server = server.clone();
-        async move {
-            loop {
-                let now = FanOut::totals(&server);
-                if now.creates >= expected_creates && now.status_writes >= expected_status {
-                    return since.elapsed();
-                }
-                assert!(since.elapsed() < Duration::from_secs(600), "not converged within 600 s");
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    };
     let created = Instant::now();
     for cluster in fake_apiserver::cluster_watchers(clusters) {
         server.create("/apis/watcher.dev/v1alpha1/clusterwatchers", cluster);
     }
-    let converged = wait((clusters * namespaces) as u64, clusters as u64, created).await;
+    let converged = written(&server, (clusters * namespaces) as u64, clusters as u64, created).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (rss, peak) = rss_kib(pid).expect("/proc");
     let first = FanOut { converged, rss, peak, ..FanOut::totals(&server) };
@@ -519,13 +511,71 @@ async fn cluster_watchers_over(clusters: usize, namespaces: usize, later: usize)
         server.create("/api/v1/namespaces", fake_apiserver::namespace(&format!("new-{i}")));
     }
     let total = (clusters * (namespaces + later)) as u64;
-    let converged = wait(total, first.status_writes, created).await;
+    let converged = written(&server, total, first.status_writes, created).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (rss, peak) = rss_kib(pid).expect("/proc");
     let then = FanOut { converged, rss, peak, ..FanOut::since(&server, &first) };
     drop(_guard);
     let _ = std::fs::remove_dir_all(&dir);
     (first, then, ready)
+}
+
+/// How long after `since` the server has seen `creates` ConfigMap creates and `statuses` status
+/// writes in all.
+async fn written(server: &FakeApiServer, creates: u64, statuses: u64, since: Instant) -> Duration {
+    loop {
+        let now = FanOut::totals(server);
+        if now.creates >= creates && now.status_writes >= statuses {
+            return since.elapsed();
+        }
+        assert!(since.elapsed() < Duration::from_secs(600), "not converged within 600 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `clusters` ClusterWatchers over `namespaces` namespaces, there before the operator starts
+/// (listed at its start), until every namespace has each one's ConfigMap and each its status;
+/// then the operator restarted onto what it wrote, for 3 s after it is ready.
+async fn cluster_watchers_listed(clusters: usize, namespaces: usize) -> (FanOut, FanOut) {
+    let names: Vec<Value> = (0..namespaces).map(|i| fake_apiserver::namespace(&format!("ns-{i}"))).collect();
+    let (server, addr) = FakeApiServer::default()
+        .live(Duration::from_millis(5))
+        .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", Vec::new())
+        .with_list("/apis/watcher.dev/v1alpha1/clusterwatchers", "ClusterWatcherList", Vec::new())
+        .with_list("/api/v1/namespaces", "NamespaceList", names)
+        .with_list("/api/v1/configmaps", "ConfigMapList", Vec::new())
+        .with_list("/api/v1/pods", "PodList", Vec::new())
+        .start()
+        .await;
+    for cluster in fake_apiserver::cluster_watchers(clusters) {
+        server.create("/apis/watcher.dev/v1alpha1/clusterwatchers", cluster);
+    }
+    let first = {
+        let started = Instant::now();
+        let (mut child, metrics, dir) = spawn_operator(addr, "watcher", &format!("cw-listed-{clusters}"));
+        let pid = child.id();
+        let _guard = KillOnDrop(&mut child);
+        while !readyz(metrics).await {
+            assert!(started.elapsed() < Duration::from_secs(180), "not ready within 180 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let converged = written(&server, (clusters * namespaces) as u64, clusters as u64, started).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (rss, peak) = rss_kib(pid).expect("/proc");
+        let _ = std::fs::remove_dir_all(&dir);
+        FanOut { converged, rss, peak, ..FanOut::totals(&server) }
+    };
+    let started = Instant::now();
+    let (mut child, metrics, dir) = spawn_operator(addr, "watcher", &format!("cw-restart-{clusters}"));
+    let _guard = KillOnDrop(&mut child);
+    while !readyz(metrics).await {
+        assert!(started.elapsed() < Duration::from_secs(180), "not ready within 180 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let restart = FanOut { converged: started.elapsed(), ..FanOut::since(&server, &first) };
+    let _ = std::fs::remove_dir_all(&dir);
+    (first, restart)
 }
 
 /// Prints and checks the ClusterWatcher runs: one over 1,000 namespaces, 100 over 100.
@@ -562,5 +612,23 @@ async fn cluster_watcher_runs() {
         );
         assert_eq!((first.creates, first.conflicts, first.reads), ((clusters * namespaces) as u64, 0, 0));
         assert_eq!((then.creates, then.conflicts, then.reads), ((clusters * later) as u64, 0, 0));
+
+        let (listed, restart) = cluster_watchers_listed(clusters, namespaces).await;
+        println!(
+            "  listed when the operator starts: per namespace and ClusterWatcher {:.2} creates, {:.2} answered 409, \
+             {:.2} reads   (target 1, 0, 0); {} status writes; all written {:.0} ms after its start; RSS {:.1} MB",
+            listed.creates as f64 / pairs,
+            listed.conflicts as f64 / pairs,
+            listed.reads as f64 / pairs,
+            listed.status_writes,
+            listed.converged.as_secs_f64() * 1e3,
+            mb(listed.rss)
+        );
+        println!(
+            "  restarted onto what it wrote: {} writes, {} reads of ConfigMaps and ClusterWatchers   (target 0, 0)",
+            restart.writes, restart.reads
+        );
+        assert_eq!((listed.creates, listed.conflicts, listed.reads), ((clusters * namespaces) as u64, 0, 0));
+        assert_eq!((restart.writes, restart.reads), (0, 0), "a restart in a steady cluster costs no request");
     }
 }

@@ -155,6 +155,13 @@ impl FakeApiServer {
         Some((resource_path, namespace.to_owned(), object))
     }
 
+    /// Every object a live server keeps of `resource` (a cluster-wide list path), in no order.
+    fn kept_items(&self, resource: &str) -> Vec<Value> {
+        let Some(live) = self.live.as_ref() else { return Vec::new() };
+        let objects = live.objects.lock().expect("lock");
+        objects.get(resource).map(|kept| kept.values().cloned().collect()).unwrap_or_default()
+    }
+
     /// The events of `resource` from now on (nothing for a server that is not live).
     fn live_events(&self, resource: &str) -> futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>> {
         let Some(live) = self.live.as_ref().filter(|_| LIVE.contains(&resource)) else {
@@ -220,7 +227,14 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
                 .body(Body::from_stream(server.live_events(path)))
                 .expect("response");
         }
-        if let Some((kind, items)) = server.lists.get(path) {
+        if let Some((kind, listed)) = server.lists.get(path) {
+            // A live server lists what it keeps too (a restarted operator sees what it wrote).
+            let kept = server.kept_items(path);
+            let items: std::borrow::Cow<'_, [Value]> = if kept.is_empty() {
+                std::borrow::Cow::Borrowed(listed.as_slice())
+            } else {
+                std::borrow::Cow::Owned(listed.iter().cloned().chain(kept).collect())
+            };
             let limit = query.get("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(usize::MAX);
             let start = query.get("continue").and_then(|c| c.parse::<usize>().ok()).unwrap_or(0);
             let end = start.saturating_add(limit).min(items.len());
