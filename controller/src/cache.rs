@@ -229,7 +229,8 @@ impl WatcherCache {
     }
 
     /// The Watchers that apply in `namespace`: its own, then the ClusterWatchers that apply
-    /// there as Watchers of their names in it (see [`watcher_webhook::cluster`]).
+    /// there (see [`watcher_webhook::cluster`]), each as its one shared Watcher of no namespace
+    /// ([`ClusterWatcher::unplaced`]), by name.
     pub fn in_namespace(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
         let index = self.index();
         // Read before the index: what is computed from it is kept only if no rebuild came since.
