@@ -211,10 +211,7 @@ async fn created_while_running(count: usize, lag: Duration) -> Bulk {
     let (mut child, metrics, dir) = spawn_operator(addr, "watcher", "bulk");
     let _guard = KillOnDrop(&mut child);
     let started = Instant::now();
-    while !readyz(metrics).await {
-        assert!(started.elapsed() < Duration::from_secs(180), "not ready within 180 s");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_ready(metrics, started).await;
     tokio::time::sleep(Duration::from_millis(500)).await; // the admission scope known
     let created = Instant::now();
     for watcher in watchers(count) {
@@ -477,24 +474,12 @@ impl FanOut {
 /// `later` namespaces created while it runs, until they have theirs. Watch events trail writes
 /// by 5 ms.
 async fn cluster_watchers_over(clusters: usize, namespaces: usize, later: usize) -> (FanOut, FanOut, Duration) {
-    let names: Vec<Value> = (0..namespaces).map(|i| fake_apiserver::namespace(&format!("ns-{i}"))).collect();
-    let (server, addr) = FakeApiServer::default()
-        .live(Duration::from_millis(5))
-        .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", Vec::new())
-        .with_list("/apis/watcher.dev/v1alpha1/clusterwatchers", "ClusterWatcherList", Vec::new())
-        .with_list("/api/v1/namespaces", "NamespaceList", names)
-        .with_list("/api/v1/configmaps", "ConfigMapList", Vec::new())
-        .with_list("/api/v1/pods", "PodList", Vec::new())
-        .start()
-        .await;
+    let (server, addr) = namespaces_server(namespaces).await;
     let started = Instant::now();
     let (mut child, metrics, dir) = spawn_operator(addr, "watcher", &format!("cw-{clusters}"));
     let pid = child.id();
     let _guard = KillOnDrop(&mut child);
-    while !readyz(metrics).await {
-        assert!(started.elapsed() < Duration::from_secs(180), "not ready within 180 s");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_ready(metrics, started).await;
     let ready = started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await; // the admission scope known
     let created = Instant::now();
@@ -520,6 +505,29 @@ async fn cluster_watchers_over(clusters: usize, namespaces: usize, later: usize)
     (first, then, ready)
 }
 
+/// Waits until the operator answers `/readyz` with 200 (at most 180 s after `started`).
+async fn until_ready(metrics: std::net::SocketAddr, started: Instant) {
+    while !readyz(metrics).await {
+        assert!(started.elapsed() < Duration::from_secs(180), "not ready within 180 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A live fake server (watch events 5 ms behind writes) with `namespaces` namespaces and no
+/// Watcher, ClusterWatcher, ConfigMap or pod.
+async fn namespaces_server(namespaces: usize) -> (std::sync::Arc<FakeApiServer>, std::net::SocketAddr) {
+    let names: Vec<Value> = (0..namespaces).map(|i| fake_apiserver::namespace(&format!("ns-{i}"))).collect();
+    FakeApiServer::default()
+        .live(Duration::from_millis(5))
+        .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", Vec::new())
+        .with_list("/apis/watcher.dev/v1alpha1/clusterwatchers", "ClusterWatcherList", Vec::new())
+        .with_list("/api/v1/namespaces", "NamespaceList", names)
+        .with_list("/api/v1/configmaps", "ConfigMapList", Vec::new())
+        .with_list("/api/v1/pods", "PodList", Vec::new())
+        .start()
+        .await
+}
+
 /// How long after `since` the server has seen `creates` ConfigMap creates and `statuses` status
 /// writes in all.
 async fn written(server: &FakeApiServer, creates: u64, statuses: u64, since: Instant) -> Duration {
@@ -537,16 +545,7 @@ async fn written(server: &FakeApiServer, creates: u64, statuses: u64, since: Ins
 /// (listed at its start), until every namespace has each one's ConfigMap and each its status;
 /// then the operator restarted onto what it wrote, for 3 s after it is ready.
 async fn cluster_watchers_listed(clusters: usize, namespaces: usize) -> (FanOut, FanOut) {
-    let names: Vec<Value> = (0..namespaces).map(|i| fake_apiserver::namespace(&format!("ns-{i}"))).collect();
-    let (server, addr) = FakeApiServer::default()
-        .live(Duration::from_millis(5))
-        .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", Vec::new())
-        .with_list("/apis/watcher.dev/v1alpha1/clusterwatchers", "ClusterWatcherList", Vec::new())
-        .with_list("/api/v1/namespaces", "NamespaceList", names)
-        .with_list("/api/v1/configmaps", "ConfigMapList", Vec::new())
-        .with_list("/api/v1/pods", "PodList", Vec::new())
-        .start()
-        .await;
+    let (server, addr) = namespaces_server(namespaces).await;
     for cluster in fake_apiserver::cluster_watchers(clusters) {
         server.create("/apis/watcher.dev/v1alpha1/clusterwatchers", cluster);
     }
@@ -555,10 +554,7 @@ async fn cluster_watchers_listed(clusters: usize, namespaces: usize) -> (FanOut,
         let (mut child, metrics, dir) = spawn_operator(addr, "watcher", &format!("cw-listed-{clusters}"));
         let pid = child.id();
         let _guard = KillOnDrop(&mut child);
-        while !readyz(metrics).await {
-            assert!(started.elapsed() < Duration::from_secs(180), "not ready within 180 s");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_ready(metrics, started).await;
         let converged = written(&server, (clusters * namespaces) as u64, clusters as u64, started).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let (rss, peak) = rss_kib(pid).expect("/proc");
@@ -568,10 +564,7 @@ async fn cluster_watchers_listed(clusters: usize, namespaces: usize) -> (FanOut,
     let started = Instant::now();
     let (mut child, metrics, dir) = spawn_operator(addr, "watcher", &format!("cw-restart-{clusters}"));
     let _guard = KillOnDrop(&mut child);
-    while !readyz(metrics).await {
-        assert!(started.elapsed() < Duration::from_secs(180), "not ready within 180 s");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_ready(metrics, started).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let restart = FanOut { converged: started.elapsed(), ..FanOut::since(&server, &first) };
     let _ = std::fs::remove_dir_all(&dir);

@@ -567,7 +567,7 @@ pub fn count(watcher: &Watcher, pods: &[&CountedPod]) -> PodCounts {
 /// Whether `pod` is in `watcher`'s namespace; a ClusterWatcher's (no namespace) takes every pod
 /// it is given: those of the namespaces where it applies.
 fn in_reach(watcher: &Watcher, pod: &CountedPod) -> bool {
-    watcher.metadata.namespace.as_deref().is_none_or(|namespace| pod.namespace() == namespace)
+    watcher.is_in(pod.namespace())
 }
 
 /// How messages name `pod`: by name in a Watcher's namespace, `namespace/name` across a
