@@ -15,7 +15,7 @@ use watcher_certs::secret::{Lifetimes, SelfManaged};
 use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
 use watcher_controller::scope::ScopeWriter;
 use watcher_controller::{Context, PolicyCache, WatcherCache};
-use watcher_webhook::{InjectOptions, Reviewer, router, serve_tls, supports_native_sidecars};
+use watcher_webhook::{InjectOptions, Reviewer, router, serve_tls, server_minor, supports_native_sidecars};
 
 use crate::telemetry::{Readiness, serve_admin};
 use watcher_cli::{ControllerName, RunArgs};
@@ -104,10 +104,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.webhook_addr)
         .await
         .with_context(|| format!("cannot listen on --webhook-addr {}", args.webhook_addr))?;
-    let options = InjectOptions {
-        excluded_namespaces: vec![namespace.clone()],
-        native_sidecars: native_sidecars_supported(&client).await,
-    };
+    let (native_sidecars, server_minor) = server_version(&client).await;
+    let options = InjectOptions { excluded_namespaces: vec![namespace.clone()], native_sidecars, server_minor };
     let reviewer = Reviewer::new(watcher_cache.clone(), options).with_policies(Arc::new(policy_cache.clone()));
     let app = router(reviewer, webhook_metrics);
     let tls_config = Arc::new(server_config(certs.clone())?);
@@ -217,17 +215,18 @@ fn url_host(url: &str) -> Option<String> {
     Some(uri.host()?.trim_start_matches('[').trim_end_matches(']').to_owned())
 }
 
-/// Asks the API server its version once: native sidecars need Kubernetes 1.29 or later.
-async fn native_sidecars_supported(client: &Client) -> bool {
+/// Asks the API server its version once: native sidecars need Kubernetes 1.29 or later, and
+/// Pod Security's `latest` is the server's own version.
+async fn server_version(client: &Client) -> (bool, Option<u32>) {
     match client.apiserver_version().await {
         Ok(info) => {
             let supported = supports_native_sidecars(&info.major, &info.minor);
             info!(version = info.git_version, native_sidecars = supported, "API server version");
-            supported
+            (supported, server_minor(&info.major, &info.minor))
         }
         Err(error) => {
             warn!(%error, "cannot read the API server version; injecting sidecars as regular containers");
-            false
+            (false, None)
         }
     }
 }

@@ -589,8 +589,11 @@ async fn admission_scope(
     let policies: Vec<watcher_api::CompiledPolicy> = policies.items.iter().map(|p| p.compile()).collect();
     let own: Vec<Arc<watcher_api::Watcher>> = watchers.items.into_iter().map(Arc::new).collect();
     let cluster: Vec<Arc<watcher_api::ClusterWatcher>> = cluster.items.into_iter().map(Arc::new).collect();
-    let options =
-        watcher_webhook::InjectOptions { excluded_namespaces: vec![namespace.to_owned()], native_sidecars: true };
+    let options = watcher_webhook::InjectOptions {
+        excluded_namespaces: vec![namespace.to_owned()],
+        native_sidecars: true,
+        server_minor: None,
+    };
     let named = || namespaces.items.iter().map(|ns| (ns.metadata.name.as_deref().unwrap_or_default(), ns.labels()));
     let everywhere = watcher_webhook::cluster::everywhere(&own, &cluster, named(), &options);
     let scope = watcher_webhook::Scope::compute(&everywhere, &policies, named(), namespace);
@@ -988,7 +991,11 @@ async fn probe(client: &Client, report: &mut Report, options: &CheckOptions, reg
     };
     if let Some(registered) = registered {
         let namespace_labels = namespace.metadata.labels.unwrap_or_default();
-        let injection = InjectOptions { excluded_namespaces: vec![options.namespace.clone()], native_sidecars: true };
+        let injection = InjectOptions {
+            excluded_namespaces: vec![options.namespace.clone()],
+            native_sidecars: true,
+            server_minor: None,
+        };
         if let Some(reason) = exclusion(target, &namespace_labels, pod.labels(), &registered.selectors, &injection) {
             return report.fail(
                 GROUP,

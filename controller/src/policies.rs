@@ -135,6 +135,16 @@ impl watcher_webhook::PolicySource for PolicyCache {
             meta.labels().get(watcher_api::INJECTION_LABEL).is_some_and(|v| v == watcher_api::INJECTION_DISABLED)
         })
     }
+
+    fn pod_security(&self, namespace: &str) -> watcher_webhook::pod_security::NamespaceLevels {
+        match self.namespaces.get(&ObjectRef::new(namespace)) {
+            Some(meta) => {
+                let labels = meta.labels();
+                watcher_webhook::pod_security::NamespaceLevels::from_lookup(|key| labels.get(key).map(String::as_str))
+            }
+            None => watcher_webhook::pod_security::NamespaceLevels::default(),
+        }
+    }
 }
 
 #[cfg(test)]

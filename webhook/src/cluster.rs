@@ -169,7 +169,7 @@ mod tests {
     }
 
     fn options() -> InjectOptions {
-        InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true }
+        InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None }
     }
 
     #[test]

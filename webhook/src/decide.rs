@@ -296,7 +296,11 @@ mod tests {
 
     #[test]
     fn every_reason_a_pod_is_excluded() {
-        let options = InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+        let options = InjectOptions {
+            excluded_namespaces: vec!["watcher-system".into()],
+            native_sidecars: true,
+            server_minor: None,
+        };
         let registered: LabelSelector = serde_json::from_value(json!({"matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "watcher-system"]},
             {"key": "watcher.dev/injection", "operator": "NotIn", "values": ["disabled"]},

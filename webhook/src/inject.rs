@@ -8,11 +8,13 @@ use crate::PodView;
 use crate::pod::{Annotations, ContainerView, PodSpecView};
 
 mod app;
+mod security;
 pub use app::AppReport;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
 use k8s_openapi::api::core::v1::{ConfigMapEnvSource, EnvFromSource};
 use kube::ResourceExt;
+pub use security::PodSecurityReport;
 use serde_json::Value;
 use watcher_api::{
     INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, NativeSidecar, Watcher, config_map_name,
@@ -20,6 +22,7 @@ use watcher_api::{
 };
 
 use crate::decide::{Verdict, decide};
+use crate::pod_security::NamespaceLevels;
 
 /// Namespaces that are never injected, whatever the pods in them ask for.
 pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
@@ -31,6 +34,9 @@ pub struct InjectOptions {
     pub excluded_namespaces: Vec<String>,
     /// Whether the API server runs native sidecars (Kubernetes 1.29 or later).
     pub native_sidecars: bool,
+    /// The API server's minor version (Pod Security's `latest` is its own); `None`: the newest
+    /// the webhook knows.
+    pub server_minor: Option<u32>,
 }
 
 impl InjectOptions {
@@ -46,6 +52,12 @@ impl InjectOptions {
 /// suffix such as `29+`.
 pub fn supports_native_sidecars(major: &str, minor: &str) -> bool {
     version_at_least(major, minor, (1, 29))
+}
+
+/// The minor version of a Kubernetes 1.x server, as `/version` gives it (perhaps `29+`).
+pub fn server_minor(major: &str, minor: &str) -> Option<u32> {
+    let number = |s: &str| s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>().ok();
+    (number(major) == Some(1)).then(|| number(minor)).flatten()
 }
 
 /// Whether the server version `major`.`minor` (as `/version` gives them, `minor` perhaps with
@@ -82,6 +94,9 @@ pub struct Injection {
     /// What each injected Watcher that sets any of its `AppAccess` fields did to let its
     /// sidecar see the app, and what it skipped (for `check-inject`).
     pub app: Vec<AppReport>,
+    /// What the namespace's enforced Pod Security level did to each Watcher: adapted, or left
+    /// out (only where a level is enforced and the pod passes it by itself).
+    pub pod_security: Vec<PodSecurityReport>,
 }
 
 impl Injection {
@@ -101,12 +116,26 @@ impl Injection {
 /// by annotation or that selects it, unless already injected.
 ///
 /// `watchers` (references, `Arc`s or the Watchers themselves) may hold Watchers of any
-/// namespace: only those of `namespace` are used.
+/// namespace: only those of `namespace` are used. The namespace enforces no Pod Security level
+/// (see [`inject_at_level`]).
 pub fn inject<W: Borrow<Watcher>>(
     pod: &PodView,
     namespace: &str,
     watchers: &[W],
     options: &InjectOptions,
+) -> Injection {
+    inject_at_level(pod, namespace, watchers, options, &NamespaceLevels::default())
+}
+
+/// [`inject`] in a namespace with the Pod Security levels `levels`: a pod that passes the
+/// enforced level by itself passes it with what the Watchers add (adapted where they leave a
+/// field unset that the level needs), or a Watcher that cannot comply is left out.
+pub fn inject_at_level<W: Borrow<Watcher>>(
+    pod: &PodView,
+    namespace: &str,
+    watchers: &[W],
+    options: &InjectOptions,
+    levels: &NamespaceLevels,
 ) -> Injection {
     let mut injection = Injection::default();
     if options.never_mutated(namespace) {
@@ -120,6 +149,9 @@ pub fn inject<W: Borrow<Watcher>>(
     }
     let decisions = decide(pod, namespace, watchers);
     injection.asked = !decisions.is_empty();
+    // Evaluated only where a level is enforced and a Watcher is to be injected.
+    let enforced = levels.enforced().is_some() && decisions.iter().any(|d| d.verdict == Verdict::Inject);
+    let guard = if enforced { security::Guard::of(pod, levels, options.server_minor) } else { None };
     let mut patch = PodPatch::new(pod);
     // The pod's containers that Watchers injected (never app containers), found when needed.
     let mut injected_names: Option<Vec<&str>> = None;
@@ -161,11 +193,33 @@ pub fn inject<W: Borrow<Watcher>>(
             NativeSidecar::Auto => options.native_sidecars,
             NativeSidecar::Never => false,
         };
+        let adapted = match guard.as_ref().map(|guard| (guard, guard.admit(watcher, pod))) {
+            None => security::Adapted::default(),
+            Some((guard, Err(failures))) => {
+                injection.pod_security.push(guard.report(watcher, Err(&failures)));
+                injection.not_injected(name, Some(watcher), &guard.why(&failures));
+                continue;
+            }
+            Some((guard, Ok(adapted))) => {
+                if !adapted.is_empty() {
+                    injection.pod_security.push(guard.report(watcher, Ok(&adapted)));
+                }
+                adapted
+            }
+        };
         let mut container = sidecar(watcher, native);
+        adapted.sidecar.apply_to_json(&mut container);
         if !watcher.spec.app.is_empty() {
             let injected = injected_names.get_or_insert_with(|| injected_containers(pod, namespace, watchers));
-            let report =
-                app::see_the_app(&mut patch, watcher, injected, &mut container, &mut injection.warnings, false);
+            let report = app::see_the_app(
+                &mut patch,
+                watcher,
+                injected,
+                &mut container,
+                &mut injection.warnings,
+                false,
+                &adapted.init,
+            );
             injection.app.push(report);
         }
         patch.add_container(container, native);
@@ -205,7 +259,7 @@ pub fn app_report<W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watcher: &
     let mut patch = PodPatch::new(pod);
     let injected = injected_containers(pod, namespace, watchers);
     let mut container = sidecar(watcher, false);
-    app::see_the_app(&mut patch, watcher, &injected, &mut container, &mut Vec::new(), true)
+    app::see_the_app(&mut patch, watcher, &injected, &mut container, &mut Vec::new(), true, &[])
 }
 
 /// The names of the containers of `pod` that Watchers injected, as its `watcher.dev/injected`

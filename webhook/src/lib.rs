@@ -7,6 +7,7 @@ mod inject;
 mod json;
 mod metrics;
 mod pod;
+pub mod pod_security;
 mod review;
 mod rewrite;
 pub mod scope;
@@ -14,12 +15,13 @@ mod server;
 
 pub use decide::{Asked, Decision, Exclusion, Verdict, WebhookSelectors, decide, exclusion};
 pub use inject::{
-    AppReport, InjectOptions, Injection, SYSTEM_NAMESPACES, app_report, inject, supports_native_sidecars,
+    AppReport, InjectOptions, Injection, PodSecurityReport, SYSTEM_NAMESPACES, app_report, inject, inject_at_level,
+    server_minor, supports_native_sidecars,
 };
-pub use metrics::{AdmissionResult, Metrics};
+pub use metrics::{AdmissionResult, Metrics, PodSecurityOutcome};
 pub use pod::{
-    Annotations, ContainerView, DeviceView, EnvView, MAX_ANNOTATION_BYTES, MountView, Named, PodMeta, PodSpecView,
-    PodView,
+    Annotations, ContainerView, DeviceView, EnvView, HandlerView, HostView, LifecycleView, MAX_ANNOTATION_BYTES,
+    MountView, Named, OsView, PodMeta, PodSpecView, PodView, PortView, VolumeView,
 };
 pub use review::{ReviewError, Reviewer, WatcherSource};
 pub use rewrite::{PolicySource, original_images, rewrite_images};

@@ -36,11 +36,35 @@ struct ResultLabels {
     result: AdmissionResult,
 }
 
-/// `watcher_admission_requests_total{result}` and `watcher_admission_duration_seconds`.
+/// What the namespace's enforced Pod Security level did to a Watcher at admission.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are lower case
+pub enum PodSecurityOutcome {
+    /// Injected with fields set that it left unset and the level needs.
+    adapted,
+    /// Left out of a pod that was admitted without it.
+    left_out,
+    /// A required Watcher that cannot comply: the pod was refused.
+    refused,
+}
+
+impl PodSecurityOutcome {
+    /// Every outcome, each exported from the start.
+    pub const ALL: [Self; 3] = [Self::adapted, Self::left_out, Self::refused];
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: PodSecurityOutcome,
+}
+
+/// `watcher_admission_requests_total{result}`, `watcher_admission_duration_seconds` and
+/// `watcher_admission_pod_security_total{outcome}` (per Watcher).
 #[derive(Clone)]
 pub struct Metrics {
     requests: Family<ResultLabels, Counter>,
     duration: Histogram,
+    pod_security: Family<OutcomeLabels, Counter>,
 }
 
 impl Metrics {
@@ -53,10 +77,19 @@ impl Metrics {
             duration: Histogram::new([
                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 2.5, 5.0, 10.0, 30.0,
             ]),
+            pod_security: Family::default(),
         };
         for result in AdmissionResult::ALL {
             drop(metrics.requests.get_or_create(&ResultLabels { result }));
         }
+        for outcome in PodSecurityOutcome::ALL {
+            drop(metrics.pod_security.get_or_create(&OutcomeLabels { outcome }));
+        }
+        registry.register(
+            "watcher_admission_pod_security",
+            "Watchers adapted to, left out by, or refusing a pod for its namespace's enforced Pod Security level",
+            metrics.pod_security.clone(),
+        );
         registry.register("watcher_admission_requests", "Admission requests answered", metrics.requests.clone());
         registry.register(
             "watcher_admission_duration_seconds",
@@ -70,6 +103,18 @@ impl Metrics {
     pub fn observe(&self, result: AdmissionResult, seconds: f64) {
         self.requests.get_or_create(&ResultLabels { result }).inc();
         self.duration.observe(seconds);
+    }
+
+    /// Counts what Pod Security did at one admission, one count per Watcher.
+    pub fn count_pod_security(&self, outcomes: &[PodSecurityOutcome]) {
+        for outcome in outcomes {
+            self.pod_security.get_or_create(&OutcomeLabels { outcome: *outcome }).inc();
+        }
+    }
+
+    /// Watchers counted so far with `outcome`.
+    pub fn pod_security_count(&self, outcome: PodSecurityOutcome) -> u64 {
+        self.pod_security.get_or_create(&OutcomeLabels { outcome }).get()
     }
 
     /// Requests counted so far with `result`.

@@ -11,7 +11,10 @@ use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 
 use watcher_api::GROUP;
 
-use crate::json::{Length, Text, narrow};
+use k8s_openapi::api::core::v1::{PodSecurityContext, SecurityContext};
+
+use crate::json::{Length, Text, Valid, narrow};
+use crate::pod_security::{ContainerFacts, PodFacts};
 
 /// A pod as `inject` sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -47,6 +50,8 @@ pub struct Annotations {
     pub own: Option<BTreeMap<String, String>>,
     /// The keys of the other annotations.
     pub other_keys: Vec<String>,
+    /// The AppArmor and seccomp annotations, which Pod Security reads, in full.
+    pub pod_security: Vec<(String, String)>,
     /// The bytes of every key and value, as kube-apiserver counts them against its limit.
     pub bytes: usize,
 }
@@ -69,14 +74,72 @@ pub struct PodSpecView {
     pub containers: Vec<ContainerView>,
     /// Init containers (native sidecars among them).
     pub init_containers: Option<Vec<ContainerView>>,
-    /// Volumes.
-    pub volumes: Option<Vec<Named>>,
+    /// Volumes, by name and type.
+    pub volumes: Option<Vec<VolumeView>>,
     /// Image pull secrets.
     pub image_pull_secrets: Option<Vec<Named>>,
     /// `shareProcessNamespace`, as the pod says it.
     pub share_process_namespace: Option<bool>,
     /// `hostPID`: a pod in the host's process namespace cannot share its own.
     pub host_pid: Option<bool>,
+    /// `hostNetwork` (Pod Security reads it).
+    pub host_network: Option<bool>,
+    /// `hostIPC` (Pod Security reads it).
+    pub host_ipc: Option<bool>,
+    /// `hostUsers` (Pod Security reads it).
+    pub host_users: Option<bool>,
+    /// `os` (Pod Security reads its name).
+    pub os: Option<OsView>,
+    /// The pod's `securityContext`.
+    pub security_context: Option<PodSecurityContext>,
+}
+
+/// A volume: its name, and its type (the name of its source field).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VolumeView {
+    /// The volume's name.
+    pub name: String,
+    /// Its source field (`emptyDir`, `hostPath`, ...); empty when it has none.
+    pub kind: String,
+}
+
+/// A pod's `os`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OsView {
+    /// `linux` or `windows`.
+    pub name: String,
+}
+
+/// A container port, as far as Pod Security reads it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PortView {
+    /// The port on the host, if any.
+    pub host_port: Option<i32>,
+}
+
+/// A probe or lifecycle handler, as far as Pod Security reads it: the hosts it names.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HandlerView {
+    /// `httpGet`.
+    pub http_get: Option<HostView>,
+    /// `tcpSocket`.
+    pub tcp_socket: Option<HostView>,
+}
+
+/// The `host` of an `httpGet` or `tcpSocket`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostView {
+    /// The host.
+    pub host: Option<String>,
+}
+
+/// A container's `lifecycle`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LifecycleView {
+    /// `postStart`.
+    pub post_start: Option<HandlerView>,
+    /// `preStop`.
+    pub pre_stop: Option<HandlerView>,
 }
 
 /// A list entry, by name.
@@ -99,6 +162,18 @@ pub struct ContainerView {
     pub volume_devices: Option<Vec<DeviceView>>,
     /// Its `env`.
     pub env: Option<Vec<EnvView>>,
+    /// Its `securityContext`.
+    pub security_context: Option<SecurityContext>,
+    /// Its ports (their `hostPort`).
+    pub ports: Option<Vec<PortView>>,
+    /// `livenessProbe`.
+    pub liveness_probe: Option<HandlerView>,
+    /// `readinessProbe`.
+    pub readiness_probe: Option<HandlerView>,
+    /// `startupProbe`.
+    pub startup_probe: Option<HandlerView>,
+    /// `lifecycle`.
+    pub lifecycle: Option<LifecycleView>,
 }
 
 /// A volumeMount, every field of it (a shared mount is copied as the app has it).
@@ -156,7 +231,17 @@ narrow!(PodSpecView {
     image_pull_secrets: "imagePullSecrets",
     share_process_namespace: "shareProcessNamespace",
     host_pid: "hostPID",
+    host_network: "hostNetwork",
+    host_ipc: "hostIPC",
+    host_users: "hostUsers",
+    os: "os",
+    security_context: "securityContext",
 });
+narrow!(OsView { name: "name" });
+narrow!(PortView { host_port: "hostPort" });
+narrow!(HandlerView { http_get: "httpGet", tcp_socket: "tcpSocket" });
+narrow!(HostView { host: "host" });
+narrow!(LifecycleView { post_start: "postStart", pre_stop: "preStop" });
 narrow!(Named { name: "name" });
 narrow!(ContainerView {
     name: "name",
@@ -164,6 +249,12 @@ narrow!(ContainerView {
     volume_mounts: "volumeMounts",
     volume_devices: "volumeDevices",
     env: "env",
+    security_context: "securityContext",
+    ports: "ports",
+    liveness_probe: "livenessProbe",
+    readiness_probe: "readinessProbe",
+    startup_probe: "startupProbe",
+    lifecycle: "lifecycle",
 });
 narrow!(MountView {
     name: "name",
@@ -176,6 +267,29 @@ narrow!(MountView {
 });
 narrow!(DeviceView { name: "name", device_path: "devicePath" });
 narrow!(EnvView { name: "name", value: "value", value_from: "valueFrom" });
+
+impl ContainerView {
+    /// The container as Pod Security reads it.
+    pub fn security_facts(&self) -> ContainerFacts<'_> {
+        let probes = [&self.liveness_probe, &self.readiness_probe, &self.startup_probe];
+        let lifecycle = self.lifecycle.iter().flat_map(|l| [&l.post_start, &l.pre_stop]);
+        ContainerFacts {
+            name: &self.name,
+            security: self.security_context.as_ref().map(std::borrow::Cow::Borrowed),
+            host_ports: self.ports.iter().flatten().filter_map(|p| p.host_port.filter(|p| *p != 0)).collect(),
+            probe_hosts: probes.into_iter().chain(lifecycle).flatten().flat_map(HandlerView::hosts).collect(),
+        }
+    }
+}
+
+impl HandlerView {
+    /// The hosts its `httpGet` and `tcpSocket` name.
+    fn hosts(&self) -> impl Iterator<Item = &str> {
+        let http = self.http_get.as_ref().and_then(|h| h.host.as_deref());
+        let tcp = self.tcp_socket.as_ref().and_then(|t| t.host.as_deref());
+        http.into_iter().chain(tcp).filter(|h| !h.is_empty())
+    }
+}
 
 impl MountView {
     /// The mount as JSON, every field it has.
@@ -218,6 +332,11 @@ fn read_annotations<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Annotations, 
                             let value = map.next_value::<Option<Text<'de>>>()?.unwrap_or_default();
                             read.bytes += key.len() + value.len();
                             read.own.get_or_insert_default().insert(key.0.into_owned(), value.0.into_owned());
+                        } else if crate::pod_security::is_pod_security_annotation(&key) {
+                            let value = map.next_value::<Option<Text<'de>>>()?.unwrap_or_default();
+                            read.bytes += key.len() + value.len();
+                            read.other_keys.push(key.0.clone().into_owned());
+                            read.pod_security.push((key.0.into_owned(), value.0.into_owned()));
                         } else {
                             // Only its size: a value such as kubectl's last applied configuration
                             // is never copied.
@@ -234,9 +353,57 @@ fn read_annotations<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Annotations, 
     Ok(map.next_value::<Option<Read>>()?.map(|read| read.0).unwrap_or_default())
 }
 
+impl<'de> Deserialize<'de> for VolumeView {
+    /// The name, and the first other field that is not null: the volume's source.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct VolumeVisitor;
+        impl<'de> Visitor<'de> for VolumeVisitor {
+            type Value = VolumeView;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object (Volume)")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<VolumeView, A::Error> {
+                let mut volume = VolumeView::default();
+                let mut named = false;
+                while let Some(key) = map.next_key::<Text<'de>>()? {
+                    if &*key == "name" {
+                        if named {
+                            return Err(serde::de::Error::duplicate_field("name"));
+                        }
+                        named = true;
+                        volume.name = map.next_value::<Option<String>>()?.unwrap_or_default();
+                    } else if map.next_value::<Option<Valid>>()?.is_some() && volume.kind.is_empty() {
+                        volume.kind = key.0.into_owned();
+                    }
+                }
+                Ok(volume)
+            }
+        }
+        deserializer.deserialize_map(VolumeVisitor)
+    }
+}
+
 static NO_STRINGS: BTreeMap<String, String> = BTreeMap::new();
 
 impl PodView {
+    /// The pod as Pod Security reads it: init containers first, then containers.
+    pub fn security_facts(&self) -> PodFacts<'_> {
+        let Some(spec) = &self.spec else { return PodFacts::default() };
+        let containers =
+            spec.init_containers.iter().flatten().chain(&spec.containers).map(ContainerView::security_facts);
+        PodFacts {
+            security_context: spec.security_context.as_ref(),
+            host_network: spec.host_network == Some(true),
+            host_pid: spec.host_pid == Some(true),
+            host_ipc: spec.host_ipc == Some(true),
+            host_users: spec.host_users,
+            windows: spec.os.as_ref().is_some_and(|os| os.name == "windows"),
+            annotations: self.metadata.annotations.pod_security.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+            volumes: spec.volumes.iter().flatten().map(|v| (v.name.as_str(), v.kind.as_str())).collect(),
+            containers: containers.collect(),
+        }
+    }
+
     /// The pod's annotations (empty when it has none).
     pub fn annotations(&self) -> &BTreeMap<String, String> {
         self.metadata.annotations.own.as_ref().unwrap_or(&NO_STRINGS)

@@ -12,10 +12,10 @@ use tracing::{debug, info, warn};
 use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION, Watcher};
 
 use crate::json::{self, Text, narrow};
-use crate::metrics::AdmissionResult;
+use crate::metrics::{AdmissionResult, PodSecurityOutcome};
 use watcher_api::{INJECTION_DISABLED, INJECTION_LABEL};
 
-use crate::{InjectOptions, Injection, PodView, PolicySource, inject, rewrite_images};
+use crate::{InjectOptions, Injection, PodView, PolicySource, inject_at_level, rewrite_images};
 
 /// A request that cannot be answered with an AdmissionReview (HTTP 400): there is no uid to echo.
 #[derive(Debug, thiserror::Error)]
@@ -160,7 +160,8 @@ impl<S: WatcherSource> Reviewer<S> {
             Injection { skipped: Some(why), ..Injection::default() }
         } else {
             let watchers = self.source.watchers_in(namespace);
-            let mut injection = inject(pod, namespace, &watchers, &self.options);
+            let levels = self.policies.pod_security(namespace);
+            let mut injection = inject_at_level(pod, namespace, &watchers, &self.options, &levels);
             rewrite_images(pod, namespace, &self.policies.policies_for(namespace), &self.options, &mut injection);
             injection
         };
@@ -248,6 +249,9 @@ pub struct Answer {
     api_version: &'static str,
     kind: &'static str,
     response: AnswerResponse,
+    /// What Pod Security did to each Watcher (counted, never sent).
+    #[serde(skip)]
+    pod_security: Vec<PodSecurityOutcome>,
 }
 
 #[derive(Debug, Serialize)]
@@ -336,7 +340,12 @@ impl Answer {
     }
 
     fn new(response: AnswerResponse) -> Self {
-        Self { api_version: "admission.k8s.io/v1", kind: "AdmissionReview", response }
+        Self { api_version: "admission.k8s.io/v1", kind: "AdmissionReview", response, pod_security: Vec::new() }
+    }
+
+    /// What Pod Security did to each Watcher of the pod.
+    pub fn pod_security(&self) -> &[PodSecurityOutcome] {
+        &self.pod_security
     }
 
     fn allow(uid: String) -> Self {
@@ -356,13 +365,21 @@ impl Answer {
     }
 
     fn from_injection(uid: String, injection: Injection) -> (Self, AdmissionResult) {
+        let outcomes = injection.pod_security.iter().map(|report| match &report.violations {
+            None => PodSecurityOutcome::adapted,
+            Some(_) if injection.refused.is_some() => PodSecurityOutcome::refused,
+            Some(_) => PodSecurityOutcome::left_out,
+        });
+        let pod_security = outcomes.collect();
         if let Some(reason) = injection.refused {
             let status = AnswerStatus { status: "Failure", code: 403, reason: "Forbidden", message: reason };
             let mut answer = Self::deny(uid, String::new());
             answer.response.status = Some(status);
+            answer.pod_security = pod_security;
             return (answer, AdmissionResult::refused);
         }
         let mut answer = Self::allow(uid);
+        answer.pod_security = pod_security;
         answer.response.warnings = injection.warnings;
         if injection.patch.is_empty() {
             return (answer, AdmissionResult::skipped);

@@ -22,6 +22,11 @@ pub trait PolicySource: Send + Sync {
     fn injection_disabled(&self, _namespace: &str) -> bool {
         false
     }
+
+    /// The Pod Security levels `namespace`'s labels set. Namespace labels unknown: none.
+    fn pod_security(&self, _namespace: &str) -> crate::pod_security::NamespaceLevels {
+        crate::pod_security::NamespaceLevels::default()
+    }
 }
 
 /// No policies (tests, and the offline preview without `--image-policy`).

@@ -59,7 +59,10 @@ async fn mutate<S: WatcherSource>(State(state): State<Arc<WebhookState<S>>>, bod
     let start = Instant::now();
     let (response, result) = match state.reviewer.review(&body) {
         Ok((review, result)) => match review.to_json() {
-            Ok(json) => (([(CONTENT_TYPE, "application/json")], json).into_response(), result),
+            Ok(json) => {
+                state.metrics.count_pod_security(review.pod_security());
+                (([(CONTENT_TYPE, "application/json")], json).into_response(), result)
+            }
             // Cannot happen for the strings and numbers of an answer; say so rather than panic.
             Err(error) => {
                 warn!(%error, "cannot encode the answer");

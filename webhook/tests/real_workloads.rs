@@ -147,7 +147,7 @@ fn the_checker_refuses_what_kube_apiserver_refused() {
 /// The copies in this crate are the files kube-apiserver's clusters gave, unchanged.
 #[test]
 fn fixtures_are_the_shared_captures() {
-    for dir in ["real-workloads", "apiserver"] {
+    for dir in ["real-workloads", "apiserver", "pod-security"] {
         let shared = format!("{}/../../shared/fixtures/{dir}/", env!("CARGO_MANIFEST_DIR"));
         let Ok(entries) = std::fs::read_dir(&shared) else { return }; // a checkout without shared/
         for entry in entries.flatten() {
@@ -268,7 +268,7 @@ proptest! {
                                annotations, inits, native);
         let watchers = [corpus(), watcher("viewer", spec)];
         let refs: Vec<&Watcher> = watchers.iter().collect();
-        let options = InjectOptions { excluded_namespaces: vec![], native_sidecars };
+        let options = InjectOptions { excluded_namespaces: vec![], native_sidecars, server_minor: None };
         prop_assert_eq!(refusals(&pod), Vec::<String>::new(), "{} as stored", file);
 
         let view: PodView = serde_json::from_value(pod.clone()).expect("a pod");

@@ -522,8 +522,11 @@ pub(crate) async fn check_inject(
         .into_iter()
         .map(Arc::new)
         .collect();
-    let admission_options =
-        InjectOptions { excluded_namespaces: vec![operator_namespace.clone()], native_sidecars: true };
+    let admission_options = InjectOptions {
+        excluded_namespaces: vec![operator_namespace.clone()],
+        native_sidecars: true,
+        server_minor: None,
+    };
     let everywhere = watcher_webhook::cluster::everywhere(
         &watchers.iter().cloned().map(Arc::new).collect::<Vec<_>>(),
         &cluster_watchers,
@@ -541,7 +544,7 @@ pub(crate) async fn check_inject(
         .apiserver_version()
         .await
         .is_ok_and(|info| watcher_webhook::supports_native_sidecars(&info.major, &info.minor));
-    let options = InjectOptions { excluded_namespaces: vec![operator_namespace], native_sidecars };
+    let options = InjectOptions { excluded_namespaces: vec![operator_namespace], native_sidecars, server_minor: None };
     let own: Vec<Arc<Watcher>> = watchers.into_iter().map(Arc::new).collect();
     let effective =
         watcher_webhook::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster_watchers, &options);

@@ -44,6 +44,7 @@ pub(super) fn see_the_app<'a>(
     sidecar: &mut Value,
     warnings: &mut Vec<String>,
     existing: bool,
+    init_adaptations: &[crate::pod_security::Adaptation],
 ) -> AppReport {
     let name = watcher.metadata.name.clone().unwrap_or_default();
     let access = &watcher.spec.app;
@@ -80,8 +81,12 @@ pub(super) fn see_the_app<'a>(
         step.share_process_namespace();
     }
     step.annotate();
-    for init in &access.init_containers {
-        step.patch.insert_init_container(to_value(init));
+    for (i, init) in access.init_containers.iter().enumerate() {
+        let mut value = to_value(init);
+        if let Some(adaptation) = init_adaptations.get(i) {
+            adaptation.apply_to_json(&mut value);
+        }
+        step.patch.insert_init_container(value);
         step.lines.push(format!("runs init container {} before the pod's own", init.name));
     }
     let lines = step.lines;

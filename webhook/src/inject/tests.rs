@@ -41,7 +41,7 @@ fn annotated(names: &str) -> Value {
 }
 
 fn options(native_sidecars: bool) -> InjectOptions {
-    InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars }
+    InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars, server_minor: None }
 }
 
 /// Runs `inject` and applies its patch: the patch must apply cleanly to the pod it was made for.

@@ -50,7 +50,8 @@ fn store(watchers: Vec<Watcher>) -> Store<Watcher> {
 
 fn app(watchers: Vec<Watcher>) -> (axum::Router, Metrics) {
     let metrics = Metrics::register(&mut Registry::default());
-    let options = InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+    let options =
+        InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None };
     (router(Reviewer::new(store(watchers), options), metrics.clone()), metrics)
 }
 
@@ -394,7 +395,8 @@ async fn image_policies_follow_their_namespace_selector(#[case] labels: Value, #
     .expect("valid ImagePolicy");
     let labels = serde_json::from_value(labels).expect("labels");
     let metrics = Metrics::register(&mut Registry::default());
-    let options = InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+    let options =
+        InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None };
     let reviewer = Reviewer::new(store(vec![]), options)
         .with_policies(Arc::new(Namespaces(labels, vec![Arc::new(policy.compile())])));
     let app = router(reviewer, metrics.clone());
@@ -568,7 +570,8 @@ async fn an_opted_out_namespace_is_never_injected_whatever_the_selectors() {
         "spec": {"rewrites": [{"from": "docker.io/library/", "to": "mirror.internal/library/"}]}}))
     .expect("valid ImagePolicy");
     let metrics = Metrics::register(&mut Registry::default());
-    let options = InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+    let options =
+        InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None };
     let reviewer = Reviewer::new(store(vec![log_watcher()]), options)
         .with_policies(Arc::new(OptedOut(vec![Arc::new(policy.compile())])));
     let app = router(reviewer, metrics.clone());

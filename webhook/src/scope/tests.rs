@@ -233,7 +233,8 @@ fn every_pod_the_webhook_would_change_is_sent() {
     use crate::{InjectOptions, PodView, inject, rewrite_images};
     let (watchers, policies, namespaces) = cluster();
     let scope = scope_of(&watchers, &policies, &namespaces);
-    let options = InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+    let options =
+        InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None };
     let mut changed = 0;
     for pod in pods() {
         let review = pod.review();
@@ -474,7 +475,11 @@ fn a_cluster_watcher_is_in_scope_where_it_applies() {
         .collect();
     // team-d has its own Watcher named audit: optional, no selector.
     let own = vec![std::sync::Arc::new(watcher("team-d", "audit", json!({})))];
-    let options = crate::InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true };
+    let options = crate::InjectOptions {
+        excluded_namespaces: vec!["watcher-system".into()],
+        native_sidecars: true,
+        server_minor: None,
+    };
     let clusters = [std::sync::Arc::new(cluster.clone())];
     let named = || namespaces.iter().map(|(n, l)| (n.as_str(), l));
     let everywhere = crate::cluster::everywhere(&own, &clusters, named(), &options);

@@ -29,7 +29,7 @@ fn policy() -> Arc<CompiledPolicy> {
 }
 
 fn options() -> InjectOptions {
-    InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true }
+    InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None }
 }
 
 /// deploy/'s selectors: kube-apiserver never sends these namespaces.

@@ -1,0 +1,131 @@
+//! The namespace's enforced Pod Security level, held after the patch: what a Watcher adds is
+//! adapted where it leaves a field unset that the level needs, or the Watcher is left out when
+//! it asks for what the level forbids. A pod that fails the level by itself is left to
+//! kube-apiserver: nothing changes.
+
+use std::borrow::Cow;
+
+use k8s_openapi::api::core::v1::Container;
+use watcher_api::Watcher;
+
+use crate::PodView;
+use crate::pod_security::{Adaptation, ContainerFacts, Failures, NEWEST_MINOR, NamespaceLevels, PodFacts, Policy};
+
+/// What Pod Security did to one Watcher of one pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSecurityReport {
+    /// The Watcher.
+    pub watcher: String,
+    /// The enforced policy (`restricted:latest`).
+    pub policy: String,
+    /// Each container the Watcher adds that was adapted, with the fields set.
+    pub adapted: Vec<(String, Vec<&'static str>)>,
+    /// Why the Watcher was left out: the checks it fails, in kube-apiserver's words.
+    pub violations: Option<String>,
+}
+
+/// The enforced level of a pod that passes it by itself.
+pub(super) struct Guard<'p> {
+    policy: Policy,
+    server: u32,
+    pod: PodFacts<'p>,
+}
+
+impl<'p> Guard<'p> {
+    /// The guard for `pod`, when its namespace enforces a level that checks anything and the
+    /// pod passes it without the operator.
+    pub(super) fn of(pod: &'p PodView, levels: &NamespaceLevels, server: Option<u32>) -> Option<Self> {
+        let policy = levels.enforced()?;
+        let server = server.unwrap_or(NEWEST_MINOR);
+        let facts = pod.security_facts();
+        crate::pod_security::evaluate(&facts, policy, server).passed().then_some(Self { policy, server, pod: facts })
+    }
+
+    /// What `watcher` needs adapted to keep the pod at the level (one adaptation for its
+    /// sidecar, one per init container), or the checks it fails even so.
+    pub(super) fn admit(&self, watcher: &Watcher, pod: &PodView) -> Result<Adapted, Failures> {
+        let spec = &watcher.spec;
+        let adapt =
+            |c: &Container| Adaptation::needed(self.policy, self.server, &self.pod, c.security_context.as_ref());
+        let sidecar = adapt(&spec.container);
+        let init: Vec<Adaptation> = spec.app.init_containers.iter().map(adapt).collect();
+        let containers = spec.app.init_containers.iter().zip(&init).chain([(&spec.container, &sidecar)]);
+        // Only what the Watcher adds, on the pod's own pod-level fields: the pod passes by itself,
+        // and every check fails on a container, volume or annotation, so this is what fails.
+        let volume = spec.volume.as_deref().filter(|v| !pod_has_volume(pod, &v.name));
+        let annotations = spec
+            .app
+            .pod_annotations
+            .iter()
+            .filter(|(key, _)| crate::pod_security::is_pod_security_annotation(key))
+            .filter(|(key, _)| !pod.metadata.annotations.has(key))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let added = PodFacts {
+            annotations,
+            volumes: volume.map(|v| (v.name.as_str(), crate::pod_security::volume_type(v))).into_iter().collect(),
+            containers: containers.map(|(c, a)| adapted_facts(c, a)).collect(),
+            security_context: self.pod.security_context,
+            host_network: self.pod.host_network,
+            host_pid: self.pod.host_pid,
+            host_ipc: self.pod.host_ipc,
+            host_users: self.pod.host_users,
+            windows: self.pod.windows,
+        };
+        let failures = crate::pod_security::evaluate(&added, self.policy, self.server);
+        if failures.passed() { Ok(Adapted { sidecar, init }) } else { Err(failures) }
+    }
+
+    /// The report for `watcher`: adapted as `adapted` says, or left out for `failures`.
+    pub(super) fn report(&self, watcher: &Watcher, outcome: Result<&Adapted, &Failures>) -> PodSecurityReport {
+        let spec = &watcher.spec;
+        let (adapted, violations) = match outcome {
+            Ok(adapted) => {
+                let containers = [(&spec.container, &adapted.sidecar)]
+                    .into_iter()
+                    .chain(spec.app.init_containers.iter().zip(&adapted.init));
+                let list =
+                    containers.filter(|(_, a)| !a.is_empty()).map(|(c, a)| (c.name.clone(), a.fields())).collect();
+                (list, None)
+            }
+            Err(failures) => (Vec::new(), Some(failures.to_string())),
+        };
+        PodSecurityReport {
+            watcher: watcher.metadata.name.clone().unwrap_or_default(),
+            policy: self.policy.to_string(),
+            adapted,
+            violations,
+        }
+    }
+
+    /// Why a Watcher is left out, in the words of the warning.
+    pub(super) fn why(&self, failures: &Failures) -> String {
+        format!("it would make the pod violate PodSecurity \"{}\": {failures}", self.policy)
+    }
+}
+
+/// A container as Pod Security reads it once adapted.
+fn adapted_facts<'c>(container: &'c Container, adaptation: &Adaptation) -> ContainerFacts<'c> {
+    let mut facts = ContainerFacts::of(container);
+    if !adaptation.is_empty() {
+        facts.security = Some(Cow::Owned(adaptation.apply(container.security_context.as_ref())));
+    }
+    facts
+}
+
+fn pod_has_volume(pod: &PodView, name: &str) -> bool {
+    pod.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default().iter().any(|v| v.name == name)
+}
+
+/// What the webhook sets in the containers a Watcher adds.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Adapted {
+    pub(super) sidecar: Adaptation,
+    pub(super) init: Vec<Adaptation>,
+}
+
+impl Adapted {
+    pub(super) fn is_empty(&self) -> bool {
+        self.sidecar.is_empty() && self.init.iter().all(Adaptation::is_empty)
+    }
+}

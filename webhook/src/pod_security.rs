@@ -1,0 +1,413 @@
+//! Pod Security Standards, evaluated as kube-apiserver's Pod Security admission evaluates them:
+//! the namespace's levels read from its labels, every `baseline` and `restricted` check with the
+//! versions it applies to, and the failures in kube-apiserver's own words (checked against the
+//! verdicts of real 1.24 and 1.36 servers in the tests).
+//!
+//! The webhook uses it to keep a pod that passes its namespace's enforced level passing once
+//! the Watchers' containers are added ([`Adaptation`]), or to leave out a Watcher that cannot.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, PodSecurityContext, Probe, SeccompProfile, SecurityContext, Volume,
+};
+
+mod checks;
+
+/// The label that names the level a namespace enforces.
+pub const ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
+/// The label that names the level a namespace warns about.
+pub const WARN_LABEL: &str = "pod-security.kubernetes.io/warn";
+/// The label that names the level a namespace audits.
+pub const AUDIT_LABEL: &str = "pod-security.kubernetes.io/audit";
+
+/// The newest Kubernetes minor version whose checks this evaluator knows; a server that does not
+/// say its version is taken to be this one.
+pub const NEWEST_MINOR: u32 = 37;
+
+/// A Pod Security Standards level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Anything goes.
+    Privileged,
+    /// Known privilege escalations prevented.
+    Baseline,
+    /// Hardened, current best practice.
+    Restricted,
+}
+
+impl Level {
+    fn parse(value: &str) -> Option<Self> {
+        match value {
+            "privileged" => Some(Self::Privileged),
+            "baseline" => Some(Self::Baseline),
+            "restricted" => Some(Self::Restricted),
+            _ => None,
+        }
+    }
+
+    /// The level as its label writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Privileged => "privileged",
+            Self::Baseline => "baseline",
+            Self::Restricted => "restricted",
+        }
+    }
+}
+
+/// A level at a version of the standards: `restricted:latest`, `baseline:v1.23`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// The level.
+    pub level: Level,
+    /// The minor version of the standards (`v1.N`); `None` for `latest`, the server's own.
+    pub version: Option<u32>,
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.version {
+            Some(minor) => write!(f, "{}:v1.{minor}", self.level.as_str()),
+            None => write!(f, "{}:latest", self.level.as_str()),
+        }
+    }
+}
+
+impl Policy {
+    /// The version of the checks a server of minor version `server` runs for this policy: the
+    /// policy's own, never newer than the server's.
+    fn minor_on(&self, server: u32) -> u32 {
+        self.version.map_or(server, |v| v.min(server))
+    }
+
+    /// Whether the policy checks anything at all.
+    pub fn checks_anything(&self) -> bool {
+        self.level != Level::Privileged
+    }
+}
+
+/// A namespace's Pod Security levels, as its labels set them (kube-apiserver's rules: a level
+/// that cannot be read is enforced as `restricted:latest` and ignored for `warn` and `audit`;
+/// `warn` defaults to a stricter `enforce`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceLevels {
+    /// What kube-apiserver refuses pods for (`None`: nothing, the namespace is unlabelled).
+    pub enforce: Option<Policy>,
+    /// What it warns about.
+    pub warn: Option<Policy>,
+    /// What it records in the audit log.
+    pub audit: Option<Policy>,
+}
+
+impl NamespaceLevels {
+    /// The levels the labels of a namespace set. An unlabelled namespace (the common case)
+    /// costs three map look-ups.
+    pub fn from_labels(labels: &BTreeMap<String, String>) -> Self {
+        Self::from_lookup(|key| labels.get(key).map(String::as_str))
+    }
+
+    /// The levels, reading each label with `label`.
+    pub fn from_lookup<'a>(label: impl Fn(&str) -> Option<&'a str>) -> Self {
+        let version = |key: &str| {
+            label(key).and_then(|v| match v {
+                "latest" => None,
+                v => v.strip_prefix("v1.").and_then(|minor| minor.parse::<u32>().ok()),
+            })
+        };
+        let enforce = label(ENFORCE_LABEL).map(|value| Policy {
+            // An unreadable level is enforced as the strictest, as kube-apiserver does.
+            level: Level::parse(value).unwrap_or(Level::Restricted),
+            version: version("pod-security.kubernetes.io/enforce-version"),
+        });
+        let read = |key: &str, version_key: &str| {
+            label(key).and_then(Level::parse).map(|level| Policy { level, version: version(version_key) })
+        };
+        let mut warn = read(WARN_LABEL, "pod-security.kubernetes.io/warn-version");
+        let audit = read(AUDIT_LABEL, "pod-security.kubernetes.io/audit-version");
+        // `warn` defaults to a readable `enforce` level stricter than privileged.
+        let readable_enforce = label(ENFORCE_LABEL).and_then(Level::parse);
+        if label(WARN_LABEL).is_none()
+            && let (Some(level), Some(enforce)) = (readable_enforce, enforce)
+            && level > Level::Privileged
+        {
+            let version = match label("pod-security.kubernetes.io/warn-version") {
+                Some(_) => version("pod-security.kubernetes.io/warn-version"),
+                None => enforce.version,
+            };
+            warn = Some(Policy { level, version });
+        }
+        Self { enforce, warn, audit }
+    }
+
+    /// The enforced policy, when it checks anything.
+    pub fn enforced(&self) -> Option<Policy> {
+        self.enforce.filter(Policy::checks_anything)
+    }
+}
+
+/// One failed check: kube-apiserver's reason (`allowPrivilegeEscalation != false`) and detail
+/// (`container "x" must set securityContext.allowPrivilegeEscalation=false`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The check's name as the server says it.
+    pub reason: String,
+    /// What fails it, naming containers, volumes or fields.
+    pub detail: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.detail.is_empty() { f.write_str(&self.reason) } else { write!(f, "{} ({})", self.reason, self.detail) }
+    }
+}
+
+/// The failures of one evaluation, in kube-apiserver's order; empty when the pod passes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Failures(pub Vec<Failure>);
+
+impl Failures {
+    /// Whether the pod passes.
+    pub fn passed(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The reasons alone (`privileged, allowPrivilegeEscalation != false`).
+    pub fn reasons(&self) -> String {
+        self.0.iter().map(|f| f.reason.as_str()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+impl fmt::Display for Failures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, failure) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{failure}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A pod as Pod Security reads it: the pod-level fields, its volumes by type, the annotations
+/// the standards read, and its containers (init containers first, as kube-apiserver visits them).
+#[derive(Clone, Debug, Default)]
+pub struct PodFacts<'a> {
+    /// `spec.securityContext`.
+    pub security_context: Option<&'a PodSecurityContext>,
+    /// `hostNetwork`, `hostPID`, `hostIPC`.
+    pub host_network: bool,
+    /// `hostPID`.
+    pub host_pid: bool,
+    /// `hostIPC`.
+    pub host_ipc: bool,
+    /// `hostUsers` (`false`: a user namespace, which relaxes some checks from 1.35).
+    pub host_users: Option<bool>,
+    /// `os.name: windows`.
+    pub windows: bool,
+    /// The AppArmor and seccomp annotations.
+    pub annotations: Vec<(&'a str, &'a str)>,
+    /// Each volume's name and type (the name of its source field: `emptyDir`, `hostPath`, ...).
+    pub volumes: Vec<(&'a str, &'a str)>,
+    /// The containers.
+    pub containers: Vec<ContainerFacts<'a>>,
+}
+
+/// A container as Pod Security reads it.
+#[derive(Clone, Debug, Default)]
+pub struct ContainerFacts<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its `securityContext`.
+    pub security: Option<Cow<'a, SecurityContext>>,
+    /// The `hostPort`s of its ports (0 left out).
+    pub host_ports: Vec<i32>,
+    /// The `host` of its probes' and lifecycle handlers' `httpGet` and `tcpSocket`.
+    pub probe_hosts: Vec<&'a str>,
+}
+
+/// Whether an annotation key is one the standards read.
+pub fn is_pod_security_annotation(key: &str) -> bool {
+    key.starts_with(checks::APPARMOR_PREFIX)
+        || key.starts_with(checks::SECCOMP_CONTAINER_PREFIX)
+        || key == checks::SECCOMP_POD_ANNOTATION
+}
+
+impl<'a> ContainerFacts<'a> {
+    /// A container of a Watcher (its sidecar or an init container).
+    pub fn of(container: &'a Container) -> Self {
+        let host_ports = container.ports.iter().flatten().filter_map(|p| p.host_port.filter(|p| *p != 0)).collect();
+        let probes = [&container.liveness_probe, &container.readiness_probe, &container.startup_probe];
+        let mut probe_hosts: Vec<&str> = probes.into_iter().flatten().flat_map(probe_hosts).collect();
+        if let Some(lifecycle) = &container.lifecycle {
+            for handler in [&lifecycle.post_start, &lifecycle.pre_stop].into_iter().flatten() {
+                let http = handler.http_get.as_ref().and_then(|h| h.host.as_deref());
+                let tcp = handler.tcp_socket.as_ref().and_then(|t| t.host.as_deref());
+                probe_hosts.extend(http.into_iter().chain(tcp).filter(|h| !h.is_empty()));
+            }
+        }
+        Self {
+            name: &container.name,
+            security: container.security_context.as_ref().map(Cow::Borrowed),
+            host_ports,
+            probe_hosts,
+        }
+    }
+}
+
+fn probe_hosts(probe: &Probe) -> impl Iterator<Item = &str> {
+    let http = probe.http_get.as_ref().and_then(|h| h.host.as_deref());
+    let tcp = probe.tcp_socket.as_ref().and_then(|t| t.host.as_deref());
+    http.into_iter().chain(tcp).filter(|h| !h.is_empty())
+}
+
+/// The type of a volume: the name of its one source field, as the API writes it.
+pub fn volume_type(volume: &Volume) -> &'static str {
+    let sources: [(&'static str, bool); 30] = [
+        ("awsElasticBlockStore", volume.aws_elastic_block_store.is_some()),
+        ("azureDisk", volume.azure_disk.is_some()),
+        ("azureFile", volume.azure_file.is_some()),
+        ("cephfs", volume.cephfs.is_some()),
+        ("cinder", volume.cinder.is_some()),
+        ("configMap", volume.config_map.is_some()),
+        ("csi", volume.csi.is_some()),
+        ("downwardAPI", volume.downward_api.is_some()),
+        ("emptyDir", volume.empty_dir.is_some()),
+        ("ephemeral", volume.ephemeral.is_some()),
+        ("fc", volume.fc.is_some()),
+        ("flexVolume", volume.flex_volume.is_some()),
+        ("flocker", volume.flocker.is_some()),
+        ("gcePersistentDisk", volume.gce_persistent_disk.is_some()),
+        ("gitRepo", volume.git_repo.is_some()),
+        ("glusterfs", volume.glusterfs.is_some()),
+        ("hostPath", volume.host_path.is_some()),
+        ("image", volume.image.is_some()),
+        ("iscsi", volume.iscsi.is_some()),
+        ("nfs", volume.nfs.is_some()),
+        ("persistentVolumeClaim", volume.persistent_volume_claim.is_some()),
+        ("photonPersistentDisk", volume.photon_persistent_disk.is_some()),
+        ("portworxVolume", volume.portworx_volume.is_some()),
+        ("projected", volume.projected.is_some()),
+        ("quobyte", volume.quobyte.is_some()),
+        ("rbd", volume.rbd.is_some()),
+        ("scaleIO", volume.scale_io.is_some()),
+        ("secret", volume.secret.is_some()),
+        ("storageos", volume.storageos.is_some()),
+        ("vsphereVolume", volume.vsphere_volume.is_some()),
+    ];
+    sources.into_iter().find(|(_, set)| *set).map_or("", |(name, _)| name)
+}
+
+/// Evaluates `pod` against `policy` as a kube-apiserver of minor version `server` does.
+pub fn evaluate(pod: &PodFacts<'_>, policy: Policy, server: u32) -> Failures {
+    if !policy.checks_anything() {
+        return Failures::default();
+    }
+    let context = checks::Context { pod, minor: policy.minor_on(server), server };
+    Failures(checks::run(&context, policy.level))
+}
+
+/// What the webhook sets in a container a Watcher adds, so that it passes the enforced level:
+/// only fields the Watcher leaves unset and the level needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Adaptation {
+    /// `allowPrivilegeEscalation: false`.
+    pub allow_privilege_escalation: bool,
+    /// `capabilities.drop: [ALL]`.
+    pub drop_all: bool,
+    /// `seccompProfile.type: RuntimeDefault`.
+    pub seccomp: bool,
+    /// `runAsNonRoot: true`.
+    pub run_as_non_root: bool,
+}
+
+impl Adaptation {
+    /// What `policy` needs set in `container` of `pod`, of what the container leaves unset.
+    pub fn needed(policy: Policy, server: u32, pod: &PodFacts<'_>, container: Option<&SecurityContext>) -> Self {
+        if policy.level != Level::Restricted {
+            return Self::default();
+        }
+        let minor = policy.minor_on(server);
+        let pod_context = pod.security_context;
+        // Windows pods may not set these fields, and from 1.25 the standards do not ask them to.
+        let linux_only = !pod.windows || minor < 25;
+        Self {
+            allow_privilege_escalation: linux_only
+                && minor >= 8
+                && container.is_none_or(|c| c.allow_privilege_escalation.is_none()),
+            drop_all: linux_only && minor >= 22 && container.is_none_or(|c| c.capabilities.is_none()),
+            seccomp: linux_only
+                && minor >= 19
+                && pod_context.is_none_or(|p| p.seccomp_profile.is_none())
+                && container.is_none_or(|c| c.seccomp_profile.is_none()),
+            run_as_non_root: pod_context.is_none_or(|p| p.run_as_non_root.is_none())
+                && container.is_none_or(|c| c.run_as_non_root.is_none()),
+        }
+    }
+
+    /// Whether there is nothing to set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The fields it sets, as they are written in a securityContext.
+    pub fn fields(&self) -> Vec<&'static str> {
+        let set = [
+            (self.allow_privilege_escalation, "allowPrivilegeEscalation: false"),
+            (self.drop_all, "capabilities.drop: [ALL]"),
+            (self.seccomp, "seccompProfile: RuntimeDefault"),
+            (self.run_as_non_root, "runAsNonRoot: true"),
+        ];
+        set.into_iter().filter(|(on, _)| *on).map(|(_, field)| field).collect()
+    }
+
+    /// `context` with the adaptation applied.
+    pub fn apply(&self, context: Option<&SecurityContext>) -> SecurityContext {
+        let mut context = context.cloned().unwrap_or_default();
+        if self.allow_privilege_escalation {
+            context.allow_privilege_escalation = Some(false);
+        }
+        if self.drop_all {
+            context.capabilities = Some(Capabilities { add: None, drop: Some(vec!["ALL".to_owned()]) });
+        }
+        if self.seccomp {
+            context.seccomp_profile =
+                Some(SeccompProfile { type_: "RuntimeDefault".to_owned(), localhost_profile: None });
+        }
+        if self.run_as_non_root {
+            context.run_as_non_root = Some(true);
+        }
+        context
+    }
+
+    /// Sets the adaptation's fields in a container written as JSON.
+    pub fn apply_to_json(&self, container: &mut serde_json::Value) {
+        if self.is_empty() {
+            return;
+        }
+        let Some(fields) = container.as_object_mut() else { return };
+        let context = fields.entry("securityContext").or_insert_with(|| serde_json::json!({}));
+        if !context.is_object() {
+            *context = serde_json::json!({});
+        }
+        let Some(context) = context.as_object_mut() else { return };
+        if self.allow_privilege_escalation {
+            context.insert("allowPrivilegeEscalation".into(), false.into());
+        }
+        if self.drop_all {
+            context.insert("capabilities".into(), serde_json::json!({"drop": ["ALL"]}));
+        }
+        if self.seccomp {
+            context.insert("seccompProfile".into(), serde_json::json!({"type": "RuntimeDefault"}));
+        }
+        if self.run_as_non_root {
+            context.insert("runAsNonRoot".into(), true.into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
