@@ -11,7 +11,8 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use watcher_api::{CLUSTER_WATCHER_KIND, ClusterWatcher, CompiledPolicy, ImagePolicy, Watcher};
 use watcher_certs::{Authority, service_hosts};
-use watcher_webhook::{InjectOptions, PodView, inject, rewrite_images};
+use watcher_webhook::pod_security::NamespaceLevels;
+use watcher_webhook::{InjectOptions, PodView, inject_at_level, rewrite_images};
 
 /// Every CRD as one multi-document YAML stream: exactly the content of `deploy/crds/crds.yaml`.
 pub(crate) fn crds_yaml() -> anyhow::Result<String> {
@@ -77,7 +78,8 @@ pub(crate) fn inject_preview(
         let in_namespace =
             watcher_webhook::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster, &options);
         let refs: Vec<&Watcher> = in_namespace.iter().map(AsRef::as_ref).collect();
-        let mut injection = inject(&pod, &namespace, &refs, &options);
+        let levels = NamespaceLevels::from_labels(&labels);
+        let mut injection = inject_at_level(&pod, &namespace, &refs, &options, &levels);
         rewrite_images(&pod, &namespace, &policies, &options, &mut injection);
         let name = pod.display_name();
         if let Some(reason) = &injection.refused {
@@ -88,6 +90,16 @@ pub(crate) fn inject_preview(
         }
         if let Some(reason) = &injection.skipped {
             eprintln!("pod {namespace}/{name} not injected: {reason}");
+        }
+        for report in injection.pod_security.iter().filter(|r| r.violations.is_none()) {
+            for (container, fields) in &report.adapted {
+                eprintln!(
+                    "pod {namespace}/{name}: Watcher {} adapted to PodSecurity \"{}\": container {container} gets {}",
+                    report.watcher,
+                    report.policy,
+                    fields.join(", ")
+                );
+            }
         }
         json_patch::patch(&mut document, &injection.patch).context("the injection patch does not apply")?;
         out.push_str("---\n");

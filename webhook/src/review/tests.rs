@@ -664,3 +664,87 @@ async fn the_sidecar_sees_the_app_through_the_router(#[case] name: &str) {
     assert_eq!(review["response"]["allowed"], true);
     assert!(review["response"].get("patch").is_none(), "{name}: reinvocation patched again: {}", review["response"]);
 }
+
+/// A namespace that enforces a Pod Security level, for the router.
+struct Enforcing(&'static str);
+
+impl crate::PolicySource for Enforcing {
+    fn policies_for(&self, _: &str) -> Vec<Arc<watcher_api::CompiledPolicy>> {
+        Vec::new()
+    }
+
+    fn pod_security(&self, _: &str) -> crate::pod_security::NamespaceLevels {
+        let labels = [(crate::pod_security::ENFORCE_LABEL.to_owned(), self.0.to_owned())].into();
+        crate::pod_security::NamespaceLevels::from_labels(&labels)
+    }
+}
+
+/// The captured review of a ReplicaSet's pod, carrying instead a real pod that passes
+/// `restricted` by itself (argo-cd's redis, as kube-apiserver 1.36 stores it).
+fn restricted_review() -> Value {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/real-workloads/argo-cd-1.36-plain.json"
+    ))
+    .expect("fixture");
+    let list: Value = serde_json::from_str(&text).expect("JSON");
+    let redis = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|p| p["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("argocd-redis")));
+    let mut review = fixture("pod-create-from-replicaset-generatename.json");
+    review["request"]["object"] = redis.expect("the redis pod").clone();
+    review["request"]["object"]["metadata"]["annotations"] = json!({"watcher.dev/inject": "log-watcher,root-watcher"});
+    review["request"]["namespace"] = json!("team-a");
+    review
+}
+
+/// In a `restricted` namespace: the plain Watcher's sidecar gets the fields it leaves unset, the
+/// one asking for root is left out with kube-apiserver's words, each counted; required, the
+/// latter refuses the pod.
+#[tokio::test]
+async fn the_enforced_level_holds_after_the_patch() {
+    let root = |policy: &str| {
+        watcher(
+            "root-watcher",
+            json!({"container": {"name": "root", "image": "busybox:1.36", "securityContext": {"runAsUser": 0}},
+                   "failurePolicy": policy}),
+        )
+    };
+    for required in [false, true] {
+        let metrics = Metrics::register(&mut Registry::default());
+        let options = InjectOptions { excluded_namespaces: vec![], native_sidecars: true, server_minor: Some(36) };
+        let watchers = vec![log_watcher(), root(if required { "Fail" } else { "Ignore" })];
+        let reviewer = Reviewer::new(store(watchers), options).with_policies(Arc::new(Enforcing("restricted")));
+        let app = router(reviewer, metrics.clone());
+        let request = restricted_review();
+        let (status, review, text) = post(&app, request.to_string()).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let violation = "it would make the pod violate PodSecurity \"restricted:latest\": runAsUser=0 \
+                         (container \"root\" must not set runAsUser=0)";
+        if required {
+            assert_eq!(review["response"]["allowed"], false, "{text}");
+            let message = review["response"]["status"]["message"].as_str().expect("message");
+            assert!(message.contains("root-watcher is required") && message.contains(violation), "{message}");
+            assert_eq!(metrics.pod_security_count(crate::PodSecurityOutcome::refused), 1);
+            continue;
+        }
+        assert_eq!(review["response"]["allowed"], true, "{text}");
+        assert_eq!(review["response"]["warnings"], json!([format!("Watcher root-watcher not injected: {violation}")]));
+        let (_, pod) = patched_pod(&request, &review);
+        let sidecar = pod["spec"]["initContainers"]
+            .as_array()
+            .expect("init containers")
+            .iter()
+            .find(|c| c["name"] == "log-watcher");
+        assert_eq!(
+            sidecar.expect("the sidecar")["securityContext"],
+            json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}),
+            "the pod sets runAsNonRoot and seccomp itself"
+        );
+        assert_eq!(pod["spec"]["securityContext"], request["request"]["object"]["spec"]["securityContext"]);
+        assert_eq!(metrics.pod_security_count(crate::PodSecurityOutcome::adapted), 1);
+        assert_eq!(metrics.pod_security_count(crate::PodSecurityOutcome::left_out), 1);
+    }
+}
