@@ -10,10 +10,11 @@ use json_patch::PatchOperation;
 use kube::ResourceExt;
 use serde::Serialize;
 use watcher_api::{ClusterWatcher, CompiledPolicy, ORIGINAL_IMAGES_ANNOTATION, Watcher, image, injected_watchers};
+use watcher_webhook::pod_security::NamespaceLevels;
 use watcher_webhook::scope::Conditions;
 use watcher_webhook::{
-    Asked, Exclusion, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, app_report, decide, exclusion, inject,
-    original_images, rewrite_images,
+    Asked, Exclusion, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, app_report, decide, exclusion,
+    inject_at_level, original_images, rewrite_images,
 };
 
 /// Why the namespace or the pod is kept from the webhook.
@@ -42,6 +43,10 @@ pub(crate) struct WatcherLine {
     /// The Watcher is a ClusterWatcher's, where it applies.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) cluster: bool,
+    /// Where the namespace enforces a Pod Security level: what was set in the Watcher's
+    /// containers for it.
+    #[serde(rename = "podSecurity", skip_serializing_if = "Vec::is_empty")]
+    pub(crate) pod_security: Vec<String>,
 }
 
 /// How one ClusterWatcher stands towards the pod's namespace.
@@ -174,6 +179,7 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 name,
                 sees: Vec::new(),
                 cluster: false,
+                pod_security: Vec::new(),
             });
         }
     } else {
@@ -191,6 +197,7 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 message,
                 sees: Vec::new(),
                 cluster: false,
+                pod_security: Vec::new(),
             };
             lines.push(match &decision.verdict {
                 Verdict::Inject if existing => line(
@@ -254,8 +261,10 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 name,
                 sees: Vec::new(),
                 cluster: false,
+                pod_security: Vec::new(),
             });
         }
+        hold_the_level(pod, scope, &mut lines);
         see_the_app(pod, existing, scope, &mut lines);
     }
     lines.sort_by(|a, b| a.name.cmp(&b.name));
@@ -301,11 +310,52 @@ fn see_the_app(pod: &PodView, existing: bool, scope: &Scope<'_>, lines: &mut [Wa
     let reports = if existing {
         injecting.iter().map(|w| app_report(pod, scope.namespace, w, scope.watchers)).collect()
     } else {
-        inject(pod, scope.namespace, scope.watchers, scope.options).app
+        let levels = NamespaceLevels::from_labels(scope.namespace_labels);
+        inject_at_level(pod, scope.namespace, scope.watchers, scope.options, &levels).app
     };
     for report in reports {
         if let Some(line) = lines.iter_mut().find(|l| l.name == report.watcher) {
             line.sees = report.lines;
+        }
+    }
+}
+
+/// Where the namespace enforces a Pod Security level: what admission sets in each Watcher's
+/// containers for it, and which Watchers it leaves out (the same pass as admission, on the pod
+/// as it is or as written).
+fn hold_the_level(pod: &PodView, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
+    let levels = NamespaceLevels::from_labels(scope.namespace_labels);
+    if levels.enforced().is_none() {
+        return;
+    }
+    let injection = inject_at_level(pod, scope.namespace, scope.watchers, scope.options, &levels);
+    for report in injection.pod_security {
+        let Some(line) = lines.iter_mut().find(|l| l.name == report.watcher) else { continue };
+        match &report.violations {
+            Some(violations) => {
+                let required = scope.watchers.iter().any(|w| w.name_any() == report.watcher && w.spec.is_required());
+                line.injected = false;
+                line.up_to_date = None;
+                line.reason = "PodSecurity";
+                line.message = format!(
+                    "left out: it would make the pod violate PodSecurity \"{}\": {violations}{}",
+                    report.policy,
+                    if required { "; the Watcher is required (failurePolicy: Fail): the pod is refused" } else { "" }
+                );
+            }
+            None => {
+                line.pod_security = report
+                    .adapted
+                    .iter()
+                    .map(|(container, fields)| {
+                        format!(
+                            "container {container} gets {} for PodSecurity \"{}\"",
+                            fields.join(", "),
+                            report.policy
+                        )
+                    })
+                    .collect();
+            }
         }
     }
 }
@@ -330,7 +380,8 @@ fn planned_images(pod: &PodView, scope: &Scope<'_>, excluded: &Option<Excluded>)
     if excluded.is_some() {
         return Vec::new();
     }
-    let mut injection = inject(pod, scope.namespace, scope.watchers, scope.options);
+    let levels = NamespaceLevels::from_labels(scope.namespace_labels);
+    let mut injection = inject_at_level(pod, scope.namespace, scope.watchers, scope.options, &levels);
     let before = injection.patch.len();
     // The sidecars as injected, then the pod's own containers: images before rewriting.
     let mut images: Vec<(String, String)> = Vec::new();
@@ -408,7 +459,7 @@ impl Explanation {
             let state = if line.injected { "injected" } else { "not injected" };
             let kind = if line.cluster { " (ClusterWatcher)" } else { "" };
             out.push_str(&format!("{mark} {}{kind}: {state} ({}): {}\n", line.name, line.reason, line.message));
-            for seen in &line.sees {
+            for seen in line.sees.iter().chain(&line.pod_security) {
                 out.push_str(&format!("    {seen}\n"));
             }
         }

@@ -399,3 +399,34 @@ fn what_the_sidecar_sees_is_explained_for_a_manifest_and_the_pod_it_became() {
     assert_eq!(existing.watchers[0].sees[..5], expected);
     assert_eq!(existing.watchers[0].sees[5], "annotation prometheus.io/scrape is on the pod (never overwritten)");
 }
+
+/// In a namespace that enforces `restricted`, the README's app (which passes it by itself): a
+/// plain Watcher is injected with what the level needs set, one asking for a privileged
+/// container is left out in kube-apiserver's words, as admission decides.
+#[test]
+fn the_enforced_pod_security_level_is_explained() {
+    let app: Value = serde_saphyr::from_str(include_str!("../../../../deploy/samples/app.yaml")).expect("app.yaml");
+    let selector = json!({"matchLabels": {"app": "shop"}});
+    let plain = watcher("plain", "plain", "busybox:1.36", Some(selector.clone()));
+    let mut privileged = watcher("privileged", "root", "busybox:1.36", Some(selector));
+    privileged.spec.container.security_context = serde_json::from_value(json!({"privileged": true})).ok();
+    let watchers = [plain, privileged];
+    let labels = [("pod-security.kubernetes.io/enforce", "restricted")];
+    let explained = explain_in("team-a", &labels, app.clone(), false, &watchers);
+    assert_eq!(reasons(&explained), [("plain", true, None, "Selector"), ("privileged", false, None, "PodSecurity")]);
+    assert_eq!(
+        explained.watchers[0].pod_security,
+        [
+            "container plain gets allowPrivilegeEscalation: false, capabilities.drop: [ALL] for PodSecurity \"restricted:latest\""
+        ]
+    );
+    assert_eq!(
+        explained.watchers[1].message,
+        "left out: it would make the pod violate PodSecurity \"restricted:latest\": privileged (container \"root\" \
+         must not set securityContext.privileged=true)"
+    );
+    let text = explained.text();
+    assert!(text.contains("× privileged: not injected (PodSecurity): left out"), "{text}");
+    let unlabelled = explain_in("team-a", &[], app, false, &watchers);
+    assert!(unlabelled.watchers.iter().all(|l| l.injected && l.pod_security.is_empty()), "no level, nothing changes");
+}
