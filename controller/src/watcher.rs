@@ -33,6 +33,8 @@ use watcher_api::{
 
 use crate::scope::ScopeStatus;
 use crate::{Context, Error, Result, WatcherCache};
+use watcher_webhook::pod_security::{NamespaceLevels, Policy};
+use watcher_webhook::{Compliance, compliance};
 
 const CONTROLLER: &str = "watcher";
 /// Label on every owned ConfigMap: the Watcher it belongs to.
@@ -60,6 +62,8 @@ pub struct WatcherContext {
     /// Statuses this controller wrote (with the Watcher's resourceVersion after the write) that
     /// the Watcher cache may not hold yet.
     statuses: Recent<ObjectRef<Watcher>, (String, WatcherStatus)>,
+    /// The namespaces' labels (their Pod Security levels).
+    namespaces: Store<crate::sync::NamespaceMeta>,
 }
 
 /// What the controller wrote, until its cache holds it: a cache trails a write by milliseconds
@@ -99,16 +103,39 @@ impl<K, V> Default for Recent<K, V> {
 }
 
 impl WatcherContext {
-    fn with(ctx: Arc<Context>, config_maps: Store<ConfigMap>, listed: Arc<AtomicBool>, scope: ScopeStatus) -> Self {
+    fn with(
+        ctx: Arc<Context>,
+        config_maps: Store<ConfigMap>,
+        listed: Arc<AtomicBool>,
+        scope: ScopeStatus,
+        namespaces: Store<crate::sync::NamespaceMeta>,
+    ) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
         let recorder = Recorder::new(ctx.client.clone(), reporter);
-        Self { ctx, config_maps, listed, scope, recorder, written: Recent::default(), statuses: Recent::default() }
+        let (written, statuses) = (Recent::default(), Recent::default());
+        Self { ctx, config_maps, listed, scope, recorder, written, statuses, namespaces }
     }
 
     /// A context over `config_maps`, already listed (for tests that fill the store themselves).
     #[cfg(test)]
-    pub(crate) fn new(ctx: Arc<Context>, config_maps: Store<ConfigMap>, scope: ScopeStatus) -> Arc<Self> {
-        Arc::new(Self::with(ctx, config_maps, Arc::new(AtomicBool::new(true)), scope))
+    pub(crate) fn new(
+        ctx: Arc<Context>,
+        config_maps: Store<ConfigMap>,
+        scope: ScopeStatus,
+        namespaces: Store<crate::sync::NamespaceMeta>,
+    ) -> Arc<Self> {
+        Arc::new(Self::with(ctx, config_maps, Arc::new(AtomicBool::new(true)), scope, namespaces))
+    }
+
+    /// The Pod Security levels of `namespace`, from the namespace cache.
+    fn levels(&self, namespace: &str) -> NamespaceLevels {
+        match self.namespaces.get(&ObjectRef::new(namespace)) {
+            Some(meta) => {
+                let labels = meta.labels();
+                NamespaceLevels::from_lookup(|key| labels.get(key).map(String::as_str))
+            }
+            None => NamespaceLevels::default(),
+        }
     }
 
     /// The ConfigMap as this controller last knows it: the cached one, or the one it wrote when
@@ -208,7 +235,7 @@ pub async fn run(
         listed.clone(),
         scope.clone(),
     ));
-    let shared = Arc::new(WatcherContext::with(ctx, config_maps, listed, scope));
+    let shared = Arc::new(WatcherContext::with(ctx, config_maps, listed, scope, cache.namespaces.clone()));
     let watchers = Controller::for_shared_stream(triggers, cache.store.clone())
         .reconcile_all_on(resyncs)
         .reconcile_on(futures::stream::select(coverage, for_watchers))
@@ -302,7 +329,19 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
 
     let requeue = if matches!(outcome, ConfigOutcome::Conflict(_)) { CONFLICT_RETRY } else { RESYNC };
     let current = ctx.status(&watcher);
-    let status = desired_status(&watcher, current.clone(), &outcome, covered);
+    let mut status = desired_status(&watcher, current.clone(), &outcome, covered);
+    let pod_security =
+        pod_security_condition(&watcher.spec, &namespace, &ctx.levels(&namespace), watcher.meta().generation);
+    let newly_refused = pod_security.as_ref().filter(|c| c.reason == "CannotComply").filter(|c| {
+        !current.iter().flat_map(|s| &s.conditions).any(|old| old.type_ == c.type_ && old.message == c.message)
+    });
+    if let Some(refused) = newly_refused {
+        publish(&ctx, &watcher, EventType::Warning, "PodSecurity", refused.message.clone()).await;
+    }
+    match pod_security {
+        Some(condition) => set_condition(&mut status.conditions, condition),
+        None => status.conditions.retain(|c| c.type_ != POD_SECURITY_CONDITION),
+    }
     if current.as_ref() != Some(&status) {
         let invalid = ready_condition(&status).filter(|c| c.reason == "InvalidSpec");
         if let Some(invalid) = invalid {
@@ -333,6 +372,53 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
     }
     ctx.ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
     Ok(Action::requeue(requeue))
+}
+
+/// The condition that says how a Watcher stands towards its namespace's Pod Security levels.
+pub(crate) const POD_SECURITY_CONDITION: &str = "PodSecurity";
+
+/// How `spec` stands towards the Pod Security levels of `namespace` (`None` where it sets none):
+/// `True` when it complies with the enforced level, as written (`Compliant`) or once the
+/// webhook sets what it leaves unset (`Adapted`, naming the fields); `False` with
+/// `CannotComply` and the failed checks where pods get it only without it. `warn` and `audit`
+/// are said the same way and change nothing.
+pub(crate) fn pod_security_condition(
+    spec: &watcher_api::WatcherSpec,
+    namespace: &str,
+    levels: &NamespaceLevels,
+    generation: Option<i64>,
+) -> Option<watcher_api::Condition> {
+    let probe = Watcher::new("probe", spec.clone());
+    let judge = |policy: Policy| match compliance(&probe, policy, None) {
+        Compliance::AsWritten => (true, "Compliant", "complies as written".to_owned()),
+        Compliance::Adapted(fields) => {
+            (true, "Adapted", format!("complies once adapted (where the pod sets none of them: {})", fields.join("; ")))
+        }
+        Compliance::CannotComply(checks) => (false, "CannotComply", format!("cannot comply: {checks}")),
+    };
+    let enforced = levels.enforced().map(|policy| (policy, judge(policy)));
+    let others = [("warns about", levels.warn), ("audits", levels.audit)];
+    let others: Vec<String> = others
+        .into_iter()
+        .filter_map(|(how, policy)| Some((how, policy.filter(Policy::checks_anything)?)))
+        .filter(|(_, policy)| Some(*policy) != levels.enforced())
+        .map(|(how, policy)| format!("it {how} {policy}: the Watcher {}", judge(policy).2))
+        .collect();
+    if enforced.is_none() && others.is_empty() {
+        return None;
+    }
+    let (status, reason, mut message) = match enforced {
+        Some((policy, (ok, reason, what))) => {
+            let what = if ok { what } else { format!("{what}; pods asking for it are admitted without it") };
+            (ok, reason, format!("namespace {namespace} enforces PodSecurity \"{policy}\": the Watcher {what}"))
+        }
+        None => (true, "NotEnforced", format!("namespace {namespace} enforces no Pod Security level")),
+    };
+    for other in others {
+        message.push_str("; ");
+        message.push_str(&other);
+    }
+    Some(condition(POD_SECURITY_CONDITION, status, reason, message, generation))
 }
 
 fn ready_condition(status: &WatcherStatus) -> Option<&watcher_api::Condition> {

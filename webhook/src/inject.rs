@@ -14,7 +14,7 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
 use k8s_openapi::api::core::v1::{ConfigMapEnvSource, EnvFromSource};
 use kube::ResourceExt;
-pub use security::PodSecurityReport;
+pub use security::{Compliance, PodSecurityReport, compliance};
 use serde_json::Value;
 use watcher_api::{
     INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, NativeSidecar, Watcher, config_map_name,

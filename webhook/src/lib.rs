@@ -15,8 +15,8 @@ mod server;
 
 pub use decide::{Asked, Decision, Exclusion, Verdict, WebhookSelectors, decide, exclusion};
 pub use inject::{
-    AppReport, InjectOptions, Injection, PodSecurityReport, SYSTEM_NAMESPACES, app_report, inject, inject_at_level,
-    server_minor, supports_native_sidecars,
+    AppReport, Compliance, InjectOptions, Injection, PodSecurityReport, SYSTEM_NAMESPACES, app_report, compliance,
+    inject, inject_at_level, server_minor, supports_native_sidecars,
 };
 pub use metrics::{AdmissionResult, Metrics, PodSecurityOutcome};
 pub use pod::{

@@ -66,7 +66,11 @@ where
         writer.apply_watcher_event(&Event::Apply(cm));
     }
     let server = tokio::spawn(scenario(verifier));
-    let result = reconcile(Arc::new(watcher), WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod())).await;
+    let result = reconcile(
+        Arc::new(watcher),
+        WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod(), reflector::store().0),
+    )
+    .await;
     let metrics = ctx.metrics.clone();
     drop(ctx); // lets the scenario see that no request follows
     server.await.expect("scenario passed");
@@ -207,7 +211,7 @@ async fn api_errors_back_off_and_are_counted() {
 
     let (ctx, _api) = Context::test();
     let watcher = Arc::new(watcher);
-    let shared = WatcherContext::new(ctx.clone(), reflector::store().0, ScopeStatus::every_pod());
+    let shared = WatcherContext::new(ctx.clone(), reflector::store().0, ScopeStatus::every_pod(), reflector::store().0);
     let first = error_policy(watcher.clone(), &error, shared.clone());
     let second = error_policy(watcher.clone(), &error, shared);
     assert_eq!(first, Action::requeue(std::time::Duration::from_secs(5)));
@@ -275,7 +279,7 @@ async fn a_reconcile_before_the_caches_see_its_writes_repeats_none() {
     let watcher = watcher(spec_with_config(), None);
     let (ctx, mut api) = Context::test();
     let (store, mut writer) = reflector::store();
-    let shared = WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod());
+    let shared = WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod(), reflector::store().0);
     let server = tokio::spawn(async move {
         let create = api.expect(Method::POST, CREATE_PATH).await;
         let mut created = create.body.clone();
@@ -307,7 +311,7 @@ async fn a_reconcile_before_the_caches_see_its_writes_repeats_none() {
     caught_up["status"] = serde_json::to_value(statuses.values().next().expect("kept").1.1.clone()).expect("JSON");
     let caught_up: Watcher = serde_json::from_value(caught_up).expect("Watcher");
     let (ctx, api) = Context::test();
-    let shared = WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod());
+    let shared = WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod(), reflector::store().0);
     *super::lock(&shared.written.0) = written;
     *super::lock(&shared.statuses.0) = statuses;
     let server = tokio::spawn(api.expect_no_more());
@@ -326,12 +330,17 @@ async fn ready_waits_for_the_admission_scope() {
     let spec = json!({"container": {"name": "log-watcher", "image": "busybox:1.36"},
                       "selector": {"matchLabels": {"app": "web"}}});
     let (ctx, mut api) = Context::test();
-    let pending = WatcherContext::new(ctx.clone(), reflector::store().0, ScopeStatus::fixed(Registered::Pending));
+    let pending = WatcherContext::new(
+        ctx.clone(),
+        reflector::store().0,
+        ScopeStatus::fixed(Registered::Pending),
+        reflector::store().0,
+    );
     let action = reconcile(Arc::new(watcher(spec.clone(), None)), pending).await.expect("reconciled");
     assert_eq!(action, Action::requeue(super::SCOPE_PENDING_RETRY));
 
     let stale = ScopeStatus::fixed(Registered::Scoped(Arc::new(watcher_webhook::Scope::default())));
-    let shared = WatcherContext::new(ctx.clone(), reflector::store().0, stale);
+    let shared = WatcherContext::new(ctx.clone(), reflector::store().0, stale, reflector::store().0);
     let server = tokio::spawn(async move {
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         let ready = &status.body["status"]["conditions"][0];
@@ -358,7 +367,7 @@ async fn a_config_map_deleted_before_the_cache_saw_it_is_created_again() {
     changed["metadata"]["resourceVersion"] = json!("200");
     let changed: Watcher = serde_json::from_value(changed).expect("Watcher");
     let (ctx, mut api) = Context::test();
-    let shared = WatcherContext::new(ctx.clone(), reflector::store().0, ScopeStatus::every_pod());
+    let shared = WatcherContext::new(ctx.clone(), reflector::store().0, ScopeStatus::every_pod(), reflector::store().0);
     let server = tokio::spawn(async move {
         let create = api.expect(Method::POST, CREATE_PATH).await;
         let mut created = create.body.clone();
@@ -381,4 +390,48 @@ async fn a_config_map_deleted_before_the_cache_saw_it_is_created_again() {
     reconcile(Arc::new(changed), shared.clone()).await.expect("created again");
     drop((shared, ctx));
     server.await.expect("scenario passed");
+}
+
+/// Before any pod: the Watcher's status says how it stands towards its namespace's enforced
+/// level (the README's sample complies as written; a plain one once adapted; a privileged one
+/// cannot), and what `warn` and `audit` would say; nothing where no level is set.
+#[test]
+fn the_pod_security_condition_says_how_the_watcher_stands() {
+    use watcher_webhook::pod_security::NamespaceLevels;
+    let levels = |pairs: &[(&str, &str)]| {
+        NamespaceLevels::from_labels(&pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect())
+    };
+    let sample: Watcher =
+        serde_saphyr::from_str(include_str!("../../../deploy/samples/app-watcher.yaml")).expect("sample");
+    let restricted = levels(&[("pod-security.kubernetes.io/enforce", "restricted")]);
+    let condition = |spec: &watcher_api::WatcherSpec, levels: &NamespaceLevels| {
+        super::pod_security_condition(spec, "team-a", levels, Some(1)).expect("a condition")
+    };
+    let compliant = condition(&sample.spec, &restricted);
+    assert_eq!((compliant.status.as_str(), compliant.reason.as_str()), ("True", "Compliant"));
+    let plain: watcher_api::WatcherSpec =
+        serde_json::from_value(json!({"container": {"name": "plain", "image": "busybox:1.36"}})).expect("spec");
+    let adapted = condition(&plain, &restricted);
+    assert_eq!(adapted.reason, "Adapted");
+    assert!(adapted.message.contains("plain: allowPrivilegeEscalation: false, capabilities.drop: [ALL], seccompProfile: RuntimeDefault, runAsNonRoot: true"), "{}", adapted.message);
+    let mut privileged = plain.clone();
+    privileged.container.security_context = serde_json::from_value(json!({"privileged": true})).ok();
+    let refused = condition(
+        &privileged,
+        &levels(&[
+            ("pod-security.kubernetes.io/enforce", "baseline"),
+            ("pod-security.kubernetes.io/audit", "restricted"),
+        ]),
+    );
+    assert_eq!((refused.status.as_str(), refused.reason.as_str()), ("False", "CannotComply"));
+    assert_eq!(
+        refused.message,
+        "namespace team-a enforces PodSecurity \"baseline:latest\": the Watcher cannot comply: privileged \
+         (container \"plain\" must not set securityContext.privileged=true); pods asking for it are admitted \
+         without it; it audits restricted:latest: the Watcher cannot comply: privileged (container \"plain\" must \
+         not set securityContext.privileged=true)"
+    );
+    let warned = condition(&plain, &levels(&[("pod-security.kubernetes.io/warn", "restricted")]));
+    assert_eq!((warned.status.as_str(), warned.reason.as_str()), ("True", "NotEnforced"));
+    assert!(super::pod_security_condition(&plain, "team-a", &NamespaceLevels::default(), Some(1)).is_none());
 }

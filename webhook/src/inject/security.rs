@@ -129,3 +129,30 @@ impl Adapted {
         self.sidecar.is_empty() && self.init.iter().all(Adaptation::is_empty)
     }
 }
+
+/// How a Watcher stands towards a Pod Security policy, before any pod exists: judged on a pod
+/// that sets nothing at pod level (the fields a pod may set itself are then adapted too).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Compliance {
+    /// Its containers pass as written.
+    AsWritten,
+    /// They pass once the webhook sets these fields (`container: field, field`).
+    Adapted(Vec<String>),
+    /// It asks for what the policy forbids: these checks fail, in kube-apiserver's words.
+    CannotComply(String),
+}
+
+/// How `watcher` stands towards `policy` on a server of minor version `server`.
+pub fn compliance(watcher: &Watcher, policy: Policy, server: Option<u32>) -> Compliance {
+    let pod = PodView::default();
+    let guard = Guard { policy, server: server.unwrap_or(NEWEST_MINOR), pod: PodFacts::default() };
+    match guard.admit(watcher, &pod) {
+        Err(failures) => Compliance::CannotComply(failures.to_string()),
+        Ok(adapted) if adapted.is_empty() => Compliance::AsWritten,
+        Ok(adapted) => {
+            let report = guard.report(watcher, Ok(&adapted));
+            let fields = report.adapted.into_iter().map(|(c, f)| format!("{c}: {}", f.join(", ")));
+            Compliance::Adapted(fields.collect())
+        }
+    }
+}
