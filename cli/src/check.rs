@@ -6,6 +6,7 @@
 pub(crate) mod inject;
 mod report;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -596,6 +597,7 @@ async fn admission_scope(
     };
     let named = || namespaces.items.iter().map(|ns| (ns.metadata.name.as_deref().unwrap_or_default(), ns.labels()));
     let everywhere = watcher_webhook::cluster::everywhere(&own, &cluster, named(), &options);
+    pod_security(report, &everywhere, named(), watcher_webhook::server_minor(&info.major, &info.minor));
     let scope = watcher_webhook::Scope::compute(&everywhere, &policies, named(), namespace);
     let summary = scope.summary();
     if !watcher_webhook::scope::supports_match_conditions(&info.major, &info.minor) {
@@ -670,6 +672,65 @@ async fn admission_scope(
                 "see the scope check above and the operator's log",
             );
         }
+    }
+}
+
+/// The Watchers and ClusterWatchers that cannot comply with the Pod Security level a namespace
+/// they apply in enforces (their pods get them only without them), and those whose image must
+/// run as a non-root user there (`runAsNonRoot` set for the level, no `runAsUser`).
+pub(crate) fn pod_security<'a>(
+    report: &mut Report,
+    everywhere: &[(String, Arc<watcher_api::Watcher>)],
+    namespaces: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, String>)>,
+    server: Option<u32>,
+) {
+    use watcher_webhook::pod_security::NamespaceLevels;
+    const GROUP: &str = "admission";
+    let levels: BTreeMap<&str, NamespaceLevels> =
+        namespaces.into_iter().map(|(name, labels)| (name, NamespaceLevels::from_labels(labels))).collect();
+    let (mut refused, mut non_root) = (Vec::new(), Vec::new());
+    for (namespace, watcher) in everywhere {
+        let Some(policy) = levels.get(namespace.as_str()).and_then(NamespaceLevels::enforced) else { continue };
+        let kind = if watcher.cluster_watcher().is_some() { "ClusterWatcher" } else { "Watcher" };
+        let name = format!("{kind} {} in {namespace} ({policy})", watcher.name_any());
+        match watcher_webhook::compliance(watcher, policy, server) {
+            watcher_webhook::Compliance::CannotComply(checks) => refused.push(format!("{name}: {checks}")),
+            watcher_webhook::Compliance::Adapted(fields) => {
+                let user = watcher.spec.container.security_context.as_ref().and_then(|c| c.run_as_user);
+                if user.is_none() && fields.iter().any(|f| f.contains("runAsNonRoot")) {
+                    non_root.push(name);
+                }
+            }
+            watcher_webhook::Compliance::AsWritten => {}
+        }
+    }
+    if refused.is_empty() {
+        report.pass(
+            GROUP,
+            "pod security",
+            "every Watcher complies with the Pod Security level enforced where it applies",
+        );
+    } else {
+        report.warn(
+            GROUP,
+            "pod security",
+            format!(
+                "{} cannot comply, and their pods are admitted without them: {}",
+                refused.len(),
+                refused.join("; ")
+            ),
+            "drop what the level forbids from the Watcher (see docs/pod-security.md), or label the namespace \
+             with a level it allows",
+        );
+    }
+    if !non_root.is_empty() {
+        report.warn(
+            GROUP,
+            "pod security: non-root",
+            format!("runAsNonRoot is set for the level, but no runAsUser: {}", non_root.join("; ")),
+            "an image that runs as root (busybox, most base images) then never starts: give the Watcher's container \
+             a securityContext.runAsUser (65534 is nobody)",
+        );
     }
 }
 

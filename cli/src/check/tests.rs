@@ -203,6 +203,7 @@ async fn a_healthy_install_passes_every_check() {
             "failure policy",
             "caBundle",
             "serving certificate",
+            "pod security",
             "scope",
             "Service endpoints",
             "Deployment",
@@ -685,4 +686,42 @@ fn pre_covers_every_kind_deploy_installs() {
     for kind in &kinds {
         assert!(super::INSTALLED.iter().any(|(_, _, k, _)| k == kind), "--pre does not ask about {kind}");
     }
+}
+
+/// `check` names the Watchers that cannot comply with the level a namespace they apply in
+/// enforces, and those whose image must run as non-root there.
+#[test]
+fn pod_security_lists_the_watchers_that_cannot_comply() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    let watcher = |name: &str, security: Value| -> Arc<watcher_api::Watcher> {
+        Arc::new(
+            serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+                "metadata": {"name": name, "namespace": "shop"},
+                "spec": {"container": {"name": name, "image": "busybox:1.36", "securityContext": security}}}))
+            .expect("Watcher"),
+        )
+    };
+    let everywhere = [
+        ("shop".to_owned(), watcher("privileged", json!({"privileged": true}))),
+        ("shop".to_owned(), watcher("plain", json!({}))),
+        ("open".to_owned(), watcher("privileged", json!({"privileged": true}))),
+    ];
+    let restricted = BTreeMap::from([("pod-security.kubernetes.io/enforce".to_owned(), "restricted".to_owned())]);
+    let none = BTreeMap::new();
+    let mut report = Report::default();
+    super::pod_security(&mut report, &everywhere, [("shop", &restricted), ("open", &none)], Some(36));
+    let lines: Vec<(&str, Status, &str)> =
+        report.checks.iter().map(|c| (c.name.as_str(), c.status, c.message.as_str())).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0].1, Status::Warning);
+    assert_eq!(
+        lines[0].2,
+        "1 cannot comply, and their pods are admitted without them: Watcher privileged in shop \
+         (restricted:latest): privileged (container \"privileged\" must not set securityContext.privileged=true)"
+    );
+    assert_eq!(
+        lines[1].2,
+        "runAsNonRoot is set for the level, but no runAsUser: Watcher plain in shop (restricted:latest)"
+    );
 }
