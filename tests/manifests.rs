@@ -507,3 +507,65 @@ fn every_alert_has_tests_that_fire_and_that_stay_silent() {
         assert!(["warning", "critical"].contains(&alert["labels"]["severity"].as_str().unwrap_or_default()), "{name}");
     }
 }
+
+/// The ClusterRoles aggregated into Kubernetes' admin, edit and view: namespace editors manage
+/// the namespaced kinds users create (never a ClusterWatcher or an ImagePolicy), viewers read
+/// every kind the CRDs serve; `rbac.aggregateClusterRoles=false` leaves them out.
+#[test]
+fn the_aggregated_cluster_roles_follow_kubernetes_own() {
+    let Some(chart) = render("watcher-system", &[]) else { return };
+    let role = |name: &str| find(&chart, "ClusterRole", name).unwrap_or_else(|| panic!("no ClusterRole {name}"));
+    let aggregates = |name: &str| -> Vec<String> {
+        let labels = role(name)["metadata"]["labels"].as_object().expect("labels").clone();
+        let mut to: Vec<String> = labels
+            .iter()
+            .filter(|(_, v)| *v == "true")
+            .filter_map(|(k, _)| k.strip_prefix("rbac.authorization.k8s.io/aggregate-to-").map(str::to_owned))
+            .collect();
+        to.sort();
+        to
+    };
+    assert_eq!(aggregates("watcher-operator-edit"), ["admin", "edit"]);
+    assert_eq!(aggregates("watcher-operator-view"), ["admin", "edit", "view"]);
+
+    let grants = |name: &str| -> std::collections::BTreeSet<(String, String)> {
+        let mut grants = std::collections::BTreeSet::new();
+        for rule in role(name)["rules"].as_array().expect("rules") {
+            assert_eq!(rule["apiGroups"], serde_json::json!(["watcher.dev"]), "{name}: the operator's group only");
+            for resource in rule["resources"].as_array().expect("resources") {
+                for verb in rule["verbs"].as_array().expect("verbs") {
+                    grants.insert((resource.as_str().expect("resource").to_owned(), verb.as_str().expect("verb").to_owned()));
+                }
+            }
+        }
+        grants
+    };
+    let edit = grants("watcher-operator-edit");
+    let managed: std::collections::BTreeSet<String> = edit.iter().map(|(r, _)| r.clone()).collect();
+    assert_eq!(managed.into_iter().collect::<Vec<_>>(), ["ats", "podsets", "watchers"]);
+    for resource in ["watchers", "ats", "podsets"] {
+        for verb in ["create", "delete", "get", "list", "patch", "update", "watch"] {
+            assert!(edit.contains(&(resource.to_owned(), verb.to_owned())), "edit: {verb} {resource}");
+        }
+    }
+
+    // view reads every kind the CRDs serve, and writes nothing.
+    let crds = std::fs::read_to_string(Path::new(ROOT).join("deploy/crds/crds.yaml")).expect("crds");
+    let served: Vec<String> = documents(&crds)
+        .iter()
+        .map(|crd| crd["spec"]["names"]["plural"].as_str().expect("plural").to_owned())
+        .collect();
+    assert!(served.len() >= 5, "{served:?}");
+    let view = grants("watcher-operator-view");
+    for plural in &served {
+        for verb in ["get", "list", "watch"] {
+            assert!(view.contains(&(plural.clone(), verb.to_owned())), "view: {verb} {plural}");
+        }
+    }
+    assert!(view.iter().all(|(_, verb)| matches!(verb.as_str(), "get" | "list" | "watch")), "{view:?}");
+
+    let Some(off) = render("watcher-system", &["rbac.aggregateClusterRoles=false"]) else { return };
+    let roles: Vec<&str> =
+        off.iter().filter(|o| o["kind"] == "ClusterRole").filter_map(|o| o["metadata"]["name"].as_str()).collect();
+    assert_eq!(roles, ["watcher-operator"]);
+}
