@@ -133,3 +133,91 @@ async fn the_sidecar_sees_the_app() {
     ns.delete().await;
     operator_ns.delete().await;
 }
+
+/// Admission requests the operator answered, every result summed (its `/metrics`).
+async fn requests_answered(operator: &Operator) -> u64 {
+    let text = operator.metrics_text().await;
+    text.lines()
+        .filter(|line| line.starts_with("watcher_admission_requests_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// `automountServiceAccountToken: false`: the sidecar and the Watcher's init container get no
+/// token (the empty volume is what kube-apiserver stores at the token's path), the app keeps
+/// its own; and with nothing left for the ServiceAccount plugin to add after the webhook,
+/// kube-apiserver calls the webhook once for such a pod, where a plain Watcher's pod is
+/// called again (reinvocation) for the token the plugin mounts into the new sidecar.
+#[tokio::test]
+#[ignore = "needs a cluster: KUBECONFIG"]
+async fn a_watcher_without_token_is_called_once_per_pod() {
+    let _one = exclusive().await;
+    let client = client().await;
+    install_crds(&client).await;
+    let operator_ns = TestNamespace::create(&client, "watcher-e2e-op").await;
+    let ns = TestNamespace::create(&client, "watcher-e2e-token").await;
+    let operator = Operator::start(&operator_ns.name).await;
+    let n = ns.name.as_str();
+    let watchers = Api::<Watcher>::namespaced(client.clone(), n);
+    let pods = Api::<Pod>::namespaced(client.clone(), n);
+    let spec = |name: &str| {
+        json!({"container": {"name": name, "image": "busybox:1.36", "command": ["sleep", "3600"]},
+               "initContainers": [{"name": format!("{name}-init"), "image": "busybox:1.36", "command": ["true"]}]})
+    };
+    let mut no_token = spec("no-token");
+    no_token["automountServiceAccountToken"] = json!(false);
+    for (name, spec) in [("plain", spec("plain")), ("no-token", no_token)] {
+        kubectl_apply(
+            n,
+            &json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+                                 "metadata": {"name": name}, "spec": spec}),
+        );
+        wait_ready(&watchers, name).await;
+    }
+    let app = |watcher: &str| -> Pod {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("app-{watcher}"), "annotations": {"watcher.dev/inject": watcher}},
+            "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}],
+                     "restartPolicy": "Never"}}))
+        .expect("Pod")
+    };
+
+    let mut calls = Vec::new();
+    for watcher in ["plain", "no-token"] {
+        // Dry runs until the webhook injects it (they are counted too), then one real create.
+        let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+        let prefix = format!("{watcher}@");
+        wait_for(STEP, || async {
+            let created = pods.create(&dry_run, &app(watcher)).await.ok()?;
+            let injected = created.annotations().get("watcher.dev/injected")?;
+            injected.starts_with(&prefix).then_some(())
+        })
+        .await;
+        let before = requests_answered(&operator).await;
+        let pod = pods.create(&PostParams::default(), &app(watcher)).await.expect("pod created");
+        calls.push(requests_answered(&operator).await - before);
+
+        let token_mount = |name: &str| {
+            let c = container(&pod, name).unwrap_or_else(|| panic!("container {name}"));
+            c.volume_mounts.iter().flatten().find(|m| m.mount_path == SERVICE_ACCOUNT_PATH).map(|m| m.name.clone())
+        };
+        let app_token = token_mount("app").expect("the app keeps its token");
+        assert!(app_token.starts_with("kube-api-access-"), "{app_token}");
+        for name in [watcher.to_owned(), format!("{watcher}-init")] {
+            let mounted = token_mount(&name).expect("something at the token's path");
+            if watcher == "no-token" {
+                assert_eq!(mounted, "watcher-dev-no-token", "{name}");
+            } else {
+                assert_eq!(mounted, app_token, "{name}: the plugin's token");
+            }
+        }
+    }
+    assert_eq!(calls, [2, 1], "webhook calls per pod: plain (reinvoked for the token), no token");
+    let stored = pods.get("app-no-token").await.expect("pod");
+    let volume = stored
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .and_then(|v| v.iter().find(|v| v.name == "watcher-dev-no-token").cloned());
+    assert!(volume.is_some_and(|v| v.empty_dir.is_some()), "an emptyDir");
+}

@@ -534,7 +534,10 @@ fn the_aggregated_cluster_roles_follow_kubernetes_own() {
             assert_eq!(rule["apiGroups"], serde_json::json!(["watcher.dev"]), "{name}: the operator's group only");
             for resource in rule["resources"].as_array().expect("resources") {
                 for verb in rule["verbs"].as_array().expect("verbs") {
-                    grants.insert((resource.as_str().expect("resource").to_owned(), verb.as_str().expect("verb").to_owned()));
+                    grants.insert((
+                        resource.as_str().expect("resource").to_owned(),
+                        verb.as_str().expect("verb").to_owned(),
+                    ));
                 }
             }
         }

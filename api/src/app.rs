@@ -71,7 +71,19 @@ pub struct AppAccess {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "init_containers_schema")]
     pub init_containers: Vec<Container>,
+
+    /// `false`: the sidecar and the Watcher's init containers get no Kubernetes API token. An
+    /// empty read-only volume (`watcher-dev-no-token`) is mounted at the token's path, where the
+    /// ServiceAccount admission plugin then mounts nothing; the app's containers keep theirs.
+    /// Absent or `true`: as the pod says (`automountServiceAccountToken` of the pod or its
+    /// ServiceAccount).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automount_service_account_token: Option<bool>,
 }
+
+/// The volume mounted at [`SERVICE_ACCOUNT_PATH`] in the containers of a Watcher with
+/// `automountServiceAccountToken: false`: an empty `emptyDir`, one per pod.
+pub const NO_TOKEN_VOLUME: &str = "watcher-dev-no-token";
 
 /// Whether, and how, the sidecar gets the app containers' volumeMounts.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

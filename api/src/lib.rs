@@ -19,8 +19,8 @@ pub use annotations::{
     injected_annotation_value, injected_watchers, injected_watchers_without_image, requested_watchers,
 };
 pub use app::{
-    AppAccess, AppVolumeMount, ENV_NAME, SERVICE_ACCOUNT_PATH, ShareVolumes, TransferEnv, is_descending_path,
-    is_env_name,
+    AppAccess, AppVolumeMount, ENV_NAME, NO_TOKEN_VOLUME, SERVICE_ACCOUNT_PATH, ShareVolumes, TransferEnv,
+    is_descending_path, is_env_name,
 };
 pub use at::{At, AtPhase, AtSpec, AtStatus, DEFAULT_AT_IMAGE};
 pub use cluster_watcher::{CLUSTER_WATCHER_KIND, ClusterWatcher, ClusterWatcherSpec, ClusterWatcherStatus};

@@ -478,6 +478,8 @@ mod tests {
             serde_json::json!({"shareProcessNamespace": true}),
             serde_json::json!({"podAnnotations": {"prometheus.io/scrape": "true"}}),
             serde_json::json!({"initContainers": [{"name": "prepare", "image": "busybox:1.36"}]}),
+            serde_json::json!({"automountServiceAccountToken": false}),
+            serde_json::json!({"automountServiceAccountToken": true}),
         ];
         for change in changes {
             let mut value = serde_json::to_value(&base).expect("JSON");

@@ -105,6 +105,7 @@ proptest! {
         apparmor in prop::sample::select(vec!["none", "runtime/default", "unconfined"]),
         share in prop::sample::select(vec!["None", "ReadOnly"]),
         native in any::<bool>(),
+        no_token in any::<bool>(),
         server in prop::sample::select(vec![24_u32, 36]),
     ) {
         let pod = pods().swap_remove(pod);
@@ -120,6 +121,9 @@ proptest! {
         }
         if let Some(init) = init_kind {
             spec["initContainers"] = json!([container("viewer-init", init.0)]);
+        }
+        if no_token {
+            spec["automountServiceAccountToken"] = json!(false);
         }
         if apparmor != "none" {
             spec["podAnnotations"] = json!({"container.apparmor.security.beta.kubernetes.io/viewer": apparmor});
@@ -156,6 +160,7 @@ proptest! {
         } else {
             prop_assert!(!names.contains(&&json!("viewer")) && !names.contains(&&json!("viewer-init")), "left out whole");
             prop_assert!(items(&patched["spec"]["volumes"]).all(|v| v["name"] != "watch"), "its volume too");
+            prop_assert!(items(&patched["spec"]["volumes"]).all(|v| v["name"] != "watcher-dev-no-token"), "and the token's");
             let warning = injection.warnings.iter().find(|w| w.starts_with("Watcher viewer not injected"));
             prop_assert!(warning.is_some_and(|w| w.contains(&format!("violate PodSecurity \"{policy}\""))),
                 "{:?}", injection.warnings);

@@ -460,7 +460,7 @@ async fn a_server_without_cel_stores_no_rules_and_that_is_no_difference() {
 }
 
 /// The fields that let the sidecar see the app, added after the 1.24 capture.
-const APP_FIELDS: [&str; 7] = [
+const APP_FIELDS: [&str; 8] = [
     "spec.shareVolumes",
     "spec.appVolumeMounts",
     "spec.appContainers",
@@ -468,6 +468,7 @@ const APP_FIELDS: [&str; 7] = [
     "spec.shareProcessNamespace",
     "spec.podAnnotations",
     "spec.initContainers",
+    "spec.automountServiceAccountToken",
 ];
 
 /// What the Watcher CRD gained after the 1.24 capture: bounds (on what rules read, then on
@@ -509,8 +510,8 @@ async fn the_stored_1_24_crd_differs_only_by_the_bounds_added_since() {
     // The missing fields by name, not their own properties, and how many more.
     assert_eq!(
         message,
-        "older than this binary: v1alpha1 lacks spec.appContainers, spec.appVolumeMounts, spec.initContainers, \
-         spec.podAnnotations, spec.shareProcessNamespace and 2 more"
+        "older than this binary: v1alpha1 lacks spec.appContainers, spec.appVolumeMounts, \
+         spec.automountServiceAccountToken, spec.initContainers, spec.podAnnotations and 3 more"
     );
 }
 

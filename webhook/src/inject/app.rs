@@ -4,8 +4,9 @@
 //! volume the pod lacks, a volume name twice; see `shared/fixtures/apiserver/README.pods.md`).
 //! Each step says what it did and what it skipped, and why: `check-inject` prints those lines.
 
+use k8s_openapi::api::core::v1::Container;
 use serde_json::{Value, json};
-use watcher_api::{AppAccess, SERVICE_ACCOUNT_PATH, ShareVolumes, Watcher};
+use watcher_api::{AppAccess, NO_TOKEN_VOLUME, SERVICE_ACCOUNT_PATH, ShareVolumes, Watcher};
 
 use super::{PodPatch, to_value};
 use crate::pod::{ContainerView, MAX_ANNOTATION_BYTES};
@@ -81,10 +82,17 @@ pub(super) fn see_the_app<'a>(
         step.share_process_namespace();
     }
     step.annotate();
+    let no_token = access.automount_service_account_token == Some(false);
+    if no_token {
+        step.no_token(sidecar);
+    }
     for (i, init) in access.init_containers.iter().enumerate() {
         let mut value = to_value(init);
         if let Some(adaptation) = init_adaptations.get(i) {
             adaptation.apply_to_json(&mut value);
+        }
+        if no_token {
+            mount_no_token(&mut value, init);
         }
         step.patch.insert_init_container(value);
         step.lines.push(format!("runs init container {} before the pod's own", init.name));
@@ -296,6 +304,20 @@ impl<'a> Step<'_, 'a> {
         }
     }
 
+    /// `automountServiceAccountToken: false`: an empty read-only volume at the token's path of
+    /// the sidecar (and of each init container, as they are inserted), where the ServiceAccount
+    /// admission plugin then mounts no token. Without a change left for that plugin to make,
+    /// kube-apiserver has no reason to call the webhook again.
+    fn no_token(&mut self, sidecar: &mut Value) {
+        self.patch.add_volume(NO_TOKEN_VOLUME, json!({"name": NO_TOKEN_VOLUME, "emptyDir": {}}));
+        if mount_no_token(sidecar, &self.watcher.spec.container) {
+            self.lines.push(format!("gets no API token: an empty read-only volume at {SERVICE_ACCOUNT_PATH}"));
+        } else {
+            self.lines
+                .push(format!("gets no API token: its container mounts its own volume at {SERVICE_ACCOUNT_PATH}"));
+        }
+    }
+
     /// `podAnnotations`: added where the pod has no such key; never over kube-apiserver's limit.
     fn annotate(&mut self) {
         for (key, value) in &self.access.pod_annotations {
@@ -314,6 +336,17 @@ impl<'a> Step<'_, 'a> {
             }
         }
     }
+}
+
+/// Mounts [`NO_TOKEN_VOLUME`] read-only at the ServiceAccount token's path of `value` (the JSON
+/// of `container`), unless the container mounts something there itself; whether it did.
+fn mount_no_token(value: &mut Value, container: &Container) -> bool {
+    let own = container.volume_mounts.iter().flatten().any(|m| normal(&m.mount_path) == SERVICE_ACCOUNT_PATH);
+    if !own {
+        let mount = json!({"name": NO_TOKEN_VOLUME, "mountPath": SERVICE_ACCOUNT_PATH, "readOnly": true});
+        append(value, "volumeMounts", vec![mount]);
+    }
+    !own
 }
 
 /// Appends `values` to the list `key` of the JSON object `container`, creating it.

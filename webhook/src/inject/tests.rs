@@ -623,6 +623,68 @@ mod app {
         );
     }
 
+    /// `automountServiceAccountToken: false`: the sidecar and the Watcher's init containers get an
+    /// empty read-only volume where the ServiceAccount plugin would mount the token (it leaves a
+    /// container alone that has a mount there); the app keeps the token kube-apiserver mounted.
+    #[test]
+    fn no_token_for_the_watchers_containers_only() {
+        let pod = captured();
+        let token = "/var/run/secrets/kubernetes.io/serviceaccount";
+        let no_token = json!({"name": "watcher-dev-no-token", "mountPath": token, "readOnly": true});
+        let first = log_watcher(json!({"automountServiceAccountToken": false, "shareVolumes": "ReadOnly",
+            "initContainers": [{"name": "prepare", "image": "busybox:1.36"}]}));
+        let second = watcher(
+            "metrics",
+            "team-a",
+            json!({"container": {"name": "metrics", "image": "busybox:1.36"},
+            "nativeSidecar": "Never", "automountServiceAccountToken": false}),
+        );
+        let mut pod_asking = pod.clone();
+        pod_asking["metadata"]["annotations"]["watcher.dev/inject"] = json!("log-watcher,metrics");
+        let (injection, patched) = run(&pod_asking, &[first, second], &options(true));
+        assert_eq!(injection.injected, ["log-watcher", "metrics"]);
+        let containers = patched["spec"]["containers"].as_array().expect("containers");
+        let mounts = |c: &Value| c["volumeMounts"].as_array().cloned().unwrap_or_default();
+        assert_eq!(containers[0], pod["spec"]["containers"][0], "the app's container is unchanged");
+        assert!(mounts(&containers[0]).iter().any(|m| m["mountPath"] == token && m["name"] != "watcher-dev-no-token"));
+        for sidecar in &containers[1..] {
+            assert_eq!(mounts(sidecar).iter().filter(|m| m["mountPath"] == token).collect::<Vec<_>>(), [&no_token]);
+        }
+        assert_eq!(patched["spec"]["initContainers"][0]["volumeMounts"], json!([no_token]));
+        let volumes: Vec<&Value> = patched["spec"]["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .filter(|v| v["name"] == "watcher-dev-no-token")
+            .collect();
+        assert_eq!(volumes, [&json!({"name": "watcher-dev-no-token", "emptyDir": {}})], "one volume for both");
+        assert!(lines(&injection).contains(&format!("gets no API token: an empty read-only volume at {token}")));
+        let hashes = |w: &Watcher| (w.spec.spec_hash(), w.spec.spec_hash_without_image());
+        assert_ne!(
+            hashes(&log_watcher(json!({}))),
+            hashes(&log_watcher(json!({"automountServiceAccountToken": false})))
+        );
+    }
+
+    /// A sidecar that mounts its own volume at the token's path keeps it (a second mount at one
+    /// path is refused by kube-apiserver); `true` changes nothing.
+    #[test]
+    fn no_token_keeps_the_sidecars_own_mount() {
+        let token = "/var/run/secrets/kubernetes.io/serviceaccount";
+        let own = json!({"container": {"name": "log-watcher", "image": "busybox:1.36",
+                                       "volumeMounts": [{"name": "data", "mountPath": format!("{token}/")}]},
+                         "automountServiceAccountToken": false});
+        let (injection, patched) = run(&captured(), &[log_watcher(own)], &options(true));
+        assert_eq!(sidecar_of(&patched)["volumeMounts"], json!([{"name": "data", "mountPath": format!("{token}/")}]));
+        assert_eq!(lines(&injection), [format!("gets no API token: its container mounts its own volume at {token}")]);
+
+        let (_, as_is) =
+            run(&captured(), &[log_watcher(json!({"automountServiceAccountToken": true}))], &options(true));
+        let (_, plain) = run(&captured(), &[log_watcher(json!({}))], &options(true));
+        assert_eq!(sidecar_of(&as_is), sidecar_of(&plain));
+        assert_eq!(as_is["spec"]["volumes"], plain["spec"]["volumes"]);
+    }
+
     /// The pod's own init containers move along when the Watcher's go before them: an
     /// ImagePolicy rewrites them where they end up.
     #[test]
