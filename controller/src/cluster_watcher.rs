@@ -26,7 +26,8 @@ use watcher_api::{ClusterWatcher, ClusterWatcherStatus, FIELD_MANAGER, condition
 
 use crate::scope::ScopeStatus;
 use crate::watcher::{
-    Recent, WATCHER_LABEL, config_map_matches, config_map_of, create_params, newer_or_same, update_patch,
+    POD_SECURITY_CONDITION, Recent, WATCHER_LABEL, config_map_matches, config_map_of, create_params,
+    grouped_pod_security_condition, levels_in, newer_or_same, update_patch,
 };
 use crate::{Context, Error, Result, WatcherCache};
 
@@ -173,7 +174,21 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
 
     let cluster = ctx.as_known(&cluster);
     let covered = ctx.scope.covers_in(applies.iter().map(String::as_str), &cluster.unplaced()).unwrap_or(false);
-    let status = desired_status(&cluster, applies.len(), &conflicts, covered);
+    let mut status = desired_status(&cluster, applies.len(), &conflicts, covered);
+    let levels = applies.iter().map(|namespace| (namespace.as_str(), levels_in(&ctx.cache.namespaces, namespace)));
+    let pod_security = grouped_pod_security_condition(&cluster.spec.watcher, levels, cluster.meta().generation);
+    let known = cluster.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let newly_refused = pod_security
+        .as_ref()
+        .filter(|c| c.reason == "CannotComply")
+        .filter(|c| !known.iter().any(|old| old.type_ == c.type_ && old.message == c.message));
+    if let Some(refused) = newly_refused {
+        publish(&ctx, &cluster, EventType::Warning, "PodSecurity", refused.message.clone()).await;
+    }
+    match pod_security {
+        Some(condition) => set_condition(&mut status.conditions, condition),
+        None => status.conditions.retain(|c| c.type_ != POD_SECURITY_CONDITION),
+    }
     if cluster.status.as_ref() != Some(&status) {
         let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
         let became_invalid = ready.filter(|c| c.reason == "InvalidSpec").is_some_and(|c| {

@@ -354,3 +354,71 @@ fn without_config_data_it_owns_no_config_map() {
     assert!(plan.create.is_empty() && plan.update.is_empty());
     assert_eq!(plan.delete, [("team-a".to_owned(), "cm-team-a".to_owned())]);
 }
+
+/// A namespace relabelled to enforce `restricted`: the next reconcile (every namespace change
+/// reconciles ClusterWatchers) writes the `PodSecurity` condition naming it, and nothing else;
+/// unlabelled again, the condition goes.
+#[tokio::test]
+async fn a_relabelled_namespace_updates_the_pod_security_condition() {
+    let (ctx, verifier) = Context::test();
+    let restricted: NamespaceMeta = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "team-a", "team": "payments",
+                                                   "pod-security.kubernetes.io/enforce": "restricted"}}}))
+    .expect("namespace");
+    let namespaces = [restricted, namespace("team-b", "payments")];
+    let cw = cluster_watcher(payments(), Some(status(2, ("True", "Reconciled"))));
+    let cw = ClusterWatcher { status: Some(super::desired_status(&cw, 2, &BTreeSet::new(), true)), ..cw };
+    let state = cluster(ctx, &namespaces, vec![ours(&cw, "team-a"), ours(&cw, "team-b")]);
+    let (send_written, written) = std::sync::mpsc::channel();
+    reconcile_with(
+        cw.clone(),
+        state,
+        |mut api| async move {
+            let status = api.expect(Method::PATCH, STATUS_PATH).await;
+            let conditions = status.body["status"]["conditions"].as_array().expect("conditions").clone();
+            let types: Vec<&str> = conditions.iter().filter_map(|c| c["type"].as_str()).collect();
+            assert_eq!(types, ["Ready", "PodSecurity"]);
+            assert_eq!(
+                (conditions[1]["status"].as_str(), conditions[1]["reason"].as_str()),
+                (Some("True"), Some("Adapted"))
+            );
+            assert_eq!(
+                conditions[1]["message"],
+                "1 namespace (team-a) enforces PodSecurity \"restricted:latest\": the Watcher complies once adapted \
+                 (where the pod sets none of them: log-agent: allowPrivilegeEscalation: false, capabilities.drop: \
+                 [ALL], seccompProfile: RuntimeDefault, runAsNonRoot: true)"
+            );
+            send_written.send(status.body["status"].clone()).expect("sent");
+            status.ok(&echo());
+            api.expect_no_more().await;
+        },
+        verifier,
+    )
+    .await;
+    let written: watcher_api::ClusterWatcherStatus =
+        serde_json::from_value(written.recv().expect("the status written")).expect("a status");
+
+    // Unlabelled: the condition is dropped (one write).
+    let (ctx, verifier) = Context::test();
+    let with_condition = ClusterWatcher { status: Some(written), ..cw };
+    let namespaces = [namespace("team-a", "payments"), namespace("team-b", "payments")];
+    let state = cluster(ctx, &namespaces, vec![ours(&with_condition, "team-a"), ours(&with_condition, "team-b")]);
+    reconcile_with(
+        with_condition,
+        state,
+        |mut api| async move {
+            let status = api.expect(Method::PATCH, STATUS_PATH).await;
+            let types: Vec<&str> = status.body["status"]["conditions"]
+                .as_array()
+                .expect("conditions")
+                .iter()
+                .filter_map(|c| c["type"].as_str())
+                .collect();
+            assert_eq!(types, ["Ready"]);
+            status.ok(&echo());
+            api.expect_no_more().await;
+        },
+        verifier,
+    )
+    .await;
+}
