@@ -130,19 +130,14 @@ impl watcher_webhook::PolicySource for PolicyCache {
         PolicyCache::policies_for(self, namespace)
     }
 
-    fn injection_disabled(&self, namespace: &str) -> bool {
-        self.namespaces.get(&ObjectRef::new(namespace)).is_some_and(|meta| {
-            meta.labels().get(watcher_api::INJECTION_LABEL).is_some_and(|v| v == watcher_api::INJECTION_DISABLED)
-        })
-    }
-
-    fn pod_security(&self, namespace: &str) -> watcher_webhook::pod_security::NamespaceLevels {
+    /// One lookup in the namespace cache for both: the opt-out label and the Pod Security levels.
+    fn namespace(&self, namespace: &str) -> watcher_webhook::NamespaceAdmission {
         match self.namespaces.get(&ObjectRef::new(namespace)) {
             Some(meta) => {
                 let labels = meta.labels();
-                watcher_webhook::pod_security::NamespaceLevels::from_lookup(|key| labels.get(key).map(String::as_str))
+                watcher_webhook::NamespaceAdmission::from_lookup(|key| labels.get(key).map(String::as_str))
             }
-            None => watcher_webhook::pod_security::NamespaceLevels::default(),
+            None => watcher_webhook::NamespaceAdmission::default(),
         }
     }
 }
@@ -187,7 +182,11 @@ mod tests {
         let (namespaces, mut ns_writer) = reflector::store::<NamespaceMeta>();
         for (name, labels) in [
             ("off", serde_json::json!({"watcher.dev/injection": "disabled"})),
-            ("on", serde_json::json!({"watcher.dev/injection": "enabled"})),
+            (
+                "on",
+                serde_json::json!({"watcher.dev/injection": "enabled",
+                                      "pod-security.kubernetes.io/enforce": "restricted"}),
+            ),
         ] {
             let namespace: NamespaceMeta = serde_json::from_value(serde_json::json!({"apiVersion": "v1",
                 "kind": "Namespace", "metadata": {"name": name, "labels": labels}}))
@@ -195,8 +194,12 @@ mod tests {
             ns_writer.apply_watcher_event(&Event::Apply(namespace));
         }
         let cache = PolicyCache::from_stores(reflector::store().0, namespaces);
-        assert!(cache.injection_disabled("off"));
-        assert!(!cache.injection_disabled("on"));
-        assert!(!cache.injection_disabled("unseen"), "a namespace not yet cached is not opted out");
+        assert!(cache.namespace("off").injection_disabled);
+        assert!(!cache.namespace("on").injection_disabled);
+        assert!(!cache.namespace("unseen").injection_disabled, "a namespace not yet cached is not opted out");
+        // The same lookup gives the Pod Security levels.
+        let enforced = cache.namespace("on").pod_security.enforced().map(|p| p.to_string());
+        assert_eq!(enforced.as_deref(), Some("restricted:latest"));
+        assert_eq!(cache.namespace("off").pod_security, Default::default());
     }
 }

@@ -1,7 +1,10 @@
 //! `cargo bench -p watcher-webhook --bench inject`: time per call of `inject` on the captured
 //! kube-apiserver pod, and of the whole review (decode, inject, rewrite, encode), for a pod
 //! asking for one Watcher and for one asking for three, and for one Watcher with every field that
-//! lets the sidecar see the app; then the image rewrite step with 0 and 50 ImagePolicy rules.
+//! lets the sidecar see the app; then the image rewrite step with 0 and 50 ImagePolicy rules;
+//! then Pod Security: a real pod that passes `restricted` by itself (argo-cd's redis, as
+//! kube-apiserver 1.36 stores it), reviewed in an unlabelled namespace and in a `restricted` one
+//! (the sidecar adapted), and the captured pod, which fails `restricted` by itself.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -9,7 +12,8 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use watcher_api::{CompiledPolicy, ImagePolicy, Watcher};
-use watcher_webhook::{InjectOptions, PodView, Reviewer, inject, rewrite_images};
+use watcher_webhook::pod_security::ENFORCE_LABEL;
+use watcher_webhook::{InjectOptions, NamespaceAdmission, PodView, PolicySource, Reviewer, inject, rewrite_images};
 
 const FIXTURE: &str = include_str!("../fixtures/admission-review/pod-create-named-annotated.json");
 
@@ -51,6 +55,37 @@ fn policy(count: usize, last_matches: bool) -> Vec<Arc<CompiledPolicy>> {
         "metadata": {"name": "bench"}, "spec": {"rewrites": rewrites}}))
         .expect("valid ImagePolicy");
     if count == 0 { Vec::new() } else { vec![Arc::new(policy.compile())] }
+}
+
+/// Namespace labels as the operator's cache gives them: every namespace enforces `level`, or
+/// none (`None`).
+struct Labels(Option<&'static str>);
+
+impl PolicySource for Labels {
+    fn policies_for(&self, _: &str) -> Vec<Arc<CompiledPolicy>> {
+        Vec::new()
+    }
+
+    fn namespace(&self, _: &str) -> NamespaceAdmission {
+        NamespaceAdmission::from_lookup(|key| if key == ENFORCE_LABEL { self.0 } else { None })
+    }
+}
+
+/// The captured review carrying argo-cd's redis pod (passes `restricted` by itself), asking for
+/// `log-watcher`.
+fn restricted_pod_review(one: &Value) -> Value {
+    let text = include_str!("../fixtures/real-workloads/argo-cd-1.36-plain.json");
+    let list: Value = serde_json::from_str(text).expect("fixture");
+    let redis = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|p| p["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("argocd-redis")))
+        .expect("the redis pod");
+    let mut review = one.clone();
+    review["request"]["object"] = redis.clone();
+    review["request"]["object"]["metadata"]["annotations"] = json!({"watcher.dev/inject": "log-watcher"});
+    review
 }
 
 /// Median time per call over 15 batches, in microseconds.
@@ -199,5 +234,27 @@ fn main() {
             black_box(answer.0.to_json().expect("encoded"));
         });
         println!("{:<44} {t:>10.2}", format!("review, 1 Watcher, {label}"));
+    }
+
+    // Pod Security: the namespace's labels read from the cache in one lookup either way.
+    let restricted = restricted_pod_review(&one);
+    let options = InjectOptions { server_minor: Some(36), ..options };
+    for (label, review, enforce) in [
+        ("restricted pod, unlabelled namespace", &restricted, None),
+        ("restricted pod, restricted namespace", &restricted, Some("restricted")),
+        ("captured pod, restricted namespace", &one, Some("restricted")),
+    ] {
+        let body = serde_json::to_vec(review).expect("body");
+        let reviewer = Reviewer::new(cached.clone(), options.clone()).with_policies(Arc::new(Labels(enforce)));
+        let (answer, _) = reviewer.review(&body).expect("answered");
+        let json: Value = serde_json::from_slice(&answer.to_json().expect("encoded")).expect("JSON");
+        assert!(json["response"]["patch"].is_string(), "{label}: injected");
+        let adapted = !answer.pod_security().is_empty();
+        assert_eq!(adapted, label == "restricted pod, restricted namespace", "{label}: adapted only there");
+        let t = measure(|| {
+            let answer = reviewer.review(black_box(&body)).expect("answered");
+            black_box(answer.0.to_json().expect("encoded"));
+        });
+        println!("{:<44} {t:>10.2}", format!("review, {label}"));
     }
 }

@@ -24,6 +24,6 @@ pub use pod::{
     MountView, Named, OsView, PodMeta, PodSpecView, PodView, PortView, VolumeView,
 };
 pub use review::{ReviewError, Reviewer, WatcherSource};
-pub use rewrite::{PolicySource, original_images, rewrite_images};
+pub use rewrite::{NamespaceAdmission, PolicySource, original_images, rewrite_images};
 pub use scope::{Scope, Sent};
 pub use server::{MAX_BODY_BYTES, router, serve_tls};

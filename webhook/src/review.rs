@@ -154,14 +154,15 @@ impl<S: WatcherSource> Reviewer<S> {
         let Some(namespace) = request.namespace.as_deref().or(pod.metadata.namespace.as_deref()) else {
             return (Answer::deny(uid, "the request has no namespace".into()), AdmissionResult::error);
         };
-        let mut injection = if self.policies.injection_disabled(namespace) {
+        let labelled = self.policies.namespace(namespace);
+        let mut injection = if labelled.injection_disabled {
             // The webhook's own decision: it holds whatever the installed selectors say.
             let why = format!("namespace {namespace} is labelled {INJECTION_LABEL}={INJECTION_DISABLED}");
             Injection { skipped: Some(why), ..Injection::default() }
         } else {
             let watchers = self.source.watchers_in(namespace);
-            let levels = self.policies.pod_security(namespace);
-            let mut injection = inject_at_level(pod, namespace, &watchers, &self.options, &levels);
+            let levels = &labelled.pod_security;
+            let mut injection = inject_at_level(pod, namespace, &watchers, &self.options, levels);
             rewrite_images(pod, namespace, &self.policies.policies_for(namespace), &self.options, &mut injection);
             injection
         };

@@ -16,16 +16,30 @@ pub trait PolicySource: Send + Sync {
     /// The valid policies selecting `namespace`, in name order.
     fn policies_for(&self, namespace: &str) -> Vec<Arc<CompiledPolicy>>;
 
-    /// Whether `namespace` is labelled `watcher.dev/injection=disabled`: never injected nor
-    /// rewritten, whatever selectors the installed webhook configuration has. Namespace labels
-    /// unknown (tests, the offline preview): no.
-    fn injection_disabled(&self, _namespace: &str) -> bool {
-        false
+    /// What `namespace`'s labels say to admission, read once per request. Namespace labels
+    /// unknown (tests, the offline preview): not opted out, no Pod Security level.
+    fn namespace(&self, _namespace: &str) -> NamespaceAdmission {
+        NamespaceAdmission::default()
     }
+}
 
-    /// The Pod Security levels `namespace`'s labels set. Namespace labels unknown: none.
-    fn pod_security(&self, _namespace: &str) -> crate::pod_security::NamespaceLevels {
-        crate::pod_security::NamespaceLevels::default()
+/// What a namespace's labels say to admission.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceAdmission {
+    /// Labelled `watcher.dev/injection=disabled`: never injected nor rewritten, whatever
+    /// selectors the installed webhook configuration has.
+    pub injection_disabled: bool,
+    /// The Pod Security levels its labels set.
+    pub pod_security: crate::pod_security::NamespaceLevels,
+}
+
+impl NamespaceAdmission {
+    /// What the labels `get` returns say.
+    pub fn from_lookup<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Self {
+        Self {
+            injection_disabled: get(watcher_api::INJECTION_LABEL) == Some(watcher_api::INJECTION_DISABLED),
+            pod_security: crate::pod_security::NamespaceLevels::from_lookup(get),
+        }
     }
 }
 

@@ -561,8 +561,8 @@ async fn an_opted_out_namespace_is_never_injected_whatever_the_selectors() {
         fn policies_for(&self, _: &str) -> Vec<Arc<watcher_api::CompiledPolicy>> {
             self.0.clone()
         }
-        fn injection_disabled(&self, namespace: &str) -> bool {
-            namespace == "team-a"
+        fn namespace(&self, namespace: &str) -> crate::NamespaceAdmission {
+            crate::NamespaceAdmission { injection_disabled: namespace == "team-a", ..Default::default() }
         }
     }
     let policy: watcher_api::ImagePolicy = serde_json::from_value(json!({
@@ -673,9 +673,8 @@ impl crate::PolicySource for Enforcing {
         Vec::new()
     }
 
-    fn pod_security(&self, _: &str) -> crate::pod_security::NamespaceLevels {
-        let labels = [(crate::pod_security::ENFORCE_LABEL.to_owned(), self.0.to_owned())].into();
-        crate::pod_security::NamespaceLevels::from_labels(&labels)
+    fn namespace(&self, _: &str) -> crate::NamespaceAdmission {
+        crate::NamespaceAdmission::from_lookup(|key| (key == crate::pod_security::ENFORCE_LABEL).then_some(self.0))
     }
 }
 
