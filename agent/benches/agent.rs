@@ -1,0 +1,195 @@
+//! `cargo bench -p watcher-agent`: lines per second on one core (the follower reading a file
+//! and every rule matched in one pass) for 1, 2 and 8 rules over realistic log lines (200 bytes,
+//! 1 in 50 matching), beside `grep -c` and, where `mtail` is installed (Debian's `mtail`), mtail
+//! running the same rules on the same file (`agent/benches/mtail-*`); then the resident memory
+//! of the `watcher-agent` binary and of mtail, each following 10 files. Numbers are printed,
+//! never asserted: BENCHMARKS.md has them.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use watcher_agent::config::{RuleConfig, Start};
+use watcher_agent::follow::Follower;
+use watcher_agent::metrics::Metrics;
+use watcher_agent::processor::{FileSink, Processor};
+
+const LINES: usize = 500_000;
+
+const PATTERNS: [(&str, &str); 8] = [
+    ("error", r"\bERROR\b"),
+    ("timeout", "(?i)timeout"),
+    ("panic", "panic:"),
+    ("status5xx", r"status=5\d\d"),
+    ("oom", "OutOfMemory"),
+    ("refused", "connection refused"),
+    ("warn", r"\bWARN\b"),
+    ("deadline", "deadline exceeded"),
+];
+
+/// A log line of 200 bytes (newline included); every 50th is an ERROR.
+fn line(i: usize) -> String {
+    let level = if i.is_multiple_of(50) { "ERROR" } else { "INFO " };
+    let mut line = format!(
+        "2026-11-25T10:{:02}:{:02}.{:03}Z {level} [http-nio-8080-exec-{:02}] c.e.shop.OrderController - GET /api/orders/{} status=200 took={}ms user=u-{} trace={:016x}",
+        (i / 60_000) % 60,
+        (i / 1000) % 60,
+        i % 1000,
+        i % 32,
+        100_000 + i % 90_000,
+        i % 500,
+        i % 10_000,
+        i.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    );
+    line.truncate(199);
+    while line.len() < 199 {
+        line.push(' ');
+    }
+    line.push('\n');
+    line
+}
+
+fn write_log(path: &Path, lines: usize) {
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
+    for i in 0..lines {
+        file.write_all(line(i).as_bytes()).expect("write");
+    }
+    file.flush().expect("flush");
+}
+
+fn rules(count: usize) -> Vec<RuleConfig> {
+    PATTERNS[..count]
+        .iter()
+        .map(|(name, pattern)| RuleConfig { name: (*name).into(), pattern: (*pattern).into(), alert: None })
+        .collect()
+}
+
+/// Lines per second through the follower and the rules, on this thread; and the matches.
+fn agent_throughput(path: &Path, rules: &[RuleConfig]) -> (f64, u64) {
+    let mut best = f64::MAX;
+    let mut matched = 0;
+    for _ in 0..3 {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let names: Vec<String> = rules.iter().map(|r| r.name.clone()).collect();
+        let metrics = Metrics::register(&mut registry, &["bench".into()], &names);
+        let counter = metrics.matches[0][0].clone();
+        let mut processor = Processor::new(rules, 1, metrics).expect("rules");
+        let mut follower = Follower::new(vec![path.display().to_string()], Start::Beginning, 16_384);
+        let start = Instant::now();
+        loop {
+            let mut sink = FileSink { processor: &mut processor, now: Instant::now() };
+            let more = follower.poll(&mut sink);
+            processor.flush();
+            if !more {
+                break;
+            }
+        }
+        best = best.min(start.elapsed().as_secs_f64());
+        matched = counter.get();
+    }
+    (LINES as f64 / best, matched)
+}
+
+/// Seconds `command` takes, best of three; `None` when it cannot run.
+fn time_command(program: &str, args: &[&str]) -> Option<f64> {
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let status = Command::new(program).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().ok()?;
+        if !status.success() {
+            return None;
+        }
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    Some(best)
+}
+
+/// Resident memory of `pid` in MiB, from /proc.
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Starts `command`, lets it follow 10 files while 20,000 lines are appended to each, and
+/// reads its resident memory once it caught up.
+fn rss_following(mut command: Command, dir: &Path) -> Option<f64> {
+    let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok()?;
+    std::thread::sleep(Duration::from_secs(2));
+    for round in 0..4 {
+        for f in 0..10 {
+            let mut file =
+                std::fs::OpenOptions::new().append(true).open(dir.join(format!("app-{f}.log"))).expect("open");
+            let text: String = (0..5_000).map(|i| line(round * 5_000 + i)).collect();
+            file.write_all(text.as_bytes()).expect("append");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let rss = rss_mib(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    rss
+}
+
+fn main() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("watcher-agent-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("bench directory");
+    let log = dir.join("app.log");
+    write_log(&log, LINES);
+    let bytes = std::fs::metadata(&log).map(|m| m.len()).unwrap_or_default();
+    println!("{LINES} lines, {:.0} MB, 1 in 50 matching", bytes as f64 / 1e6);
+    println!("{:<44} {:>14} {:>10}", "one core", "lines/s", "MB/s");
+    let mb = |lines_per_second: f64| lines_per_second * 200.0 / 1e6;
+    let log_path = log.display().to_string();
+    for count in [1, 2, 8] {
+        let (rate, matched) = agent_throughput(&log, &rules(count));
+        assert_eq!(matched, (LINES / 50) as u64, "every ERROR line counted once");
+        println!("{:<44} {rate:>14.0} {:>10.0}", format!("watcher-agent, {count} rule(s)"), mb(rate));
+    }
+    if let Some(seconds) = time_command("grep", &["-c", "ERROR", &log_path]) {
+        let rate = LINES as f64 / seconds;
+        println!("{:<44} {rate:>14.0} {:>10.0}", "grep -c ERROR (for scale)", mb(rate));
+    }
+    let programs = concat!(env!("CARGO_MANIFEST_DIR"), "/benches");
+    for count in [2, 8] {
+        let progs = format!("{programs}/mtail-{count}");
+        let args = ["--one_shot", "--one_shot_format=prometheus", "--progs", &progs, "--logs", &log_path];
+        match time_command("mtail", &args) {
+            Some(seconds) => {
+                let rate = LINES as f64 / seconds;
+                println!("{:<44} {rate:>14.0} {:>10.0}", format!("mtail --one_shot, {count} rules"), mb(rate));
+            }
+            None => println!("mtail, {count} rules: not run (install Debian's mtail: apt-get install mtail)"),
+        }
+    }
+
+    // Memory: each following 10 files.
+    let ten = dir.join("ten");
+    std::fs::create_dir_all(&ten).expect("dir");
+    for f in 0..10 {
+        write_log(&ten.join(format!("app-{f}.log")), 1000);
+    }
+    let glob = format!("{}/*.log", ten.display());
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_watcher-agent"));
+    agent
+        .env_clear()
+        .env("AGENT_FILES", &glob)
+        .env("AGENT_RULE_ERROR", r"\bERROR\b")
+        .env("AGENT_RULE_TIMEOUT", "(?i)timeout")
+        .env("AGENT_LISTEN", "127.0.0.1:0")
+        .env("AGENT_EVENTS", "false");
+    println!("{:<44} {:>14}", "resident memory, following 10 files", "MiB");
+    match rss_following(agent, &ten) {
+        Some(rss) => println!("{:<44} {rss:>14.1}", "watcher-agent, 2 rules"),
+        None => println!("watcher-agent: could not be measured"),
+    }
+    let mut mtail = Command::new("mtail");
+    mtail.args(["--progs", &format!("{programs}/mtail-2"), "--logs", &glob, "--port", "0", "--logtostderr"]);
+    match rss_following(mtail, &ten) {
+        Some(rss) => println!("{:<44} {rss:>14.1}", "mtail, 2 rules"),
+        None => println!("mtail: not run (install Debian's mtail: apt-get install mtail)"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

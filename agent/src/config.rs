@@ -1,0 +1,394 @@
+//! The agent's configuration, read from its environment only: a Watcher's `configData` reaches
+//! the sidecar as variables (its ConfigMap through `envFrom`), the pod's identity through the
+//! downward API. Every problem names its variable; nothing is guessed.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Prefix of every variable the agent reads (besides the downward API's `POD_*`).
+pub const PREFIX: &str = "AGENT_";
+/// `AGENT_RULE_<NAME>=<regular expression>`: one rule.
+pub const RULE_PREFIX: &str = "AGENT_RULE_";
+/// `AGENT_ALERT_<NAME>=<count>/<window>`: the threshold of rule `<NAME>`.
+pub const ALERT_PREFIX: &str = "AGENT_ALERT_";
+
+/// At most this many rules (one pass over each line matches them all).
+pub const MAX_RULES: usize = 64;
+/// At most this many file globs.
+pub const MAX_FILES: usize = 32;
+
+/// The variables the agent reads, with their default and meaning: `watcher-agent check` and
+/// docs/agent.md show this table.
+pub const VARIABLES: [(&str, &str, &str); 11] = [
+    ("AGENT_FILES", "(none)", "files to follow: globs, comma-separated (`/var/log/app/*.log,/data/*.err`)"),
+    (
+        "AGENT_LOGS_CONTAINER",
+        "(none)",
+        "a container of this pod whose stdout and stderr to follow through the API (`pods/log`)",
+    ),
+    ("AGENT_RULE_<NAME>", "(at least one)", "a rule: a regular expression (Rust `regex` syntax) matched on each line"),
+    ("AGENT_ALERT_<NAME>", "(none)", "an alert for rule <NAME>: `<count>/<window>`, e.g. `5/1m`"),
+    ("AGENT_START", "end", "where to start in files present at start: `end` or `beginning`"),
+    ("AGENT_LISTEN", "0.0.0.0:9102", "address of /metrics, /healthz and /readyz"),
+    ("AGENT_EVENTS", "true", "emit a Warning Event on the pod when an alert fires"),
+    ("AGENT_POLL", "250ms", "how often files are looked at (10ms to 1m)"),
+    ("AGENT_MAX_LINE_BYTES", "16384", "longer lines are counted once, matched on their first bytes (256 to 1048576)"),
+    ("AGENT_SHUTDOWN_LINGER", "5s", "after SIGTERM, how long /metrics waits for a last scrape (0s to 1m)"),
+    ("POD_NAME, POD_NAMESPACE, POD_UID", "(downward API)", "the pod the Events are about"),
+];
+
+/// Where to start reading the files present when the agent starts (files that appear later
+/// are always read from their beginning).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// Only what is written from now on.
+    End,
+    /// Everything already in them.
+    Beginning,
+}
+
+/// An alert threshold: `count` matches within `window`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Threshold {
+    /// Matches needed, at least 1.
+    pub count: u32,
+    /// Within this long.
+    pub window: Duration,
+}
+
+impl fmt::Display for Threshold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} in {}", self.count, format_duration(self.window))
+    }
+}
+
+/// One rule: a name (lowercase, as metrics label it) and a regular expression.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleConfig {
+    /// `error` for `AGENT_RULE_ERROR`.
+    pub name: String,
+    /// The regular expression.
+    pub pattern: String,
+    /// Its alert, from `AGENT_ALERT_<NAME>`.
+    pub alert: Option<Threshold>,
+}
+
+/// The pod the agent runs in, from the downward API.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodIdentity {
+    /// `POD_NAME`.
+    pub name: Option<String>,
+    /// `POD_NAMESPACE`.
+    pub namespace: Option<String>,
+    /// `POD_UID`.
+    pub uid: Option<String>,
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// File globs, in order.
+    pub files: Vec<String>,
+    /// The container whose log stream to follow.
+    pub logs_container: Option<String>,
+    /// The rules, by name.
+    pub rules: Vec<RuleConfig>,
+    /// Where to start in files present at start.
+    pub start: Start,
+    /// Address of the HTTP endpoints.
+    pub listen: SocketAddr,
+    /// Whether alerts become Events on the pod.
+    pub events: bool,
+    /// How often files are polled.
+    pub poll: Duration,
+    /// Bytes of a line kept for matching.
+    pub max_line_bytes: usize,
+    /// How long to wait for a last scrape after SIGTERM.
+    pub shutdown_linger: Duration,
+    /// The pod.
+    pub pod: PodIdentity,
+}
+
+/// A configuration problem: the variable, and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}: {problem}")]
+pub struct ConfigError {
+    /// The variable at fault.
+    pub variable: String,
+    /// What is wrong, and what would be right.
+    pub problem: String,
+}
+
+fn error(variable: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError { variable: variable.to_owned(), problem: problem.into() }
+}
+
+impl Config {
+    /// The configuration the variables `vars` give (the process's environment in production).
+    /// A variable whose value is not UTF-8 is an error if it is one the agent reads.
+    pub fn from_vars<I, K, V>(vars: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<std::ffi::OsString>,
+        V: Into<std::ffi::OsString>,
+    {
+        let mut own: Vec<(String, String)> = Vec::new();
+        for (key, value) in vars {
+            let (key, value) = (key.into(), value.into());
+            let Some(key) = key.to_str() else { continue };
+            if !key.starts_with(PREFIX) && !key.starts_with("POD_") {
+                continue;
+            }
+            let value = value.into_string().map_err(|_| error(key, "not valid UTF-8"))?;
+            own.push((key.to_owned(), value));
+        }
+        own.sort();
+        let get = |name: &str| own.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim()).filter(|v| !v.is_empty());
+
+        let mut rules = Vec::new();
+        for (key, value) in own.iter().filter(|(k, _)| k.starts_with(RULE_PREFIX)) {
+            let name = rule_name(key, RULE_PREFIX)?;
+            if value.is_empty() {
+                return Err(error(key, "empty: set a regular expression, e.g. \\bERROR\\b"));
+            }
+            if let Err(problem) = regex::bytes::Regex::new(value) {
+                return Err(error(key, format!("not a regular expression: {}", one_line(&problem.to_string()))));
+            }
+            rules.push(RuleConfig { name, pattern: value.clone(), alert: None });
+        }
+        for (key, value) in own.iter().filter(|(k, _)| k.starts_with(ALERT_PREFIX)) {
+            let name = rule_name(key, ALERT_PREFIX)?;
+            let threshold = parse_threshold(value).map_err(|problem| error(key, problem))?;
+            let Some(rule) = rules.iter_mut().find(|r| r.name == name) else {
+                let rule = format!("{RULE_PREFIX}{}", name.to_uppercase());
+                return Err(error(key, format!("no rule {name}: set {rule} too")));
+            };
+            rule.alert = Some(threshold);
+        }
+        if rules.is_empty() {
+            return Err(error("AGENT_RULE_<NAME>", "no rule: set at least one, e.g. AGENT_RULE_ERROR=\\bERROR\\b"));
+        }
+        if rules.len() > MAX_RULES {
+            return Err(error("AGENT_RULE_<NAME>", format!("{} rules: at most {MAX_RULES}", rules.len())));
+        }
+
+        let files: Vec<String> = get("AGENT_FILES")
+            .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+            .unwrap_or_default();
+        if files.len() > MAX_FILES {
+            return Err(error("AGENT_FILES", format!("{} globs: at most {MAX_FILES}", files.len())));
+        }
+        for file in &files {
+            if !file.starts_with('/') {
+                return Err(error("AGENT_FILES", format!("{file:?} is not an absolute path")));
+            }
+            if let Err(problem) = glob::Pattern::new(file) {
+                return Err(error("AGENT_FILES", format!("{file:?} is not a glob: {problem}")));
+            }
+        }
+        let logs_container = get("AGENT_LOGS_CONTAINER").map(str::to_owned);
+        if let Some(name) = &logs_container
+            && !is_dns1123_label(name)
+        {
+            return Err(error("AGENT_LOGS_CONTAINER", format!("{name:?} is not a container name")));
+        }
+        if files.is_empty() && logs_container.is_none() {
+            return Err(error(
+                "AGENT_FILES",
+                "nothing to follow: set AGENT_FILES (globs) or AGENT_LOGS_CONTAINER (the app container's name)",
+            ));
+        }
+
+        let start = match get("AGENT_START") {
+            None | Some("end") => Start::End,
+            Some("beginning") => Start::Beginning,
+            Some(other) => return Err(error("AGENT_START", format!("{other:?}: `end` or `beginning`"))),
+        };
+        let listen = match get("AGENT_LISTEN") {
+            None => SocketAddr::from(([0, 0, 0, 0], 9102)),
+            Some(value) => value
+                .parse()
+                .map_err(|_| error("AGENT_LISTEN", format!("{value:?} is not an address such as 0.0.0.0:9102")))?,
+        };
+        let events = parse_bool("AGENT_EVENTS", get("AGENT_EVENTS"), true)?;
+        let poll = parse_bounded_duration("AGENT_POLL", get("AGENT_POLL"), Duration::from_millis(250), (10, 60_000))?;
+        let shutdown_linger = parse_bounded_duration(
+            "AGENT_SHUTDOWN_LINGER",
+            get("AGENT_SHUTDOWN_LINGER"),
+            Duration::from_secs(5),
+            (0, 60_000),
+        )?;
+        let max_line_bytes = match get("AGENT_MAX_LINE_BYTES") {
+            None => 16_384,
+            Some(value) => match value.parse::<usize>() {
+                Ok(n) if (256..=1_048_576).contains(&n) => n,
+                _ => return Err(error("AGENT_MAX_LINE_BYTES", format!("{value:?}: a number from 256 to 1048576"))),
+            },
+        };
+        let pod = PodIdentity {
+            name: get("POD_NAME").map(str::to_owned),
+            namespace: get("POD_NAMESPACE").map(str::to_owned),
+            uid: get("POD_UID").map(str::to_owned),
+        };
+        if logs_container.is_some() && (pod.name.is_none() || pod.namespace.is_none()) {
+            return Err(error(
+                "POD_NAME",
+                "AGENT_LOGS_CONTAINER needs the pod's name and namespace: set POD_NAME and POD_NAMESPACE from the \
+                 downward API (fieldRef metadata.name, metadata.namespace)",
+            ));
+        }
+        Ok(Self { files, logs_container, rules, start, listen, events, poll, max_line_bytes, shutdown_linger, pod })
+    }
+
+    /// The configuration as `watcher-agent check` prints it.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        let mut line = |text: String| {
+            out.push_str(&text);
+            out.push('\n');
+        };
+        line("configuration: valid".to_owned());
+        for file in &self.files {
+            line(format!("follows files: {file}"));
+        }
+        if let Some(container) = &self.logs_container {
+            line(format!("follows the log stream of container {container} (pods/log)"));
+        }
+        line(format!(
+            "starts at: {}",
+            match self.start {
+                Start::End => "the end of files present at start (new files from their beginning)",
+                Start::Beginning => "the beginning of every file",
+            }
+        ));
+        for rule in &self.rules {
+            let alert = rule.alert.map(|t| format!("; alerts at {t}")).unwrap_or_default();
+            line(format!("rule {}: {}{alert}", rule.name, rule.pattern));
+        }
+        line(format!("serves /metrics, /healthz, /readyz on {}", self.listen));
+        let pod = match (&self.pod.namespace, &self.pod.name) {
+            (Some(namespace), Some(name)) => format!("{namespace}/{name}"),
+            _ => "unknown (POD_NAME, POD_NAMESPACE unset)".to_owned(),
+        };
+        line(format!("pod: {pod}"));
+        let alerting = self.rules.iter().any(|r| r.alert.is_some());
+        line(format!(
+            "events: {}",
+            match (self.events, alerting) {
+                (false, _) => "off",
+                (true, false) => "on, but no rule has an alert (AGENT_ALERT_<NAME>)",
+                (true, true) => "a Warning Event on the pod when an alert fires",
+            }
+        ));
+        line(format!(
+            "polls files every {}; lines matched on their first {} bytes",
+            format_duration(self.poll),
+            self.max_line_bytes
+        ));
+        out
+    }
+}
+
+/// `error` of `AGENT_RULE_ERROR`: names are letters, digits and `_`, starting with a letter.
+fn rule_name(key: &str, prefix: &str) -> Result<String, ConfigError> {
+    let name = &key[prefix.len()..];
+    let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name.len() <= 48
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(error(key, "the rule's name must be letters, digits and _ (at most 48), starting with a letter"));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+/// `5/1m`: 5 matches within a minute.
+pub fn parse_threshold(value: &str) -> Result<Threshold, String> {
+    let (count, window) = value.split_once('/').ok_or_else(|| format!("{value:?}: `<count>/<window>`, e.g. 5/1m"))?;
+    let count: u32 = count
+        .trim()
+        .parse()
+        .ok()
+        .filter(|c| (1..=100_000).contains(c))
+        .ok_or_else(|| format!("{value:?}: the count is a number from 1 to 100000"))?;
+    let window =
+        parse_duration(window.trim()).ok_or_else(|| format!("{value:?}: the window is a duration (30s, 5m, 1h)"))?;
+    if window < Duration::from_secs(1) || window > Duration::from_secs(24 * 3600) {
+        return Err(format!("{value:?}: the window is from 1s to 24h"));
+    }
+    Ok(Threshold { count, window })
+}
+
+/// `250ms`, `30s`, `5m`, `1h`.
+pub fn parse_duration(value: &str) -> Option<Duration> {
+    let split = value.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = value.split_at(split);
+    let number: u64 = number.parse().ok()?;
+    let millis = match unit {
+        "ms" => number,
+        "s" => number.checked_mul(1000)?,
+        "m" => number.checked_mul(60_000)?,
+        "h" => number.checked_mul(3_600_000)?,
+        _ => return None,
+    };
+    Some(Duration::from_millis(millis))
+}
+
+/// `1m`, `30s`, `250ms`: the shortest exact form.
+pub fn format_duration(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    if millis.is_multiple_of(3_600_000) && millis > 0 {
+        format!("{}h", millis / 3_600_000)
+    } else if millis.is_multiple_of(60_000) && millis > 0 {
+        format!("{}m", millis / 60_000)
+    } else if millis.is_multiple_of(1000) {
+        format!("{}s", millis / 1000)
+    } else {
+        format!("{millis}ms")
+    }
+}
+
+fn parse_bool(variable: &str, value: Option<&str>, default: bool) -> Result<bool, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(other) => Err(error(variable, format!("{other:?}: `true` or `false`"))),
+    }
+}
+
+fn parse_bounded_duration(
+    variable: &str,
+    value: Option<&str>,
+    default: Duration,
+    (least, most): (u64, u64),
+) -> Result<Duration, ConfigError> {
+    let Some(value) = value else { return Ok(default) };
+    let range = format!(
+        "{} to {}",
+        format_duration(Duration::from_millis(least)),
+        format_duration(Duration::from_millis(most))
+    );
+    match parse_duration(value) {
+        Some(d) if (least..=most).contains(&u64::try_from(d.as_millis()).unwrap_or(u64::MAX)) => Ok(d),
+        Some(_) => Err(error(variable, format!("{value:?}: from {range}"))),
+        None => Err(error(variable, format!("{value:?} is not a duration (250ms, 30s, 5m)"))),
+    }
+}
+
+fn is_dns1123_label(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}
+
+/// The regex crate's multi-line error, on one line.
+fn one_line(text: &str) -> String {
+    text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,17 @@
+//! watcher-agent: the sidecar a Watcher injects to watch the app. It follows the app's log
+//! files (by glob, through rotation and truncation) and its stdout and stderr (the API's log
+//! stream), matches every line against its rules in one pass, serves the counts on `/metrics`
+//! and, when a rule crosses its threshold, emits a Warning Event on the pod. Configured from its
+//! environment only ([`config`]), so a Watcher's `configData` is its configuration.
+
+pub mod alerts;
+pub mod config;
+pub mod events;
+pub mod follow;
+pub mod lines;
+pub mod logs;
+pub mod metrics;
+pub mod processor;
+pub mod rules;
+pub mod run;
+pub mod server;

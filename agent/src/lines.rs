@@ -1,0 +1,130 @@
+//! Bytes into lines: complete lines are handed out as they are found, a last line without its
+//! newline is kept until the newline comes (never split, never counted twice), and a line longer
+//! than the bound is kept only up to it (counted once, matched on its first bytes).
+
+use memchr::memchr;
+
+/// A line as it is handed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Line<'a> {
+    /// Its bytes, without the newline (and a `\r` before it), at most the bound.
+    pub bytes: &'a [u8],
+    /// Whether it was longer than the bound.
+    pub truncated: bool,
+}
+
+/// The part of a line seen so far.
+#[derive(Debug)]
+pub struct LineBuffer {
+    partial: Vec<u8>,
+    overflow: bool,
+    max: usize,
+}
+
+impl LineBuffer {
+    /// Lines kept up to `max` bytes.
+    pub fn new(max: usize) -> Self {
+        Self { partial: Vec::new(), overflow: false, max }
+    }
+
+    /// Whether part of a line is waiting for its newline.
+    pub fn has_partial(&self) -> bool {
+        !self.partial.is_empty() || self.overflow
+    }
+
+    /// Splits `chunk` (what follows what was pushed before) into lines, handing each complete
+    /// one to `emit`.
+    pub fn push(&mut self, mut chunk: &[u8], mut emit: impl FnMut(Line<'_>)) {
+        while let Some(end) = memchr(b'\n', chunk) {
+            let (head, rest) = (&chunk[..end], &chunk[end + 1..]);
+            if self.has_partial() {
+                self.keep(head);
+                let truncated = self.overflow;
+                emit(Line { bytes: trim_cr(&self.partial), truncated });
+                self.partial.clear();
+                self.overflow = false;
+            } else if head.len() > self.max {
+                emit(Line { bytes: &head[..self.max], truncated: true });
+            } else {
+                emit(Line { bytes: trim_cr(head), truncated: false });
+            }
+            chunk = rest;
+        }
+        self.keep(chunk);
+    }
+
+    /// Hands out the line waiting for its newline, if any (the file is gone or was truncated:
+    /// no newline will come).
+    pub fn flush(&mut self, mut emit: impl FnMut(Line<'_>)) {
+        if self.has_partial() {
+            emit(Line { bytes: trim_cr(&self.partial), truncated: self.overflow });
+        }
+        self.partial.clear();
+        self.overflow = false;
+    }
+
+    fn keep(&mut self, bytes: &[u8]) {
+        let room = self.max - self.partial.len();
+        if bytes.len() > room {
+            self.partial.extend_from_slice(&bytes[..room]);
+            self.overflow = true;
+        } else {
+            self.partial.extend_from_slice(bytes);
+        }
+    }
+}
+
+fn trim_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(buffer: &mut LineBuffer, chunks: &[&[u8]]) -> Vec<(String, bool)> {
+        let mut out = Vec::new();
+        for chunk in chunks {
+            buffer.push(chunk, |l| out.push((String::from_utf8_lossy(l.bytes).into_owned(), l.truncated)));
+        }
+        out
+    }
+
+    #[test]
+    fn a_line_split_across_reads_is_one_line() {
+        let mut buffer = LineBuffer::new(64);
+        let out = lines(&mut buffer, &[b"first\nsec", b"ond", b" half\r\nthird"]);
+        assert_eq!(out, [("first".into(), false), ("second half".into(), false)]);
+        assert!(buffer.has_partial(), "third waits for its newline");
+        let more = lines(&mut buffer, &[b" line\n"]);
+        assert_eq!(more, [("third line".into(), false)]);
+        assert!(!buffer.has_partial());
+    }
+
+    #[test]
+    fn a_long_line_is_kept_to_the_bound_and_handed_out_once() {
+        let mut buffer = LineBuffer::new(8);
+        let long = b"0123456789abcdef\nshort\n";
+        assert_eq!(lines(&mut buffer, &[long]), [("01234567".into(), true), ("short".into(), false)]);
+        // Long and split: bounded while it grows.
+        let out = lines(&mut buffer, &[b"abcdef", b"ghijkl", b"mnop", b"\n"]);
+        assert_eq!(out, [("abcdefgh".into(), true)]);
+        assert!(buffer.partial.capacity() < 64, "memory stays bounded");
+    }
+
+    #[test]
+    fn flush_hands_out_the_waiting_line() {
+        let mut buffer = LineBuffer::new(64);
+        assert!(lines(&mut buffer, &[b"no newline"]).is_empty());
+        let mut out = Vec::new();
+        buffer.flush(|l| out.push(l.bytes.to_vec()));
+        buffer.flush(|l| out.push(l.bytes.to_vec()));
+        assert_eq!(out, [b"no newline".to_vec()], "once");
+    }
+
+    #[test]
+    fn empty_lines_are_lines() {
+        let mut buffer = LineBuffer::new(64);
+        assert_eq!(lines(&mut buffer, &[b"\n\na\n"]).len(), 3);
+    }
+}

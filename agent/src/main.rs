@@ -1,0 +1,74 @@
+//! `watcher-agent`: runs the agent (no argument, or `run`), or `check`s its configuration.
+
+use std::process::ExitCode;
+
+use watcher_agent::config::{Config, VARIABLES};
+
+const USAGE: &str = "usage: watcher-agent [run | check | help | version]
+
+  run      follow the configured files and log stream, serve /metrics (the default)
+  check    print the configuration the environment gives, or what is wrong with it (exit 1)
+
+Configured from the environment (a Watcher's configData, through its ConfigMap):";
+
+fn main() -> ExitCode {
+    let command = std::env::args().nth(1);
+    match command.as_deref() {
+        None | Some("run") => run(),
+        Some("check") => match Config::from_vars(std::env::vars_os()) {
+            Ok(config) => {
+                print!("{}", config.describe());
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("configuration: invalid: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        Some("help" | "-h" | "--help") => {
+            println!("{USAGE}");
+            for (name, default, meaning) in VARIABLES {
+                println!("  {name:<34} {default:<14} {meaning}");
+            }
+            ExitCode::SUCCESS
+        }
+        Some("version" | "--version") => {
+            println!("watcher-agent {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Some(other) => {
+            eprintln!("unknown command {other:?}\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,hyper=warn,rustls=warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    let config = match Config::from_vars(std::env::vars_os()) {
+        Ok(config) => config,
+        Err(error) => {
+            // The pod's restarts and `kubectl logs` show it.
+            eprintln!("watcher-agent: invalid configuration: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // One crypto backend for the API client's TLS, as the operator installs it.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("watcher-agent: cannot start: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(watcher_agent::run::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("watcher-agent: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
