@@ -204,6 +204,11 @@ mod tests {
         observe(&Err(kube::runtime::watcher::Error::NoResourceVersion));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        // The Watcher's sidecar, watcher-agent, exports its own: the dashboard's row and the
+        // alert on them read what it exports.
+        let mut agent = Registry::default();
+        drop(watcher_agent::metrics::Metrics::register(&mut agent, &["/var/log/*.log".into()], &["error".into()]));
+        text.push_str(&watcher_agent::metrics::openmetrics(&agent));
         let mut names = std::collections::BTreeSet::new();
         for line in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
             let (name, kind) = line.split_once(' ').expect("name and type");
@@ -275,6 +280,8 @@ mod tests {
             "watcher_leader",
             "watcher_watch_errors_total",
             "watcher_watch_lists_total",
+            "watcher_agent_matches_total",
+            "watcher_agent_alert_firing",
         ] {
             assert!(exported.contains(wanted), "{wanted} not exported: {exported:?}");
         }

@@ -63,9 +63,8 @@ async fn the_sidecar_sees_the_app() {
         .filter(|(_, path, _)| *path != SERVICE_ACCOUNT_PATH)
         .collect();
     assert_eq!(mounts, [("logs", "/var/log/app", Some(true))], "the app's log volume, read-only");
-    let env: Vec<(&str, Option<&str>)> =
-        sidecar.env.iter().flatten().map(|e| (e.name.as_str(), e.value.as_deref())).collect();
-    assert_eq!(env, [("SERVICE_NAME", Some("shop"))]);
+    let env: Vec<&str> = sidecar.env.iter().flatten().map(|e| e.name.as_str()).collect();
+    assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "POD_UID"], "the pod's identity, for the agent's Events");
     assert_eq!(shop.annotations().get("prometheus.io/scrape").map(String::as_str), Some("true"));
     assert_eq!(shop.annotations().get("prometheus.io/port").map(String::as_str), Some("9102"));
     // kube-apiserver's own token mount, once in every container: the webhook never copied it.
@@ -84,7 +83,6 @@ async fn the_sidecar_sees_the_app() {
         explained["watchers"].as_array().into_iter().flatten().find(|w| w["name"] == "app-watcher").expect("line");
     let sees: Vec<&str> = line["sees"].as_array().into_iter().flatten().filter_map(|s| s.as_str()).collect();
     assert!(sees.contains(&"shares /var/log/app of app (read-only)"), "{sees:?}");
-    assert!(sees.contains(&"carries SERVICE_NAME from app"), "{sees:?}");
 
     // Every other option, on a pod created with kubectl as a user would.
     kubectl_apply(

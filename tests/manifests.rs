@@ -572,3 +572,30 @@ fn the_aggregated_cluster_roles_follow_kubernetes_own() {
         off.iter().filter(|o| o["kind"] == "ClusterRole").filter_map(|o| o["metadata"]["name"].as_str()).collect();
     assert_eq!(roles, ["watcher-operator"]);
 }
+
+/// The chart renders the agent's image where users read it: the install notes, with the
+/// default (the chart's appVersion) and with a registry of one's own.
+#[test]
+fn the_install_notes_name_the_agent_image() {
+    let notes = |sets: &[&str]| {
+        let mut args = vec!["install", "watcher-operator", "charts/watcher-operator", "--dry-run=client"];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        run_tool("helm", &args)
+    };
+    let Some(default) = notes(&[]) else { return };
+    let chart =
+        std::fs::read_to_string(Path::new(ROOT).join("charts/watcher-operator/Chart.yaml")).expect("Chart.yaml");
+    let version =
+        chart.lines().find_map(|l| l.strip_prefix("appVersion:")).expect("appVersion").trim().trim_matches('"');
+    assert!(default.contains(&format!("  image: watcher-agent:{version}\n")), "{default}");
+    let Some(own) = notes(&["agent.image.repository=registry.example/watcher-agent,agent.image.tag=1.2.3"]) else {
+        return;
+    };
+    assert!(own.contains("  image: registry.example/watcher-agent:1.2.3\n"), "{own}");
+    assert!(
+        refused(&["agent.image.repository="]).is_some_and(|e| e.contains("agent")),
+        "an empty repository is refused"
+    );
+}

@@ -26,8 +26,9 @@ fn preview_with(pod: &str, watcher: &str, extra: &[&str]) -> (Value, String) {
     (pod, String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
-/// README's "Watching the app": the sidecar reads the app's log volume read-only, carries its
-/// SERVICE_NAME, and the pod is annotated for scraping.
+/// README's "Watching the app": watcher-agent reads the app's log volume read-only, gets its
+/// configuration from the Watcher's ConfigMap and its pod's identity from the downward API, and
+/// the pod is annotated for scraping.
 #[test]
 fn the_app_sample_is_watched_as_readme_says() {
     let (pod, warnings) = preview("deploy/samples/app.yaml", "deploy/samples/app-watcher.yaml");
@@ -38,7 +39,10 @@ fn the_app_sample_is_watched_as_readme_says() {
         sidecar["volumeMounts"],
         serde_json::json!([{"name": "logs", "mountPath": "/var/log/app", "readOnly": true}])
     );
-    assert_eq!(sidecar["env"], serde_json::json!([{"name": "SERVICE_NAME", "value": "shop"}]));
+    let env: Vec<&str> = sidecar["env"].as_array().into_iter().flatten().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "POD_UID"]);
+    assert_eq!(sidecar["envFrom"], serde_json::json!([{"configMapRef": {"name": "app-watcher-config"}}]));
+    assert_eq!(sidecar["image"], "watcher-agent:0.1.0");
     let annotations = &pod["metadata"]["annotations"];
     assert_eq!(
         (&annotations["prometheus.io/scrape"], &annotations["prometheus.io/port"]),

@@ -47,6 +47,10 @@ pub(crate) struct WatcherLine {
     /// containers for it.
     #[serde(rename = "podSecurity", skip_serializing_if = "Vec::is_empty")]
     pub(crate) pod_security: Vec<String>,
+    /// For an injected Watcher whose sidecar runs watcher-agent: whether its configuration
+    /// parses, and what it will follow (files it can see, the log stream).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) agent: Vec<String>,
 }
 
 /// How one ClusterWatcher stands towards the pod's namespace.
@@ -180,6 +184,7 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 sees: Vec::new(),
                 cluster: false,
                 pod_security: Vec::new(),
+                agent: Vec::new(),
             });
         }
     } else {
@@ -198,6 +203,7 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 sees: Vec::new(),
                 cluster: false,
                 pod_security: Vec::new(),
+                agent: Vec::new(),
             };
             lines.push(match &decision.verdict {
                 Verdict::Inject if existing => line(
@@ -262,10 +268,16 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
                 sees: Vec::new(),
                 cluster: false,
                 pod_security: Vec::new(),
+                agent: Vec::new(),
             });
         }
         hold_the_level(pod, scope, &mut lines);
         see_the_app(pod, existing, scope, &mut lines);
+        for line in lines.iter_mut().filter(|l| l.injected) {
+            if let Some(watcher) = scope.watchers.iter().find(|w| w.name_any() == line.name) {
+                line.agent = agent_lines(pod, existing, watcher);
+            }
+        }
     }
     lines.sort_by(|a, b| a.name.cmp(&b.name));
     for line in &mut lines {
@@ -292,6 +304,78 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
             .collect(),
         images,
     }
+}
+
+/// Whether `image` is watcher-agent's: its repository's last component is `watcher-agent`.
+fn is_agent_image(image: &str) -> bool {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    last.split(':').next() == Some("watcher-agent")
+}
+
+/// For a Watcher whose sidecar runs watcher-agent: its configuration as the agent will read it
+/// (the Watcher's configData through `envFrom`, then the container's own `env`, which wins; a
+/// variable from the downward API counts as set), parsed by the agent's own code; and, when it
+/// parses, each glob and whether a volume is mounted there in the sidecar (its own mounts, and
+/// with `shareVolumes` the app's), and the log stream.
+fn agent_lines(pod: &PodView, existing: bool, watcher: &Watcher) -> Vec<String> {
+    let container = &watcher.spec.container;
+    if !container.image.as_deref().is_some_and(is_agent_image) {
+        return Vec::new();
+    }
+    let mut vars: Vec<(String, String)> = watcher.spec.config_data.clone().unwrap_or_default().into_iter().collect();
+    for env in container.env.iter().flatten() {
+        let value = match (&env.value, &env.value_from) {
+            (Some(value), _) => value.clone(),
+            (None, Some(_)) => format!("<{} from valueFrom>", env.name),
+            (None, None) => String::new(),
+        };
+        vars.retain(|(k, _)| *k != env.name);
+        vars.push((env.name.clone(), value));
+    }
+    let config = match watcher_agent::config::Config::from_vars(vars) {
+        Ok(config) => config,
+        Err(error) => return vec![format!("watcher-agent: configuration invalid: {error}")],
+    };
+    let mut lines = vec!["watcher-agent: configuration valid".to_owned()];
+    // Where the sidecar has a volume: as the existing pod has it, or as admission mounts it.
+    let spec = pod.spec.as_ref();
+    let in_pod = || spec.into_iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()));
+    let mut mounted: Vec<String> = Vec::new();
+    match in_pod().find(|c| existing && c.name == container.name) {
+        Some(sidecar) => mounted.extend(sidecar.volume_mounts.iter().flatten().map(|m| m.mount_path.clone())),
+        None => {
+            mounted.extend(container.volume_mounts.iter().flatten().map(|m| m.mount_path.clone()));
+            if watcher.spec.app.share_volumes != watcher_api::ShareVolumes::None {
+                let apps = in_pod().filter(|c| c.name != container.name && watcher.spec.app.is_app_container(&c.name));
+                mounted.extend(apps.flat_map(|c| c.volume_mounts.iter().flatten().map(|m| m.mount_path.clone())));
+            }
+        }
+    }
+    mounted.retain(|path| path != watcher_api::SERVICE_ACCOUNT_PATH);
+    for glob in &config.files {
+        let under = |path: &String| {
+            let dir = path.trim_end_matches('/');
+            glob.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
+        };
+        match mounted.iter().filter(|p| under(p)).max_by_key(|p| p.len()) {
+            Some(path) => lines.push(format!("follows {glob}: a volume is mounted at {path} in the sidecar")),
+            None => lines.push(format!(
+                "follows {glob}: nothing is mounted there in the sidecar, so it sees no file of the app \
+                 (shareVolumes, or a volumeMount of its own)"
+            )),
+        }
+    }
+    if let Some(name) = &config.logs_container {
+        if in_pod().any(|c| &c.name == name) {
+            lines.push(format!(
+                "follows the log stream of container {name} (the pod's ServiceAccount needs get on pods/log)"
+            ));
+        } else {
+            lines.push(format!("follows the log stream of container {name}: the pod has no such container"));
+        }
+    }
+    lines
 }
 
 /// What each injected Watcher's sidecar sees of the app: for a manifest, what admission's own
@@ -459,7 +543,7 @@ impl Explanation {
             let state = if line.injected { "injected" } else { "not injected" };
             let kind = if line.cluster { " (ClusterWatcher)" } else { "" };
             out.push_str(&format!("{mark} {}{kind}: {state} ({}): {}\n", line.name, line.reason, line.message));
-            for seen in line.sees.iter().chain(&line.pod_security) {
+            for seen in line.sees.iter().chain(&line.pod_security).chain(&line.agent) {
                 out.push_str(&format!("    {seen}\n"));
             }
         }

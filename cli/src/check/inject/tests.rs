@@ -430,3 +430,40 @@ fn the_enforced_pod_security_level_is_explained() {
     let unlabelled = explain_in("team-a", &[], app, false, &watchers);
     assert!(unlabelled.watchers.iter().all(|l| l.injected && l.pod_security.is_empty()), "no level, nothing changes");
 }
+
+/// A Watcher whose sidecar is watcher-agent: `check-inject` parses its configuration with the
+/// agent's own code and says what it will follow, for README's sample on README's app; a
+/// configuration the agent would refuse is named; a glob no volume serves is said so.
+#[test]
+fn the_agents_configuration_and_what_it_follows_are_explained() {
+    let mut sample: Watcher =
+        serde_saphyr::from_str(include_str!("../../../../deploy/samples/app-watcher.yaml")).expect("sample");
+    sample.metadata.namespace = Some("team-a".into());
+    let app: Value = serde_saphyr::from_str(include_str!("../../../../deploy/samples/app.yaml")).expect("app");
+    let explained = explain_in("team-a", &[], app.clone(), false, std::slice::from_ref(&sample));
+    assert_eq!(
+        explained.watchers[0].agent,
+        [
+            "watcher-agent: configuration valid",
+            "follows /var/log/app/*.log: a volume is mounted at /var/log/app in the sidecar",
+        ]
+    );
+    assert!(explained.text().contains("\n    follows /var/log/app/*.log: a volume is mounted"), "{}", explained.text());
+
+    let mut unshared = sample.clone();
+    unshared.spec.app.share_volumes = watcher_api::ShareVolumes::None;
+    let config = unshared.spec.config_data.get_or_insert_default();
+    config.insert("AGENT_LOGS_CONTAINER".into(), "app".into());
+    let lines =
+        explain_in("team-a", &[], app.clone(), false, std::slice::from_ref(&unshared)).watchers[0].agent.clone();
+    assert!(lines[1].starts_with("follows /var/log/app/*.log: nothing is mounted there in the sidecar"), "{lines:?}");
+    assert_eq!(lines[2], "follows the log stream of container app (the pod's ServiceAccount needs get on pods/log)");
+
+    let mut broken = sample.clone();
+    broken.spec.config_data.get_or_insert_default().insert("AGENT_ALERT_ERROR".into(), "often".into());
+    let lines = explain_in("team-a", &[], app, false, std::slice::from_ref(&broken)).watchers[0].agent.clone();
+    assert_eq!(
+        lines,
+        ["watcher-agent: configuration invalid: AGENT_ALERT_ERROR: \"often\": `<count>/<window>`, e.g. 5/1m"]
+    );
+}
