@@ -20,7 +20,7 @@ pub const MAX_FILES: usize = 32;
 
 /// The variables the agent reads, with their default and meaning: `watcher-agent check` and
 /// docs/agent.md show this table.
-pub const VARIABLES: [(&str, &str, &str); 11] = [
+pub const VARIABLES: [(&str, &str, &str); 12] = [
     ("AGENT_FILES", "(none)", "files to follow: globs, comma-separated (`/var/log/app/*.log,/data/*.err`)"),
     (
         "AGENT_LOGS_CONTAINER",
@@ -32,6 +32,11 @@ pub const VARIABLES: [(&str, &str, &str); 11] = [
     ("AGENT_START", "end", "where to start in files present at start: `end` or `beginning`"),
     ("AGENT_LISTEN", "0.0.0.0:9102", "address of /metrics, /healthz and /readyz"),
     ("AGENT_EVENTS", "true", "emit a Warning Event on the pod when an alert fires"),
+    (
+        "AGENT_ALERTMANAGER_URL",
+        "(none)",
+        "also post alerts, firing and resolved, to this Alertmanager (API v2, http://)",
+    ),
     ("AGENT_POLL", "250ms", "how often files are looked at (10ms to 1m)"),
     ("AGENT_MAX_LINE_BYTES", "16384", "longer lines are counted once, matched on their first bytes (256 to 1048576)"),
     ("AGENT_SHUTDOWN_LINGER", "5s", "after SIGTERM, how long /metrics waits for a last scrape (0s to 1m)"),
@@ -100,6 +105,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Whether alerts become Events on the pod.
     pub events: bool,
+    /// Alertmanager's base URL (`http://host:port`), to post alerts to.
+    pub alertmanager: Option<String>,
     /// How often files are polled.
     pub poll: Duration,
     /// Bytes of a line kept for matching.
@@ -212,6 +219,15 @@ impl Config {
                 .map_err(|_| error("AGENT_LISTEN", format!("{value:?} is not an address such as 0.0.0.0:9102")))?,
         };
         let events = parse_bool("AGENT_EVENTS", get("AGENT_EVENTS"), true)?;
+        let alertmanager = get("AGENT_ALERTMANAGER_URL").map(str::to_owned);
+        if let Some(url) = &alertmanager
+            && crate::alertmanager::Alertmanager::new(url).is_none()
+        {
+            return Err(error(
+                "AGENT_ALERTMANAGER_URL",
+                format!("{url:?}: an http:// URL such as http://alertmanager.monitoring:9093"),
+            ));
+        }
         let poll = parse_bounded_duration("AGENT_POLL", get("AGENT_POLL"), Duration::from_millis(250), (10, 60_000))?;
         let shutdown_linger = parse_bounded_duration(
             "AGENT_SHUTDOWN_LINGER",
@@ -238,7 +254,19 @@ impl Config {
                  downward API (fieldRef metadata.name, metadata.namespace)",
             ));
         }
-        Ok(Self { files, logs_container, rules, start, listen, events, poll, max_line_bytes, shutdown_linger, pod })
+        Ok(Self {
+            files,
+            logs_container,
+            rules,
+            start,
+            listen,
+            events,
+            alertmanager,
+            poll,
+            max_line_bytes,
+            shutdown_linger,
+            pod,
+        })
     }
 
     /// The configuration as `watcher-agent check` prints it.
@@ -281,6 +309,9 @@ impl Config {
                 (true, true) => "a Warning Event on the pod when an alert fires",
             }
         ));
+        if let Some(url) = &self.alertmanager {
+            line(format!("alertmanager: {url} (alerts posted firing and resolved)"));
+        }
         line(format!(
             "polls files every {}; lines matched on their first {} bytes",
             format_duration(self.poll),

@@ -4,6 +4,7 @@
 //! and, when a rule crosses its threshold, emits a Warning Event on the pod. Configured from its
 //! environment only ([`config`]), so a Watcher's `configData` is its configuration.
 
+pub mod alertmanager;
 pub mod alerts;
 pub mod config;
 pub mod events;

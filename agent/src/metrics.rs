@@ -1,6 +1,6 @@
 //! The agent's metrics, every series at 0 from the start: lines read per source, matches per
 //! rule and source, the time of each rule's last match, long lines, source errors by reason,
-//! alerts firing, and the Events sent. The hot path counts through handles taken once.
+//! alerts firing, and the alerts sent (Events, Alertmanager). The hot path counts through handles taken once.
 
 use std::sync::atomic::AtomicU64;
 
@@ -86,7 +86,7 @@ impl Metrics {
                 drop(errors.get_or_create(&ErrorLabels { source: s.clone(), reason: reason.as_str().to_owned() }));
             }
         }
-        for to in ["event"] {
+        for to in ["event", "alertmanager"] {
             for result in ["sent", "failed"] {
                 drop(sent.get_or_create(&SentLabels { to: to.to_owned(), result: result.to_owned() }));
             }
@@ -105,7 +105,11 @@ impl Metrics {
         );
         registry.register("watcher_agent_source_errors", "Problems reading a source, by reason", errors.clone());
         registry.register("watcher_agent_alert_firing", "1 while a rule's alert fires", firing_family);
-        registry.register("watcher_agent_alerts_sent", "Alerts sent as Events on the pod, by result", sent.clone());
+        registry.register(
+            "watcher_agent_alerts_sent",
+            "Alerts sent as Events on the pod and to Alertmanager, by result",
+            sent.clone(),
+        );
         Self { lines, matches, last_match, long_lines, firing, errors, sent, sources: sources.to_vec() }
     }
 
@@ -117,7 +121,7 @@ impl Metrics {
         }
     }
 
-    /// An alert sent `to` (`event`), or not.
+    /// An alert sent `to` (`event`, `alertmanager`), or not.
     pub fn sent(&self, to: &str, ok: bool) {
         let result = if ok { "sent" } else { "failed" };
         self.sent.get_or_create(&SentLabels { to: to.to_owned(), result: result.to_owned() }).inc();

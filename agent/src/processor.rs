@@ -40,6 +40,8 @@ pub struct Processor {
     matches: Vec<Vec<u64>>,
     last_match: Vec<Option<f64>>,
     pending: Vec<Option<Alert>>,
+    /// Each rule's note from when it last fired.
+    notes: Vec<String>,
 }
 
 impl Processor {
@@ -55,6 +57,7 @@ impl Processor {
             matches: vec![vec![0; sources]; rules.len()],
             last_match: vec![None; rules.len()],
             pending: vec![None; rules.len()],
+            notes: vec![String::new(); rules.len()],
         })
     }
 
@@ -65,7 +68,7 @@ impl Processor {
         if line.truncated {
             self.long_lines[source] += 1;
         }
-        let Self { rules, matches, last_match, windows, pending, .. } = self;
+        let Self { rules, matches, last_match, windows, pending, notes, .. } = self;
         rules.each_match(line.bytes, |rule| {
             matches[rule][source] += 1;
             last_match[rule] = Some(wall_clock());
@@ -88,6 +91,7 @@ impl Processor {
                 let quoted = truncate(&String::from_utf8_lossy(line.bytes), QUOTED_LINE);
                 entry.note =
                     format!("rule {name} matched {} times within {threshold}; last line: {quoted}", threshold.count);
+                notes[rule].clone_from(&entry.note);
             }
         });
     }
@@ -126,6 +130,12 @@ impl Processor {
             }
         }
         resolved
+    }
+
+    /// The rules firing now: (name, the note from when it fired).
+    pub fn firing(&self) -> Vec<(String, String)> {
+        let firing = self.windows.iter().enumerate().filter(|(_, w)| w.as_ref().is_some_and(Window::firing));
+        firing.map(|(rule, _)| (self.rules.names()[rule].clone(), self.notes[rule].clone())).collect()
     }
 
     /// The alerts to say now, taken.

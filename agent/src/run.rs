@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
-use crate::config::{Config, Start};
+use crate::alertmanager::{Alertmanager, REPOST_EVERY, State};
+use crate::config::{Config, PodIdentity, Start};
 use crate::events::EventPublisher;
 use crate::follow::{Follower, SourceError};
 use crate::logs::{Ended, Resume, backoff, stream_once};
@@ -128,6 +129,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         _ => None,
     };
 
+    let alertmanager = config.alertmanager.as_deref().and_then(Alertmanager::new);
+    let mut posted: std::collections::HashMap<String, Instant> = std::collections::HashMap::new();
     let mut said: std::collections::HashMap<usize, Instant> = std::collections::HashMap::new();
     let mut ticks = tokio::time::interval(ALERT_TICK);
     let shutdown = shutdown_signal();
@@ -135,7 +138,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     loop {
         tokio::select! {
             () = &mut shutdown => break,
-            _ = ticks.tick() => say_alerts(&processor, publisher.as_mut(), &mut said, false).await,
+            _ = ticks.tick() => {
+                let resolved = say_alerts(&processor, publisher.as_mut(), &mut said, false).await;
+                if let Some(alertmanager) = &alertmanager {
+                    tell_alertmanager(alertmanager, &processor, &config.pod, &mut posted, resolved).await;
+                }
+            }
         }
     }
     info!("stopping: reading stops, the alerts left are said, /metrics waits for a last scrape");
@@ -147,7 +155,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         let _ = tokio::task::spawn_blocking(move || files.join()).await;
     }
     lock(&processor).flush();
-    say_alerts(&processor, publisher.as_mut(), &mut said, true).await;
+    let resolved = say_alerts(&processor, publisher.as_mut(), &mut said, true).await;
+    if let Some(alertmanager) = &alertmanager {
+        tell_alertmanager(alertmanager, &processor, &config.pod, &mut posted, resolved).await;
+    }
     if !config.shutdown_linger.is_zero() {
         let _ = tokio::time::timeout(config.shutdown_linger, endpoints.scraped.notified()).await;
     }
@@ -231,16 +242,18 @@ async fn follow_stream(
 }
 
 /// Resolves what the window lets go, and says the alerts due: a first occurrence at once, more
-/// of a firing one at most every [`SERIES_EVERY`] (everything when `all`).
+/// of a firing one at most every [`SERIES_EVERY`] (everything when `all`). Returns the rules
+/// resolved.
 async fn say_alerts(
     processor: &Mutex<Processor>,
     mut publisher: Option<&mut EventPublisher>,
     said: &mut std::collections::HashMap<usize, Instant>,
     all: bool,
-) {
-    let alerts = {
+) -> Vec<String> {
+    let (alerts, resolved) = {
         let mut processor = lock(processor);
-        for rule in processor.tick(Instant::now()) {
+        let resolved = processor.tick(Instant::now());
+        for rule in &resolved {
             info!(rule, "alert resolved");
         }
         processor.flush();
@@ -250,7 +263,7 @@ async fn say_alerts(
         for alert in later {
             processor.keep_alert(alert);
         }
-        due
+        (due, resolved)
     };
     for alert in alerts {
         if !alert.note.is_empty() {
@@ -268,6 +281,45 @@ async fn say_alerts(
                 warn!(%error, rule = alert.name, "the Event could not be sent; trying again");
                 processor.keep_alert(alert);
             }
+        }
+    }
+    resolved
+}
+
+/// Posts to Alertmanager each alert that fired (and again every [`REPOST_EVERY`] while it fires)
+/// and each one `resolved`.
+async fn tell_alertmanager(
+    alertmanager: &Alertmanager,
+    processor: &Mutex<Processor>,
+    pod: &PodIdentity,
+    posted: &mut std::collections::HashMap<String, Instant>,
+    resolved: Vec<String>,
+) {
+    let firing = lock(processor).firing();
+    let mut posts: Vec<(String, String, State)> = firing
+        .into_iter()
+        .filter(|(rule, _)| posted.get(rule).is_none_or(|at| at.elapsed() >= REPOST_EVERY))
+        .map(|(rule, note)| (rule, note, State::Firing))
+        .collect();
+    for rule in resolved {
+        if posted.remove(&rule).is_some() {
+            let note = format!("rule {rule} is under its threshold again");
+            posts.push((rule, note, State::Resolved));
+        }
+    }
+    let now = k8s_openapi::jiff::Timestamp::now();
+    for (rule, note, state) in posts {
+        let body = Alertmanager::body(&rule, &note, pod, state, now);
+        let result = alertmanager.post(&body).await;
+        let ok = matches!(result, Ok(200..=299));
+        lock(processor).metrics().sent("alertmanager", ok);
+        match result {
+            Ok(200..=299) if state == State::Firing => {
+                posted.insert(rule, Instant::now());
+            }
+            Ok(200..=299) => {}
+            Ok(status) => warn!(status, rule, "Alertmanager refused the alert; posting it again"),
+            Err(error) => warn!(error, rule, "cannot post to Alertmanager; posting it again"),
         }
     }
 }

@@ -17,7 +17,8 @@ fn kubectl(args: &[&str]) -> String {
 /// The agent's Events on `pod`: (reason, series count or 1, note).
 fn events(namespace: &str, pod: &str) -> Vec<(String, i64, String)> {
     let list: serde_json::Value =
-        serde_json::from_str(&kubectl(&["get", "events.v1.events.k8s.io", "-n", namespace, "-o", "json"])).expect("JSON");
+        serde_json::from_str(&kubectl(&["get", "events.v1.events.k8s.io", "-n", namespace, "-o", "json"]))
+            .expect("JSON");
     list["items"]
         .as_array()
         .into_iter()
@@ -25,7 +26,11 @@ fn events(namespace: &str, pod: &str) -> Vec<(String, i64, String)> {
         .filter(|e| e["regarding"]["name"] == pod && e["reportingController"] == "watcher.dev/watcher-agent")
         .map(|e| {
             let count = e["series"]["count"].as_i64().unwrap_or(1);
-            (e["reason"].as_str().unwrap_or_default().to_owned(), count, e["note"].as_str().unwrap_or_default().to_owned())
+            (
+                e["reason"].as_str().unwrap_or_default().to_owned(),
+                count,
+                e["note"].as_str().unwrap_or_default().to_owned(),
+            )
         })
         .collect()
 }

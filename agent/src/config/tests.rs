@@ -66,6 +66,10 @@ fn every_problem_names_its_variable() {
         (vec![files, rule, ("AGENT_POLL", "1ms")], "AGENT_POLL: \"1ms\": from 10ms to 1m"),
         (vec![files, rule, ("AGENT_POLL", "fast")], "AGENT_POLL: \"fast\" is not a duration"),
         (vec![files, rule, ("AGENT_MAX_LINE_BYTES", "10")], "AGENT_MAX_LINE_BYTES: \"10\": a number from 256"),
+        (
+            vec![files, rule, ("AGENT_ALERTMANAGER_URL", "am:9093")],
+            "AGENT_ALERTMANAGER_URL: \"am:9093\": an http:// URL",
+        ),
         (vec![rule, ("AGENT_LOGS_CONTAINER", "App")], "AGENT_LOGS_CONTAINER: \"App\" is not a container name"),
         (vec![rule, ("AGENT_LOGS_CONTAINER", "app")], "POD_NAME: AGENT_LOGS_CONTAINER needs the pod's name"),
     ];
