@@ -105,16 +105,20 @@ fn time_command(program: &str, args: &[&str]) -> Option<f64> {
     Some(best)
 }
 
-/// Resident memory of `pid` in MiB, from /proc.
-fn rss_mib(pid: u32) -> Option<f64> {
+/// Resident memory of `pid` in MiB, from /proc: all of it (`VmRSS`), and the anonymous part
+/// (`RssAnon`: heap and stacks, without the pages of the binary and libraries mapped from files).
+fn rss_mib(pid: u32) -> Option<(f64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: f64 = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
+    let field = |name: &str| -> Option<f64> {
+        let kib: f64 = status.lines().find(|l| l.starts_with(name))?.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib / 1024.0)
+    };
+    Some((field("VmRSS:")?, field("RssAnon:")?))
 }
 
 /// Starts `command`, lets it follow 10 files while 20,000 lines are appended to each, and
 /// reads its resident memory once it caught up.
-fn rss_following(mut command: Command, dir: &Path) -> Option<f64> {
+fn rss_following(mut command: Command, dir: &Path) -> Option<(f64, f64)> {
     let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok()?;
     std::thread::sleep(Duration::from_secs(2));
     for round in 0..4 {
@@ -180,15 +184,15 @@ fn main() {
         .env("AGENT_RULE_TIMEOUT", "(?i)timeout")
         .env("AGENT_LISTEN", "127.0.0.1:0")
         .env("AGENT_EVENTS", "false");
-    println!("{:<44} {:>14}", "resident memory, following 10 files", "MiB");
+    println!("{:<44} {:>14} {:>10}", "resident memory, following 10 files", "MiB", "anon MiB");
     match rss_following(agent, &ten) {
-        Some(rss) => println!("{:<44} {rss:>14.1}", "watcher-agent, 2 rules"),
+        Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "watcher-agent, 2 rules"),
         None => println!("watcher-agent: could not be measured"),
     }
     let mut mtail = Command::new("mtail");
     mtail.args(["--progs", &format!("{programs}/mtail-2"), "--logs", &glob, "--port", "0", "--logtostderr"]);
     match rss_following(mtail, &ten) {
-        Some(rss) => println!("{:<44} {rss:>14.1}", "mtail, 2 rules"),
+        Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "mtail, 2 rules"),
         None => println!("mtail: not run (install Debian's mtail: apt-get install mtail)"),
     }
     let _ = std::fs::remove_dir_all(&dir);
