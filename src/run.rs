@@ -14,7 +14,7 @@ use watcher_certs::registration::{Registrar, Registration};
 use watcher_certs::secret::{Lifetimes, SelfManaged};
 use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
 use watcher_controller::scope::ScopeWriter;
-use watcher_controller::{Context, PolicyCache, WatcherCache};
+use watcher_controller::{Context, PolicyCache, RevisionCache, WatcherCache};
 use watcher_webhook::{InjectOptions, Reviewer, router, serve_tls, server_minor, supports_native_sidecars};
 
 use crate::telemetry::{Readiness, serve_admin};
@@ -74,6 +74,17 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             () = policies_shutdown => {},
         }
     });
+    // The Watchers' revisions, likewise: admission injects a held rollout's stable revision
+    // from them. The webhook does not wait for them (a revision not yet listed injects the
+    // current spec, with a warning); the pod reconciler does.
+    let (revision_cache, fill_revisions) = RevisionCache::new(client.clone(), &namespace);
+    let revisions_shutdown = shutdown();
+    let revisions_task = tokio::spawn(async move {
+        tokio::select! {
+            () = fill_revisions => warn!("the revision cache stream ended"),
+            () = revisions_shutdown => {},
+        }
+    });
     let (ready_watchers, ready_cluster) = (watcher_cache.store.clone(), watcher_cache.cluster.clone());
     let (ready_policies, ready_namespaces) = (policy_cache.policies.clone(), policy_cache.namespaces.clone());
     // The only task that waits on these stores: kube's `Store::wait_until_ready` wakes just one
@@ -106,7 +117,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on --webhook-addr {}", args.webhook_addr))?;
     let (native_sidecars, server_minor) = server_version(&client).await;
     let options = InjectOptions { excluded_namespaces: vec![namespace.clone()], native_sidecars, server_minor };
-    let reviewer = Reviewer::new(watcher_cache.clone(), options).with_policies(Arc::new(policy_cache.clone()));
+    let reviewer = Reviewer::new(watcher_cache.clone(), options)
+        .with_policies(Arc::new(policy_cache.clone()))
+        .with_revisions(Arc::new(revision_cache.clone()));
     let app = router(reviewer, webhook_metrics);
     let tls_config = Arc::new(server_config(certs.clone())?);
     let (webhook_stop_tx, webhook_stop_rx) = watch::channel(false);
@@ -143,6 +156,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             ctx,
             registration,
             cache: watcher_cache,
+            revisions: revision_cache,
             policies: policy_cache,
             cache_ready,
             sync_namespaces,
@@ -163,7 +177,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             let _ = task.await;
         }
     };
-    let stopped = future::join5(cache, policies_task, admin, controllers, cert_upkeep);
+    let caches = future::join3(cache, policies_task, revisions_task);
+    let stopped = future::join4(caches, admin, controllers, cert_upkeep);
     if tokio::time::timeout(SHUTDOWN_GRACE, stopped).await.is_err() {
         warn!("work still in flight after {SHUTDOWN_GRACE:?}; exiting anyway");
     }
@@ -338,6 +353,8 @@ struct Controllers {
     /// operator whose registration stands).
     registration: Registration,
     cache: WatcherCache,
+    /// The Watchers' revisions (the webhook reads them too).
+    revisions: RevisionCache,
     policies: PolicyCache,
     cache_ready: watch::Receiver<bool>,
     /// Where sync sources live.
@@ -372,7 +389,8 @@ impl Controllers {
             )
             .boxed(),
             ControllerName::Pods => {
-                watcher_controller::pods::run(self.ctx.clone(), self.cache.clone(), self.policies.clone()).boxed()
+                let (ctx, cache, revisions) = (self.ctx.clone(), self.cache.clone(), self.revisions.clone());
+                watcher_controller::pods::run(ctx, cache, revisions, self.policies.clone()).boxed()
             }
             ControllerName::At => watcher_controller::at::run(self.ctx.clone()).boxed(),
             ControllerName::Podset => watcher_controller::podset::run(self.ctx.clone()).boxed(),

@@ -65,6 +65,15 @@ pub struct ClusterWatcherStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<PodCounts>,
 
+    /// The ControllerRevision of the current spec, in the operator's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+
+    /// The ControllerRevision of the spec every pod carried when the current rollout began
+    /// (see the Watcher's `status.stableRevision`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_revision: Option<String>,
+
     /// `Ready`: its ConfigMaps and status are reconciled to the current generation;
     /// `SidecarsUpdated`: how far a rollout is.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -123,13 +132,17 @@ impl ClusterWatcher {
         }
     }
 
-    /// Itself as a Watcher of no namespace, with no status: the one copy that admission and
-    /// the admission scope share between all the namespaces it applies in (a Watcher is
-    /// kilobytes; one per namespace would make memory grow with ClusterWatchers × namespaces).
-    /// Whoever puts it in a namespace's list has decided that it applies there.
+    /// Itself as a Watcher of no namespace: the one copy that admission and the admission
+    /// scope share between all the namespaces it applies in (a Watcher is kilobytes; one per
+    /// namespace would make memory grow with ClusterWatchers × namespaces). Whoever puts it in
+    /// a namespace's list has decided that it applies there. Of its status it carries only the
+    /// stable revision, which admission reads (`updatePolicy.newPods: Stable`).
     pub fn unplaced(&self) -> Watcher {
         let mut watcher = self.in_namespace("");
         watcher.metadata.namespace = None;
+        if let Some(stable) = self.status.as_ref().and_then(|s| s.stable_revision.clone()) {
+            watcher.status = Some(crate::WatcherStatus { stable_revision: Some(stable), ..Default::default() });
+        }
         watcher
     }
 
@@ -143,6 +156,8 @@ impl ClusterWatcher {
             pods: s.pods,
             conditions: s.conditions.clone(),
             config_map_name: None,
+            current_revision: s.current_revision.clone(),
+            stable_revision: s.stable_revision.clone(),
         });
         watcher
     }

@@ -28,8 +28,8 @@ pub use condition::{Condition, condition, set_condition};
 pub use image_policy::{CompiledPolicy, ImagePolicy, ImagePolicySpec, ImagePolicyStatus, ImageRewrite, WorkloadCounts};
 pub use podset::{DEFAULT_PODSET_IMAGE, PodSet, PodSetSpec, PodSetStatus};
 pub use watcher::{
-    FailurePolicy, InjectionSpec, NativeSidecar, PodCounts, UpdatePolicy, UpdatePolicyType, Watcher, WatcherSpec,
-    WatcherStatus, config_map_name,
+    FailurePolicy, InjectionSpec, NativeSidecar, NewPods, PodCounts, UpdatePolicy, UpdatePolicyType, Watcher,
+    WatcherSpec, WatcherStatus, config_map_name,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -112,7 +112,7 @@ pub enum NativeSidecar {
 }
 
 /// What the pod reconciler does about pods that are missing this Watcher or carry an old spec.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpdatePolicy {
     /// `Report` (default) only counts them in `status.pods`; `Recreate` evicts those that a
@@ -138,6 +138,60 @@ pub struct UpdatePolicy {
     /// With `Recreate` and `InPlace`: start no new update (those in flight finish).
     #[serde(default)]
     pub paused: bool,
+
+    /// The canary group: only the pods this label selector matches are updated by the rollout
+    /// (`partition`, `maxUnavailable` and `paused` apply within the group), and only they get
+    /// the current spec at admission while the rollout is held (see `newPods`). Absent: every
+    /// pod of the Watcher.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::label_selector_schema")]
+    pub selector: Option<LabelSelector>,
+
+    /// What a pod created during a held rollout (`paused`, `partition` above 0, or a
+    /// `selector` set) gets at admission, outside the canary group: `Current` (default) the
+    /// current spec; `Stable` the stable revision (`status.stableRevision`, the spec every pod
+    /// carried when the rollout began), so that scaling, replacements and the app's own
+    /// rollouts do not spread a held canary.
+    #[serde(default)]
+    pub new_pods: NewPods,
+}
+
+impl UpdatePolicy {
+    /// Whether the rollout is held: `paused`, a `partition` above 0, or limited to a `selector`.
+    pub fn is_held(&self) -> bool {
+        self.paused || self.partition > 0 || self.selector.is_some()
+    }
+
+    /// Whether a pod with `labels` is one the rollout updates: in the canary group, or any pod
+    /// when there is no `selector`.
+    pub fn in_group(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.selector.is_none() || self.in_group_explicitly(labels)
+    }
+
+    /// Whether a pod with `labels` is in a canary group named by a `selector` (none is, for a
+    /// selector the API would refuse).
+    pub fn in_group_explicitly(&self, labels: &BTreeMap<String, String>) -> bool {
+        use kube::core::{Selector, SelectorExt};
+        let Some(selector) = &self.selector else { return false };
+        Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
+    }
+
+    /// Whether pods created outside the canary group during a hold get the stable revision.
+    pub fn holds_new_pods(&self) -> bool {
+        self.new_pods == NewPods::Stable && self.is_held()
+    }
+}
+
+/// See [`UpdatePolicy::new_pods`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[schemars(extend("maxLength" = 16))]
+pub enum NewPods {
+    /// Pods are injected with the current spec, held rollout or not.
+    #[default]
+    Current,
+    /// During a held rollout, pods outside the canary group are injected with the stable
+    /// revision.
+    Stable,
 }
 
 impl Default for UpdatePolicy {
@@ -147,6 +201,8 @@ impl Default for UpdatePolicy {
             max_unavailable: default_max_unavailable(),
             partition: 0,
             paused: false,
+            selector: None,
+            new_pods: NewPods::default(),
         }
     }
 }
@@ -241,6 +297,16 @@ pub struct WatcherStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<PodCounts>,
 
+    /// The ControllerRevision of the current spec (`<name>-<specHash>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+
+    /// The ControllerRevision of the spec every pod carried when the current rollout began:
+    /// what `updatePolicy.newPods: Stable` injects outside the canary group while the rollout
+    /// is held. Equal to `currentRevision` once the rollout is complete and not held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_revision: Option<String>,
+
     /// `Ready`: the ConfigMap and status are reconciled to the current generation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -320,6 +386,9 @@ impl WatcherSpec {
         }
         if let Some(selector) = &self.selector {
             problems.extend(selector_problems(selector, "spec.selector"));
+        }
+        if let Some(selector) = &self.update_policy.selector {
+            problems.extend(selector_problems(selector, "spec.updatePolicy.selector"));
         }
         problems.extend(self.app.problems(&container.name, self.volume.is_some()));
         problems
@@ -404,10 +473,7 @@ mod tests {
     fn defaults_of_a_minimal_spec() {
         let spec = spec();
         assert_eq!(spec.native_sidecar, NativeSidecar::Auto);
-        assert_eq!(
-            spec.update_policy,
-            UpdatePolicy { type_: UpdatePolicyType::Report, max_unavailable: 1, partition: 0, paused: false }
-        );
+        assert_eq!(spec.update_policy, UpdatePolicy { type_: UpdatePolicyType::Report, ..UpdatePolicy::default() });
         assert!(!spec.has_config());
     }
 

@@ -376,9 +376,9 @@ fn rules_stay_within_the_cost_budget() {
     }
     assert_eq!(
         found.len(),
-        11 + 10,
-        "three per selector, one per rewrite, two across a Watcher's spec, its podAnnotations and subPath; a \
-         ClusterWatcher's as a Watcher's, and three for its namespaceSelector"
+        14 + 13,
+        "three per selector (the pods' and the canary group's), one per rewrite, two across a Watcher's spec, its \
+         podAnnotations and subPath; a ClusterWatcher's as a Watcher's, and three for its namespaceSelector"
     );
     for (rule, node) in found {
         let compiled = kube_cel::compile_schema(&node);

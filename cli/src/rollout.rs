@@ -137,7 +137,10 @@ pub(crate) fn judge(watcher: &Watcher) -> (Option<Outcome>, String) {
     let Some(condition) = condition else {
         return (None, format!("Waiting for the pod reconciler to observe {noun}..."));
     };
-    let message = &condition.message;
+    let mut message = condition.message.clone();
+    if let Some(stable) = held_on(watcher) {
+        message.push_str(&format!("; new pods outside the canary group get the stable revision {stable}"));
+    }
     match condition.reason.as_str() {
         "Complete" => (Some(Outcome::Done(format!("{noun} successfully rolled out: {message}"))), String::new()),
         "Partitioned" => {
@@ -152,6 +155,17 @@ pub(crate) fn judge(watcher: &Watcher) -> (Option<Outcome>, String) {
         "Stuck" => (Some(Outcome::Failed(format!("the rollout of {noun} is stuck: {message}"))), String::new()),
         _ => (None, format!("Waiting for {noun} rollout to finish: {message}...")),
     }
+}
+
+/// The stable revision new pods get outside the canary group, while the rollout holds them
+/// on it (`newPods: Stable`) and it is not the current one.
+fn held_on(watcher: &Watcher) -> Option<&str> {
+    if !watcher.spec.update_policy.holds_new_pods() {
+        return None;
+    }
+    let stable = watcher.status.as_ref()?.stable_revision.as_deref()?;
+    let current = format!("{}-{}", watcher.name_any(), watcher.spec.spec_hash());
+    (stable != current).then_some(stable)
 }
 
 /// `rollout status`: prints progress lines until the rollout ends or `timeout` passes.
@@ -207,6 +221,8 @@ pub(crate) struct HistoryLine {
     pub(crate) image: String,
     pub(crate) pods: usize,
     pub(crate) current: bool,
+    /// The stable revision of a rollout that holds new pods on it (`newPods: Stable`).
+    pub(crate) stable: bool,
 }
 
 /// The history of `watcher` from its revisions and the pods of its namespace, oldest first.
@@ -222,6 +238,8 @@ pub(crate) fn history(watcher: &Watcher, revisions: &[ControllerRevision], pods:
         }
     }
     let prefix = format!("{name}-");
+    let holding = watcher.spec.update_policy.holds_new_pods();
+    let stable = watcher.status.as_ref().and_then(|s| s.stable_revision.as_deref()).filter(|_| holding);
     let mut lines: Vec<HistoryLine> = revisions
         .iter()
         .filter(|r| r.labels().get(WATCHER_LABEL) == Some(&name))
@@ -232,6 +250,7 @@ pub(crate) fn history(watcher: &Watcher, revisions: &[ControllerRevision], pods:
                 revision: r.revision,
                 pods: carried.get(&hash).copied().unwrap_or(0),
                 current: hash == current,
+                stable: stable == Some(r.name_any().as_str()) && hash != current,
                 hash,
                 image,
             }
@@ -244,7 +263,11 @@ pub(crate) fn history(watcher: &Watcher, revisions: &[ControllerRevision], pods:
 fn history_text(resource: &str, lines: &[HistoryLine]) -> String {
     let mut out = format!("{resource}\nREVISION  SPEC HASH  PODS  IMAGE\n");
     for line in lines {
-        let current = if line.current { "  (current)" } else { "" };
+        let current = match (line.current, line.stable) {
+            (true, _) => "  (current)",
+            (false, true) => "  (stable: pods created outside the canary group during the held rollout)",
+            (false, false) => "",
+        };
         out.push_str(&format!("{:<8}  {:<9}  {:<4}  {}{current}\n", line.revision, line.hash, line.pods, line.image));
     }
     out
@@ -453,6 +476,34 @@ mod tests {
             undo_target(&only, None).expect_err("nothing before").to_string(),
             "no earlier revision to go back to"
         );
+    }
+
+    /// A canary held with `newPods: Stable`: status says where new pods go, history marks the
+    /// stable revision and why its pods are on it.
+    #[test]
+    fn a_held_canary_names_its_stable_revision() {
+        let old = desired_revision(&watcher("b:1", 1, None), "team-a", 1).expect("revision");
+        let new = desired_revision(&watcher("b:2", 1, None), "team-a", 2).expect("revision");
+        let stable = old.metadata.name.clone().expect("name");
+        let mut held =
+            watcher("b:2", 2, Some(("Partitioned", "1 of 4 pods on the current spec, 3 kept by partition 3")));
+        held.spec.update_policy.partition = 3;
+        held.spec.update_policy.new_pods = watcher_api::NewPods::Stable;
+        held.status.as_mut().expect("status").stable_revision = Some(stable.clone());
+        let Some(Outcome::Done(message)) = judge(&held).0 else { panic!("partitioned") };
+        assert!(message.ends_with(&format!("new pods outside the canary group get the stable revision {stable}")));
+        let lines = history(&held, &[old.clone(), new.clone()], &[]);
+        let text = history_text("watcher.watcher.dev/log-watcher", &lines);
+        assert!(
+            text.contains("b:1  (stable: pods created outside the canary group during the held rollout)"),
+            "{text}"
+        );
+        assert!(text.contains("b:2  (current)"), "{text}");
+        // Released: nothing is held on it, and nothing is said.
+        held.spec.update_policy.partition = 0;
+        let Some(Outcome::Done(message)) = judge(&held).0 else { panic!("partitioned") };
+        assert!(!message.contains("stable"), "{message}");
+        assert!(history(&held, &[old, new], &[]).iter().all(|l| !l.stable));
     }
 
     #[test]

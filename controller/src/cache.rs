@@ -333,8 +333,8 @@ fn unseen_namespace_labels(namespace: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(crate::policies::NAME_LABEL.to_owned(), namespace.to_owned())])
 }
 
-/// Marks `index` stale when what admission reads of a ClusterWatcher changes (its uid or spec),
-/// after the store has it: its status writes leave the namespaces' Watchers as they are (with
+/// Marks `index` stale when what admission reads of a ClusterWatcher changes (its uid, spec or
+/// stable revision), after the store has it: its other status writes leave the namespaces' Watchers as they are (with
 /// 100 ClusterWatchers over 100 namespaces, rebuilding them on each status write kept the
 /// operator's memory growing while it converged).
 fn stale_on_spec_changes(
@@ -346,6 +346,8 @@ fn stale_on_spec_changes(
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         cluster.metadata.uid.hash(&mut hasher);
         serde_json::to_string(&cluster.spec).unwrap_or_default().hash(&mut hasher);
+        // Admission reads the stable revision too (`updatePolicy.newPods: Stable`).
+        cluster.status.as_ref().and_then(|s| s.stable_revision.as_deref()).hash(&mut hasher);
         hasher.finish()
     };
     move |event| {
@@ -624,6 +626,9 @@ mod tests {
             serde_json::json!({"namespaces": 3, "pods": {"matched": 4, "injected": 4, "upToDate": 4, "missing": 0}});
         inspect(&Ok(watcher::Event::Apply(cluster_watcher("busybox:1.36", "payments", Some(counted)))));
         assert!(!stale(), "a status write");
+        let held = serde_json::json!({"stableRevision": "log-agent-abc"});
+        inspect(&Ok(watcher::Event::Apply(cluster_watcher("busybox:1.36", "payments", Some(held)))));
+        assert!(stale(), "a new stable revision: admission reads it");
         inspect(&Ok(watcher::Event::Apply(cluster_watcher("busybox:1.37", "payments", None))));
         assert!(stale(), "a new image");
         inspect(&Ok(watcher::Event::Apply(cluster_watcher("busybox:1.37", "search", None))));

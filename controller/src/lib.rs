@@ -11,6 +11,7 @@ mod metrics;
 pub mod pods;
 pub mod podset;
 mod policies;
+pub mod revision_cache;
 pub mod scope;
 pub mod sync;
 mod watch_errors;
@@ -27,6 +28,7 @@ pub use metrics::{
     watch_errors_of, watch_lists_of,
 };
 pub use policies::PolicyCache;
+pub use revision_cache::{RevisionCache, RevisionChange};
 pub use watch_errors::{WatchTrouble, log_watch_error, watch_error_line};
 
 /// Settings shared by every controller: a bounded number of reconciles in flight, so a burst

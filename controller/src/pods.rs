@@ -29,9 +29,9 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_api::{
-    ClusterWatcher, INJECT_ANNOTATION, INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, MANAGED_BY,
-    MANAGED_BY_LABEL, ORIGINAL_IMAGES_ANNOTATION, PodCounts, SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher,
-    condition, injected_watchers, requested_watchers, set_condition,
+    ClusterWatcher, INJECT_ANNOTATION, INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, NewPods,
+    ORIGINAL_IMAGES_ANNOTATION, PodCounts, SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher, condition,
+    injected_watchers, requested_watchers, set_condition,
 };
 
 use self::in_place::{InjectedSpec, Sidecar};
@@ -377,7 +377,7 @@ pub struct PodsContext {
     recorder: Recorder,
     /// ImagePolicies: an image updated in place is rewritten as admission would.
     policies: Option<PolicyCache>,
-    /// The Watchers' ControllerRevisions, from the reconciler's own watch.
+    /// The Watchers' ControllerRevisions, from the replica's revision cache.
     revisions: Store<ControllerRevision>,
     /// Whether the revisions' initial list is in.
     revisions_listed: Arc<AtomicBool>,
@@ -393,9 +393,9 @@ pub fn lookup_in(watchers: Vec<Watcher>) -> SidecarLookup {
     })
 }
 
-/// Runs the pod reconciler until shutdown, on the Watchers of the shared cache; `policies`
-/// rewrite the images it updates in place.
-pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) {
+/// Runs the pod reconciler until shutdown, on the Watchers and revisions of the shared
+/// caches; `policies` rewrite the images it updates in place.
+pub async fn run(ctx: Arc<Context>, cache: WatcherCache, revisions: crate::RevisionCache, policies: PolicyCache) {
     let client = ctx.client.clone();
     let lookup: SidecarLookup = {
         let cache = cache.clone();
@@ -431,12 +431,10 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
             }
         });
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
-    let labels = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
-    let (revisions, revision_events, revisions_listed) = crate::cached_watch(
-        Api::<ControllerRevision>::all(client.clone()),
-        watcher::Config::default().labels(&labels),
-        |_| {},
-    );
+    let revision_events = revisions.subscribe();
+    // Revision changes missed (a lagging subscriber): every Watcher and ClusterWatcher again.
+    let (missed_tx, missed_rx) = futures::channel::mpsc::unbounded();
+    let (cluster_missed_tx, cluster_missed) = futures::channel::mpsc::unbounded();
     let namespace_changes = policies.changes();
     let shared = Arc::new(PodsContext {
         ctx,
@@ -444,8 +442,8 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
         pods,
         recorder: Recorder::new(client, reporter),
         policies: Some(policies),
-        revisions,
-        revisions_listed,
+        revisions: revisions.store.clone(),
+        revisions_listed: revisions.listed.clone(),
     });
     // Pod and revision events go to the Watchers or ClusterWatchers they concern: a pod's, by
     // its namespace; a revision's, by its owner.
@@ -465,15 +463,21 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
             }
             futures::future::ready(())
         }),
-        revision_events.for_each(move |revision| {
-            if let Ok(revision) = revision {
-                for owner in revision.owner_references().iter().filter(|o| o.controller == Some(true)) {
-                    if owner.kind == watcher_api::CLUSTER_WATCHER_KIND {
-                        drop(revision_rx.unbounded_send(ObjectRef::new(&owner.name)));
-                    } else {
-                        let namespace = revision.namespace().unwrap_or_default();
-                        drop(revision_tx.unbounded_send(ObjectRef::new(&owner.name).within(&namespace)));
+        revision_events.for_each(move |change| {
+            match change {
+                crate::RevisionChange::Revision(revision) => {
+                    for owner in revision.owner_references().iter().filter(|o| o.controller == Some(true)) {
+                        if owner.kind == watcher_api::CLUSTER_WATCHER_KIND {
+                            drop(revision_rx.unbounded_send(ObjectRef::new(&owner.name)));
+                        } else {
+                            let namespace = revision.namespace().unwrap_or_default();
+                            drop(revision_tx.unbounded_send(ObjectRef::new(&owner.name).within(&namespace)));
+                        }
                     }
+                }
+                crate::RevisionChange::Resync => {
+                    drop(missed_tx.unbounded_send(()));
+                    drop(cluster_missed_tx.unbounded_send(()));
                 }
             }
             futures::future::ready(())
@@ -481,7 +485,7 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
     );
     let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
     let watchers = Controller::for_shared_stream(triggers, cache.store.clone())
-        .reconcile_all_on(futures::stream::select(resyncs, synced_rx))
+        .reconcile_all_on(futures::stream::select_all([resyncs.boxed(), synced_rx.boxed(), missed_rx.boxed()]))
         .reconcile_on(pods_rx)
         .with_config(crate::controller_config().debounce(DEBOUNCE))
         .shutdown_on_signal()
@@ -490,7 +494,12 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, policies: PolicyCache) 
     let (changes, resyncs) = crate::cache::split_cluster(cache.subscribe(), cache.cluster.clone());
     let namespaces = crate::cache::changed(namespace_changes);
     let clusters = Controller::for_shared_stream(changes, cache.cluster.clone())
-        .reconcile_all_on(futures::stream::select_all([resyncs.boxed(), namespaces.boxed(), synced_cluster.boxed()]))
+        .reconcile_all_on(futures::stream::select_all([
+            resyncs.boxed(),
+            namespaces.boxed(),
+            synced_cluster.boxed(),
+            cluster_missed.boxed(),
+        ]))
         .reconcile_on(cluster_rx)
         .with_config(crate::controller_config().debounce(DEBOUNCE))
         .shutdown_on_signal()
@@ -650,20 +659,30 @@ async fn reconcile_subject(
     ctx: &PodsContext,
 ) -> Result<Action> {
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
+    let policy = &watcher.spec.update_policy;
+    let rolls = policy.type_ != UpdatePolicyType::Report;
+    // Revisions are kept for a rollout, and for admission to inject the stable one.
+    let keeps_revisions = rolls || policy.new_pods == NewPods::Stable;
     let (mut counts, step) = ctx.pods.with_namespaces(namespaces, |pods| {
-        let rolls = watcher.spec.update_policy.type_ != UpdatePolicyType::Report;
-        (count(watcher, pods), rolls.then(|| plan_step(watcher, pods, ctx, namespaces)))
+        let counts = count(watcher, pods);
+        (counts, keeps_revisions.then(|| plan_step(watcher, pods, ctx, namespaces, &counts)))
     });
+    let mut revisions = None;
     let action = match step {
         None => Action::await_change(),
         Some(step) => {
-            let (action, patched) = roll(watcher, subject, step, ctx).await?;
-            // A pod counts as up to date once its patch is written.
-            counts.up_to_date += i32::try_from(patched).unwrap_or(i32::MAX);
-            action
+            keep_revisions(step.revisions, ctx, &revisions_namespace(watcher, ctx)).await?;
+            revisions = Some((step.current, step.stable));
+            if rolls {
+                let (action, patched) = roll(watcher, subject, step.rollout, ctx).await?;
+                // A pod counts as up to date once its patch is written.
+                counts.up_to_date += i32::try_from(patched).unwrap_or(i32::MAX);
+                action
+            } else {
+                Action::await_change()
+            }
         }
     };
-
     if let Subject::Cluster(cluster) = subject {
         // Only namespaces with pods that ask for it: over 1,000 namespaces, 4 series each
         // would be mostly zeros that no alert or panel reads.
@@ -674,9 +693,25 @@ async fn reconcile_subject(
             .collect();
         ctx.ctx.metrics.set_cluster_pods(&cluster.name_any(), by_namespace);
     }
-    let current = watcher.status.as_ref().and_then(|s| s.pods);
-    if current != Some(counts) {
-        patch_status(subject, &watcher.name_any(), ctx, json!({"status": {"pods": counts}})).await?;
+    // The counts and the revisions, in one write when either changed.
+    let status = watcher.status.as_ref();
+    let mut changed = serde_json::Map::new();
+    if let Some((current, stable)) = revisions {
+        let written =
+            (status.and_then(|s| s.current_revision.as_deref()), status.and_then(|s| s.stable_revision.as_deref()));
+        if written != (Some(current.as_str()), Some(stable.as_str())) {
+            changed.insert("currentRevision".into(), current.into());
+            changed.insert("stableRevision".into(), stable.into());
+        }
+    }
+    let counts_changed = status.and_then(|s| s.pods) != Some(counts);
+    if counts_changed {
+        changed.insert("pods".into(), json!(counts));
+    }
+    if !changed.is_empty() {
+        patch_status(subject, &watcher.name_any(), ctx, json!({ "status": changed })).await?;
+    }
+    if counts_changed {
         let outdated = counts.injected - counts.up_to_date;
         if counts.missing > 0 || outdated > 0 {
             // Once per change of the counts, not once per reconcile.
@@ -724,21 +759,36 @@ const IN_PLACE_RECHECK: Duration = Duration::from_secs(15);
 struct Step {
     revisions: revisions::RevisionPlan,
     rollout: rollout::Rollout,
+    /// The current revision's name, for the status.
+    current: String,
+    /// The stable revision's name, for the status (see [`revisions::stable_revision`]).
+    stable: String,
 }
 
-/// Plans a step of `watcher`'s rollout over `pods` (those of `namespaces`): the revisions kept
-/// (the current spec's created, the oldest beyond the history that no pod carries deleted),
-/// the in-place patches and the evictions.
-fn plan_step(watcher: &Watcher, pods: &[&CountedPod], ctx: &PodsContext, namespaces: &[String]) -> Step {
+/// Plans a step of `watcher`'s rollout over `pods` (those of `namespaces`, counted as
+/// `counts`): the revisions kept (the current spec's created, the oldest beyond the history
+/// that no pod carries deleted, never the stable one), the stable revision, the in-place
+/// patches and the evictions.
+fn plan_step(
+    watcher: &Watcher,
+    pods: &[&CountedPod],
+    ctx: &PodsContext,
+    namespaces: &[String],
+    counts: &PodCounts,
+) -> Step {
     let all = ctx.revisions.state();
     let mine = revisions::revisions_of(watcher, &all);
     let name = watcher.name_any();
-    let carried: BTreeSet<String> = pods
-        .iter()
-        .flat_map(|pod| {
-            injected_watchers(pod.annotations()).into_iter().filter(|(n, _)| *n == name).map(|(_, h)| h.to_owned())
-        })
-        .collect();
+    let mut carried_by: BTreeMap<String, usize> = BTreeMap::new();
+    for pod in pods {
+        for (_, hash) in injected_watchers(pod.annotations()).into_iter().filter(|(n, _)| *n == name) {
+            *carried_by.entry(hash.to_owned()).or_default() += 1;
+        }
+    }
+    let carried: BTreeSet<String> = carried_by.keys().cloned().collect();
+    let complete = counts.injected == counts.up_to_date;
+    let stable = revisions::stable_revision(watcher, &mine, &carried_by, complete);
+    let current = revisions::revision_name(&name, &watcher.spec.spec_hash());
     let policies: Vec<(&str, Vec<Arc<watcher_api::CompiledPolicy>>)> = namespaces
         .iter()
         .map(|ns| (ns.as_str(), ctx.policies.as_ref().map(|p| p.policies_for(ns)).unwrap_or_default()))
@@ -747,8 +797,10 @@ fn plan_step(watcher: &Watcher, pods: &[&CountedPod], ctx: &PodsContext, namespa
     let rules: rollout::Rules<'_> =
         policies.iter().map(|(ns, policies)| (*ns, policies.iter().flat_map(|p| p.valid_rules()).collect())).collect();
     Step {
-        revisions: revisions::plan_revisions(watcher, &revisions_namespace(watcher, ctx), &mine, &carried),
+        revisions: revisions::plan_revisions(watcher, &revisions_namespace(watcher, ctx), &mine, &carried, &stable),
         rollout: rollout::plan(watcher, pods, &mine, &rules, jiff::Timestamp::now()),
+        current,
+        stable,
     }
 }
 
@@ -781,12 +833,15 @@ async fn keep_revisions(plan: revisions::RevisionPlan, ctx: &PodsContext, namesp
     Ok(())
 }
 
-/// One step of a rollout: the revisions kept, the in-place patches, then the evictions, an
+/// One step of a rollout (its revisions kept before): the in-place patches, then the evictions, an
 /// Event for what was updated, and the `SidecarsUpdated` condition when it changes. Returns the
 /// pods patched.
-async fn roll(watcher: &Watcher, subject: &Subject, step: Step, ctx: &PodsContext) -> Result<(Action, usize)> {
-    keep_revisions(step.revisions, ctx, &revisions_namespace(watcher, ctx)).await?;
-    let mut rollout = step.rollout;
+async fn roll(
+    watcher: &Watcher,
+    subject: &Subject,
+    mut rollout: rollout::Rollout,
+    ctx: &PodsContext,
+) -> Result<(Action, usize)> {
     let mut patched = Vec::new();
     let mut conflict = false;
     for patch in &rollout.patches {

@@ -4,7 +4,9 @@
 //! lets the sidecar see the app; then the image rewrite step with 0 and 50 ImagePolicy rules;
 //! then Pod Security: a real pod that passes `restricted` by itself (argo-cd's redis, as
 //! kube-apiserver 1.36 stores it), reviewed in an unlabelled namespace and in a `restricted` one
-//! (the sidecar adapted), and the captured pod, which fails `restricted` by itself.
+//! (the sidecar adapted), and the captured pod, which fails `restricted` by itself; then a pod
+//! created during a held rollout (`newPods: Stable`: the stable revision from the operator's
+//! revision cache) against the same pod when the rollout is not held.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -256,5 +258,45 @@ fn main() {
             black_box(answer.0.to_json().expect("encoded"));
         });
         println!("{:<44} {t:>10.2}", format!("review, {label}"));
+    }
+
+    // A held rollout: log-watcher moved to busybox:1.37 with `partition: 1, newPods: Stable`;
+    // its stable revision (busybox:1.36) from the revision cache, as admission reads it.
+    let options = InjectOptions { server_minor: None, ..options };
+    let mut stable = watcher("log-watcher");
+    stable.metadata.uid = Some("w-uid".into());
+    let mut revision = watcher_controller::pods::revisions::desired_revision(&stable, "team-a", 1).expect("revision");
+    revision.metadata.uid = Some("rev-1".into());
+    let stable_name = revision.metadata.name.clone().expect("name");
+    let revisions = watcher_controller::RevisionCache::holding(vec![revision], "watcher-system");
+    let body = serde_json::to_vec(&one).expect("body");
+    for (label, held) in [("rollout not held, current spec", false), ("held rollout, stable revision", true)] {
+        let mut current = stable.clone();
+        current.spec.container.image = Some("busybox:1.37".into());
+        current.spec.update_policy.partition = i32::from(held);
+        current.spec.update_policy.new_pods = watcher_api::NewPods::Stable;
+        current.status =
+            Some(watcher_api::WatcherStatus { stable_revision: Some(stable_name.clone()), ..Default::default() });
+        let mut all: Vec<Arc<Watcher>> =
+            watchers.iter().filter(|w| w.metadata.name.as_deref() != Some("log-watcher")).cloned().collect();
+        all.push(Arc::new(current));
+        let (store, mut writer) = kube::runtime::reflector::store::<Watcher>();
+        for watcher in &all {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(watcher.as_ref().clone()));
+        }
+        let cache = watcher_controller::WatcherCache::from_store(store).0;
+        let reviewer = Reviewer::new(cache, options.clone()).with_revisions(Arc::new(revisions.clone()));
+        let (answer, _) = reviewer.review(&body).expect("answered");
+        let text = String::from_utf8(answer.to_json().expect("encoded")).expect("UTF-8");
+        let json: Value = serde_json::from_str(&text).expect("JSON");
+        let patch: k8s_openapi::ByteString = serde_json::from_value(json["response"]["patch"].clone()).expect("patch");
+        let patch = String::from_utf8(patch.0).expect("UTF-8");
+        let image = if held { "busybox:1.36" } else { "busybox:1.37" };
+        assert!(patch.contains(image) && json["response"].get("warnings").is_none(), "{label}: {patch}");
+        let t = measure(|| {
+            let answer = reviewer.review(black_box(&body)).expect("answered");
+            black_box(answer.0.to_json().expect("encoded"));
+        });
+        println!("{:<44} {t:>10.2}", format!("review, 1 Watcher, {label}"));
     }
 }

@@ -1,6 +1,7 @@
 //! The admission webhook of watcher-operator: the pure [`inject`] and [`rewrite_images`] steps,
 //! the AdmissionReview handling around them ([`Reviewer`]), and the TLS server ([`serve_tls`]).
 
+pub mod canary;
 pub mod cluster;
 mod decide;
 mod inject;
@@ -13,6 +14,7 @@ mod rewrite;
 pub mod scope;
 mod server;
 
+pub use canary::RevisionSource;
 pub use decide::{Asked, Decision, Exclusion, Verdict, WebhookSelectors, decide, exclusion};
 pub use inject::{
     AppReport, Compliance, InjectOptions, Injection, PodSecurityReport, SYSTEM_NAMESPACES, app_report, compliance,

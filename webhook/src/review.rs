@@ -15,7 +15,7 @@ use crate::json::{self, Text, narrow};
 use crate::metrics::{AdmissionResult, PodSecurityOutcome};
 use watcher_api::{INJECTION_DISABLED, INJECTION_LABEL};
 
-use crate::{InjectOptions, Injection, PodView, PolicySource, inject_at_level, rewrite_images};
+use crate::{InjectOptions, Injection, PodView, PolicySource, RevisionSource, inject_at_level, rewrite_images};
 
 /// A request that cannot be answered with an AdmissionReview (HTTP 400): there is no uid to echo.
 #[derive(Debug, thiserror::Error)]
@@ -104,17 +104,25 @@ impl WatcherSource for Vec<Arc<Watcher>> {
     }
 }
 
-/// Answers AdmissionReviews from the Watchers in `source` and the ImagePolicies in `policies`.
+/// Answers AdmissionReviews from the Watchers in `source`, the ImagePolicies in `policies`
+/// and the Watchers' stable revisions in `revisions`.
 pub struct Reviewer<S> {
     source: S,
     policies: Arc<dyn PolicySource>,
+    revisions: Arc<dyn RevisionSource>,
     options: InjectOptions,
 }
 
 impl<S: WatcherSource> Reviewer<S> {
     /// A reviewer reading Watchers from `source`, with no ImagePolicies.
     pub fn new(source: S, options: InjectOptions) -> Self {
-        Self { source, policies: Arc::new(()), options }
+        Self { source, policies: Arc::new(()), revisions: Arc::new(()), options }
+    }
+
+    /// The same reviewer, injecting the stable revisions of held rollouts from `revisions`
+    /// (`updatePolicy.newPods: Stable`).
+    pub fn with_revisions(self, revisions: Arc<dyn RevisionSource>) -> Self {
+        Self { revisions, ..self }
     }
 
     /// The same reviewer, rewriting images with the policies of `policies`.
@@ -161,8 +169,12 @@ impl<S: WatcherSource> Reviewer<S> {
             Injection { skipped: Some(why), ..Injection::default() }
         } else {
             let watchers = self.source.watchers_in(namespace);
+            let (watchers, unavailable) = crate::canary::for_pod(watchers, pod.labels(), &*self.revisions);
             let levels = &labelled.pod_security;
             let mut injection = inject_at_level(pod, namespace, &watchers, &self.options, levels);
+            let injected = |name: &String| injection.injected.contains(name);
+            let warnings: Vec<String> = unavailable.into_iter().filter(|(n, _)| injected(n)).map(|(_, w)| w).collect();
+            injection.warnings.extend(warnings);
             rewrite_images(pod, namespace, &self.policies.policies_for(namespace), &self.options, &mut injection);
             injection
         };

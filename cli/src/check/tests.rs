@@ -459,8 +459,9 @@ async fn a_server_without_cel_stores_no_rules_and_that_is_no_difference() {
     assert!(message.contains("spec.selector.matchExpressions[] (x-kubernetes-validations)"), "{message}");
 }
 
-/// The fields that let the sidecar see the app, added after the 1.24 capture.
-const APP_FIELDS: [&str; 8] = [
+/// The fields added after the 1.24 capture: those that let the sidecar see the app, the canary
+/// that holds at admission and its revisions in the status.
+const APP_FIELDS: [&str; 12] = [
     "spec.shareVolumes",
     "spec.appVolumeMounts",
     "spec.appContainers",
@@ -469,14 +470,20 @@ const APP_FIELDS: [&str; 8] = [
     "spec.podAnnotations",
     "spec.initContainers",
     "spec.automountServiceAccountToken",
+    "spec.updatePolicy.selector",
+    "spec.updatePolicy.newPods",
+    "status.currentRevision",
+    "status.stableRevision",
 ];
 
 /// What the Watcher CRD gained after the 1.24 capture: bounds (on what rules read, then on
-/// everything under the spec-wide rules), the fields that let the sidecar see the app, and a
-/// description that now names a page of docs/.
+/// everything under the spec-wide rules), the fields that let the sidecar see the app, the
+/// canary's (and `updatePolicy`'s default, which now names `newPods`), and a description that
+/// now names a page of docs/.
 fn added_since_1_24_capture(difference: &str) -> bool {
     ["(maxProperties)", "(maxItems)", "(maxLength)"].iter().any(|bound| difference.ends_with(bound))
         || difference == "spec.failurePolicy (description)"
+        || difference == "spec.updatePolicy (default)"
         || APP_FIELDS.iter().any(|field| difference.starts_with(&format!("{field} ")))
 }
 
@@ -511,7 +518,7 @@ async fn the_stored_1_24_crd_differs_only_by_the_bounds_added_since() {
     assert_eq!(
         message,
         "older than this binary: v1alpha1 lacks spec.appContainers, spec.appVolumeMounts, \
-         spec.automountServiceAccountToken, spec.initContainers, spec.podAnnotations and 3 more"
+         spec.automountServiceAccountToken, spec.initContainers, spec.podAnnotations and 7 more"
     );
 }
 

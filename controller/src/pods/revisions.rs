@@ -8,7 +8,7 @@
 //! The revisions are read from the pod reconciler's own watch (labelled
 //! `app.kubernetes.io/managed-by=watcher-operator`): no read per pod or per reconcile.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -85,6 +85,43 @@ pub fn carried(watcher: &Watcher, hash: &str, mine: &[&ControllerRevision]) -> O
     mine.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())).and_then(|r| injection_of(r))
 }
 
+/// The stable revision of `watcher`: the spec every pod carried when the current rollout
+/// began, which `updatePolicy.newPods: Stable` injects outside the canary group while the
+/// rollout is held. `carried`: how many of the Watcher's pods carry each hash; `complete`:
+/// every injected pod carries the current spec.
+///
+/// Complete (no pod left on another spec, held or not): the current revision. Otherwise the stable revision the status
+/// names, while it is kept; else the revision the status named current before the spec
+/// changed; else the kept revision most pods carry (a status written before these fields
+/// existed); else the current one. Decided from what the Watcher and its pods carry, never
+/// from having seen a rollout pass.
+pub fn stable_revision(
+    watcher: &Watcher,
+    mine: &[&ControllerRevision],
+    carried: &BTreeMap<String, usize>,
+    complete: bool,
+) -> String {
+    let name = watcher.name_any();
+    let current = revision_name(&name, &watcher.spec.spec_hash());
+    if complete {
+        return current;
+    }
+    let kept =
+        |revision: &str| revision == current || mine.iter().any(|r| r.metadata.name.as_deref() == Some(revision));
+    let status = watcher.status.as_ref();
+    let named = status.and_then(|s| s.stable_revision.as_deref()).filter(|r| kept(r));
+    let before = status.and_then(|s| s.current_revision.as_deref()).filter(|r| kept(r));
+    if let Some(revision) = named.or(before) {
+        return revision.to_owned();
+    }
+    let most = carried
+        .iter()
+        .map(|(hash, count)| (revision_name(&name, hash), *count))
+        .filter(|(revision, _)| *revision != current && kept(revision))
+        .max_by_key(|(_, count)| *count);
+    most.map_or(current, |(revision, _)| revision)
+}
+
 /// What to write of `watcher`'s revisions.
 #[derive(Debug, Default, PartialEq)]
 pub struct RevisionPlan {
@@ -95,13 +132,14 @@ pub struct RevisionPlan {
 }
 
 /// Keeps a revision of the current spec; prunes the oldest beyond [`HISTORY`], never one that
-/// a pod still carries (`carried`: hashes on the Watcher's pods) nor the current one. A new
-/// revision goes to `namespace`.
+/// a pod still carries (`carried`: hashes on the Watcher's pods), the current one nor
+/// `stable` (the stable revision's name). A new revision goes to `namespace`.
 pub fn plan_revisions(
     watcher: &Watcher,
     namespace: &str,
     mine: &[&ControllerRevision],
     carried: &BTreeSet<String>,
+    stable: &str,
 ) -> RevisionPlan {
     let hash = watcher.spec.spec_hash();
     let current = revision_name(&watcher.name_any(), &hash);
@@ -113,7 +151,7 @@ pub fn plan_revisions(
     let prunable: Vec<String> = mine
         .iter()
         .filter_map(|r| r.metadata.name.clone())
-        .filter(|name| *name != current)
+        .filter(|name| *name != current && name != stable)
         .filter(|name| !name.strip_prefix(&prefix).is_some_and(|h| carried.contains(h)))
         .collect();
     let delete = prunable.into_iter().take(total.saturating_sub(HISTORY)).collect();

@@ -2,7 +2,10 @@
 //! `Recreate` and `InPlace` alike: oldest first (creationTimestamp, then name); the
 //! `partition` newest pods keep the spec they have; `paused` starts nothing new; at most
 //! `maxUnavailable` pods in flight (evicted and terminating, or updated in place and not yet
-//! running and ready with the new image); none at all while one is stuck.
+//! running and ready with the new image); none at all while one is stuck. With a canary
+//! `selector`, all of this within the group: the pods outside it are kept as they are. With
+//! `newPods: Stable` and no selector, a held rollout updates in place only: a pod recreated
+//! while the hold lasts would come back on the stable revision.
 
 use std::collections::HashMap;
 
@@ -33,6 +36,11 @@ pub struct Rollout {
     pub outdated: usize,
     /// Outdated or missing pods the partition keeps as they are.
     pub held: usize,
+    /// Outdated or missing pods outside the canary `selector`, kept as they are.
+    pub outside: usize,
+    /// Outdated pods that only a recreation would update, kept while `newPods: Stable` holds
+    /// new pods on the stable revision.
+    pub waiting: usize,
 }
 
 /// A pod, by namespace and name.
@@ -71,19 +79,24 @@ pub fn plan(
     }
     let hash = watcher.spec.spec_hash();
     let container = watcher.spec.container.name.as_str();
-    let mut mine: Vec<&CountedPod> = live_pods_of(watcher, pods)
+    let mut all: Vec<&CountedPod> = live_pods_of(watcher, pods)
         .filter(|pod| {
             let s = standing(watcher, &hash, pod);
             s.matched || s.injected
         })
         .collect();
-    mine.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
-    rollout.total = mine.len();
+    all.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
+    rollout.total = all.len();
+    // The canary group: partition, budget and pause apply within it.
+    let (mine, outside): (Vec<&CountedPod>, Vec<&CountedPod>) =
+        all.iter().copied().partition(|pod| policy.in_group(pod.labels()));
     let partition = usize::try_from(policy.partition).unwrap_or(0).min(mine.len());
     let (updatable, kept) = mine.split_at(mine.len() - partition);
+    // Recreated now, a pod would come back on the stable revision: only in place, or in the group.
+    let recreate_waits = policy.holds_new_pods() && policy.selector.is_none();
 
     let deadline = jiff::SignedDuration::try_from(IN_PLACE_DEADLINE).unwrap_or_default();
-    for pod in &mine {
+    for pod in &all {
         if !standing(watcher, &hash, pod).up_to_date {
             continue;
         }
@@ -103,6 +116,7 @@ pub fn plan(
     }
     let outdated = |pod: &&&CountedPod| !standing(watcher, &hash, pod).up_to_date;
     rollout.held = kept.iter().filter(outdated).count();
+    rollout.outside = outside.iter().filter(outdated).count();
 
     let terminating = terminating_pods_of(watcher, &hash, pods);
     let limit = usize::try_from(policy.max_unavailable).unwrap_or(0);
@@ -131,6 +145,10 @@ pub fn plan(
             }
             Update::InPlace(_) => {}
             Update::LeftAlone(why) => rollout.stuck.push(why),
+            Update::Recreate(_) if recreate_waits => {
+                rollout.outdated -= 1;
+                rollout.waiting += 1;
+            }
             Update::Recreate(_) if pod.recreated_when_evicted() => {
                 recreate.push(PodName { namespace: pod.namespace().to_owned(), name: pod.name.to_string() })
             }
@@ -164,6 +182,15 @@ pub fn condition(watcher: &Watcher, rollout: &Rollout) -> (bool, &'static str, S
     if rollout.held > 0 {
         message.push_str(&format!(", {} kept by partition {}", rollout.held, policy.partition));
     }
+    if rollout.outside > 0 {
+        message.push_str(&format!(", {} outside the canary selector", rollout.outside));
+    }
+    if rollout.waiting > 0 {
+        message.push_str(&format!(
+            ", {} to recreate once the hold ends (newPods: Stable would bring them back on the stable revision)",
+            rollout.waiting
+        ));
+    }
     if let Some(first) = rollout.stuck.first() {
         let more = rollout.stuck.len() - 1;
         let more = if more > 0 { format!(" (and {more} more)") } else { String::new() };
@@ -175,7 +202,7 @@ pub fn condition(watcher: &Watcher, rollout: &Rollout) -> (bool, &'static str, S
         }
         return (false, "Progressing", message);
     }
-    if rollout.held > 0 {
+    if rollout.held > 0 || rollout.outside > 0 || rollout.waiting > 0 {
         return (false, "Partitioned", message);
     }
     (true, "Complete", message)

@@ -313,6 +313,7 @@ async fn recreate_evicts_through_the_eviction_api_and_waits_on_a_budget() {
     ];
     let (ctx, mut api) = Context::test();
     let shared = context_for_tests(ctx, store(&pods), Vec::new());
+    let hash = w.spec.spec_hash();
     let server = tokio::spawn(async move {
         // The current spec is kept as a revision first.
         let revision = api.expect(Method::POST, REVISIONS_PATH).await;
@@ -332,6 +333,11 @@ async fn recreate_evicts_through_the_eviction_api_and_waits_on_a_budget() {
         eviction.ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
         // A PodDisruptionBudget refuses the second one: try again later.
         api.expect(Method::POST, "/api/v1/namespaces/team-a/pods/b/eviction").await.fail(429, "TooManyRequests");
+        // The revisions, in the status: no pod on another spec, so the stable one is the current.
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        let current = format!("log-watcher-{hash}");
+        assert_eq!(status.body, json!({"status": {"currentRevision": current, "stableRevision": current}}));
+        status.ok(&watcher_echo());
         api.expect_no_more().await;
     });
     let action = reconcile(Arc::new(w), shared.clone()).await.expect("reconciled");
@@ -506,7 +512,9 @@ async fn a_change_of_share_volumes_is_a_recreate_not_in_place() {
 #[tokio::test]
 async fn revisions_are_created_once_and_pruned_beyond_the_history() {
     let current = fixture_watcher("fx-limits", "busybox:1.36");
+    let revision = format!("log-watcher-{}", current.spec.spec_hash());
     let status = json!({"pods": {"matched": 1, "injected": 1, "upToDate": 1, "missing": 0},
+        "currentRevision": revision, "stableRevision": revision,
         "conditions": [{"type": "SidecarsUpdated", "status": "True", "reason": "Complete",
                         "message": "1 of 1 pods on the current spec", "lastTransitionTime": "2026-11-21T10:00:00Z"}]});
     let mut steady = current.clone();
@@ -592,6 +600,10 @@ async fn a_stuck_pod_halts_the_rollout() {
              within 5 minutes of its update"
         );
         status.ok(&watcher_echo());
+        // The revisions: a pod is still on the old spec, the stable one.
+        let revisions = api.expect(Method::PATCH, FX_STATUS_PATH).await;
+        assert_eq!(revisions.body["status"]["stableRevision"], old_revision(1).metadata.name.expect("name"));
+        revisions.ok(&watcher_echo());
         api.expect_no_more().await;
     });
     reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");
@@ -785,6 +797,7 @@ async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_parti
     let shared = super::context_with_cache(ctx, PodIndex::with_pods(pods), Vec::new(), cache);
     let status_path = "/apis/watcher.dev/v1alpha1/clusterwatchers/log-watcher/status";
     let echo = serde_json::to_value(&cluster).expect("JSON");
+    let hash = cluster.spec.watcher.spec_hash();
     let server = tokio::spawn(async move {
         let revision = api
             .expect(
@@ -809,9 +822,12 @@ async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_parti
                 .ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
         }
         let counts = api.expect(Method::PATCH, status_path).await;
+        // The pods carry a spec no revision keeps: nothing else is stable.
+        let current = format!("log-watcher-{hash}");
         assert_eq!(
             counts.body,
-            json!({"status": {"pods": {"matched": 4, "injected": 4, "upToDate": 0, "missing": 0}}})
+            json!({"status": {"pods": {"matched": 4, "injected": 4, "upToDate": 0, "missing": 0},
+                              "currentRevision": current, "stableRevision": current}})
         );
         counts.ok(&echo);
         let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/default/events").await;

@@ -149,3 +149,51 @@ fn report_rolls_nothing() {
     let report = watcher("busybox:1.37", json!({"type": "Report"}));
     assert_eq!(run(&report, &pods), super::Rollout::default());
 }
+
+/// A canary `selector`: only the pods it matches are updated (the budget within the group);
+/// the others are kept, and the condition says how many.
+#[test]
+fn a_canary_selector_updates_only_the_group() {
+    let mut pods: Vec<Value> = (1..=4).map(pod).collect();
+    for canary in [1, 3] {
+        pods[canary]["metadata"]["labels"]["track"] = json!("canary");
+    }
+    let policy = json!({"type": "InPlace", "maxUnavailable": 4, "newPods": "Stable",
+                        "selector": {"matchLabels": {"track": "canary"}}});
+    let canary = watcher("busybox:1.37", policy);
+    let rollout = run(&canary, &pods);
+    assert_eq!(names(&rollout.patches.iter().map(|p| p.pod.clone()).collect::<Vec<_>>()), ["web-2", "web-4"]);
+    assert_eq!((rollout.total, rollout.outdated, rollout.outside), (4, 2, 2));
+    assert_eq!(
+        condition(&canary, &rollout),
+        (false, "Progressing", "0 of 4 pods on the current spec, 2 to update, 2 outside the canary selector".into())
+    );
+    // A partition within the group keeps the group's newest.
+    let mut partitioned = canary.clone();
+    partitioned.spec.update_policy.partition = 1;
+    let rollout = run(&partitioned, &pods);
+    assert_eq!(names(&rollout.patches.iter().map(|p| p.pod.clone()).collect::<Vec<_>>()), ["web-2"]);
+    assert_eq!((rollout.held, rollout.outside), (1, 2));
+}
+
+/// `newPods: Stable` without a selector: a pod recreated during the hold would come back on the
+/// stable revision, so only in-place updates go on; the recreations wait for the hold to end.
+#[test]
+fn while_new_pods_are_held_on_stable_recreations_wait() {
+    let pods: Vec<Value> = (1..=3).map(pod).collect();
+    let held =
+        watcher("busybox:1.37", json!({"type": "Recreate", "maxUnavailable": 3, "partition": 1, "newPods": "Stable"}));
+    let rollout = run(&held, &pods);
+    assert!(rollout.evictions.is_empty());
+    assert_eq!((rollout.outdated, rollout.waiting, rollout.held), (0, 2, 1));
+    let (done, reason, message) = condition(&held, &rollout);
+    assert_eq!((done, reason), (false, "Partitioned"));
+    assert!(message.contains("2 to recreate once the hold ends"), "{message}");
+    // Image-only changes still go in place.
+    let in_place =
+        watcher("busybox:1.37", json!({"type": "InPlace", "maxUnavailable": 3, "partition": 1, "newPods": "Stable"}));
+    assert_eq!(run(&in_place, &pods).patches.len(), 2);
+    // The hold released: recreated like any outdated pod.
+    let released = watcher("busybox:1.37", json!({"type": "Recreate", "maxUnavailable": 3, "newPods": "Stable"}));
+    assert_eq!(names(&run(&released, &pods).evictions), ["web-1", "web-2", "web-3"]);
+}

@@ -1,0 +1,255 @@
+//! The Watchers' ControllerRevisions (labelled `app.kubernetes.io/managed-by=watcher-operator`),
+//! kept in every replica from one watch: the webhook injects the stable revision of a held
+//! rollout from it (no API call at admission), and the leader's pod reconciler plans rollouts
+//! with it and hears of its changes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use futures::{Stream, StreamExt, future};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::broadcast;
+use watcher_api::{InjectionSpec, MANAGED_BY, MANAGED_BY_LABEL, Watcher};
+use watcher_webhook::RevisionSource;
+
+use crate::pods::revisions::{WATCHER_LABEL, injection_of};
+
+/// Changes buffered per subscriber; one that falls further behind hears [`RevisionChange::Resync`].
+const CHANGE_BUFFER: usize = 1024;
+/// The most revision specs kept decoded for admission (revisions no longer stored are forgotten
+/// when it is reached: a revision's data never changes, so an entry is never stale).
+const DECODED_MAX: usize = 4096;
+
+/// A change of the revisions, for the pod reconciler.
+#[derive(Clone, Debug)]
+pub enum RevisionChange {
+    /// This revision was created, changed or deleted.
+    Revision(Arc<ControllerRevision>),
+    /// Changes were missed: look at every Watcher.
+    Resync,
+}
+
+/// The shared revision cache.
+#[derive(Clone)]
+pub struct RevisionCache {
+    /// Every Watcher's and ClusterWatcher's revisions.
+    pub store: Store<ControllerRevision>,
+    /// Whether the initial list is in (before it, the store says "no revision").
+    pub listed: Arc<AtomicBool>,
+    /// Where ClusterWatchers keep their revisions: the operator's namespace.
+    operator_namespace: Arc<str>,
+    changes: broadcast::Sender<RevisionChange>,
+    /// Revision specs decoded once, by revision uid.
+    decoded: Arc<RwLock<HashMap<String, Arc<InjectionSpec>>>>,
+}
+
+impl RevisionCache {
+    /// The cache, and the future that fills it from the API server (run it for as long as the
+    /// cache is used; it retries with backoff on errors).
+    pub fn new(client: Client, operator_namespace: &str) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let labels = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
+        let (store, events, listed) = crate::cached_watch(
+            Api::<ControllerRevision>::all(client),
+            watcher::Config::default().labels(&labels),
+            |_| {},
+        );
+        let (changes, _) = broadcast::channel(CHANGE_BUFFER);
+        let sender = changes.clone();
+        let fill = events.for_each(move |revision| {
+            match revision {
+                // No subscriber (not the leader) is fine: nothing waits.
+                Ok(revision) => drop(sender.send(RevisionChange::Revision(Arc::new(revision)))),
+                Err(error) => crate::log_watch_error("ControllerRevisions", true, &error),
+            }
+            future::ready(())
+        });
+        let cache = Self::over(store, listed, operator_namespace, changes);
+        (cache, fill)
+    }
+
+    /// A cache holding `revisions`, listed (tests, benchmarks).
+    pub fn holding(revisions: Vec<ControllerRevision>, operator_namespace: &str) -> Self {
+        let (store, mut writer) = reflector::store();
+        for revision in revisions {
+            writer.apply_watcher_event(&watcher::Event::Apply(revision));
+        }
+        let (changes, _) = broadcast::channel(CHANGE_BUFFER);
+        Self::over(store, Arc::new(AtomicBool::new(true)), operator_namespace, changes)
+    }
+
+    fn over(
+        store: Store<ControllerRevision>,
+        listed: Arc<AtomicBool>,
+        operator_namespace: &str,
+        changes: broadcast::Sender<RevisionChange>,
+    ) -> Self {
+        let decoded = Arc::default();
+        Self { store, listed, operator_namespace: operator_namespace.into(), changes, decoded }
+    }
+
+    /// Whether the initial list is in.
+    pub fn is_listed(&self) -> bool {
+        self.listed.load(Ordering::Acquire)
+    }
+
+    /// Changes from now on; a subscriber that lags behind hears [`RevisionChange::Resync`].
+    pub fn subscribe(&self) -> impl Stream<Item = RevisionChange> + Send + 'static {
+        futures::stream::unfold(self.changes.subscribe(), |mut rx| async {
+            match rx.recv().await {
+                Ok(change) => Some((change, rx)),
+                Err(broadcast::error::RecvError::Lagged(_)) => Some((RevisionChange::Resync, rx)),
+                Err(broadcast::error::RecvError::Closed) => None,
+            }
+        })
+    }
+}
+
+impl RevisionSource for RevisionCache {
+    /// From the store, by name, in the Watcher's namespace (a ClusterWatcher's: the
+    /// operator's); only a revision labelled with the Watcher's name and owned by it.
+    fn revision(&self, watcher: &Watcher, name: &str) -> Option<Arc<InjectionSpec>> {
+        let namespace = watcher.namespace().unwrap_or_else(|| self.operator_namespace.to_string());
+        let revision = self.store.get(&ObjectRef::new(name).within(&namespace))?;
+        let uid = watcher.metadata.uid.as_deref()?;
+        let theirs = revision.labels().get(WATCHER_LABEL).is_some_and(|n| *n == watcher.name_any())
+            && revision.owner_references().iter().any(|o| o.uid == uid);
+        if !theirs {
+            return None;
+        }
+        let key = revision.uid()?;
+        if let Some(spec) = self.decoded.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Some(spec.clone());
+        }
+        let spec = Arc::new(injection_of(&revision)?);
+        let mut decoded = self.decoded.write().unwrap_or_else(|p| p.into_inner());
+        if decoded.len() >= DECODED_MAX {
+            decoded.clear();
+        }
+        decoded.insert(key, spec.clone());
+        Some(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pods::in_place::tests::fixture_watcher;
+    use crate::pods::revisions::desired_revision;
+
+    fn revision_of(watcher: &Watcher) -> ControllerRevision {
+        let mut revision = desired_revision(watcher, "team-a", 1).expect("revision");
+        revision.metadata.uid = Some(format!("rev-{}", watcher.spec.spec_hash()));
+        revision
+    }
+
+    /// A Watcher finds its own revision, decoded once; not another Watcher's of the same name.
+    #[test]
+    fn a_watcher_finds_only_its_own_revisions() {
+        let watcher = fixture_watcher("team-a", "busybox:1.36");
+        let revision = revision_of(&watcher);
+        let name = revision.metadata.name.clone().expect("name");
+        let cache = RevisionCache::holding(vec![revision], "watcher-system");
+        let spec = cache.revision(&watcher, &name).expect("cached");
+        assert_eq!(*spec, watcher.spec.injection());
+        assert!(Arc::ptr_eq(&spec, &cache.revision(&watcher, &name).expect("cached")), "decoded once");
+        assert!(cache.revision(&watcher, "log-watcher-other").is_none());
+        let mut impostor = watcher.clone();
+        impostor.metadata.uid = Some("another-uid".into());
+        assert!(cache.revision(&impostor, &name).is_none(), "a Watcher recreated under the same name");
+        let mut elsewhere = watcher.clone();
+        elsewhere.metadata.namespace = Some("team-b".into());
+        assert!(cache.revision(&elsewhere, &name).is_none());
+    }
+}
+
+/// Admission through the cache, on the AdmissionReview kube-apiserver 1.36 sent for a
+/// ReplicaSet's pod: while the rollout is held with `newPods: Stable`, the pod comes in on the
+/// stable revision and carries its hash, so the rollout counts it as any outdated pod; in the
+/// canary group, and once the hold is released, on the current spec.
+#[cfg(test)]
+mod admission {
+    use std::sync::Arc;
+
+    use k8s_openapi::ByteString;
+    use serde_json::{Value, json};
+    use watcher_api::Watcher;
+    use watcher_webhook::{InjectOptions, Reviewer};
+
+    use super::RevisionCache;
+    use crate::pods::revisions::desired_revision;
+
+    const REVIEW: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../webhook/fixtures/admission-review/pod-create-from-replicaset-generatename.json"
+    );
+
+    fn watcher(image: &str, update_policy: Value, stable: Option<&str>) -> Watcher {
+        serde_json::from_value(json!({
+            "apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+            "metadata": {"name": "log-watcher", "namespace": "team-a", "uid": "w-uid"},
+            "spec": {"container": {"name": "log-watcher", "image": image}, "selector": {"matchLabels": {"app": "web"}},
+                     "updatePolicy": update_policy},
+            "status": {"stableRevision": stable},
+        }))
+        .expect("valid Watcher")
+    }
+
+    /// The sidecar's image, the hash the pod carries, and the warnings.
+    fn admit(watcher: Watcher, cache: &RevisionCache, body: &str) -> (String, String, Vec<String>) {
+        let options = InjectOptions { native_sidecars: true, ..InjectOptions::default() };
+        let reviewer = Reviewer::new(vec![Arc::new(watcher)], options).with_revisions(Arc::new(cache.clone()));
+        let (answer, _) = reviewer.review(body.as_bytes()).expect("a review");
+        let review: Value = serde_json::from_slice(&answer.to_json().expect("JSON")).expect("JSON");
+        let patch: ByteString = serde_json::from_value(review["response"]["patch"].clone()).expect("a patch");
+        let patch: json_patch::Patch = serde_json::from_slice(&patch.0).expect("JSON patch");
+        let request: Value = serde_json::from_str(body).expect("JSON");
+        let mut pod = request["request"]["object"].clone();
+        json_patch::patch(&mut pod, &patch).expect("applies to the real pod");
+        let sidecar = pod["spec"]["initContainers"].as_array().expect("sidecar").last().expect("sidecar").clone();
+        let injected = pod["metadata"]["annotations"]["watcher.dev/injected"].as_str().unwrap_or_default().to_owned();
+        let warnings = review["response"]["warnings"].as_array().cloned().unwrap_or_default();
+        let warnings = warnings.iter().map(|w| w.as_str().unwrap_or_default().to_owned()).collect();
+        (sidecar["image"].as_str().unwrap_or_default().to_owned(), injected, warnings)
+    }
+
+    #[test]
+    fn a_pod_created_during_a_held_rollout_gets_the_stable_revision() {
+        let body = std::fs::read_to_string(REVIEW).expect("fixture");
+        let stable = watcher("busybox:1.36", json!({}), None);
+        let mut revision = desired_revision(&stable, "team-a", 1).expect("revision");
+        revision.metadata.uid = Some("rev-1".into());
+        let name = revision.metadata.name.clone().expect("name");
+        let cache = RevisionCache::holding(vec![revision], "watcher-system");
+        let stable_hash = format!("log-watcher@{}", stable.spec.spec_hash());
+
+        let held = json!({"type": "Recreate", "partition": 2, "newPods": "Stable"});
+        let (image, injected, warnings) = admit(watcher("busybox:1.37", held, Some(&name)), &cache, &body);
+        assert_eq!((image.as_str(), injected.as_str()), ("busybox:1.36", stable_hash.as_str()));
+        assert!(warnings.is_empty(), "{warnings:?}");
+
+        // The pod is `app: web`: in a canary group of that label, it gets the current spec.
+        let group = json!({"newPods": "Stable", "selector": {"matchLabels": {"app": "web"}}});
+        let current = watcher("busybox:1.37", group.clone(), Some(&name));
+        let current_hash = format!("log-watcher@{}", current.spec.spec_hash());
+        assert_eq!(admit(current, &cache, &body).0, "busybox:1.37");
+
+        // Released: the current spec again.
+        let released = json!({"type": "Recreate", "newPods": "Stable"});
+        let (image, injected, _) = admit(watcher("busybox:1.37", released, Some(&name)), &cache, &body);
+        assert_eq!((image.as_str(), injected.as_str()), ("busybox:1.37", current_hash.as_str()));
+
+        // A stable revision the cache does not hold: the current spec, and a warning; never refused.
+        let required = json!({"partition": 1, "newPods": "Stable"});
+        let mut missing = watcher("busybox:1.37", required, Some("log-watcher-gone"));
+        missing.spec.failure_policy = watcher_api::FailurePolicy::Fail;
+        let (image, _, warnings) = admit(missing, &cache, &body);
+        assert_eq!(image, "busybox:1.37");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        let warning = &warnings[0];
+        assert!(warning.contains("log-watcher-gone") && warning.contains("not in the operator's cache"), "{warning}");
+    }
+}

@@ -1,0 +1,126 @@
+//! A canary that holds at admission: while a Watcher's rollout is held (`paused`, a
+//! `partition` above 0, or a canary `selector`) with `updatePolicy.newPods: Stable`, a pod
+//! created outside the canary group is injected with the stable revision (the spec every pod
+//! carried when the rollout began), not with the current spec. The revision comes from the
+//! operator's cache of ControllerRevisions: no API call on the admission path. A revision the
+//! cache does not hold injects the current spec, with a warning: never a refused pod.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use watcher_api::{InjectionSpec, Watcher};
+
+/// Where admission finds the specs a Watcher's revisions keep.
+pub trait RevisionSource: Send + Sync {
+    /// The spec kept by `watcher`'s revision named `name`, when the cache holds it (and it is
+    /// `watcher`'s: labelled with its name and owned by it).
+    fn revision(&self, watcher: &Watcher, name: &str) -> Option<Arc<InjectionSpec>>;
+}
+
+/// No revisions (the offline preview, tests): every pod gets the current spec.
+impl RevisionSource for () {
+    fn revision(&self, _: &Watcher, _: &str) -> Option<Arc<InjectionSpec>> {
+        None
+    }
+}
+
+/// A fixed set of revisions by name (tests, benchmarks).
+impl RevisionSource for BTreeMap<String, Arc<InjectionSpec>> {
+    fn revision(&self, _: &Watcher, name: &str) -> Option<Arc<InjectionSpec>> {
+        self.get(name).cloned()
+    }
+}
+
+/// Which spec of a Watcher a pod gets at admission.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Chosen {
+    /// The current spec: no hold, `newPods: Current`, in the canary group, or the rollout
+    /// complete.
+    Current,
+    /// The stable revision, named: created outside the canary group of a held rollout.
+    Stable(String, Arc<InjectionSpec>),
+    /// The stable revision was due but cannot be used (named, and why): the current spec, with
+    /// a warning.
+    Unavailable(String, &'static str),
+}
+
+/// The spec `watcher` gives a pod with `labels` at admission.
+pub fn choose(watcher: &Watcher, labels: &BTreeMap<String, String>, revisions: &dyn RevisionSource) -> Chosen {
+    let policy = &watcher.spec.update_policy;
+    if !policy.holds_new_pods() || policy.in_group_explicitly(labels) {
+        return Chosen::Current;
+    }
+    let Some(stable) = watcher.status.as_ref().and_then(|s| s.stable_revision.as_deref()) else {
+        return Chosen::Current; // no rollout was seen complete yet: nothing is stable
+    };
+    let current = format!("{}-{}", watcher.name_any(), watcher.spec.spec_hash());
+    if stable == current {
+        return Chosen::Current; // complete, or undone back to the stable spec
+    }
+    match revisions.revision(watcher, stable) {
+        None => Chosen::Unavailable(stable.to_owned(), "not in the operator's cache"),
+        // The ConfigMap a stable spec reads through `envFrom` is gone with the current spec's
+        // config data: a pod injected so would not start.
+        Some(spec) if spec.config && !watcher.spec.has_config() => {
+            Chosen::Unavailable(stable.to_owned(), "its ConfigMap is gone (the Watcher has no config data now)")
+        }
+        Some(spec) => Chosen::Stable(stable.to_owned(), spec),
+    }
+}
+
+/// `watcher` with the spec of its stable revision `spec`: what injection reads of it is the
+/// revision's, so the pod carries that revision's hash in `watcher.dev/injected`.
+pub fn at_revision(watcher: &Watcher, spec: &InjectionSpec) -> Watcher {
+    let mut stable = Watcher { metadata: watcher.metadata.clone(), spec: watcher.spec.clone(), status: None };
+    stable.spec.container = spec.container.clone();
+    stable.spec.volume = spec.volume.clone();
+    stable.spec.image_pull_secrets = spec.image_pull_secrets.clone();
+    stable.spec.native_sidecar = spec.native_sidecar;
+    stable.spec.app = spec.app.clone();
+    if !spec.config {
+        stable.spec.config_data = None;
+        stable.spec.config_binary_data = None;
+    }
+    stable
+}
+
+/// A Watcher's name, and the warning to give if it is injected: its stable revision was due
+/// but not available.
+pub type Unavailable = (String, String);
+
+/// The Watchers a pod with `labels` is admitted with: each Watcher whose held rollout gives
+/// the pod its stable revision is replaced by that revision (the others are the same `Arc`s,
+/// and `watchers` itself when none is held); and, by Watcher name, a warning for each stable
+/// revision due but not available (for the caller to give if that Watcher is injected).
+pub fn for_pod(
+    watchers: Arc<[Arc<Watcher>]>,
+    labels: &BTreeMap<String, String>,
+    revisions: &dyn RevisionSource,
+) -> (Arc<[Arc<Watcher>]>, Vec<Unavailable>) {
+    // The common case costs one pass over the Watchers and no allocation.
+    if !watchers.iter().any(|w| w.spec.update_policy.holds_new_pods()) {
+        return (watchers, Vec::new());
+    }
+    let mut warnings = Vec::new();
+    let chosen = watchers
+        .iter()
+        .map(|watcher| match choose(watcher, labels, revisions) {
+            Chosen::Current => watcher.clone(),
+            Chosen::Stable(_, spec) => Arc::new(at_revision(watcher, &spec)),
+            Chosen::Unavailable(name, why) => {
+                let watcher_name = watcher.name_any();
+                let warning = format!(
+                    "Watcher {watcher_name}: the stable revision {name} of its held rollout is {why}; the current \
+                     spec is injected"
+                );
+                warnings.push((watcher_name, warning));
+                watcher.clone()
+            }
+        })
+        .collect();
+    (chosen, warnings)
+}
+
+#[cfg(test)]
+mod tests;
