@@ -30,6 +30,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
 /// After SIGTERM the webhook reports unready this long before it stops accepting connections,
 /// so the Service's endpoints drop this pod first.
 const ENDPOINT_DRAIN: Duration = Duration::from_secs(3);
+/// How long the webhook waits for the revision cache's list before it serves anyway.
+const REVISIONS_WAIT: Duration = Duration::from_secs(10);
 /// How often `--tls-cert-file`/`--tls-key-file` are checked for a new certificate.
 const CERT_FILE_CHECK: Duration = Duration::from_secs(10);
 /// Where a pod finds its own namespace.
@@ -75,9 +77,23 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     });
     // The Watchers' revisions, likewise: admission injects a held rollout's stable revision
-    // from them. The webhook does not wait for them (a revision not yet listed injects the
-    // current spec, with a warning); the pod reconciler does.
+    // from them, so the webhook waits for their list too, for at most REVISIONS_WAIT (a list
+    // that fails, say for want of RBAC, must not keep the webhook down: until the cache has a
+    // revision, admission injects the current spec with a warning).
+    let revisions_synced = readiness.gate("revision-cache");
     let (revision_cache, fill_revisions) = RevisionCache::new(client.clone(), &namespace);
+    let ready_revisions = revision_cache.store.clone();
+    tokio::spawn(async move {
+        match tokio::time::timeout(REVISIONS_WAIT, ready_revisions.wait_until_ready()).await {
+            Ok(Ok(())) => info!(revisions = ready_revisions.len(), "revision cache synced"),
+            Ok(Err(error)) => warn!(%error, "the revision cache stopped before it synced"),
+            Err(_) => warn!(
+                "the revision cache is not listed after {REVISIONS_WAIT:?}: until it is, pods created during a \
+                 held rollout get the current spec (with a warning); the webhook serves meanwhile"
+            ),
+        }
+        revisions_synced.store(true, Ordering::Release);
+    });
     let revisions_shutdown = shutdown();
     let revisions_task = tokio::spawn(async move {
         tokio::select! {

@@ -174,6 +174,8 @@ const CALLS: &[(&str, &str, &[&str], &[&str])] = &[
     // The webhook's caches (controller/src/cache.rs, policies.rs), in every replica.
     ("", "watcher.dev", &["watchers", "clusterwatchers", "imagepolicies"], &["get", "list", "watch"]),
     ("", "", &["namespaces"], &["list", "watch"]),
+    // The revision cache (controller/src/revision_cache.rs): a held rollout's stable revision.
+    ("", "apps", &["controllerrevisions"], &["get", "list", "watch"]),
     // Events (controller/src/context.rs), the self-managed registration (certs/src/registration.rs)
     // and the admission scope (controller/src/scope.rs: get, update).
     ("", "events.k8s.io", &["events"], &["create", "patch"]),
@@ -185,7 +187,7 @@ const CALLS: &[(&str, &str, &[&str], &[&str])] = &[
     // pods.rs: the pod index, in-place patches, evictions, the revisions, and the counts.
     ("pods", "", &["pods"], &["get", "list", "watch", "patch"]),
     ("pods", "", &["pods/eviction"], &["create"]),
-    ("pods", "apps", &["controllerrevisions"], &["get", "list", "watch", "create", "delete"]),
+    ("pods", "apps", &["controllerrevisions"], &["create", "delete"]),
     ("pods", "watcher.dev", &["watchers/status", "clusterwatchers/status"], &["get", "patch", "update"]),
     // at.rs and podset.rs: their resources, status and the pods they own.
     ("at", "watcher.dev", &["ats"], &["get", "list", "watch"]),
