@@ -12,20 +12,19 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::{
-    Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, wait_for, wait_until,
+    Operator, STEP, TestNamespace, client, container_image, exclusive, install_crds, kubectl, kubectl_apply, rollout,
+    wait_for, wait_until,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use watcher_api::Watcher;
 
 const SELECTOR: &str = "app=canary-web";
 
 fn sidecar_image(pod: &Pod) -> Option<String> {
-    let spec = pod.spec.as_ref()?;
-    let all = spec.containers.iter().chain(spec.init_containers.iter().flatten());
-    all.into_iter().find(|c| c.name == "log-watcher")?.image.clone()
+    container_image(pod, "log-watcher")
 }
 
 /// The app's pods that are not being deleted, oldest first.
@@ -38,36 +37,9 @@ async fn live(pods: &Api<Pod>) -> Vec<Pod> {
     live
 }
 
-/// What the kubelet would report: every container running and ready with its spec's image.
+/// What the kubelet would report of the app's pods.
 async fn kubelet_reports(pods: &Api<Pod>) {
-    let now = jiff::Timestamp::now().to_string();
-    for pod in live(pods).await {
-        let spec = pod.spec.as_ref().expect("spec");
-        let status = |containers: &[k8s_openapi::api::core::v1::Container]| -> Vec<serde_json::Value> {
-            containers
-                .iter()
-                .map(|c| json!({"name": c.name, "image": format!("docker.io/library/{}", c.image.as_deref().unwrap_or_default()),
-                    "imageID": "", "ready": true, "restartCount": 0, "started": true, "state": {"running": {"startedAt": now}}}))
-                .collect()
-        };
-        let patch = json!({"status": {"phase": "Running", "startTime": now,
-            "containerStatuses": status(&spec.containers),
-            "initContainerStatuses": status(spec.init_containers.as_deref().unwrap_or_default()),
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]}});
-        let _ = pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
-    }
-}
-
-/// `kubectl watcher rollout ARGS -n NS`: exit code and output.
-fn rollout(namespace: &str, args: &[&str]) -> (bool, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
-        .arg("rollout")
-        .args(args)
-        .args(["-n", namespace])
-        .output()
-        .expect("rollout runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
+    common::kubelet_reports(pods, SELECTOR).await;
 }
 
 fn watcher(image: &str, update_policy: serde_json::Value) -> serde_json::Value {

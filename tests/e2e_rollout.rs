@@ -10,39 +10,24 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, wait_until};
+use common::{
+    Operator, STEP, TestNamespace, client, container_image, exclusive, install_crds, kubectl, kubectl_apply, rollout,
+    wait_until,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 const SELECTOR: &str = "app=rollout";
 
 fn sidecar_image(pod: &Pod) -> Option<String> {
-    let spec = pod.spec.as_ref()?;
-    let all = spec.containers.iter().chain(spec.init_containers.iter().flatten());
-    all.into_iter().find(|c| c.name == "log-watcher")?.image.clone()
+    container_image(pod, "log-watcher")
 }
 
-/// What the kubelet would report: every container running and ready with its spec's image.
+/// What the kubelet would report of the pods.
 async fn kubelet_reports(pods: &Api<Pod>) {
-    let list = pods.list(&ListParams::default().labels(SELECTOR)).await.expect("list");
-    let now = jiff::Timestamp::now().to_string();
-    for pod in &list.items {
-        let spec = pod.spec.as_ref().expect("spec");
-        let status = |containers: &[k8s_openapi::api::core::v1::Container]| -> Vec<serde_json::Value> {
-            containers
-                .iter()
-                .map(|c| json!({"name": c.name, "image": format!("docker.io/library/{}", c.image.as_deref().unwrap_or_default()),
-                    "imageID": "", "ready": true, "restartCount": 0, "started": true, "state": {"running": {"startedAt": now}}}))
-                .collect()
-        };
-        let patch = json!({"status": {"phase": "Running", "startTime": now,
-            "containerStatuses": status(&spec.containers),
-            "initContainerStatuses": status(spec.init_containers.as_deref().unwrap_or_default()),
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]}});
-        let _ = pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
-    }
+    common::kubelet_reports(pods, SELECTOR).await;
 }
 
 /// The sidecar image of each pod, by name.
@@ -55,18 +40,6 @@ async fn images(pods: &Api<Pod>) -> BTreeMap<String, String> {
 async fn uids(pods: &Api<Pod>) -> BTreeMap<String, String> {
     let list = pods.list(&ListParams::default().labels(SELECTOR)).await.expect("list");
     list.items.iter().map(|p| (p.name_any(), p.uid().unwrap_or_default())).collect()
-}
-
-/// `kubectl watcher rollout ARGS -n NS`: exit code and output.
-fn rollout(namespace: &str, args: &[&str]) -> (bool, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
-        .arg("rollout")
-        .args(args)
-        .args(["-n", namespace])
-        .output()
-        .expect("rollout runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
 }
 
 fn watcher(image: &str, partition: i32, paused: bool) -> serde_json::Value {

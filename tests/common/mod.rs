@@ -352,3 +352,49 @@ pub async fn create_injected_app(pods: &Api<Pod>, watcher: &str) -> Pod {
     .await;
     pods.create(&PostParams::default(), &app).await.expect("pod created")
 }
+
+/// What the kubelet would report of every live pod matching `labels`: Running, Ready, every
+/// container running and ready with its spec's image (an image updated in place included).
+pub async fn kubelet_reports(pods: &Api<Pod>, labels: &str) {
+    let list = pods.list(&ListParams::default().labels(labels)).await.expect("list");
+    let now = jiff::Timestamp::now().to_string();
+    for pod in list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
+        let Some(spec) = pod.spec.as_ref() else { continue };
+        let status = |containers: &[k8s_openapi::api::core::v1::Container]| -> Vec<serde_json::Value> {
+            containers
+                .iter()
+                .map(|c| {
+                    serde_json::json!({"name": c.name,
+                    "image": format!("docker.io/library/{}", c.image.as_deref().unwrap_or_default()),
+                    "imageID": "", "ready": true, "restartCount": 0, "started": true,
+                    "state": {"running": {"startedAt": now}}})
+                })
+                .collect()
+        };
+        let patch = serde_json::json!({"status": {"phase": "Running", "startTime": now,
+            "containerStatuses": status(&spec.containers),
+            "initContainerStatuses": status(spec.init_containers.as_deref().unwrap_or_default()),
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]}});
+        let _ = pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+    }
+}
+
+/// The image of container `name` of `pod`, a native sidecar or a regular container.
+pub fn container_image(pod: &Pod, name: &str) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let all = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+    all.into_iter().find(|c| c.name == name)?.image.clone()
+}
+
+/// `kubectl watcher rollout ARGS -n NAMESPACE` (the binary itself, as the plugin runs it): exit
+/// code and output.
+pub fn rollout(namespace: &str, args: &[&str]) -> (bool, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
+        .arg("rollout")
+        .args(args)
+        .args(["-n", namespace])
+        .output()
+        .expect("rollout runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
+}
