@@ -45,7 +45,13 @@ pub struct RevisionCache {
     changes: broadcast::Sender<RevisionChange>,
     /// Revision specs decoded once, by revision uid.
     decoded: Arc<RwLock<HashMap<String, Arc<InjectionSpec>>>>,
+    /// The Watcher at its stable revision, as admission injects it, by Watcher uid: the last
+    /// built, for that generation of the Watcher and that revision.
+    built: Arc<RwLock<HashMap<String, Built>>>,
 }
+
+/// A Watcher built at a revision: the Watcher's generation, the revision's name, the result.
+type Built = (i64, String, Arc<Watcher>);
 
 impl RevisionCache {
     /// The cache, and the future that fills it from the API server (run it for as long as the
@@ -87,8 +93,8 @@ impl RevisionCache {
         operator_namespace: &str,
         changes: broadcast::Sender<RevisionChange>,
     ) -> Self {
-        let decoded = Arc::default();
-        Self { store, listed, operator_namespace: operator_namespace.into(), changes, decoded }
+        let (decoded, built) = (Arc::default(), Arc::default());
+        Self { store, listed, operator_namespace: operator_namespace.into(), changes, decoded, built }
     }
 
     /// Whether the initial list is in.
@@ -132,6 +138,27 @@ impl RevisionSource for RevisionCache {
         decoded.insert(key, spec.clone());
         Some(spec)
     }
+
+    /// Kept per Watcher (its uid) for its generation and the revision: everything the result
+    /// depends on (a Watcher's spec changes its generation; a revision's data never changes).
+    /// A Watcher without uid or generation (never one from the API server) is built each time.
+    fn at_revision(&self, watcher: &Watcher, name: &str, spec: &InjectionSpec) -> Arc<Watcher> {
+        let build = || Arc::new(watcher_webhook::canary::at_revision(watcher, spec));
+        let (Some(uid), Some(generation)) = (watcher.metadata.uid.as_deref(), watcher.metadata.generation) else {
+            return build();
+        };
+        let same = |(g, n, _): &Built| *g == generation && n == name;
+        if let Some((_, _, kept)) = self.built.read().unwrap_or_else(|p| p.into_inner()).get(uid).filter(|b| same(b)) {
+            return kept.clone();
+        }
+        let kept = build();
+        let mut built = self.built.write().unwrap_or_else(|p| p.into_inner());
+        if built.len() >= DECODED_MAX {
+            built.clear();
+        }
+        built.insert(uid.to_owned(), (generation, name.to_owned(), kept.clone()));
+        kept
+    }
 }
 
 #[cfg(test)]
@@ -163,6 +190,29 @@ mod tests {
         let mut elsewhere = watcher.clone();
         elsewhere.metadata.namespace = Some("team-b".into());
         assert!(cache.revision(&elsewhere, &name).is_none());
+    }
+
+    /// The Watcher at its stable revision is built once per generation of the Watcher: a new
+    /// spec (a new generation) is built again, with what it now says.
+    #[test]
+    fn a_watcher_at_its_revision_is_built_once_per_generation() {
+        let stable = fixture_watcher("team-a", "busybox:1.36");
+        let revision = revision_of(&stable);
+        let name = revision.metadata.name.clone().expect("name");
+        let cache = RevisionCache::holding(vec![revision], "watcher-system");
+        let spec = cache.revision(&stable, &name).expect("cached");
+        let mut current = fixture_watcher("team-a", "busybox:1.37");
+        current.metadata.generation = Some(2);
+        let first = cache.at_revision(&current, &name, &spec);
+        assert_eq!(first.spec.container.image.as_deref(), Some("busybox:1.36"));
+        assert!(Arc::ptr_eq(&first, &cache.at_revision(&current, &name, &spec)), "kept");
+        current.metadata.generation = Some(3);
+        current.spec.failure_policy = watcher_api::FailurePolicy::Fail;
+        let again = cache.at_revision(&current, &name, &spec);
+        assert!(!Arc::ptr_eq(&first, &again) && again.spec.is_required(), "a new generation is built again");
+        current.metadata.generation = None;
+        let unkept = cache.at_revision(&current, &name, &spec);
+        assert!(!Arc::ptr_eq(&unkept, &cache.at_revision(&current, &name, &spec)), "no generation: built each time");
     }
 }
 

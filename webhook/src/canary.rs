@@ -16,6 +16,13 @@ pub trait RevisionSource: Send + Sync {
     /// The spec kept by `watcher`'s revision named `name`, when the cache holds it (and it is
     /// `watcher`'s: labelled with its name and owned by it).
     fn revision(&self, watcher: &Watcher, name: &str) -> Option<Arc<InjectionSpec>>;
+
+    /// `watcher` at its revision `name`, whose spec is `spec` (see [`at_revision`]). A source
+    /// may keep what it builds for the next pod; by default it is built each time.
+    fn at_revision(&self, watcher: &Watcher, name: &str, spec: &InjectionSpec) -> Arc<Watcher> {
+        let _ = name;
+        Arc::new(at_revision(watcher, spec))
+    }
 }
 
 /// No revisions (the offline preview, tests): every pod gets the current spec.
@@ -107,7 +114,7 @@ pub fn for_pod(
         .iter()
         .map(|watcher| match choose(watcher, labels, revisions) {
             Chosen::Current => watcher.clone(),
-            Chosen::Stable(_, spec) => Arc::new(at_revision(watcher, &spec)),
+            Chosen::Stable(name, spec) => revisions.at_revision(watcher, &name, &spec),
             Chosen::Unavailable(name, why) => {
                 let watcher_name = watcher.name_any();
                 let warning = format!(
