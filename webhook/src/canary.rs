@@ -45,7 +45,8 @@ pub enum Chosen {
     /// The current spec: no hold, `newPods: Current`, in the canary group, or the rollout
     /// complete.
     Current,
-    /// The stable revision, named: created outside the canary group of a held rollout.
+    /// The stable revision, named: created outside the canary group of a held rollout (when
+    /// the rollout is complete, or undone, that is the current spec again).
     Stable(String, Arc<InjectionSpec>),
     /// The stable revision was due but cannot be used (named, and why): the current spec, with
     /// a warning.
@@ -61,18 +62,21 @@ pub fn choose(watcher: &Watcher, labels: &BTreeMap<String, String>, revisions: &
     let Some(stable) = watcher.status.as_ref().and_then(|s| s.stable_revision.as_deref()) else {
         return Chosen::Current; // no rollout was seen complete yet: nothing is stable
     };
-    let current = format!("{}-{}", watcher.name_any(), watcher.spec.spec_hash());
-    if stable == current {
-        return Chosen::Current; // complete, or undone back to the stable spec
-    }
     match revisions.revision(watcher, stable) {
-        None => Chosen::Unavailable(stable.to_owned(), "not in the operator's cache"),
         // The ConfigMap a stable spec reads through `envFrom` is gone with the current spec's
         // config data: a pod injected so would not start.
         Some(spec) if spec.config && !watcher.spec.has_config() => {
             Chosen::Unavailable(stable.to_owned(), "its ConfigMap is gone (the Watcher has no config data now)")
         }
         Some(spec) => Chosen::Stable(stable.to_owned(), spec),
+        // Not cached, and the current spec's (complete, or undone back to it): nothing is lost.
+        // The hash is computed only here, off the common path.
+        None if stable.strip_prefix(watcher.name_any().as_str()).and_then(|h| h.strip_prefix('-'))
+            == Some(watcher.spec.spec_hash().as_str()) =>
+        {
+            Chosen::Current
+        }
+        None => Chosen::Unavailable(stable.to_owned(), "not in the operator's cache"),
     }
 }
 
@@ -96,37 +100,51 @@ pub fn at_revision(watcher: &Watcher, spec: &InjectionSpec) -> Watcher {
 /// but not available.
 pub type Unavailable = (String, String);
 
-/// The Watchers a pod with `labels` is admitted with: each Watcher whose held rollout gives
-/// the pod its stable revision is replaced by that revision (the others are the same `Arc`s,
-/// and `watchers` itself when none is held); and, by Watcher name, a warning for each stable
-/// revision due but not available (for the caller to give if that Watcher is injected).
-pub fn for_pod(
-    watchers: Arc<[Arc<Watcher>]>,
-    labels: &BTreeMap<String, String>,
-    revisions: &dyn RevisionSource,
-) -> (Arc<[Arc<Watcher>]>, Vec<Unavailable>) {
-    // The common case costs one pass over the Watchers and no allocation.
-    if !watchers.iter().any(|w| w.spec.update_policy.holds_new_pods()) {
-        return (watchers, Vec::new());
+/// What the held rollouts of a namespace's Watchers give one pod.
+#[derive(Default)]
+pub struct Held {
+    /// By index among the namespace's Watchers: that Watcher at its stable revision.
+    pub stable: Vec<(usize, Arc<Watcher>)>,
+    /// The Watchers whose stable revision was due but not available, with the warning to give
+    /// if they are injected.
+    pub unavailable: Vec<Unavailable>,
+}
+
+impl Held {
+    /// The Watchers the pod is admitted with: `watchers`, each one held replaced by its stable
+    /// revision.
+    pub fn watchers<'a>(&'a self, watchers: &'a [Arc<Watcher>]) -> Vec<&'a Watcher> {
+        let mut stable = self.stable.iter().peekable();
+        let mut chosen = Vec::with_capacity(watchers.len());
+        for (index, watcher) in watchers.iter().enumerate() {
+            match stable.next_if(|(i, _)| *i == index) {
+                Some((_, at_revision)) => chosen.push(at_revision.as_ref()),
+                None => chosen.push(watcher.as_ref()),
+            }
+        }
+        chosen
     }
-    let mut warnings = Vec::new();
-    let chosen = watchers
-        .iter()
-        .map(|watcher| match choose(watcher, labels, revisions) {
-            Chosen::Current => watcher.clone(),
-            Chosen::Stable(name, spec) => revisions.at_revision(watcher, &name, &spec),
+}
+
+/// What the held rollouts among `watchers` (a namespace's) give a pod with `labels`. The
+/// common case, no Watcher holding new pods, costs one look at each Watcher and no allocation.
+pub fn for_pod(watchers: &[Arc<Watcher>], labels: &BTreeMap<String, String>, revisions: &dyn RevisionSource) -> Held {
+    let mut held = Held::default();
+    for (index, watcher) in watchers.iter().enumerate().filter(|(_, w)| w.spec.update_policy.holds_new_pods()) {
+        match choose(watcher, labels, revisions) {
+            Chosen::Current => {}
+            Chosen::Stable(name, spec) => held.stable.push((index, revisions.at_revision(watcher, &name, &spec))),
             Chosen::Unavailable(name, why) => {
                 let watcher_name = watcher.name_any();
                 let warning = format!(
                     "Watcher {watcher_name}: the stable revision {name} of its held rollout is {why}; the current \
                      spec is injected"
                 );
-                warnings.push((watcher_name, warning));
-                watcher.clone()
+                held.unavailable.push((watcher_name, warning));
             }
-        })
-        .collect();
-    (chosen, warnings)
+        }
+    }
+    held
 }
 
 #[cfg(test)]

@@ -169,12 +169,18 @@ impl<S: WatcherSource> Reviewer<S> {
             Injection { skipped: Some(why), ..Injection::default() }
         } else {
             let watchers = self.source.watchers_in(namespace);
-            let (watchers, unavailable) = crate::canary::for_pod(watchers, pod.labels(), &*self.revisions);
+            let held = crate::canary::for_pod(&watchers, pod.labels(), &*self.revisions);
             let levels = &labelled.pod_security;
-            let mut injection = inject_at_level(pod, namespace, &watchers, &self.options, levels);
-            let injected = |name: &String| injection.injected.contains(name);
-            let warnings: Vec<String> = unavailable.into_iter().filter(|(n, _)| injected(n)).map(|(_, w)| w).collect();
-            injection.warnings.extend(warnings);
+            let mut injection = if held.stable.is_empty() {
+                inject_at_level(pod, namespace, &watchers, &self.options, levels)
+            } else {
+                inject_at_level(pod, namespace, &held.watchers(&watchers), &self.options, levels)
+            };
+            for (name, warning) in held.unavailable {
+                if injection.injected.contains(&name) {
+                    injection.warnings.push(warning);
+                }
+            }
             rewrite_images(pod, namespace, &self.policies.policies_for(namespace), &self.options, &mut injection);
             injection
         };

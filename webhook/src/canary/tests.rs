@@ -5,7 +5,7 @@ use rstest::rstest;
 use serde_json::{Value, json};
 use watcher_api::{InjectionSpec, Watcher};
 
-use super::{Chosen, RevisionSource, at_revision, choose, for_pod};
+use super::{Chosen, RevisionSource, at_revision, choose};
 
 fn watcher(image: &str, update_policy: Value, stable: Option<&str>) -> Watcher {
     serde_json::from_value(json!({
@@ -65,14 +65,18 @@ fn the_spec_a_new_pod_gets(
 }
 
 /// Nothing is stable before a rollout was seen complete; a complete rollout (or one undone to
-/// the stable spec) injects the current spec.
+/// the stable spec) injects the current spec: through its revision when the cache holds it,
+/// as it is when not (no warning).
 #[test]
 fn without_a_stable_revision_or_on_it_the_current_spec() {
     let (stable, revisions) = kept();
     let held = json!({"newPods": "Stable", "partition": 3});
     let web = labels(&[("app", "web")]);
     assert_eq!(choose(&watcher("busybox:1.37", held.clone(), None), &web, &revisions), Chosen::Current);
-    assert_eq!(choose(&watcher("busybox:1.36", held, Some(&stable)), &web, &revisions), Chosen::Current, "undone");
+    let undone = watcher("busybox:1.36", held, Some(&stable));
+    let Chosen::Stable(_, spec) = choose(&undone, &web, &revisions) else { panic!("through the revision") };
+    assert_eq!(*spec, undone.spec.injection(), "the current spec");
+    assert_eq!(choose(&undone, &web, &()), Chosen::Current, "not cached, and current: no warning");
 }
 
 /// A stable spec that reads the Watcher's ConfigMap is not injected once the ConfigMap is gone.
@@ -100,23 +104,28 @@ fn at_its_revision_a_watcher_carries_the_revision_hash() {
     assert_eq!(at.spec.selector, held.spec.selector, "who is injected is the current spec's");
 }
 
-/// No held Watcher: the same list back, not a copy; a held one is replaced, the others kept.
+/// No held Watcher: nothing replaced, nothing allocated; a held one is replaced in place, the
+/// others kept; an unavailable revision is a warning, by Watcher.
 #[test]
 fn only_held_watchers_are_replaced() {
     let (stable, revisions) = kept();
-    let plain: Arc<[Arc<Watcher>]> = Arc::new([Arc::new(watcher("busybox:1.37", json!({}), Some(&stable)))]);
-    let (same, warnings) = for_pod(plain.clone(), &labels(&[("app", "web")]), &revisions);
-    assert!(Arc::ptr_eq(&same, &plain) && warnings.is_empty());
+    let web = labels(&[("app", "web")]);
+    let plain = Arc::new(watcher("busybox:1.37", json!({}), Some(&stable)));
+    let held = super::for_pod(std::slice::from_ref(&plain), &web, &revisions);
+    assert!(held.stable.is_empty() && held.unavailable.is_empty());
 
-    let held = Arc::new(watcher("busybox:1.37", json!({"newPods": "Stable", "paused": true}), Some(&stable)));
-    let both: Arc<[Arc<Watcher>]> = Arc::new([plain[0].clone(), held]);
-    let (chosen, warnings) = for_pod(both.clone(), &labels(&[("app", "web")]), &revisions);
-    assert!(Arc::ptr_eq(&chosen[0], &both[0]));
+    let paused = Arc::new(watcher("busybox:1.37", json!({"newPods": "Stable", "paused": true}), Some(&stable)));
+    let both = [plain.clone(), paused.clone(), plain.clone()];
+    let held = super::for_pod(&both, &web, &revisions);
+    let chosen = held.watchers(&both);
+    assert_eq!(chosen.len(), 3);
+    assert!(std::ptr::eq(chosen[0], plain.as_ref()) && std::ptr::eq(chosen[2], plain.as_ref()));
     assert_eq!(chosen[1].spec.container.image.as_deref(), Some("busybox:1.36"));
-    assert!(warnings.is_empty());
-    let (chosen, warnings) = for_pod(both, &labels(&[("app", "web")]), &());
-    assert_eq!(chosen[1].spec.container.image.as_deref(), Some("busybox:1.37"), "not cached: current");
-    assert_eq!(warnings.len(), 1);
-    assert_eq!(warnings[0].0, "log-watcher");
-    assert!(warnings[0].1.contains(&stable), "{}", warnings[0].1);
+    assert!(held.unavailable.is_empty());
+
+    let held = super::for_pod(&both, &web, &());
+    assert!(std::ptr::eq(held.watchers(&both)[1], paused.as_ref()), "not cached: the current spec");
+    assert_eq!(held.unavailable.len(), 1);
+    assert_eq!(held.unavailable[0].0, "log-watcher");
+    assert!(held.unavailable[0].1.contains(&stable), "{}", held.unavailable[0].1);
 }
