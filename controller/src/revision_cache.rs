@@ -118,16 +118,16 @@ impl RevisionSource for RevisionCache {
     /// From the store, by name, in the Watcher's namespace (a ClusterWatcher's: the
     /// operator's); only a revision labelled with the Watcher's name and owned by it.
     fn revision(&self, watcher: &Watcher, name: &str) -> Option<Arc<InjectionSpec>> {
-        let namespace = watcher.namespace().unwrap_or_else(|| self.operator_namespace.to_string());
-        let revision = self.store.get(&ObjectRef::new(name).within(&namespace))?;
+        let namespace = watcher.metadata.namespace.as_deref().unwrap_or(&self.operator_namespace);
+        let revision = self.store.get(&ObjectRef::new(name).within(namespace))?;
         let uid = watcher.metadata.uid.as_deref()?;
-        let theirs = revision.labels().get(WATCHER_LABEL).is_some_and(|n| *n == watcher.name_any())
+        let theirs = revision.labels().get(WATCHER_LABEL).map(String::as_str) == watcher.metadata.name.as_deref()
             && revision.owner_references().iter().any(|o| o.uid == uid);
         if !theirs {
             return None;
         }
-        let key = revision.uid()?;
-        if let Some(spec) = self.decoded.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        let key = revision.metadata.uid.as_deref()?;
+        if let Some(spec) = self.decoded.read().unwrap_or_else(|p| p.into_inner()).get(key) {
             return Some(spec.clone());
         }
         let spec = Arc::new(injection_of(&revision)?);
@@ -135,7 +135,7 @@ impl RevisionSource for RevisionCache {
         if decoded.len() >= DECODED_MAX {
             decoded.clear();
         }
-        decoded.insert(key, spec.clone());
+        decoded.insert(key.to_owned(), spec.clone());
         Some(spec)
     }
 
