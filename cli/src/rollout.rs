@@ -15,7 +15,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use watcher_api::{ClusterWatcher, UpdatePolicyType, Watcher, injected_watchers};
 use watcher_controller::cluster_watcher::CLUSTER_WATCHER_LABEL;
-use watcher_controller::pods::revisions::{WATCHER_LABEL, injection_of};
+use watcher_controller::pods::revisions::{WATCHER_LABEL, injection_of, revision_name};
 
 /// What a `rollout` command is about: `NAME` or `watcher/NAME`, a Watcher of the namespace;
 /// `clusterwatcher/NAME` (or `clusterwatchers/`, `cwt/`), a ClusterWatcher.
@@ -164,8 +164,7 @@ fn held_on(watcher: &Watcher) -> Option<&str> {
         return None;
     }
     let stable = watcher.status.as_ref()?.stable_revision.as_deref()?;
-    let current = format!("{}-{}", watcher.name_any(), watcher.spec.spec_hash());
-    (stable != current).then_some(stable)
+    (stable != revision_name(&watcher.name_any(), &watcher.spec.spec_hash())).then_some(stable)
 }
 
 /// `rollout status`: prints progress lines until the rollout ends or `timeout` passes.

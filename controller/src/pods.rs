@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -377,10 +377,8 @@ pub struct PodsContext {
     recorder: Recorder,
     /// ImagePolicies: an image updated in place is rewritten as admission would.
     policies: Option<PolicyCache>,
-    /// The Watchers' ControllerRevisions, from the replica's revision cache.
-    revisions: Store<ControllerRevision>,
-    /// Whether the revisions' initial list is in.
-    revisions_listed: Arc<AtomicBool>,
+    /// The Watchers' ControllerRevisions: the replica's revision cache.
+    revisions: crate::RevisionCache,
 }
 
 /// A lookup of Watchers' container names in a fixed list.
@@ -442,8 +440,7 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, revisions: crate::Revis
         pods,
         recorder: Recorder::new(client, reporter),
         policies: Some(policies),
-        revisions: revisions.store.clone(),
-        revisions_listed: revisions.listed.clone(),
+        revisions: revisions.clone(),
     });
     // Pod and revision events go to the Watchers or ClusterWatchers they concern: a pod's, by
     // its namespace; a revision's, by its owner.
@@ -646,7 +643,7 @@ fn unready(ctx: &PodsContext) -> Option<Action> {
     if !ctx.pods.is_synced() {
         return Some(Action::await_change()); // every Watcher is counted when the list is in
     }
-    if !ctx.revisions_listed.load(Ordering::Acquire) {
+    if !ctx.revisions.is_listed() {
         return Some(Action::requeue(crate::UNLISTED_RETRY));
     }
     None
@@ -776,7 +773,7 @@ fn plan_step(
     namespaces: &[String],
     counts: &PodCounts,
 ) -> Step {
-    let all = ctx.revisions.state();
+    let all = ctx.revisions.store.state();
     let mine = revisions::revisions_of(watcher, &all);
     let name = watcher.name_any();
     let mut carried_by: BTreeMap<String, usize> = BTreeMap::new();
@@ -973,19 +970,8 @@ fn context_with_cache(
 ) -> Arc<PodsContext> {
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: None };
     let recorder = Recorder::new(ctx.client.clone(), reporter);
-    let (store, mut writer) = kube::runtime::reflector::store();
-    for revision in revisions {
-        writer.apply_watcher_event(&watcher::Event::Apply(revision));
-    }
-    Arc::new(PodsContext {
-        ctx,
-        cache,
-        pods: Arc::new(pods),
-        recorder,
-        policies: None,
-        revisions: store,
-        revisions_listed: Arc::new(AtomicBool::new(true)),
-    })
+    let revisions = crate::RevisionCache::holding(revisions, cache.operator_namespace());
+    Arc::new(PodsContext { ctx, cache, pods: Arc::new(pods), recorder, policies: None, revisions })
 }
 
 #[cfg(test)]
