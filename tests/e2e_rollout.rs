@@ -49,11 +49,14 @@ fn watcher(image: &str, partition: i32, paused: bool) -> serde_json::Value {
                     "updatePolicy": {"type": "InPlace", "maxUnavailable": 4, "partition": partition, "paused": paused}}})
 }
 
-/// Reports statuses until the pods' sidecar images are `want` (by pod name), failing after a step.
+/// Reports statuses until the pods' sidecar images are `want` (by pod name), failing after a
+/// step. The images are read before each report: the last report covers the images returned
+/// (a patch landing between a report and the read would otherwise never be reported).
 async fn until_images(pods: &Api<Pod>, want: &BTreeMap<String, String>) {
     wait_until(STEP, || async {
+        let images = images(pods).await;
         kubelet_reports(pods).await;
-        &images(pods).await == want
+        &images == want
     })
     .await;
 }
@@ -122,7 +125,8 @@ async fn partition_pause_status_and_undo() {
     assert!(!done && text.contains("paused"), "{text}");
     assert!(rollout(n, &["resume", "log-watcher"]).0);
     until_images(&pods, &all("busybox:1.38")).await;
-    assert!(rollout(n, &["status", "log-watcher", "--timeout", "60s"]).0);
+    let (done, text) = rollout(n, &["status", "log-watcher", "--timeout", "60s"]);
+    assert!(done, "{text}");
 
     // History and undo: the previous image comes back, in place.
     let (_, history) = rollout(n, &["history", "log-watcher"]);

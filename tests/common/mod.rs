@@ -44,10 +44,12 @@ pub fn wait_for_crds_established() {
     kubectl(&args);
 }
 
-/// A namespace made for one test; `delete` removes it.
+/// A namespace made for one test, deleted (with all it holds) when the test ends, passed or
+/// failed: the next test, and the next run on the same cluster, find none of it.
 pub struct TestNamespace {
     pub name: String,
     client: Client,
+    deleted: bool,
 }
 
 impl TestNamespace {
@@ -60,11 +62,22 @@ impl TestNamespace {
         let _ = api.delete(&name, &DeleteParams::default()).await;
         wait_until(STEP, || async { api.get_opt(&name).await.ok().flatten().is_none() }).await;
         api.create(&PostParams::default(), &namespace).await.expect("namespace created");
-        Self { name, client: client.clone() }
+        Self { name, client: client.clone(), deleted: false }
     }
 
-    pub async fn delete(self) {
-        let _ = Api::<Namespace>::all(self.client).delete(&self.name, &DeleteParams::background()).await;
+    pub async fn delete(mut self) {
+        let _ = Api::<Namespace>::all(self.client.clone()).delete(&self.name, &DeleteParams::background()).await;
+        self.deleted = true;
+    }
+}
+
+/// A test that fails (or forgets) still removes its namespace; `kubectl`, as the tests' async
+/// client cannot be used from a drop.
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if !self.deleted {
+            let _ = try_kubectl(&["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"]);
+        }
     }
 }
 

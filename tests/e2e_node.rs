@@ -1,0 +1,115 @@
+//! e2e on a real node: pods run (containerd and a kubelet), so what the kubelet does with an
+//! injected pod is what is checked: the sidecar started, the agent counting inside the pod, its
+//! Event. Needs a cluster with a Ready node and the image `watcher-agent:0.1.0` on it (on
+//! `../shared/k8s`: `node-up 1.36 PORT` and `node-image watcher-agent:0.1.0
+//! target/debug/watcher-agent --user 65532`; on kind: `kind load docker-image`).
+//! Run on purpose: `cargo test --test e2e_node -- --ignored`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Operator, TestNamespace, client, exclusive, http_get, install_crds, kubectl, wait_for, wait_until};
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::api::{Api, ListParams};
+
+/// How long a pod may take to run on the node (image already there).
+const POD_START: Duration = Duration::from_secs(120);
+
+const SAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/samples");
+
+/// Fails the test at once, saying why, when no node can run its pods.
+async fn require_node(client: &Client) {
+    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.expect("list nodes");
+    let ready = nodes.items.iter().any(|node| {
+        let conditions = node.status.iter().flat_map(|s| s.conditions.iter().flatten());
+        conditions.into_iter().any(|c| c.type_ == "Ready" && c.status == "True")
+    });
+    assert!(ready, "no Ready node: these tests need pods to run (../shared/k8s/node-up, or a cluster with nodes)");
+}
+
+/// The value of the sample `name{labels}` in a Prometheus text exposition, labels in any order.
+fn sample(metrics: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    metrics.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+        let has_all = labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+        (metric == name && has_all).then(|| value.parse().ok()).flatten()
+    })
+}
+
+/// The app's log as the app wrote it: (lines, ERROR lines).
+fn app_log(namespace: &str) -> (usize, usize) {
+    let log = kubectl(&["exec", "-n", namespace, "shop", "-c", "app", "--", "cat", "/var/log/app/app.log"]);
+    (log.lines().count(), log.lines().filter(|l| l.contains(" ERROR ")).count())
+}
+
+/// README's "The Watcher that watches" on a real node, as written: the RBAC, the Watcher, `kubectl
+/// wait`, the app; then what a user looks at: `kubectl get pod` (2/2 Running), `kubectl describe
+/// pod` (the agent's Warning Event), and the sidecar's `/metrics` at the pod's IP, whose counts
+/// are exactly the lines the app wrote, its first line included.
+#[tokio::test]
+#[ignore = "needs a cluster with a node: KUBECONFIG, and the image watcher-agent:0.1.0 on the node"]
+async fn the_readme_use_case_runs_on_a_node() {
+    let _one = exclusive().await;
+    let client = client().await;
+    require_node(&client).await;
+    install_crds(&client).await;
+    let operator_ns = TestNamespace::create(&client, "watcher-e2e-op").await;
+    let ns = TestNamespace::create(&client, "watcher-e2e-node").await;
+    let operator = Operator::start(&operator_ns.name).await;
+    let n = ns.name.as_str();
+
+    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/agent-rbac.yaml")]);
+    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/app-watcher.yaml")]);
+    kubectl(&["wait", "-n", n, "--for=condition=Ready", "watcher/app-watcher", "--timeout=60s"]);
+    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/app.yaml")]);
+    let injected =
+        kubectl(&["get", "pod", "shop", "-n", n, "-o", r"jsonpath={.metadata.annotations.watcher\.dev/injected}"]);
+    assert!(injected.starts_with("app-watcher@"), "the pod was injected: {injected:?}");
+
+    let wait = format!("--timeout={}s", POD_START.as_secs());
+    kubectl(&["wait", "-n", n, "--for=condition=Ready", "pod/shop", &wait]);
+    let got = kubectl(&["get", "pod", "shop", "-n", n, "--no-headers"]);
+    let columns: Vec<&str> = got.split_whitespace().collect();
+    assert_eq!(columns.get(1..3), Some(&["2/2", "Running"][..]), "kubectl get pod: {got}");
+
+    // Three ERROR lines within a minute (one order in four fails, one order every 5 s): the Event.
+    let described = wait_for(POD_START, || async {
+        let described = kubectl(&["describe", "pod", "shop", "-n", n]);
+        described.contains("LogRuleError").then_some(described)
+    })
+    .await;
+    let event = described.lines().find(|l| l.contains("LogRuleError")).expect("the Event's line");
+    assert!(event.contains("Warning") && event.contains("watcher.dev/watcher-agent"), "{event}");
+    assert!(event.contains("rule error matched 3 times within 3 in 1m; last line: "), "{event}");
+    assert!(event.contains(" ERROR order "), "the note names the line: {event}");
+
+    // The sidecar's metrics at the pod's IP: every line the app wrote, the first included, each
+    // counted once. The app writes on: its log read before and after the scrape brackets it.
+    let ip = kubectl(&["get", "pod", "shop", "-n", n, "-o", "jsonpath={.status.podIP}"]);
+    let url = format!("http://{}:9102/metrics", ip.trim());
+    wait_until(POD_START, || async { http_get(&url).await.is_some_and(|(status, _)| status == 200) }).await;
+    let (lines_before, errors_before) = app_log(n);
+    let (_, metrics) = http_get(&url).await.expect("the sidecar's /metrics");
+    let (lines_after, errors_after) = app_log(n);
+    let source = [("source", "/var/log/app/*.log")];
+    let lines = sample(&metrics, "watcher_agent_lines_total", &source).expect("lines counted") as usize;
+    let errors = sample(&metrics, "watcher_agent_matches_total", &[("rule", "error"), source[0]])
+        .expect("matches counted") as usize;
+    assert!(
+        (lines_before..=lines_after).contains(&lines),
+        "{lines} lines counted, {lines_before}..{lines_after} written"
+    );
+    assert!(
+        (errors_before..=errors_after).contains(&errors),
+        "{errors} ERRORs counted, {errors_before}..{errors_after} written"
+    );
+    assert!(errors >= 3, "{errors}");
+    assert_eq!(sample(&metrics, "watcher_agent_alert_firing", &[("rule", "error")]), Some(1.0), "{metrics}");
+
+    operator.stop().await;
+    ns.delete().await;
+    operator_ns.delete().await;
+}
