@@ -40,7 +40,7 @@ fn watcher(image: &str, pods: usize) -> Value {
 /// The revision of the spec the pods carry (busybox:1.36), as the pod reconciler kept it.
 fn old_revision(count: usize) -> Value {
     let old: Watcher = serde_json::from_value(watcher("busybox:1.36", count)).expect("Watcher");
-    let revision = watcher_controller::pods::revisions::desired_revision(&old, "team-0", 1).expect("revision");
+    let revision = watcher_controller::revisions::desired_revision(&old, "team-0", 1).expect("revision");
     serde_json::to_value(revision).expect("JSON")
 }
 

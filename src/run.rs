@@ -397,9 +397,10 @@ impl Controllers {
         // The writer runs as long as the controllers do (they end on SIGTERM), and stops with
         // them when the lease is lost: only the leader writes.
         let runs = names.iter().map(|name| match name {
-            ControllerName::Watcher => watcher_controller::watcher::run(
+            ControllerName::Watcher => watcher_controller::watchers::run(
                 self.ctx.clone(),
                 self.cache.clone(),
+                self.revisions.clone(),
                 scope.clone(),
                 self.policies.changes(),
             )

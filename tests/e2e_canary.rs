@@ -68,8 +68,9 @@ async fn admitted_image(pods: &Api<Pod>, track: Option<&str>) -> Option<String> 
 /// Reports statuses until `done` holds of the live pods, failing after a step.
 async fn until(pods: &Api<Pod>, what: &str, done: impl Fn(&[Pod]) -> bool) -> Vec<Pod> {
     let found = wait_for(STEP, || async {
-        kubelet_reports(pods).await;
+        // Read before the report, so the last report covers what is returned.
         let live = live(pods).await;
+        kubelet_reports(pods).await;
         done(&live).then_some(live)
     })
     .await;
@@ -190,4 +191,67 @@ async fn a_held_canary_holds_new_pods_on_the_stable_revision() {
     assert_eq!(status.stable_revision, status.current_revision, "complete: the current revision is the stable one");
     ns.delete().await;
     operator_ns.delete().await;
+}
+
+/// The spec changed as soon as the pods exist, as a GitOps sync or a script does it: a new image
+/// held (`paused`) with a canary group, within a second of the Deployment's pods being created.
+/// The stable revision is the spec the pods carry (kept when it was first seen), never the new
+/// one; new pods outside the group get it, pods of the group the new one.
+#[tokio::test]
+#[ignore = "needs a cluster: KUBECONFIG"]
+async fn a_canary_changed_as_soon_as_its_pods_exist_holds_them() {
+    let _one = exclusive().await;
+    let client = client().await;
+    install_crds(&client).await;
+    let operator_ns = TestNamespace::create(&client, "watcher-e2e-hold-op").await;
+    let ns = TestNamespace::create(&client, "watcher-e2e-hold").await;
+    let n = ns.name.as_str();
+    let _operator = Operator::start(&operator_ns.name).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), n);
+    let watchers = Api::<Watcher>::namespaced(client.clone(), n);
+    let first = watcher("busybox:1.36", json!({"type": "InPlace", "maxUnavailable": 1, "newPods": "Stable"}));
+    kubectl_apply(n, &first);
+    wait_until(STEP, || async { admitted_image(&pods, None).await.as_deref() == Some("busybox:1.36") }).await;
+    let revision_of = |manifest: &serde_json::Value| {
+        let spec: watcher_api::WatcherSpec = serde_json::from_value(manifest["spec"].clone()).expect("spec");
+        format!("log-watcher-{}", spec.spec_hash())
+    };
+    kubectl_apply(
+        n,
+        &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "canary-web"},
+                "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "canary-web"}},
+                         "template": {"metadata": {"labels": {"app": "canary-web"}},
+                                      "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}}}),
+    );
+    wait_until(STEP, || async { live(&pods).await.len() == 4 }).await;
+    let held = watcher(
+        "busybox:1.37",
+        json!({"type": "InPlace", "maxUnavailable": 1, "newPods": "Stable", "paused": true,
+               "selector": {"matchLabels": {"track": "canary"}}}),
+    );
+    kubectl_apply(n, &held);
+    let (stable, current) = (revision_of(&first), revision_of(&held));
+
+    let status = wait_for(STEP, || async {
+        let status = watchers.get("log-watcher").await.ok()?.status?;
+        (status.current_revision.as_deref() == Some(current.as_str()) && status.pods.is_some_and(|p| p.matched == 4))
+            .then_some(status)
+    })
+    .await;
+    assert_eq!(status.stable_revision.as_deref(), Some(stable.as_str()), "the spec the pods carry: {status:?}");
+    assert_eq!(status.pods.map(|p| (p.injected, p.up_to_date)), Some((4, 0)));
+    assert!(images(&live(&pods).await).iter().all(|i| i == "busybox:1.36"));
+    assert_eq!(admitted_image(&pods, None).await.as_deref(), Some("busybox:1.36"), "outside the group: stable");
+    assert_eq!(admitted_image(&pods, Some("canary")).await.as_deref(), Some("busybox:1.37"), "the group: current");
+
+    // Scaled to 8: the hold holds.
+    kubectl(&["scale", "deployment/canary-web", "--replicas", "8", "-n", n]);
+    let scaled = wait_for(STEP, || async {
+        let live = live(&pods).await;
+        (live.len() == 8).then_some(live)
+    })
+    .await;
+    assert!(images(&scaled).iter().all(|i| i == "busybox:1.36"), "{:?}", images(&scaled));
+    let status = watchers.get("log-watcher").await.expect("watcher").status.expect("status");
+    assert_eq!(status.stable_revision.as_deref(), Some(stable.as_str()));
 }

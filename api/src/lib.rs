@@ -91,6 +91,12 @@ pub const PROBED_ANNOTATION: &str = "watcher.dev/probed";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// The value of [`MANAGED_BY_LABEL`].
 pub const MANAGED_BY: &str = "watcher-operator";
+/// The user a Watcher's container runs as where the namespace's Pod Security level requires a
+/// non-root user and neither the pod nor the container says which: the image's user is not
+/// known at admission, and most images run as root unless told otherwise (the kubelet then
+/// refuses to start them). 65532 is the `nonroot` user of distroless images and of the
+/// watcher-agent image (Istio's proxy runs as 1337, Linkerd's as 2102).
+pub const ADAPTED_RUN_AS_USER: i64 = 65532;
 
 /// Every CRD of this operator, in the order `watcher-operator crds` prints them.
 pub fn crds() -> Vec<CustomResourceDefinition> {

@@ -14,8 +14,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use watcher_api::{ClusterWatcher, UpdatePolicyType, Watcher, injected_watchers};
-use watcher_controller::cluster_watcher::CLUSTER_WATCHER_LABEL;
-use watcher_controller::pods::revisions::{WATCHER_LABEL, injection_of, revision_name};
+use watcher_controller::revisions::{CLUSTER_WATCHER_LABEL, WATCHER_LABEL, injection_of, revision_name};
 
 /// What a `rollout` command is about: `NAME` or `watcher/NAME`, a Watcher of the namespace;
 /// `clusterwatcher/NAME` (or `clusterwatchers/`, `cwt/`), a ClusterWatcher.
@@ -374,7 +373,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
     use watcher_api::{ClusterWatcher, Watcher};
-    use watcher_controller::pods::revisions::desired_revision;
+    use watcher_controller::revisions::desired_revision;
 
     use super::{HistoryLine, Outcome, Target, history, history_text, judge, parse_timeout, undo_target};
 

@@ -1,6 +1,6 @@
 //! ClusterWatcher → ConfigMap `<name>-config` in every namespace it applies to, and its status.
 //!
-//! Run by the `watcher` controller beside the Watchers' reconciler, on the same cache of the
+//! Run by the `watcher` controller ([`crate::watchers`]) beside the Watchers' reconciler, on the same cache of the
 //! operator's ConfigMaps: where a ClusterWatcher applies ([`WatcherCache::namespaces_of`]), its
 //! ConfigMap is created by POST as soon as the namespace matches (a 409 is someone else's
 //! ConfigMap: `ConfigMapConflict` for that namespace only), updated by merge patch with the
@@ -24,15 +24,13 @@ use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_api::{ClusterWatcher, ClusterWatcherStatus, FIELD_MANAGER, condition, config_map_name, set_condition};
 
-use crate::scope::ScopeStatus;
-use crate::watcher::{
-    POD_SECURITY_CONDITION, Recent, WATCHER_LABEL, config_map_matches, config_map_of, create_params,
-    grouped_pod_security_condition, levels_in, newer_or_same, update_patch,
+use crate::owned::{
+    CLUSTER_WATCHER_LABEL, Recent, config_map_matches, config_map_of, create_params, newer_or_same, update_patch,
 };
+use crate::scope::ScopeStatus;
+use crate::standing::{POD_SECURITY_CONDITION, grouped_pod_security_condition, levels_in};
 use crate::{Context, Error, Result, WatcherCache};
 
-/// Label on every ConfigMap a ClusterWatcher owns: its name.
-pub const CLUSTER_WATCHER_LABEL: &str = "watcher.dev/cluster-watcher";
 const CONTROLLER: &str = "watcher";
 /// A steady ClusterWatcher is looked at again this often, in case an event was missed.
 const RESYNC: Duration = Duration::from_secs(30 * 60);
@@ -51,6 +49,8 @@ pub struct ClusterContext {
     /// Whether their initial list is in.
     pub(crate) listed: Arc<AtomicBool>,
     pub(crate) scope: ScopeStatus,
+    /// The revisions: each spec's is written when it is first seen.
+    pub(crate) revisions: crate::RevisionCache,
     recorder: Recorder,
     /// ConfigMaps created since the cache last caught up: not created again meanwhile.
     created: Mutex<std::collections::HashMap<ObjectRef<ConfigMap>, String>>,
@@ -67,11 +67,12 @@ impl ClusterContext {
         config_maps: Store<ConfigMap>,
         listed: Arc<AtomicBool>,
         scope: ScopeStatus,
+        revisions: crate::RevisionCache,
     ) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
         let recorder = Recorder::new(ctx.client.clone(), reporter);
         let (created, statuses) = (Mutex::default(), Recent::default());
-        Self { ctx, cache, config_maps, listed, scope, recorder, created, statuses }
+        Self { ctx, cache, config_maps, listed, scope, revisions, recorder, created, statuses }
     }
 
     /// `cluster` with the status this controller last knows: the cached one, or the one it
@@ -153,7 +154,8 @@ pub fn plan_config_maps(
 /// Brings the ClusterWatcher's ConfigMaps and status up to date from the caches.
 #[instrument(skip(cluster, ctx), fields(cluster_watcher = cluster.name_any()))]
 pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -> Result<Action> {
-    if !ctx.listed.load(Ordering::Acquire) {
+    let keeps_revisions = crate::revisions::kept_for(&cluster.spec.watcher);
+    if !ctx.listed.load(Ordering::Acquire) || (keeps_revisions && !ctx.revisions.is_listed()) {
         return Ok(Action::requeue(crate::UNLISTED_RETRY));
     }
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
@@ -171,6 +173,10 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
     let cached = |namespace: &str, name: &str| ctx.config_maps.get(&ObjectRef::new(name).within(namespace));
     let plan = plan_config_maps(&cluster, &applies, cached, &owned, &created);
     let conflicts = write(&ctx, &cluster, plan).await?;
+    // The spec's revision before the status says Ready (see the Watcher controller).
+    if keeps_revisions {
+        crate::revisions::record(&ctx.ctx.client, &ctx.revisions, &cluster.across_namespaces()).await?;
+    }
 
     let cluster = ctx.as_known(&cluster);
     let covered = ctx.scope.covers_in(applies.iter().map(String::as_str), &cluster.unplaced()).unwrap_or(false);
@@ -374,11 +380,6 @@ pub(crate) async fn run(
         .run(reconcile, error_policy, shared)
         .for_each(|result| async move { crate::log_run_result("clusterwatcher", result) })
         .await;
-}
-
-/// The ClusterWatchers whose ConfigMap `config_map` may be, by its `watcher.dev/watcher` label.
-pub(crate) fn owner_of(config_map: &ConfigMap) -> Option<ObjectRef<ClusterWatcher>> {
-    config_map.labels().get(WATCHER_LABEL).map(|name| ObjectRef::new(name))
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@
 
 pub mod in_place;
 mod meta;
-pub mod revisions;
 pub mod rollout;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -20,7 +19,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, EvictParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
@@ -29,12 +28,13 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_api::{
-    ClusterWatcher, INJECT_ANNOTATION, INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, NewPods,
+    ClusterWatcher, INJECT_ANNOTATION, INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION,
     ORIGINAL_IMAGES_ANNOTATION, PodCounts, SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher, condition,
     injected_watchers, requested_watchers, set_condition,
 };
 
 use self::in_place::{InjectedSpec, Sidecar};
+use crate::revisions;
 use crate::{Context, Error, PolicyCache, Result, WatcherCache};
 
 const CONTROLLER: &str = "pods";
@@ -379,6 +379,9 @@ pub struct PodsContext {
     policies: Option<PolicyCache>,
     /// The Watchers' ControllerRevisions: the replica's revision cache.
     revisions: crate::RevisionCache,
+    /// Specs pods carry whose revision was rebuilt, or could not be (`<uid>/<hash>`): tried
+    /// once per process.
+    rebuilt: Mutex<HashSet<String>>,
 }
 
 /// A lookup of Watchers' container names in a fixed list.
@@ -441,6 +444,7 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, revisions: crate::Revis
         recorder: Recorder::new(client, reporter),
         policies: Some(policies),
         revisions: revisions.clone(),
+        rebuilt: Mutex::default(),
     });
     // Pod and revision events go to the Watchers or ClusterWatchers they concern: a pod's, by
     // its namespace; a revision's, by its owner.
@@ -656,19 +660,18 @@ async fn reconcile_subject(
     ctx: &PodsContext,
 ) -> Result<Action> {
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
-    let policy = &watcher.spec.update_policy;
-    let rolls = policy.type_ != UpdatePolicyType::Report;
-    // Revisions are kept for a rollout, and for admission to inject the stable one.
-    let keeps_revisions = rolls || policy.new_pods == NewPods::Stable;
+    let rolls = watcher.spec.update_policy.type_ != UpdatePolicyType::Report;
+    let keeps_revisions = revisions::kept_for(&watcher.spec);
+    let rebuilt = if keeps_revisions { rebuild_unkept(watcher, namespaces, ctx).await? } else { Vec::new() };
     let (mut counts, step) = ctx.pods.with_namespaces(namespaces, |pods| {
         let counts = count(watcher, pods);
-        (counts, keeps_revisions.then(|| plan_step(watcher, pods, ctx, namespaces, &counts)))
+        (counts, keeps_revisions.then(|| plan_step(watcher, pods, ctx, namespaces, &counts, &rebuilt)))
     });
     let mut revisions = None;
     let action = match step {
         None => Action::await_change(),
         Some(step) => {
-            keep_revisions(step.revisions, ctx, &revisions_namespace(watcher, ctx)).await?;
+            revisions::write(step.revisions, &ctx.ctx.client, &revisions_namespace(watcher, ctx)).await?;
             revisions = Some((step.current, step.stable));
             if rolls {
                 let (action, patched) = roll(watcher, subject, step.rollout, ctx).await?;
@@ -772,8 +775,12 @@ fn plan_step(
     ctx: &PodsContext,
     namespaces: &[String],
     counts: &PodCounts,
+    rebuilt: &[Arc<ControllerRevision>],
 ) -> Step {
-    let all = ctx.revisions.store.state();
+    let mut all = ctx.revisions.store.state();
+    all.extend(
+        rebuilt.iter().filter(|r| !all.iter().any(|a| a.metadata.name == r.metadata.name)).cloned().collect::<Vec<_>>(),
+    );
     let mine = revisions::revisions_of(watcher, &all);
     let name = watcher.name_any();
     let mut carried_by: BTreeMap<String, usize> = BTreeMap::new();
@@ -801,33 +808,77 @@ fn plan_step(
     }
 }
 
+/// Specs rebuilt per reconcile at most (each a read of one pod and a search of its spec).
+const REBUILDS_PER_RECONCILE: usize = 3;
+/// Specs remembered as tried (a bound on memory; forgotten all at once when reached).
+const REBUILDS_REMEMBERED: usize = 10_000;
+
+/// The revisions of specs that pods carry and no revision holds (injected and replaced before
+/// any controller saw them), rebuilt from one pod each ([`revisions::rebuild`]) and written, so
+/// the stable revision is one that pods carry. Each spec is tried once per process.
+async fn rebuild_unkept(
+    watcher: &Watcher,
+    namespaces: &[String],
+    ctx: &PodsContext,
+) -> Result<Vec<Arc<ControllerRevision>>> {
+    let name = watcher.name_any();
+    let current = watcher.spec.spec_hash();
+    let all = ctx.revisions.store.state();
+    let mine = revisions::revisions_of(watcher, &all);
+    let kept = |hash: &str| {
+        let revision = revisions::revision_name(&name, hash);
+        mine.iter().any(|r| r.metadata.name.as_deref() == Some(revision.as_str()))
+    };
+    let uid = watcher.uid().unwrap_or_default();
+    let unkept: BTreeMap<String, (String, String)> = ctx.pods.with_namespaces(namespaces, |pods| {
+        let mut unkept = BTreeMap::new();
+        // From the oldest pod that carries it (any pod holds the spec; one pod, predictably).
+        let mut live: Vec<&&CountedPod> = pods.iter().filter(|p| !p.terminating()).collect();
+        live.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
+        for pod in live {
+            for (_, hash) in injected_watchers(pod.annotations()).into_iter().filter(|(n, _)| *n == name) {
+                if hash != current && !kept(hash) {
+                    unkept.entry(hash.to_owned()).or_insert_with(|| (pod.namespace().to_owned(), pod.name.to_string()));
+                }
+            }
+        }
+        unkept
+    });
+    let mut rebuilt = Vec::new();
+    for (hash, (namespace, pod)) in unkept.into_iter().take(REBUILDS_PER_RECONCILE) {
+        {
+            let mut tried = lock(&ctx.rebuilt);
+            if tried.len() >= REBUILDS_REMEMBERED {
+                tried.clear();
+            }
+            if !tried.insert(format!("{uid}/{hash}")) {
+                continue;
+            }
+        }
+        let Some(stored) = Api::<Pod>::namespaced(ctx.ctx.client.clone(), &namespace).get_opt(&pod).await? else {
+            continue;
+        };
+        let Some(spec) = revisions::rebuild::rebuild(&stored, &name, &watcher.spec.container.name, &hash) else {
+            warn!(pod, namespace, hash, "the spec this pod carries has no revision and cannot be rebuilt from it");
+            continue;
+        };
+        let number = revisions::rebuilt_number(&mine);
+        let Some(mut revision) = revisions::revision_of(watcher, &spec, &revisions_namespace(watcher, ctx), number)
+        else {
+            continue;
+        };
+        let from = format!("{namespace}/{pod}");
+        revision.metadata.annotations = Some([(revisions::REBUILT_FROM_ANNOTATION.to_owned(), from.clone())].into());
+        revisions::create(&ctx.ctx.client, &revision).await?;
+        info!(revision = revision.name_any(), from, "rebuilt the revision of a spec pods carry from a pod");
+        rebuilt.push(Arc::new(revision));
+    }
+    Ok(rebuilt)
+}
+
 /// Where `watcher`'s revisions are kept: its namespace; a ClusterWatcher's, the operator's.
 fn revisions_namespace(watcher: &Watcher, ctx: &PodsContext) -> String {
     watcher.namespace().unwrap_or_else(|| ctx.cache.operator_namespace().to_owned())
-}
-
-/// Writes the Watcher's revisions as planned.
-async fn keep_revisions(plan: revisions::RevisionPlan, ctx: &PodsContext, namespace: &str) -> Result<()> {
-    let api = Api::<ControllerRevision>::namespaced(ctx.ctx.client.clone(), namespace);
-    debug_assert!(plan.create.as_ref().is_none_or(|r| r.metadata.namespace.as_deref() == Some(namespace)));
-    if let Some(revision) = plan.create {
-        let params = PostParams { field_manager: Some(watcher_api::FIELD_MANAGER.to_owned()), ..PostParams::default() };
-        match api.create(&params, &revision).await {
-            Ok(created) => {
-                info!(revision = created.name_any(), number = created.revision, "kept the spec as a revision")
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => {} // ours, a moment before the cache saw it
-            Err(error) => return Err(error.into()),
-        }
-    }
-    for old in plan.delete {
-        match api.delete(&old, &DeleteParams::default()).await {
-            Ok(_) => info!(revision = old, "pruned a revision no pod carries"),
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(error) => return Err(error.into()),
-        }
-    }
-    Ok(())
 }
 
 /// One step of a rollout (its revisions kept before): the in-place patches, then the evictions, an
@@ -955,7 +1006,11 @@ pub fn cluster_error_policy(cluster: Arc<ClusterWatcher>, error: &Error, ctx: Ar
 
 /// A context over `pods`, for tests that fill the index themselves.
 #[cfg(test)]
-fn context_for_tests(ctx: Arc<Context>, pods: PodIndex, revisions: Vec<ControllerRevision>) -> Arc<PodsContext> {
+fn context_for_tests(
+    ctx: Arc<Context>,
+    pods: PodIndex,
+    revisions: Vec<k8s_openapi::api::apps::v1::ControllerRevision>,
+) -> Arc<PodsContext> {
     let cache = WatcherCache::from_store(kube::runtime::reflector::store().0).0;
     context_with_cache(ctx, pods, revisions, cache)
 }
@@ -965,13 +1020,31 @@ fn context_for_tests(ctx: Arc<Context>, pods: PodIndex, revisions: Vec<Controlle
 fn context_with_cache(
     ctx: Arc<Context>,
     pods: PodIndex,
-    revisions: Vec<ControllerRevision>,
+    revisions: Vec<k8s_openapi::api::apps::v1::ControllerRevision>,
     cache: WatcherCache,
 ) -> Arc<PodsContext> {
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: None };
     let recorder = Recorder::new(ctx.client.clone(), reporter);
     let revisions = crate::RevisionCache::holding(revisions, cache.operator_namespace());
-    Arc::new(PodsContext { ctx, cache, pods: Arc::new(pods), recorder, policies: None, revisions })
+    let rebuilt = Mutex::default();
+    Arc::new(PodsContext { ctx, cache, pods: Arc::new(pods), recorder, policies: None, revisions, rebuilt })
+}
+
+/// The same caches and memory of rebuilt specs, over another client (a test's next scenario).
+#[cfg(test)]
+impl PodsContext {
+    fn over(&self, ctx: Arc<Context>) -> Arc<Self> {
+        let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: None };
+        Arc::new(Self {
+            recorder: Recorder::new(ctx.client.clone(), reporter),
+            ctx,
+            cache: self.cache.clone(),
+            pods: self.pods.clone(),
+            policies: self.policies.clone(),
+            revisions: self.revisions.clone(),
+            rebuilt: Mutex::new(lock(&self.rebuilt).clone()),
+        })
+    }
 }
 
 #[cfg(test)]

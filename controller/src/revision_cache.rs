@@ -16,7 +16,7 @@ use tokio::sync::broadcast;
 use watcher_api::{InjectionSpec, MANAGED_BY, MANAGED_BY_LABEL, Watcher};
 use watcher_webhook::RevisionSource;
 
-use crate::pods::revisions::{WATCHER_LABEL, injection_of};
+use crate::revisions::{WATCHER_LABEL, injection_of};
 
 /// Changes buffered per subscriber; one that falls further behind hears [`RevisionChange::Resync`].
 const CHANGE_BUFFER: usize = 1024;
@@ -97,6 +97,11 @@ impl RevisionCache {
         Self { store, listed, operator_namespace: operator_namespace.into(), changes, decoded, built }
     }
 
+    /// Where ClusterWatchers keep their revisions: the operator's namespace.
+    pub fn operator_namespace(&self) -> &str {
+        &self.operator_namespace
+    }
+
     /// Whether the initial list is in.
     pub fn is_listed(&self) -> bool {
         self.listed.load(Ordering::Acquire)
@@ -165,7 +170,7 @@ impl RevisionSource for RevisionCache {
 mod tests {
     use super::*;
     use crate::pods::in_place::tests::fixture_watcher;
-    use crate::pods::revisions::desired_revision;
+    use crate::revisions::desired_revision;
 
     fn revision_of(watcher: &Watcher) -> ControllerRevision {
         let mut revision = desired_revision(watcher, "team-a", 1).expect("revision");
@@ -230,7 +235,7 @@ mod admission {
     use watcher_webhook::{InjectOptions, Reviewer};
 
     use super::RevisionCache;
-    use crate::pods::revisions::desired_revision;
+    use crate::revisions::desired_revision;
 
     const REVIEW: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),

@@ -5,7 +5,13 @@
 //! kube-apiserver stores pods as the other admission plugins leave them (the ServiceAccount
 //! token mount, LimitRange resources, other webhooks' changes).
 //!
-//! The revisions are read from the pod reconciler's own watch (labelled
+//! A spec's revision is written when it is first seen: the Watcher (or ClusterWatcher)
+//! controller writes the revision of each generation it reconciles, before its status says
+//! `Ready`, as the StatefulSet controller records each template; the pod reconciler writes it
+//! too where it comes first, prunes the history, and rebuilds from an injected pod the revision
+//! of a spec that was injected and replaced before any controller saw it ([`rebuild`]).
+//!
+//! The revisions are read from the replica's revision cache ([`crate::RevisionCache`], labelled
 //! `app.kubernetes.io/managed-by=watcher-operator`): no read per pod or per reconcile.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,13 +20,37 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Resource, ResourceExt};
-use watcher_api::{InjectionSpec, MANAGED_BY, MANAGED_BY_LABEL, Watcher};
+use tracing::info;
+use watcher_api::{
+    FIELD_MANAGER, InjectionSpec, MANAGED_BY, MANAGED_BY_LABEL, NewPods, UpdatePolicyType, Watcher, WatcherSpec,
+};
 
-/// Label on every revision: the Watcher it belongs to.
-pub const WATCHER_LABEL: &str = "watcher.dev/watcher";
+use crate::Result;
+
+pub mod rebuild;
+
+pub use crate::owned::{CLUSTER_WATCHER_LABEL, WATCHER_LABEL};
 /// Revisions kept per Watcher besides those pods still carry (which are never pruned).
 pub const HISTORY: usize = 10;
+
+/// Whether revisions of `spec` are kept: for a rollout (`Recreate`, `InPlace`), and for
+/// admission to inject the stable one (`newPods: Stable`).
+pub fn kept_for(spec: &WatcherSpec) -> bool {
+    let policy = &spec.update_policy;
+    policy.type_ != UpdatePolicyType::Report || policy.new_pods == NewPods::Stable
+}
+
+/// The revision of `watcher`'s current spec, in `namespace`, to write when the spec is first
+/// seen: `None` when its revisions are not kept, when the spec is never injected (invalid), or
+/// when `mine` (its revisions) holds it already.
+pub fn first_sight(watcher: &Watcher, namespace: &str, mine: &[&ControllerRevision]) -> Option<ControllerRevision> {
+    if !kept_for(&watcher.spec) || !watcher.spec.problems().is_empty() {
+        return None;
+    }
+    plan_revisions(watcher, namespace, mine, &BTreeSet::new(), "").create
+}
 
 /// The name of the revision of `watcher` with `hash`.
 pub fn revision_name(watcher: &str, hash: &str) -> String {
@@ -32,16 +62,29 @@ pub fn revision_name(watcher: &str, hash: &str) -> String {
 /// [`watcher_api::ClusterWatcher::across_namespaces`]) the operator's, owned by the
 /// ClusterWatcher and labelled with its name.
 pub fn desired_revision(watcher: &Watcher, namespace: &str, number: i64) -> Option<ControllerRevision> {
+    revision_of(watcher, &watcher.spec.injection(), namespace, number)
+}
+
+/// Annotation on a revision rebuilt from a pod: the pod (`<namespace>/<name>`).
+pub const REBUILT_FROM_ANNOTATION: &str = "watcher.dev/rebuilt-from";
+
+/// A revision of `watcher` keeping `injection` (a spec of `watcher`, perhaps an older one),
+/// numbered `number`, in `namespace` (see [`desired_revision`]).
+pub fn revision_of(
+    watcher: &Watcher,
+    injection: &InjectionSpec,
+    namespace: &str,
+    number: i64,
+) -> Option<ControllerRevision> {
     let owner = match watcher.cluster_watcher() {
         Some(cluster) => cluster.clone(),
         None => watcher.controller_owner_ref(&())?,
     };
-    let injection = watcher.spec.injection();
     let name = watcher.name_any();
     let mut labels: std::collections::BTreeMap<String, String> =
         [(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()), (WATCHER_LABEL.to_owned(), name.clone())].into();
     if watcher.cluster_watcher().is_some() {
-        labels.insert(crate::cluster_watcher::CLUSTER_WATCHER_LABEL.to_owned(), name.clone());
+        labels.insert(CLUSTER_WATCHER_LABEL.to_owned(), name.clone());
     }
     Some(ControllerRevision {
         metadata: ObjectMeta {
@@ -51,9 +94,15 @@ pub fn desired_revision(watcher: &Watcher, namespace: &str, number: i64) -> Opti
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
-        data: Some(RawExtension(serde_json::to_value(&injection).unwrap_or_default())),
+        data: Some(RawExtension(serde_json::to_value(injection).unwrap_or_default())),
         revision: number,
     })
+}
+
+/// The number of a revision rebuilt for a spec older than every kept one: before the oldest
+/// (kube-apiserver takes no negative number).
+pub fn rebuilt_number(mine: &[&ControllerRevision]) -> i64 {
+    mine.iter().map(|r| r.revision).min().map_or(1, |oldest| (oldest - 1).max(0))
 }
 
 /// The spec a revision keeps, or `None` when it cannot be read (then the pods that carry it
@@ -90,11 +139,13 @@ pub fn carried(watcher: &Watcher, hash: &str, mine: &[&ControllerRevision]) -> O
 /// rollout is held. `carried`: how many of the Watcher's pods carry each hash; `complete`:
 /// every injected pod carries the current spec.
 ///
-/// Complete (no pod left on another spec, held or not): the current revision. Otherwise the stable revision the status
-/// names, while it is kept; else the revision the status named current before the spec
-/// changed; else the kept revision most pods carry (a status written before these fields
-/// existed); else the current one. Decided from what the Watcher and its pods carry, never
-/// from having seen a rollout pass.
+/// Complete (no pod left on another spec, held or not): the current revision. Otherwise a kept
+/// revision that pods carry, never one no pod carries while pods carry another: the stable
+/// revision the status names; else the revision the status named current before the spec
+/// changed; else the one most pods carry (a status written before these fields existed, or a
+/// spec changed before the pod reconciler saw it); else (no revision of what pods carry is
+/// kept, nor could be rebuilt) the current one. Decided from what the Watcher and its pods
+/// carry, never from having seen a rollout pass.
 pub fn stable_revision(
     watcher: &Watcher,
     mine: &[&ControllerRevision],
@@ -106,20 +157,22 @@ pub fn stable_revision(
     if complete {
         return current;
     }
-    let kept =
-        |revision: &str| revision == current || mine.iter().any(|r| r.metadata.name.as_deref() == Some(revision));
+    let kept = |revision: &str| mine.iter().any(|r| r.metadata.name.as_deref() == Some(revision));
+    let older: Vec<(String, usize)> = carried
+        .iter()
+        .map(|(hash, count)| (revision_name(&name, hash), *count))
+        .filter(|(revision, _)| *revision != current)
+        .collect();
+    let eligible =
+        |revision: &&str| kept(revision) && (older.is_empty() || older.iter().any(|(carried, _)| carried == revision));
     let status = watcher.status.as_ref();
-    let named = status.and_then(|s| s.stable_revision.as_deref()).filter(|r| kept(r));
-    let before = status.and_then(|s| s.current_revision.as_deref()).filter(|r| kept(r));
+    let named = status.and_then(|s| s.stable_revision.as_deref()).filter(eligible);
+    let before = status.and_then(|s| s.current_revision.as_deref()).filter(eligible);
     if let Some(revision) = named.or(before) {
         return revision.to_owned();
     }
-    let most = carried
-        .iter()
-        .map(|(hash, count)| (revision_name(&name, hash), *count))
-        .filter(|(revision, _)| *revision != current && kept(revision))
-        .max_by_key(|(_, count)| *count);
-    most.map_or(current, |(revision, _)| revision)
+    let most = older.iter().filter(|(revision, _)| kept(revision)).max_by_key(|(_, count)| *count);
+    most.map_or(current, |(revision, _)| revision.clone())
 }
 
 /// What to write of `watcher`'s revisions.
@@ -156,6 +209,50 @@ pub fn plan_revisions(
         .collect();
     let delete = prunable.into_iter().take(total.saturating_sub(HISTORY)).collect();
     RevisionPlan { create, delete }
+}
+
+/// Writes the revision of `watcher`'s current spec where it is first seen ([`first_sight`]):
+/// in its namespace, a ClusterWatcher's (a Watcher of no namespace) in the operator's.
+pub(crate) async fn record(client: &kube::Client, cache: &crate::RevisionCache, watcher: &Watcher) -> Result<()> {
+    let namespace = watcher.namespace().unwrap_or_else(|| cache.operator_namespace().to_owned());
+    let all = cache.store.state();
+    let mine = revisions_of(watcher, &all);
+    if let Some(revision) = first_sight(watcher, &namespace, &mine) {
+        create(client, &revision).await?;
+    }
+    Ok(())
+}
+
+/// Creates `revision` in its namespace; one there already (this process's, a moment before
+/// the cache saw it, or another replica's) is no error. Returns whether it was created.
+pub(crate) async fn create(client: &kube::Client, revision: &ControllerRevision) -> Result<bool> {
+    let api = Api::<ControllerRevision>::namespaced(client.clone(), &revision.namespace().unwrap_or_default());
+    let params = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PostParams::default() };
+    match api.create(&params, revision).await {
+        Ok(created) => {
+            info!(revision = created.name_any(), number = created.revision, "kept the spec as a revision");
+            Ok(true)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Writes `watcher`'s revisions as planned, in `namespace`.
+pub(crate) async fn write(plan: RevisionPlan, client: &kube::Client, namespace: &str) -> Result<()> {
+    debug_assert!(plan.create.as_ref().is_none_or(|r| r.metadata.namespace.as_deref() == Some(namespace)));
+    if let Some(revision) = &plan.create {
+        create(client, revision).await?;
+    }
+    let api = Api::<ControllerRevision>::namespaced(client.clone(), namespace);
+    for old in plan.delete {
+        match api.delete(&old, &DeleteParams::default()).await {
+            Ok(_) => info!(revision = old, "pruned a revision no pod carries"),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -266,7 +266,7 @@ fn main() {
     let mut stable = watcher("log-watcher");
     stable.metadata.uid = Some("w-uid".into());
     stable.metadata.generation = Some(2); // as the API server gives every Watcher
-    let mut revision = watcher_controller::pods::revisions::desired_revision(&stable, "team-a", 1).expect("revision");
+    let mut revision = watcher_controller::revisions::desired_revision(&stable, "team-a", 1).expect("revision");
     revision.metadata.uid = Some("rev-1".into());
     let stable_name = revision.metadata.name.clone().expect("name");
     let revisions = watcher_controller::RevisionCache::holding(vec![revision], "watcher-system");

@@ -71,7 +71,8 @@ fn cluster(ctx: Arc<Context>, namespaces: &[NamespaceMeta], config_maps: Vec<Con
         config_map_writer.apply_watcher_event(&Event::Apply(config_map));
     }
     let listed = Arc::new(AtomicBool::new(true));
-    let ctx = Arc::new(ClusterContext::new(ctx, cache, config_map_store, listed, ScopeStatus::every_pod()));
+    let revisions = crate::RevisionCache::holding(Vec::new(), "watcher-system");
+    let ctx = Arc::new(ClusterContext::new(ctx, cache, config_map_store, listed, ScopeStatus::every_pod(), revisions));
     Cluster { namespaces: namespace_writer, watchers, config_maps: config_map_writer, ctx }
 }
 
@@ -386,7 +387,7 @@ async fn a_relabelled_namespace_updates_the_pod_security_condition() {
                 conditions[1]["message"],
                 "1 namespace (team-a) enforces PodSecurity \"restricted:latest\": the Watcher complies once adapted \
                  (where the pod sets none of them: log-agent: allowPrivilegeEscalation: false, capabilities.drop: \
-                 [ALL], seccompProfile: RuntimeDefault, runAsNonRoot: true)"
+                 [ALL], seccompProfile: RuntimeDefault, runAsNonRoot: true, runAsUser: 65532)"
             );
             send_written.send(status.body["status"].clone()).expect("sent");
             status.ok(&echo());

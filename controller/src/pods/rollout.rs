@@ -13,8 +13,8 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use watcher_api::{SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher};
 
 use super::in_place::{self, IN_PLACE_DEADLINE, Update};
-use super::revisions;
 use super::{CountedPod, live_pods_of, shown, standing, terminating_pods_of};
+use crate::revisions;
 
 /// One pass of a rollout: what to do now, and the counts the `SidecarsUpdated` condition says.
 #[derive(Debug, Default, PartialEq)]

@@ -349,7 +349,7 @@ async fn recreate_evicts_through_the_eviction_api_and_waits_on_a_budget() {
 // Rollouts against the mocked API server, over pods as kube-apiserver 1.36 stored them.
 
 use super::in_place::tests::{fixture_watcher, stored_replica};
-use super::revisions::desired_revision;
+use crate::revisions::desired_revision;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 
 const FX_STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/namespaces/fx-limits/watchers/log-watcher/status";
@@ -427,8 +427,8 @@ async fn in_place_patches_one_container_image_within_the_cap() {
 
 /// The operator starts after the image changed: pods injected (as the webhook does today) with
 /// busybox:1.36, the Watcher already at 1.37, and no revision of 1.36 ever kept. The pods' own
-/// hashes say only the image differs: the current spec is kept as revision 1, and one pod is
-/// patched in place.
+/// hashes say only the image differs: one pod is patched in place (the revision of 1.36 is
+/// rebuilt from a pod and the current spec kept after it, which the patch does not wait for).
 #[tokio::test]
 async fn in_place_needs_no_revision_of_the_old_spec() {
     use super::in_place::tests::as_injected_today;
@@ -438,10 +438,16 @@ async fn in_place_needs_no_revision_of_the_old_spec() {
     let metrics = ctx.metrics.clone();
     let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![]);
     let hash = new.spec.spec_hash();
+    let stored = pods[0].clone();
     let server = tokio::spawn(async move {
+        api.expect(Method::GET, "/api/v1/namespaces/fx-limits/pods/web-1").await.ok(&stored);
+        let rebuilt = api.expect(Method::POST, &format!("{FX_REVISIONS}?fieldManager=watcher-operator")).await;
+        assert_eq!(rebuilt.body["data"]["container"]["image"], "busybox:1.36");
+        let created = rebuilt.body.clone();
+        rebuilt.respond(http::StatusCode::CREATED, &created);
         let revision = api.expect(Method::POST, &format!("{FX_REVISIONS}?fieldManager=watcher-operator")).await;
         assert_eq!(revision.body["metadata"]["name"], format!("log-watcher-{hash}"));
-        assert_eq!(revision.body["revision"], 1, "the first kept");
+        assert_eq!(revision.body["revision"], 2, "after the rebuilt one");
         let created = revision.body.clone();
         revision.respond(http::StatusCode::CREATED, &created);
         let patch = api.expect(Method::PATCH, "/api/v1/namespaces/fx-limits/pods/web-1").await;
@@ -560,6 +566,66 @@ async fn revisions_are_created_once_and_pruned_beyond_the_history() {
     reconcile(Arc::new(newest), shared.clone()).await.expect("reconciled");
     drop(shared);
     server.await.expect("scenario passed");
+}
+
+/// A spec injected and replaced before any controller saw it (no revision kept): its revision
+/// is rebuilt from one pod that carries it (one read), written before the current spec's, and
+/// the stable revision is the one the pods carry, never the new spec's. Tried once: the next
+/// reconcile reads no pod again.
+#[tokio::test]
+async fn the_revision_of_a_spec_only_pods_carry_is_rebuilt_from_a_pod() {
+    let old = fixture_watcher("fx-limits", "busybox:1.36");
+    let mut new = fixture_watcher("fx-limits", "busybox:1.37");
+    new.spec.update_policy = serde_json::from_value(json!({"type": "Report", "newPods": "Stable"})).expect("policy");
+    let (old_hash, new_hash) = (old.spec.spec_hash(), new.spec.spec_hash());
+    let pods = [stored_replica(1), stored_replica(2)];
+    let (ctx, mut api) = Context::test();
+    let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![]);
+    let stored = pods[0].clone();
+    let server = tokio::spawn(async move {
+        api.expect(Method::GET, "/api/v1/namespaces/fx-limits/pods/web-1").await.ok(&stored);
+        let rebuilt = api.expect(Method::POST, &format!("{FX_REVISIONS}?fieldManager=watcher-operator")).await;
+        assert_eq!(rebuilt.body["metadata"]["name"], format!("log-watcher-{old_hash}"));
+        assert_eq!(rebuilt.body["metadata"]["annotations"]["watcher.dev/rebuilt-from"], "fx-limits/web-1");
+        assert_eq!(rebuilt.body["revision"], 1);
+        assert_eq!(rebuilt.body["data"]["container"]["image"], "busybox:1.36");
+        assert_eq!(rebuilt.body["data"]["volume"]["name"], "logs");
+        let body = rebuilt.body.clone();
+        rebuilt.respond(http::StatusCode::CREATED, &body);
+        let current = api.expect(Method::POST, &format!("{FX_REVISIONS}?fieldManager=watcher-operator")).await;
+        assert_eq!(current.body["metadata"]["name"], format!("log-watcher-{new_hash}"));
+        assert_eq!(current.body["revision"], 2, "after the rebuilt one");
+        let body = current.body.clone();
+        current.respond(http::StatusCode::CREATED, &body);
+        let status = api.expect(Method::PATCH, FX_STATUS_PATH).await;
+        assert_eq!(status.body["status"]["currentRevision"], format!("log-watcher-{new_hash}"));
+        assert_eq!(status.body["status"]["stableRevision"], format!("log-watcher-{old_hash}"), "what the pods carry");
+        status.ok(&watcher_echo());
+        api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await.created();
+        api.expect_no_more().await;
+    });
+    reconcile(Arc::new(new.clone()), shared.clone()).await.expect("reconciled");
+    let (ctx, api) = Context::test();
+    let again = shared.over(ctx);
+    drop(shared);
+    server.await.expect("rebuilt once");
+    let server = tokio::spawn(async move {
+        // The cache never saw the writes (a mocked server): the current spec's revision is
+        // written again, no pod is read again.
+        let mut api = api;
+        let current = api.expect(Method::POST, &format!("{FX_REVISIONS}?fieldManager=watcher-operator")).await;
+        current.respond(
+            http::StatusCode::CONFLICT,
+            &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": "AlreadyExists", "code": 409, "message": "exists"}),
+        );
+        api.expect(Method::PATCH, FX_STATUS_PATH).await.ok(&watcher_echo());
+        api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await.created();
+        api.expect_no_more().await;
+    });
+    reconcile(Arc::new(new), again.clone()).await.expect("reconciled again");
+    drop(again);
+    server.await.expect("no second read of the pod");
 }
 
 /// A pod updated in place that has not come back after the deadline stops the rollout: no
@@ -799,6 +865,12 @@ async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_parti
     let echo = serde_json::to_value(&cluster).expect("JSON");
     let hash = cluster.spec.watcher.spec_hash();
     let server = tokio::spawn(async move {
+        // The spec the pods carry has no revision: the oldest pod is read to rebuild it (gone).
+        let gone =
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404});
+        api.expect(Method::GET, "/api/v1/namespaces/team-b/pods/web-1")
+            .await
+            .respond(http::StatusCode::NOT_FOUND, &gone);
         let revision = api
             .expect(
                 Method::POST,

@@ -96,3 +96,37 @@ fn the_stable_revision_is_what_pods_carried_when_the_rollout_began() {
     assert_eq!(stable_revision(&watcher, &[&old], &carried, false), name(&old), "named stable, gone");
     assert_eq!(stable_revision(&watcher, &kept, &carried, true), current, "complete again");
 }
+
+/// Never a revision no pod carries while pods carry another: a stable revision the status
+/// names, or the current one it named before the change, once no pod carries it, gives way to
+/// one pods carry; the current spec's revision (kept at first sight, before any pod carried
+/// it) is never the stable one while pods carry an older spec whose revision is kept.
+#[test]
+fn the_stable_revision_is_one_that_pods_carry() {
+    let (old, older) = (revision("busybox:1.36", 1), revision("busybox:1.35", 2));
+    let name = |r: &ControllerRevision| r.metadata.name.clone().expect("name");
+    let hash = |r: &ControllerRevision| name(r).strip_prefix("log-watcher-").expect("hash").to_owned();
+    let mut watcher = fixture_watcher("team-a", "busybox:1.37");
+    let current = desired_revision(&watcher, "team-a", 3).expect("current");
+    let kept = [&old, &older, &current];
+    let carried = BTreeMap::from([(hash(&old), 4)]);
+    watcher.status = Some(watcher_api::WatcherStatus {
+        stable_revision: Some(name(&older)),
+        current_revision: Some(name(&current)),
+        ..Default::default()
+    });
+    assert_eq!(stable_revision(&watcher, &kept, &carried, false), name(&old), "named stable, carried by none");
+    watcher.status.as_mut().expect("status").stable_revision = Some(name(&current));
+    assert_eq!(stable_revision(&watcher, &kept, &carried, false), name(&old), "the new spec, carried by none");
+    watcher.status.as_mut().expect("status").stable_revision = None;
+    assert_eq!(stable_revision(&watcher, &kept, &carried, false), name(&old), "the status names nothing");
+}
+
+/// A rebuilt revision is numbered before the oldest kept one (never below 0).
+#[test]
+fn a_rebuilt_revision_comes_before_the_kept_ones() {
+    let (first, later) = (revision("busybox:1.36", 1), revision("busybox:1.35", 4));
+    assert_eq!(super::rebuilt_number(&[&later]), 3);
+    assert_eq!(super::rebuilt_number(&[&later, &first]), 0);
+    assert_eq!(super::rebuilt_number(&[]), 1);
+}

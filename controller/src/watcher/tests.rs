@@ -298,8 +298,8 @@ async fn a_reconcile_before_the_caches_see_its_writes_repeats_none() {
     let stale = Arc::new(stale);
     reconcile(stale.clone(), shared.clone()).await.expect("first");
     reconcile(stale.clone(), shared.clone()).await.expect("second, before the caches catch up");
-    let written = std::mem::take(&mut *super::lock(&shared.written.0));
-    let statuses = std::mem::take(&mut *super::lock(&shared.statuses.0));
+    let written = shared.written.take();
+    let statuses = shared.statuses.take();
     let store = shared.config_maps.clone();
     drop((shared, ctx));
     let created = server.await.expect("one create, one status");
@@ -312,8 +312,8 @@ async fn a_reconcile_before_the_caches_see_its_writes_repeats_none() {
     let caught_up: Watcher = serde_json::from_value(caught_up).expect("Watcher");
     let (ctx, api) = Context::test();
     let shared = WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod(), reflector::store().0);
-    *super::lock(&shared.written.0) = written;
-    *super::lock(&shared.statuses.0) = statuses;
+    shared.written.restore(written);
+    shared.statuses.restore(statuses);
     let server = tokio::spawn(api.expect_no_more());
     reconcile(Arc::new(caught_up), shared.clone()).await.expect("steady");
     let forgotten = shared.written.len() == 0 && shared.statuses.len() == 0;
@@ -392,143 +392,60 @@ async fn a_config_map_deleted_before_the_cache_saw_it_is_created_again() {
     server.await.expect("scenario passed");
 }
 
-/// Before any pod: the Watcher's status says how it stands towards its namespace's enforced
-/// level (the README's sample complies as written; a plain one once adapted; a privileged one
-/// cannot), and what `warn` and `audit` would say; nothing where no level is set.
-#[test]
-fn the_pod_security_condition_says_how_the_watcher_stands() {
-    use watcher_webhook::pod_security::NamespaceLevels;
-    let levels = |pairs: &[(&str, &str)]| {
-        NamespaceLevels::from_labels(&pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect())
-    };
-    let sample: Watcher =
-        serde_saphyr::from_str(include_str!("../../../deploy/samples/app-watcher.yaml")).expect("sample");
-    let restricted = levels(&[("pod-security.kubernetes.io/enforce", "restricted")]);
-    let condition = |spec: &watcher_api::WatcherSpec, levels: &NamespaceLevels| {
-        super::pod_security_condition(spec, "team-a", levels, Some(1)).expect("a condition")
-    };
-    let compliant = condition(&sample.spec, &restricted);
-    assert_eq!((compliant.status.as_str(), compliant.reason.as_str()), ("True", "Compliant"));
-    let plain: watcher_api::WatcherSpec =
-        serde_json::from_value(json!({"container": {"name": "plain", "image": "busybox:1.36"}})).expect("spec");
-    let adapted = condition(&plain, &restricted);
-    assert_eq!(adapted.reason, "Adapted");
-    assert!(adapted.message.contains("plain: allowPrivilegeEscalation: false, capabilities.drop: [ALL], seccompProfile: RuntimeDefault, runAsNonRoot: true"), "{}", adapted.message);
-    let mut privileged = plain.clone();
-    privileged.container.security_context = serde_json::from_value(json!({"privileged": true})).ok();
-    let refused = condition(
-        &privileged,
-        &levels(&[
-            ("pod-security.kubernetes.io/enforce", "baseline"),
-            ("pod-security.kubernetes.io/audit", "restricted"),
-        ]),
+/// A Watcher whose revisions are kept has the revision of each spec written when the spec is
+/// first seen, before its status says Ready: pods injected and changed a moment later still
+/// find the spec they carry. A spec whose revision is there writes none; a `Report` Watcher
+/// keeps none.
+#[tokio::test]
+async fn the_revision_of_a_new_spec_is_written_before_ready() {
+    const REVISIONS: &str = "/apis/apps/v1/namespaces/team-a/controllerrevisions?fieldManager=watcher-operator";
+    let spec = json!({"container": {"name": "log-watcher", "image": "busybox:1.36"},
+                      "updatePolicy": {"type": "InPlace", "newPods": "Stable"}});
+    let new = watcher(spec.clone(), None);
+    let hash = new.spec.spec_hash();
+    let kept = crate::revisions::desired_revision(&new, "team-a", 1).expect("revision");
+    let (ctx, mut api) = Context::test();
+    let echo = watcher_echo(spec.clone());
+    let server = tokio::spawn(async move {
+        let create = api.expect(Method::POST, REVISIONS).await;
+        assert_eq!(create.body["metadata"]["name"], format!("log-watcher-{hash}"));
+        assert_eq!(create.body["revision"], 1);
+        assert_eq!(create.body["data"]["container"]["image"], "busybox:1.36");
+        let created = create.body.clone();
+        create.respond(http::StatusCode::CREATED, &created);
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        assert_eq!(status.body["status"]["conditions"][0]["reason"], "Reconciled");
+        status.ok(&echo);
+        api.expect_no_more().await;
+    });
+    let revisions = crate::RevisionCache::holding(Vec::new(), "watcher-system");
+    let shared = WatcherContext::with_revisions(ctx.clone(), reflector::store().0, revisions);
+    reconcile(Arc::new(new.clone()), shared).await.expect("reconciled");
+    drop(ctx);
+    server.await.expect("the revision, then the status");
+
+    // Its revision there: the status alone.
+    let (ctx, mut api) = Context::test();
+    let server = tokio::spawn(async move {
+        api.expect(Method::PATCH, STATUS_PATH).await.ok(&watcher_echo(spec));
+        api.expect_no_more().await;
+    });
+    let shared = WatcherContext::with_revisions(
+        ctx.clone(),
+        reflector::store().0,
+        crate::RevisionCache::holding(vec![kept], "x"),
     );
-    assert_eq!((refused.status.as_str(), refused.reason.as_str()), ("False", "CannotComply"));
-    assert_eq!(
-        refused.message,
-        "namespace team-a enforces PodSecurity \"baseline:latest\": the Watcher cannot comply: privileged \
-         (container \"plain\" must not set securityContext.privileged=true); pods asking for it are admitted \
-         without it; it audits restricted:latest: the Watcher cannot comply: privileged (container \"plain\" must \
-         not set securityContext.privileged=true)"
-    );
-    let warned = condition(&plain, &levels(&[("pod-security.kubernetes.io/warn", "restricted")]));
-    assert_eq!((warned.status.as_str(), warned.reason.as_str()), ("True", "NotEnforced"));
-    assert!(super::pod_security_condition(&plain, "team-a", &NamespaceLevels::default(), Some(1)).is_none());
-}
+    reconcile(Arc::new(new), shared).await.expect("reconciled");
+    drop(ctx);
+    server.await.expect("no revision written again");
 
-/// A ClusterWatcher's condition groups its namespaces by standing, worst first, naming five of
-/// each group and counting the rest; namespaces without a level are not mentioned, and none at
-/// all gives no condition.
-#[test]
-fn the_grouped_condition_names_five_namespaces_per_standing() {
-    use watcher_webhook::pod_security::NamespaceLevels;
-    let enforce = |level: &str| {
-        NamespaceLevels::from_labels(&[("pod-security.kubernetes.io/enforce".to_owned(), level.to_owned())].into())
-    };
-    let spec: watcher_api::WatcherSpec = serde_json::from_value(json!({
-        "container": {"name": "logs", "image": "busybox:1.36"},
-        "volume": {"name": "varlog", "hostPath": {"path": "/var/log"}}}))
-    .expect("spec");
-    let names: Vec<String> = (0..12).map(|i| format!("team-{i:02}")).collect();
-    let mut namespaces: Vec<(&str, NamespaceLevels)> = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        let levels = match i % 3 {
-            0 => enforce("restricted"),
-            1 => enforce("privileged"),
-            _ => NamespaceLevels::default(),
-        };
-        namespaces.push((name, levels));
-    }
-    namespaces.push(("apps", enforce("baseline")));
-    let condition = super::grouped_pod_security_condition(&spec, namespaces.clone(), Some(2)).expect("a condition");
-    assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "CannotComply"));
-    let parts: Vec<&str> = condition.message.split(". ").collect();
-    assert_eq!(parts.len(), 2, "privileged enforces nothing: not mentioned: {}", condition.message);
-    assert!(
-        parts[0].starts_with(
-            "1 namespace (apps) enforces PodSecurity \"baseline:latest\": the Watcher cannot comply: hostPath volumes"
-        ),
-        "{}",
-        parts[0]
-    );
-    assert!(
-        parts[1].starts_with(
-            "4 namespaces (team-00, team-03, team-06, team-09) enforce PodSecurity \"restricted:latest\": \
-             the Watcher cannot comply: "
-        ),
-        "{}",
-        parts[1]
-    );
-    assert_eq!(condition.observed_generation, Some(2));
-
-    // More than five in a group: five named, the rest counted; the best standing is True.
-    let plain: watcher_api::WatcherSpec =
-        serde_json::from_value(json!({"container": {"name": "logs", "image": "busybox:1.36"}})).expect("spec");
-    let many: Vec<String> = (0..8).map(|i| format!("ns-{i}")).collect();
-    let levels = many.iter().map(|n| (n.as_str(), enforce("baseline")));
-    let grouped = super::grouped_pod_security_condition(&plain, levels, None).expect("a condition");
-    assert_eq!((grouped.status.as_str(), grouped.reason.as_str()), ("True", "Compliant"));
-    assert_eq!(
-        grouped.message,
-        "8 namespaces (ns-0, ns-1, ns-2, ns-3, ns-4 and 3 more) enforce PodSecurity \"baseline:latest\": the \
-         Watcher complies as written"
-    );
-
-    let unlabelled = namespaces.iter().filter(|(_, l)| *l == NamespaceLevels::default()).cloned();
-    assert!(super::grouped_pod_security_condition(&spec, unlabelled, None).is_none());
-}
-
-/// Only namespaces whose Pod Security levels change are said to: labelled, relabelled,
-/// unlabelled; other label changes and unlabelled namespaces are not.
-#[test]
-fn only_pod_security_relabelling_reconciles_watchers() {
-    let (store, mut writer) = reflector::store::<crate::sync::NamespaceMeta>();
-    let namespace = |name: &str, labels: Value| -> crate::sync::NamespaceMeta {
-        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace",
-                                      "metadata": {"name": name, "labels": labels}}))
-        .expect("namespace")
-    };
-    let mut known = std::collections::HashMap::new();
-    writer.apply_watcher_event(&Event::Apply(namespace(
-        "a",
-        json!({"pod-security.kubernetes.io/enforce": "restricted"}),
-    )));
-    writer.apply_watcher_event(&Event::Apply(namespace("b", json!({"team": "x"}))));
-    assert_eq!(super::relabelled(&mut known, &store), ["a"]);
-    assert!(super::relabelled(&mut known, &store).is_empty(), "nothing changed");
-
-    writer.apply_watcher_event(&Event::Apply(namespace("b", json!({"team": "y"}))));
-    writer.apply_watcher_event(&Event::Apply(namespace(
-        "a",
-        json!({"pod-security.kubernetes.io/enforce": "restricted", "team": "y"}),
-    )));
-    assert!(super::relabelled(&mut known, &store).is_empty(), "other labels");
-
-    writer
-        .apply_watcher_event(&Event::Apply(namespace("a", json!({"pod-security.kubernetes.io/enforce": "baseline"}))));
-    writer.apply_watcher_event(&Event::Apply(namespace("b", json!({"pod-security.kubernetes.io/warn": "restricted"}))));
-    assert_eq!(super::relabelled(&mut known, &store), ["a", "b"]);
-
-    writer.apply_watcher_event(&Event::Apply(namespace("a", json!({}))));
-    assert_eq!(super::relabelled(&mut known, &store), ["a"], "unlabelled");
+    // A Report Watcher: none.
+    let report = watcher(json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}}), None);
+    let (result, _) = run_scenario(report, vec![], |mut api| async move {
+        let echo = watcher_echo(json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}}));
+        api.expect(Method::PATCH, STATUS_PATH).await.ok(&echo);
+        api.expect_no_more().await;
+    })
+    .await;
+    result.expect("reconciled");
 }

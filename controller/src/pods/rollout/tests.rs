@@ -9,7 +9,7 @@ use watcher_api::Watcher;
 use super::{condition, plan};
 use crate::pods::CountedPod;
 use crate::pods::in_place::tests::{counted, fixture_watcher, stored_replica};
-use crate::pods::revisions::desired_revision;
+use crate::revisions::desired_revision;
 
 const NOW: &str = "2026-11-21T11:00:00Z";
 

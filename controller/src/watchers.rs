@@ -1,0 +1,109 @@
+//! The `watcher` controller: the Watcher reconciler ([`crate::watcher`]) and the ClusterWatcher
+//! reconciler ([`crate::cluster_watcher`]) side by side, over one watch of the operator's
+//! ConfigMaps.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use watcher_api::{MANAGED_BY, MANAGED_BY_LABEL, Watcher};
+
+use crate::owned::{WATCHER_LABEL, owner_of};
+use crate::scope::ScopeStatus;
+use crate::standing::relabelled;
+use crate::watcher::{WatcherContext, error_policy, reconcile};
+use crate::{Context, WatcherCache};
+
+const CONTROLLER: &str = "watcher";
+
+/// Runs the Watcher controller until shutdown, on the Watchers of the shared cache (the
+/// revision of each spec written as it is first seen, in `revisions`). A Watcher
+/// is `Ready` only once `scope` says the webhook's registered conditions cover it; a Watcher
+/// whose coverage a change of the registered conditions changes is looked at again.
+///
+/// The ClusterWatchers' reconciler ([`crate::cluster_watcher`]) runs beside it, on the same
+/// cache of ConfigMaps; a ConfigMap's change reaches the Watcher and the ClusterWatcher of its
+/// `watcher.dev/watcher` label, so a namespace one hands over to the other converges at once.
+/// `namespace_changes` marks every change of a namespace.
+pub async fn run(
+    ctx: Arc<Context>,
+    cache: WatcherCache,
+    revisions: crate::RevisionCache,
+    scope: ScopeStatus,
+    namespace_changes: tokio::sync::watch::Receiver<()>,
+) {
+    let labels = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
+    let api = Api::<ConfigMap>::all(ctx.client.clone());
+    let (config_maps, changed, listed) = crate::cached_watch(api, watcher::Config::default().labels(&labels), |_| {});
+    let (to_watchers, for_watchers) = futures::channel::mpsc::unbounded();
+    let (to_cluster, for_cluster) = futures::channel::mpsc::unbounded();
+    let fan_out = changed.for_each(move |config_map| {
+        match config_map {
+            Ok(config_map) => {
+                if let Some(name) = config_map.labels().get(WATCHER_LABEL) {
+                    let namespace = config_map.namespace().unwrap_or_default();
+                    let _ = to_watchers.unbounded_send(ObjectRef::<Watcher>::new(name).within(&namespace));
+                }
+                if let Some(cluster) = owner_of(&config_map) {
+                    let _ = to_cluster.unbounded_send(cluster);
+                }
+            }
+            Err(error) => crate::log_watch_error("ConfigMaps", false, &error),
+        }
+        futures::future::ready(())
+    });
+    let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
+    // Nothing is reconciled before the scope is known (each Watcher would only wait), then
+    // everything once, and again each Watcher whose coverage what is registered changes.
+    let triggers = scope.gate(triggers);
+    let resyncs = scope.gate(resyncs);
+    let coverage = scope.coverage_changes(cache.store.clone());
+    let cluster = Arc::new(crate::cluster_watcher::ClusterContext::new(
+        ctx.clone(),
+        cache.clone(),
+        config_maps.clone(),
+        listed.clone(),
+        scope.clone(),
+        revisions.clone(),
+    ));
+    let namespaces = cache.namespaces.clone();
+    let shared = Arc::new(WatcherContext::with(ctx, config_maps, listed, scope, namespaces, revisions));
+    let relabelled = relabelled_watchers(cache.clone(), namespace_changes.clone());
+    let watchers = Controller::for_shared_stream(triggers, cache.store.clone())
+        .reconcile_all_on(resyncs)
+        .reconcile_on(futures::stream::select_all([coverage.boxed(), for_watchers.boxed(), relabelled.boxed()]))
+        .with_config(crate::controller_config())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, shared)
+        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) });
+    let clusters = crate::cluster_watcher::run(cluster, for_cluster, namespace_changes);
+    // The fan-out ends with its watch, which ends only on shutdown.
+    futures::join!(watchers, clusters, fan_out);
+}
+
+/// The Watchers of each namespace whose Pod Security levels change (labelled, relabelled,
+/// unlabelled), so their `PodSecurity` condition follows at once; other namespace changes
+/// reconcile nothing.
+fn relabelled_watchers(
+    cache: WatcherCache,
+    namespace_changes: tokio::sync::watch::Receiver<()>,
+) -> impl futures::Stream<Item = ObjectRef<Watcher>> + Send + 'static {
+    let mut known = HashMap::new();
+    crate::cache::changed(namespace_changes).flat_map(move |()| {
+        let changed = relabelled(&mut known, &cache.namespaces);
+        let watchers: Vec<ObjectRef<Watcher>> = if changed.is_empty() {
+            Vec::new()
+        } else {
+            let store = cache.store.state();
+            let of = |w: &&Arc<Watcher>| w.namespace().is_some_and(|n| changed.contains(&n));
+            store.iter().filter(of).map(|w| ObjectRef::from_obj(w.as_ref())).collect()
+        };
+        futures::stream::iter(watchers)
+    })
+}
