@@ -193,7 +193,7 @@ pub fn inject_at_level<W: Borrow<Watcher>>(
             NativeSidecar::Auto => options.native_sidecars,
             NativeSidecar::Never => false,
         };
-        let adapted = match guard.as_ref().map(|guard| (guard, guard.admit(watcher, pod))) {
+        let mut adapted = match guard.as_ref().map(|guard| (guard, guard.admit(watcher, pod))) {
             None => security::Adapted::default(),
             Some((guard, Err(failures))) => {
                 injection.pod_security.push(guard.report(watcher, Err(&failures)));
@@ -207,6 +207,10 @@ pub fn inject_at_level<W: Borrow<Watcher>>(
                 adapted
             }
         };
+        if let Err(why) = security::startable(watcher, pod, &mut adapted) {
+            injection.not_injected(name, Some(watcher), &why);
+            continue;
+        }
         let mut container = sidecar(watcher, native);
         adapted.sidecar.apply_to_json(&mut container);
         if !watcher.spec.app.is_empty() {

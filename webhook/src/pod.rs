@@ -392,13 +392,13 @@ impl PodView {
         let containers =
             spec.init_containers.iter().flatten().chain(&spec.containers).map(ContainerView::security_facts);
         PodFacts {
-            security_context: spec.security_context.as_ref(),
+            security_context: spec.security_context.as_ref().map(std::borrow::Cow::Borrowed),
             host_network: spec.host_network == Some(true),
             host_pid: spec.host_pid == Some(true),
             host_ipc: spec.host_ipc == Some(true),
             host_users: spec.host_users,
             windows: spec.os.as_ref().is_some_and(|os| os.name == "windows"),
-            annotations: self.metadata.annotations.pod_security.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+            annotations: self.metadata.annotations.pod_security.iter().map(|(k, v)| (k.into(), v.into())).collect(),
             volumes: spec.volumes.iter().flatten().map(|v| (v.name.as_str(), v.kind.as_str())).collect(),
             containers: containers.collect(),
         }

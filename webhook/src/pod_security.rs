@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, PodSecurityContext, Probe, SeccompProfile, SecurityContext, Volume,
+    AppArmorProfile, Capabilities, Container, PodSecurityContext, Probe, SeccompProfile, SecurityContext, Volume,
 };
 
 mod checks;
@@ -194,10 +194,12 @@ impl fmt::Display for Failures {
 
 /// A pod as Pod Security reads it: the pod-level fields, its volumes by type, the annotations
 /// the standards read, and its containers (init containers first, as kube-apiserver visits them).
+/// Read from the pod as admission webhooks see it; [`evaluate`] judges it as kube-apiserver
+/// prepares it first ([`PodFacts::prepared`]).
 #[derive(Clone, Debug, Default)]
 pub struct PodFacts<'a> {
     /// `spec.securityContext`.
-    pub security_context: Option<&'a PodSecurityContext>,
+    pub security_context: Option<Cow<'a, PodSecurityContext>>,
     /// `hostNetwork`, `hostPID`, `hostIPC`.
     pub host_network: bool,
     /// `hostPID`.
@@ -209,7 +211,7 @@ pub struct PodFacts<'a> {
     /// `os.name: windows`.
     pub windows: bool,
     /// The AppArmor and seccomp annotations.
-    pub annotations: Vec<(&'a str, &'a str)>,
+    pub annotations: Vec<(Cow<'a, str>, Cow<'a, str>)>,
     /// Each volume's name and type (the name of its source field: `emptyDir`, `hostPath`, ...).
     pub volumes: Vec<(&'a str, &'a str)>,
     /// The containers.
@@ -228,6 +230,11 @@ pub struct ContainerFacts<'a> {
     /// The `host` of its probes' and lifecycle handlers' `httpGet` and `tcpSocket`.
     pub probe_hosts: Vec<&'a str>,
 }
+
+/// The prefix of a container's AppArmor annotation.
+pub const APPARMOR_PREFIX: &str = checks::APPARMOR_PREFIX;
+/// The prefix of a container's seccomp annotation.
+pub const SECCOMP_CONTAINER_PREFIX: &str = checks::SECCOMP_CONTAINER_PREFIX;
 
 /// Whether an annotation key is one the standards read.
 pub fn is_pod_security_annotation(key: &str) -> bool {
@@ -301,27 +308,180 @@ pub fn volume_type(volume: &Volume) -> &'static str {
     sources.into_iter().find(|(_, set)| *set).map_or("", |(name, _)| name)
 }
 
-/// Evaluates `pod` against `policy` as a kube-apiserver of minor version `server` does.
+/// Evaluates `pod` against `policy` as a kube-apiserver of minor version `server` does: on the
+/// pod as that server prepares it before Pod Security sees it ([`PodFacts::prepared`]).
 pub fn evaluate(pod: &PodFacts<'_>, policy: Policy, server: u32) -> Failures {
     if !policy.checks_anything() {
         return Failures::default();
     }
+    let prepared;
+    let pod = if pod.changed_by(server) {
+        prepared = pod.clone().prepared(server);
+        &prepared
+    } else {
+        pod
+    };
     let context = checks::Context { pod, minor: policy.minor_on(server), server };
     Failures(checks::run(&context, policy.level))
 }
 
-/// What the webhook sets in a container a Watcher adds, so that it passes the enforced level:
-/// only fields the Watcher leaves unset and the level needs.
+/// A seccomp annotation's value as the field kube-apiserver copies it into: `None` for a value
+/// it does not copy.
+fn seccomp_field(annotation: &str) -> Option<SeccompProfile> {
+    let profile = |type_: &str, localhost: Option<&str>| SeccompProfile {
+        type_: type_.to_owned(),
+        localhost_profile: localhost.map(str::to_owned),
+    };
+    match annotation {
+        "unconfined" => Some(profile("Unconfined", None)),
+        "runtime/default" | "docker/default" => Some(profile("RuntimeDefault", None)),
+        _ => annotation.strip_prefix("localhost/").filter(|p| !p.is_empty()).map(|p| profile("Localhost", Some(p))),
+    }
+}
+
+/// A seccomp field as the annotation kube-apiserver copies it into (1.19 to 1.24).
+fn seccomp_annotation(field: &SeccompProfile) -> Option<String> {
+    match (field.type_.as_str(), field.localhost_profile.as_deref()) {
+        ("Unconfined", _) => Some("unconfined".to_owned()),
+        ("RuntimeDefault", _) => Some("runtime/default".to_owned()),
+        ("Localhost", Some(profile)) => Some(format!("localhost/{profile}")),
+        _ => None,
+    }
+}
+
+/// An AppArmor annotation's value as the field kube-apiserver copies it into (from 1.30).
+fn app_armor_field(annotation: &str) -> Option<AppArmorProfile> {
+    let profile = |type_: &str, localhost: Option<&str>| AppArmorProfile {
+        type_: type_.to_owned(),
+        localhost_profile: localhost.map(str::to_owned),
+    };
+    match annotation {
+        "unconfined" => Some(profile("Unconfined", None)),
+        "runtime/default" => Some(profile("RuntimeDefault", None)),
+        _ => annotation.strip_prefix("localhost/").filter(|p| !p.is_empty()).map(|p| profile("Localhost", Some(p))),
+    }
+}
+
+impl<'a> PodFacts<'a> {
+    /// The value of annotation `key`.
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_ref())
+    }
+
+    /// Whether a server of minor version `server` changes what Pod Security reads of this pod
+    /// before it judges it (most pods: no; then nothing is copied).
+    pub fn changed_by(&self, server: u32) -> bool {
+        let annotated = |prefix: &str| self.annotations.iter().any(|(k, _)| k.starts_with(prefix));
+        let seccomp = (19..=26).contains(&server)
+            && (annotated(checks::SECCOMP_POD_ANNOTATION) || annotated(checks::SECCOMP_CONTAINER_PREFIX));
+        let seccomp_fields = (19..=24).contains(&server)
+            && (self.security_context.as_ref().is_some_and(|p| p.seccomp_profile.is_some())
+                || self.containers.iter().any(|c| c.security.as_ref().is_some_and(|s| s.seccomp_profile.is_some())));
+        let app_armor = server >= 30 && annotated(checks::APPARMOR_PREFIX);
+        let proc_mount =
+            server < 33 && self.containers.iter().any(|c| c.security.as_ref().is_some_and(|s| s.proc_mount.is_some()));
+        seccomp || seccomp_fields || app_armor || proc_mount
+    }
+
+    /// The pod as kube-apiserver of minor version `server` prepares it on create, before Pod
+    /// Security sees it:
+    /// - seccomp (1.19 to 1.26): an annotation is copied into its field where the field is
+    ///   unset (the pod's, each container's); 1.19 to 1.24 also copy a field into its
+    ///   annotation where the annotation is unset;
+    /// - AppArmor (from 1.30): a container's annotation is copied into its field where the
+    ///   field is unset and the pod's profile differs;
+    /// - `procMount` (before 1.33): dropped, its feature off by default.
+    pub fn prepared(mut self, server: u32) -> Self {
+        if (19..=26).contains(&server) {
+            self.sync_seccomp(server <= 24);
+        }
+        if server >= 30 {
+            let pod_profile = self.security_context.as_ref().and_then(|p| p.app_armor_profile.clone());
+            for i in 0..self.containers.len() {
+                let key = format!("{}{}", checks::APPARMOR_PREFIX, self.containers[i].name);
+                let Some(field) = self.annotation(&key).and_then(app_armor_field) else { continue };
+                let container = &mut self.containers[i];
+                if container.security.as_ref().is_some_and(|s| s.app_armor_profile.is_some())
+                    || pod_profile.as_ref() == Some(&field)
+                {
+                    continue;
+                }
+                container.security.get_or_insert_with(Cow::default).to_mut().app_armor_profile = Some(field);
+            }
+        }
+        if server < 33 {
+            for container in &mut self.containers {
+                if container.security.as_ref().is_some_and(|s| s.proc_mount.is_some()) {
+                    container.security.get_or_insert_with(Cow::default).to_mut().proc_mount = None;
+                }
+            }
+        }
+        self
+    }
+
+    /// kube-apiserver's seccomp version skew: annotation to field where the field is unset,
+    /// and (`to_annotations`) field to annotation where the annotation is unset.
+    fn sync_seccomp(&mut self, to_annotations: bool) {
+        let pod_field = self.security_context.as_ref().and_then(|p| p.seccomp_profile.clone());
+        let pod_annotation = self.annotation(checks::SECCOMP_POD_ANNOTATION).map(str::to_owned);
+        match (pod_field, pod_annotation) {
+            (Some(field), None) if to_annotations => {
+                if let Some(value) = seccomp_annotation(&field) {
+                    self.annotations.push((Cow::Borrowed(checks::SECCOMP_POD_ANNOTATION), Cow::Owned(value)));
+                }
+            }
+            (None, Some(annotation)) => {
+                if let Some(field) = seccomp_field(&annotation) {
+                    self.security_context.get_or_insert_with(Cow::default).to_mut().seccomp_profile = Some(field);
+                }
+            }
+            _ => {}
+        }
+        for i in 0..self.containers.len() {
+            let key = format!("{}{}", checks::SECCOMP_CONTAINER_PREFIX, self.containers[i].name);
+            let annotation = self.annotation(&key).map(str::to_owned);
+            let container = &mut self.containers[i];
+            let field = container.security.as_ref().and_then(|s| s.seccomp_profile.clone());
+            match (field, annotation) {
+                (Some(field), None) if to_annotations => {
+                    if let Some(value) = seccomp_annotation(&field) {
+                        self.annotations.push((Cow::Owned(key), Cow::Owned(value)));
+                    }
+                }
+                (None, Some(annotation)) => {
+                    if let Some(field) = seccomp_field(&annotation) {
+                        container.security.get_or_insert_with(Cow::default).to_mut().seccomp_profile = Some(field);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// What the webhook sets in a container a Watcher adds, so that it passes the enforced level
+/// and can start: only fields the Watcher leaves unset and the level needs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Adaptation {
     /// `allowPrivilegeEscalation: false`.
     pub allow_privilege_escalation: bool,
-    /// `capabilities.drop: [ALL]`.
+    /// `capabilities.drop: [ALL]` (beside the capabilities the container adds).
     pub drop_all: bool,
     /// `seccompProfile.type: RuntimeDefault`.
     pub seccomp: bool,
     /// `runAsNonRoot: true`.
     pub run_as_non_root: bool,
+    /// `runAsUser: 65532` ([`watcher_api::ADAPTED_RUN_AS_USER`]): the level requires a non-root
+    /// user and neither the pod nor the container says which. The image's user is not known
+    /// at admission, and the kubelet refuses to start a container that must run as non-root
+    /// and whose image runs as root (most images, unless told).
+    pub run_as_user: bool,
+}
+
+/// Whether `policy` requires the pod's containers to run as non-root: `restricted`, except
+/// for a pod in a user namespace from 1.35 (`hostUsers: false`, where root is not the host's).
+pub fn requires_non_root(policy: Policy, server: u32, pod: &PodFacts<'_>) -> bool {
+    policy.level == Level::Restricted && !(policy.minor_on(server) >= 35 && pod.host_users == Some(false))
 }
 
 impl Adaptation {
@@ -331,20 +491,28 @@ impl Adaptation {
             return Self::default();
         }
         let minor = policy.minor_on(server);
-        let pod_context = pod.security_context;
+        let pod_context = pod.security_context.as_deref();
         // Windows pods may not set these fields, and from 1.25 the standards do not ask them to.
         let linux_only = !pod.windows || minor < 25;
+        let non_root = requires_non_root(policy, server, pod);
         Self {
             allow_privilege_escalation: linux_only
                 && minor >= 8
                 && container.is_none_or(|c| c.allow_privilege_escalation.is_none()),
-            drop_all: linux_only && minor >= 22 && container.is_none_or(|c| c.capabilities.is_none()),
+            drop_all: linux_only
+                && minor >= 22
+                && container.is_none_or(|c| c.capabilities.as_ref().is_none_or(|caps| caps.drop.is_none())),
             seccomp: linux_only
                 && minor >= 19
                 && pod_context.is_none_or(|p| p.seccomp_profile.is_none())
                 && container.is_none_or(|c| c.seccomp_profile.is_none()),
-            run_as_non_root: pod_context.is_none_or(|p| p.run_as_non_root.is_none())
+            run_as_non_root: non_root
+                && pod_context.is_none_or(|p| p.run_as_non_root.is_none())
                 && container.is_none_or(|c| c.run_as_non_root.is_none()),
+            run_as_user: non_root
+                && !pod.windows
+                && pod_context.is_none_or(|p| p.run_as_user.is_none())
+                && container.is_none_or(|c| c.run_as_user.is_none()),
         }
     }
 
@@ -360,6 +528,7 @@ impl Adaptation {
             (self.drop_all, "capabilities.drop: [ALL]"),
             (self.seccomp, "seccompProfile: RuntimeDefault"),
             (self.run_as_non_root, "runAsNonRoot: true"),
+            (self.run_as_user, "runAsUser: 65532"),
         ];
         set.into_iter().filter(|(on, _)| *on).map(|(_, field)| field).collect()
     }
@@ -371,7 +540,8 @@ impl Adaptation {
             context.allow_privilege_escalation = Some(false);
         }
         if self.drop_all {
-            context.capabilities = Some(Capabilities { add: None, drop: Some(vec!["ALL".to_owned()]) });
+            let add = context.capabilities.take().and_then(|c| c.add);
+            context.capabilities = Some(Capabilities { add, drop: Some(vec!["ALL".to_owned()]) });
         }
         if self.seccomp {
             context.seccomp_profile =
@@ -379,6 +549,9 @@ impl Adaptation {
         }
         if self.run_as_non_root {
             context.run_as_non_root = Some(true);
+        }
+        if self.run_as_user {
+            context.run_as_user = Some(watcher_api::ADAPTED_RUN_AS_USER);
         }
         context
     }
@@ -398,13 +571,22 @@ impl Adaptation {
             context.insert("allowPrivilegeEscalation".into(), false.into());
         }
         if self.drop_all {
-            context.insert("capabilities".into(), serde_json::json!({"drop": ["ALL"]}));
+            let capabilities = context.entry("capabilities").or_insert_with(|| serde_json::json!({}));
+            if !capabilities.is_object() {
+                *capabilities = serde_json::json!({});
+            }
+            if let Some(capabilities) = capabilities.as_object_mut() {
+                capabilities.insert("drop".into(), serde_json::json!(["ALL"]));
+            }
         }
         if self.seccomp {
             context.insert("seccompProfile".into(), serde_json::json!({"type": "RuntimeDefault"}));
         }
         if self.run_as_non_root {
             context.insert("runAsNonRoot".into(), true.into());
+        }
+        if self.run_as_user {
+            context.insert("runAsUser".into(), watcher_api::ADAPTED_RUN_AS_USER.into());
         }
     }
 }

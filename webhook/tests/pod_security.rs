@@ -27,7 +27,7 @@ fn pods() -> Vec<Value> {
 
 /// The securityContexts a Watcher's container may have, and whether each asks for something a
 /// level forbids (`restricted` and `baseline`).
-const CONTEXTS: [(&str, bool, bool); 10] = [
+const CONTEXTS: [(&str, bool, bool); 11] = [
     ("unset", false, false),
     ("empty", false, false),
     ("hardened", false, false),
@@ -38,6 +38,7 @@ const CONTEXTS: [(&str, bool, bool); 10] = [
     ("seccomp-unconfined", true, true),
     ("escalation", true, false),
     ("host-port", true, true),
+    ("bind-service", false, false),
 ];
 
 fn context(kind: &str) -> Option<Value> {
@@ -52,6 +53,7 @@ fn context(kind: &str) -> Option<Value> {
         "root" => Some(json!({"runAsUser": 0})),
         "seccomp-unconfined" => Some(json!({"seccompProfile": {"type": "Unconfined"}})),
         "escalation" => Some(json!({"allowPrivilegeEscalation": true})),
+        "bind-service" => Some(json!({"capabilities": {"add": ["NET_BIND_SERVICE"]}})),
         _ => None, // host-port: the port, not the context
     }
 }
@@ -133,6 +135,9 @@ proptest! {
             || (if restricted { volume_restricted } else { volume_baseline })
             || apparmor == "unconfined";
 
+        // Asking for root where the pod requires non-root: the kubelet would not start it.
+        let pod_non_root = pod["spec"]["securityContext"]["runAsNonRoot"] == json!(true);
+        let cannot_start = pod_non_root && (sidecar_kind.0 == "root" || init_kind.is_some_and(|i| i.0 == "root"));
         let watchers = [watcher(spec)];
         let options = InjectOptions { excluded_namespaces: vec![], native_sidecars: native, server_minor: Some(server) };
         let policy = Policy { level, version: None };
@@ -152,7 +157,7 @@ proptest! {
             return Ok(());
         }
         prop_assert!(verdict.passed(), "patched, the pod fails {}: {}", policy, verdict);
-        prop_assert_eq!(injected, !cannot_comply, "{:?}", injection.warnings);
+        prop_assert_eq!(injected, !cannot_comply && !cannot_start, "{:?}", injection.warnings);
         let names: Vec<&Value> = items(&patched["spec"]["containers"]).chain(items(&patched["spec"]["initContainers"]))
             .map(|c| &c["name"]).collect();
         if injected {
@@ -162,8 +167,22 @@ proptest! {
             prop_assert!(items(&patched["spec"]["volumes"]).all(|v| v["name"] != "watch"), "its volume too");
             prop_assert!(items(&patched["spec"]["volumes"]).all(|v| v["name"] != "watcher-dev-no-token"), "and the token's");
             let warning = injection.warnings.iter().find(|w| w.starts_with("Watcher viewer not injected"));
-            prop_assert!(warning.is_some_and(|w| w.contains(&format!("violate PodSecurity \"{policy}\""))),
-                "{:?}", injection.warnings);
+            let said = |w: &String| w.contains(&format!("violate PodSecurity \"{policy}\""))
+                || (cannot_start && w.contains("the kubelet would not start"));
+            prop_assert!(warning.is_some_and(said), "{:?}", injection.warnings);
+        }
+        // What the Watcher adds can start: where it must run as non-root, it says as which user
+        // (the kubelet refuses an image that runs as root, as most do unless told).
+        let pod_context = &patched["spec"]["securityContext"];
+        for added in names.iter().filter(|n| ***n == json!("viewer") || ***n == json!("viewer-init")) {
+            let container = items(&patched["spec"]["containers"]).chain(items(&patched["spec"]["initContainers"]))
+                .find(|c| &c["name"] == *added).expect("the container");
+            let own = &container["securityContext"];
+            let non_root = own["runAsNonRoot"].as_bool().or(pod_context["runAsNonRoot"].as_bool());
+            let user = own["runAsUser"].as_i64().or(pod_context["runAsUser"].as_i64());
+            if non_root == Some(true) {
+                prop_assert!(user.is_some_and(|u| u != 0), "{added} must run as non-root as user {user:?}");
+            }
         }
         // The app's containers and the pod's own securityContext are never changed.
         prop_assert_eq!(&patched["spec"]["securityContext"], &pod["spec"]["securityContext"]);

@@ -9,7 +9,10 @@ use k8s_openapi::api::core::v1::Container;
 use watcher_api::Watcher;
 
 use crate::PodView;
-use crate::pod_security::{Adaptation, ContainerFacts, Failures, NEWEST_MINOR, NamespaceLevels, PodFacts, Policy};
+use crate::pod_security::{
+    APPARMOR_PREFIX, Adaptation, ContainerFacts, Failures, NEWEST_MINOR, NamespaceLevels, PodFacts, Policy,
+    SECCOMP_CONTAINER_PREFIX,
+};
 
 /// What Pod Security did to one Watcher of one pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,7 +40,8 @@ impl<'p> Guard<'p> {
     pub(super) fn of(pod: &'p PodView, levels: &NamespaceLevels, server: Option<u32>) -> Option<Self> {
         let policy = levels.enforced()?;
         let server = server.unwrap_or(NEWEST_MINOR);
-        let facts = pod.security_facts();
+        // As kube-apiserver prepares it (a seccomp annotation is a field to it, before 1.27).
+        let facts = pod.security_facts().prepared(server);
         crate::pod_security::evaluate(&facts, policy, server).passed().then_some(Self { policy, server, pod: facts })
     }
 
@@ -53,25 +57,36 @@ impl<'p> Guard<'p> {
         // Only what the Watcher adds, on the pod's own pod-level fields: the pod passes by itself,
         // and every check fails on a container, volume or annotation, so this is what fails.
         let volume = spec.volume.as_deref().filter(|v| !pod_has_volume(pod, &v.name));
+        let containers: Vec<ContainerFacts<'_>> = containers.map(|(c, a)| adapted_facts(c, a)).collect();
+        // The Watcher's own annotations, and the pod's that name its containers (which the
+        // server copies into their fields).
+        let added_names = |key: &str| {
+            containers.iter().any(|c| {
+                key.strip_prefix(APPARMOR_PREFIX).or_else(|| key.strip_prefix(SECCOMP_CONTAINER_PREFIX)) == Some(c.name)
+            })
+        };
+        let own = pod.metadata.annotations.pod_security.iter().filter(|(key, _)| added_names(key)).map(|(k, v)| (k, v));
         let annotations = spec
             .app
             .pod_annotations
             .iter()
             .filter(|(key, _)| crate::pod_security::is_pod_security_annotation(key))
             .filter(|(key, _)| !pod.metadata.annotations.has(key))
-            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(own)
+            .map(|(k, v)| (k.into(), v.into()))
             .collect();
         let added = PodFacts {
             annotations,
             volumes: volume.map(|v| (v.name.as_str(), crate::pod_security::volume_type(v))).into_iter().collect(),
-            containers: containers.map(|(c, a)| adapted_facts(c, a)).collect(),
-            security_context: self.pod.security_context,
+            containers,
+            security_context: self.pod.security_context.clone(),
             host_network: self.pod.host_network,
             host_pid: self.pod.host_pid,
             host_ipc: self.pod.host_ipc,
             host_users: self.pod.host_users,
             windows: self.pod.windows,
         };
+        // What the kubelet then refuses (a user of 0 that must not be root) is [`startable`]'s.
         let failures = crate::pod_security::evaluate(&added, self.policy, self.server);
         if failures.passed() { Ok(Adapted { sidecar, init }) } else { Err(failures) }
     }
@@ -130,6 +145,46 @@ impl Adapted {
     }
 }
 
+/// Whatever the namespace's level, what the Watcher adds must be able to start in `pod`: where
+/// a container must run as non-root (its own `runAsNonRoot` or the pod's) and neither it nor
+/// the pod says as which user, it is given one (the pod's `runAsNonRoot: true` with its app's
+/// user set per container is common, and a sidecar image runs as root unless told); where it
+/// would run as root nonetheless (`runAsUser: 0`), the Watcher cannot be injected: the
+/// kubelet would refuse to start it, and a native sidecar or init container would keep the
+/// whole pod from running.
+pub(super) fn startable(watcher: &Watcher, pod: &PodView, adapted: &mut Adapted) -> Result<(), String> {
+    let spec = pod.spec.as_ref();
+    let pod_context = spec.and_then(|s| s.security_context.as_ref());
+    let windows = spec.and_then(|s| s.os.as_ref()).is_some_and(|os| os.name == "windows");
+    let user_namespace = spec.and_then(|s| s.host_users) == Some(false);
+    let mut root = Vec::new();
+    let containers = [(&watcher.spec.container, &mut adapted.sidecar)].into_iter();
+    let mut init = adapted.init.clone();
+    init.resize(watcher.spec.app.init_containers.len(), Adaptation::default());
+    for (container, adaptation) in containers.chain(watcher.spec.app.init_containers.iter().zip(init.iter_mut())) {
+        let context = adaptation.apply(container.security_context.as_ref());
+        let non_root = context.run_as_non_root.or(pod_context.and_then(|p| p.run_as_non_root)) == Some(true);
+        let user = context.run_as_user.or(pod_context.and_then(|p| p.run_as_user));
+        if !non_root || windows || user_namespace {
+            continue;
+        }
+        match user {
+            None => adaptation.run_as_user = true,
+            Some(0) => root.push(format!("\"{}\"", container.name)),
+            Some(_) => {}
+        }
+    }
+    adapted.init = init;
+    if root.is_empty() {
+        return Ok(());
+    }
+    let (noun, pronoun) = if root.len() == 1 { ("container", "it") } else { ("containers", "them") };
+    Err(format!(
+        "its {noun} {} would run with runAsNonRoot=true and runAsUser=0: the kubelet would not start {pronoun}",
+        root.join(", ")
+    ))
+}
+
 /// How a Watcher stands towards a Pod Security policy, before any pod exists: judged on a pod
 /// that sets nothing at pod level (the fields a pod may set itself are then adapted too).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,8 +201,12 @@ pub enum Compliance {
 pub fn compliance(watcher: &Watcher, policy: Policy, server: Option<u32>) -> Compliance {
     let pod = PodView::default();
     let guard = Guard { policy, server: server.unwrap_or(NEWEST_MINOR), pod: PodFacts::default() };
-    match guard.admit(watcher, &pod) {
-        Err(failures) => Compliance::CannotComply(failures.to_string()),
+    let admitted = guard.admit(watcher, &pod).map_err(|failures| failures.to_string()).and_then(|mut adapted| {
+        startable(watcher, &pod, &mut adapted)?;
+        Ok(adapted)
+    });
+    match admitted {
+        Err(failures) => Compliance::CannotComply(failures),
         Ok(adapted) if adapted.is_empty() => Compliance::AsWritten,
         Ok(adapted) => {
             let report = guard.report(watcher, Ok(&adapted));

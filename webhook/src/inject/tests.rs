@@ -714,3 +714,151 @@ mod app {
         );
     }
 }
+
+/// A case of the captures of real servers judging pods as they prepare them.
+fn prepared_case(file: &str, name: &str) -> Value {
+    let path = format!("{}/fixtures/pod-security-prepared/{file}", env!("CARGO_MANIFEST_DIR"));
+    let verdicts: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
+    let cases = verdicts["cases"].as_array().expect("cases");
+    cases.iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("{name}")).clone()
+}
+
+/// `pod` (a captured case's) asking for `watcher`, in a namespace enforcing `level` at
+/// `version`, on a server of minor `server`: the injection and the patched pod.
+fn at_level(pod: &Value, watcher: &Watcher, level: &str, version: Option<&str>, server: u32) -> (Injection, Value) {
+    let mut pod = pod.clone();
+    pod["metadata"]["annotations"]["watcher.dev/inject"] = json!(watcher.metadata.name.clone().expect("name"));
+    let mut labels =
+        std::collections::BTreeMap::from([("pod-security.kubernetes.io/enforce".to_owned(), level.to_owned())]);
+    if let Some(version) = version {
+        labels.insert("pod-security.kubernetes.io/enforce-version".to_owned(), version.to_owned());
+    }
+    let levels = crate::pod_security::NamespaceLevels::from_labels(&labels);
+    let typed: PodView = serde_json::from_value(pod.clone()).expect("valid Pod");
+    let options =
+        InjectOptions { excluded_namespaces: vec![], native_sidecars: server >= 29, server_minor: Some(server) };
+    let injection = super::inject_at_level(&typed, "team-a", &[watcher], &options, &levels);
+    let mut patched = pod;
+    json_patch::patch(&mut patched, &injection.patch).expect("patch applies");
+    (injection, patched)
+}
+
+fn injected_container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    let all = pod["spec"]["containers"].as_array().into_iter().chain(pod["spec"]["initContainers"].as_array());
+    all.flatten().find(|c| c["name"] == name).unwrap_or_else(|| panic!("{name} in {pod}"))
+}
+
+fn plain_sidecar() -> Watcher {
+    watcher("plain", "team-a", json!({"container": {"name": "plain-sidecar", "image": "busybox:1.36"}}))
+}
+
+/// On 1.24 a pod hardened by its seccomp annotation passes `restricted` (the server copies the
+/// annotation into the field before Pod Security sees it): a plain Watcher is adapted, not
+/// left to be refused, exactly as the server then admitted it (`...app+adapted-sidecar`).
+#[test]
+fn a_pod_hardened_by_annotation_gets_an_adapted_sidecar_on_1_24() {
+    let case = prepared_case("prepared-1.24.json", "seccomp-pod-annotation/app");
+    assert_eq!(case["allowed"], true);
+    let (injection, patched) = at_level(&case["pod"], &plain_sidecar(), "restricted", None, 24);
+    assert_eq!(injection.injected, ["plain"], "{:?}", injection.warnings);
+    let admitted = prepared_case("prepared-1.24.json", "seccomp-pod-annotation/app+adapted-sidecar");
+    assert_eq!(admitted["allowed"], true);
+    assert_eq!(
+        injected_container(&patched, "plain-sidecar")["securityContext"],
+        injected_container(&admitted["pod"], "plain-sidecar")["securityContext"],
+        "no seccomp of its own: the pod's annotation is the pod's field to the server"
+    );
+    // On 1.36 the annotation is nothing: the pod fails by itself and nothing is decided.
+    let (on_1_36, _) = at_level(&case["pod"], &plain_sidecar(), "restricted", None, 36);
+    assert!(on_1_36.pod_security.is_empty(), "{:?}", on_1_36.pod_security);
+}
+
+/// Under `restricted:v1.22` (no `runAsUser` check) a Watcher asking for root in a pod that
+/// must run as non-root is admitted by the server (captured) and refused by the kubelet: it is
+/// left out, saying why; required, the pod is refused.
+#[test]
+fn root_where_non_root_is_required_is_left_out() {
+    let case = prepared_case("prepared-1.36.json", "run-as-root-nonroot/v1.22");
+    assert_eq!(case["allowed"], true, "the server admits what the kubelet refuses");
+    let app = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"},
+        "spec": {"securityContext": {"runAsNonRoot": true, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
+                 "containers": [injected_container(&case["pod"], "app").clone()]}});
+    let mut app = app;
+    app["spec"]["containers"][0]["securityContext"] =
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+    let root = watcher(
+        "root",
+        "team-a",
+        json!({"container": {"name": "root", "image": "busybox:1.36",
+        "securityContext": {"runAsUser": 0}}}),
+    );
+    for server in [24, 36] {
+        let (injection, patched) = at_level(&app, &root, "restricted", Some("v1.22"), server);
+        assert!(injection.injected.is_empty(), "{server}: {patched}");
+        let warning = injection.warnings.iter().find(|w| w.starts_with("Watcher root not injected")).expect("said");
+        assert!(warning.contains("runAsNonRoot=true and runAsUser=0: the kubelet would not start it"), "{warning}");
+    }
+    let mut required = root.clone();
+    required.spec.failure_policy = watcher_api::FailurePolicy::Fail;
+    let (injection, _) = at_level(&app, &required, "restricted", Some("v1.22"), 36);
+    assert!(injection.refused.as_deref().is_some_and(|r| r.contains("the kubelet would not start it")));
+}
+
+/// A pod in a user namespace (1.35+: `runAsNonRoot` and `runAsUser` waived) whose pod-level
+/// user is 0: the sidecar is not made to run as non-root (it would inherit uid 0 and never
+/// start); the server admits it so (captured, 1.36).
+#[test]
+fn a_user_namespaced_pod_keeps_its_user() {
+    let case = prepared_case("prepared-1.36.json", "user-namespace-root");
+    assert_eq!(case["allowed"], true);
+    let mut pod = case["pod"].clone();
+    pod["spec"]["containers"].as_array_mut().expect("containers").retain(|c| c["name"] == "app");
+    let (injection, patched) = at_level(&pod, &plain_sidecar(), "restricted", None, 36);
+    assert_eq!(injection.injected, ["plain"], "{:?}", injection.warnings);
+    let context = &injected_container(&patched, "plain-sidecar")["securityContext"];
+    assert_eq!(context, &json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}));
+    assert_eq!(context, &injected_container(&case["pod"], "sidecar")["securityContext"], "as the server admitted");
+}
+
+/// A Watcher that adds a capability the level allows and drops nothing: `drop: [ALL]` is added
+/// beside it (the server admits it so, captured), not the Watcher left out.
+#[test]
+fn capabilities_that_only_add_are_topped_up() {
+    let admitted = prepared_case("prepared-1.36.json", "capabilities-add-topped-up");
+    assert_eq!(admitted["allowed"], true);
+    let mut pod = admitted["pod"].clone();
+    pod["spec"]["containers"].as_array_mut().expect("containers").retain(|c| c["name"] == "app");
+    let binding = watcher(
+        "bind",
+        "team-a",
+        json!({"container": {"name": "sidecar", "image": "busybox:1.36",
+        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"add": ["NET_BIND_SERVICE"]}}}}),
+    );
+    for server in [24, 36] {
+        let (injection, patched) = at_level(&pod, &binding, "restricted", None, server);
+        assert_eq!(injection.injected, ["bind"], "{server}: {:?}", injection.warnings);
+        assert_eq!(
+            injected_container(&patched, "sidecar")["securityContext"],
+            injected_container(&admitted["pod"], "sidecar")["securityContext"]
+        );
+    }
+}
+
+/// Whatever the level (here none), a pod that requires non-root (`runAsNonRoot: true`) and says
+/// its app's user per container: the sidecar is given a user, or it would run as its image's
+/// (root for busybox) and the kubelet would not start it.
+#[test]
+fn a_pod_requiring_non_root_gives_the_sidecar_a_user() {
+    let pod = pod(
+        json!({"name": "app", "annotations": {"watcher.dev/inject": "plain"}}),
+        json!({"securityContext": {"runAsNonRoot": true},
+               "containers": [{"name": "app", "image": "nginx", "securityContext": {"runAsUser": 101}}]}),
+    );
+    let (injection, patched) = run(&pod, &[plain_sidecar()], &options(true));
+    assert_eq!(injection.injected, ["plain"]);
+    assert_eq!(injected_container(&patched, "plain-sidecar")["securityContext"], json!({"runAsUser": 65532}));
+    let mut says_user = pod.clone();
+    says_user["spec"]["securityContext"]["runAsUser"] = json!(1000);
+    let (_, patched) = run(&says_user, &[plain_sidecar()], &options(true));
+    assert!(injected_container(&patched, "plain-sidecar").get("securityContext").is_none(), "the pod's user");
+}

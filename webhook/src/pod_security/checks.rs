@@ -107,7 +107,7 @@ fn app_armor(context: &Context<'_, '_>) -> Option<Failure> {
         .iter()
         .filter(|(key, value)| {
             key.starts_with(APPARMOR_PREFIX)
-                && !(value.is_empty() || *value == "runtime/default" || value.starts_with("localhost/"))
+                && !(value.is_empty() || value == "runtime/default" || value.starts_with("localhost/"))
         })
         .map(|(key, value)| format!("{key}={value:?}"))
         .collect();
@@ -123,7 +123,7 @@ fn app_armor(context: &Context<'_, '_>) -> Option<Failure> {
     let allowed = |t: &str| t == "RuntimeDefault" || t == "Localhost";
     let mut setters = Vec::new();
     let mut values = BTreeSet::new();
-    if let Some(profile) = context.pod.security_context.and_then(|p| p.app_armor_profile.as_ref())
+    if let Some(profile) = context.pod.security_context.as_deref().and_then(|p| p.app_armor_profile.as_ref())
         && !allowed(&profile.type_)
     {
         setters.push("pod".to_owned());
@@ -294,11 +294,8 @@ fn privileged(context: &Context<'_, '_>) -> Option<Failure> {
 }
 
 fn proc_mount(context: &Context<'_, '_>) -> Option<Failure> {
-    // Before 1.31 kube-apiserver drops `procMount` (its feature gate is off by default): the
-    // stored pod has none.
-    if context.server < 31 {
-        return None;
-    }
+    // Before 1.33 kube-apiserver drops `procMount` (its feature is off by default): the pod
+    // as prepared has none (see `PodFacts::prepared`).
     let mut types = BTreeSet::new();
     let containers = containers_where(context, |_, security| {
         let bad = security.and_then(|s| s.proc_mount.as_deref()).filter(|p| *p != "Default");
@@ -352,7 +349,7 @@ fn se_linux_options(context: &Context<'_, '_>) -> Option<Failure> {
         ok
     };
     let mut setters = Vec::new();
-    if let Some(options) = context.pod.security_context.and_then(|p| p.se_linux_options.as_ref())
+    if let Some(options) = context.pod.security_context.as_deref().and_then(|p| p.se_linux_options.as_ref())
         && !valid(options)
     {
         setters.push("pod".to_owned());
@@ -389,7 +386,7 @@ fn seccomp_setters<'a>(context: &Context<'_, 'a>) -> (Vec<String>, BTreeSet<Stri
     let mut setters = Vec::new();
     let mut values = BTreeSet::new();
     let mut pod_set = false;
-    if let Some(profile) = context.pod.security_context.and_then(|p| p.seccomp_profile.as_ref()) {
+    if let Some(profile) = context.pod.security_context.as_deref().and_then(|p| p.seccomp_profile.as_ref()) {
         if valid_seccomp(&profile.type_) {
             pod_set = true;
         } else {
@@ -420,11 +417,11 @@ fn seccomp_baseline(context: &Context<'_, '_>) -> Option<Failure> {
         let valid = |v: &str| v == "runtime/default" || v == "docker/default" || v.starts_with("localhost/");
         let mut forbidden = BTreeSet::new();
         for (key, value) in &context.pod.annotations {
-            let read = *key == SECCOMP_POD_ANNOTATION
+            let read = key == SECCOMP_POD_ANNOTATION
                 || key
                     .strip_prefix(SECCOMP_CONTAINER_PREFIX)
                     .is_some_and(|name| context.pod.containers.iter().any(|c| c.name == name));
-            if read && !valid(value) {
+            if read && !valid(value.as_ref()) {
                 forbidden.insert(format!("{key}={value:?}"));
             }
         }
@@ -490,7 +487,7 @@ fn sysctls(context: &Context<'_, '_>) -> Option<Failure> {
         ("net.ipv4.tcp_slow_start_after_idle", 37),
         ("net.ipv4.tcp_notsent_lowat", 37),
     ];
-    let sysctls = context.pod.security_context.and_then(|p| p.sysctls.as_ref());
+    let sysctls = context.pod.security_context.as_deref().and_then(|p| p.sysctls.as_ref());
     let forbidden: Vec<&str> = sysctls
         .into_iter()
         .flatten()
@@ -505,7 +502,7 @@ fn windows_host_process(context: &Context<'_, '_>) -> Option<Failure> {
         options.and_then(|o| o.host_process) == Some(true)
     };
     let mut setters = Vec::new();
-    if host_process(context.pod.security_context.and_then(|p| p.windows_options.as_ref())) {
+    if host_process(context.pod.security_context.as_deref().and_then(|p| p.windows_options.as_ref())) {
         setters.push("pod".to_owned());
     }
     let containers = containers_where(context, |_, s| host_process(s.and_then(|s| s.windows_options.as_ref())));
@@ -597,7 +594,7 @@ fn run_as_non_root(context: &Context<'_, '_>) -> Option<Failure> {
         return None;
     }
     let mut setters = Vec::new();
-    let pod = context.pod.security_context.and_then(|p| p.run_as_non_root);
+    let pod = context.pod.security_context.as_deref().and_then(|p| p.run_as_non_root);
     if pod == Some(false) {
         setters.push("pod".to_owned());
     }
@@ -622,7 +619,7 @@ fn run_as_user(context: &Context<'_, '_>) -> Option<Failure> {
         return None;
     }
     let mut setters = Vec::new();
-    if context.pod.security_context.and_then(|p| p.run_as_user) == Some(0) {
+    if context.pod.security_context.as_deref().and_then(|p| p.run_as_user) == Some(0) {
         setters.push("pod".to_owned());
     }
     let containers = containers_where(context, |_, s| s.and_then(|s| s.run_as_user) == Some(0));

@@ -120,18 +120,18 @@ fn the_rarer_checks_speak_as_the_server_does() {
             {"name": "net.ipv4.tcp_rmem", "value": "1"}]}))
         .expect("context");
     let pod = PodFacts {
-        security_context: Some(&sysctls),
+        security_context: Some(std::borrow::Cow::Borrowed(&sysctls)),
         host_network: true,
         host_pid: true,
-        annotations: vec![("container.apparmor.security.beta.kubernetes.io/c", "unconfined")],
+        annotations: vec![("container.apparmor.security.beta.kubernetes.io/c".into(), "unconfined".into())],
         containers: vec![ContainerFacts::of(&host), ContainerFacts::of(&probed)],
         ..PodFacts::default()
     };
     let baseline = Policy { level: Level::Baseline, version: None };
     assert_eq!(
         evaluate(&pod, baseline, 36).to_string(),
-        "forbidden AppArmor profile (annotation must not set AppArmor profile type to \
-         \"container.apparmor.security.beta.kubernetes.io/c=\"unconfined\"\"), \
+        "forbidden AppArmor profiles (container \"c\" and annotation must not set AppArmor profile type to \
+         \"Unconfined\", \"container.apparmor.security.beta.kubernetes.io/c=\"unconfined\"\"), \
          host namespaces (hostNetwork=true, hostPID=true), \
          probe or lifecycle host (container \"probed\" uses probe or lifecycle host \"10.0.0.1\"), \
          procMount (containers \"c\", \"probed\" must not set securityContext.procMount to \"Unmasked\"), \
@@ -160,7 +160,8 @@ fn the_adaptation_sets_only_what_the_watcher_leaves_unset() {
             "allowPrivilegeEscalation: false",
             "capabilities.drop: [ALL]",
             "seccompProfile: RuntimeDefault",
-            "runAsNonRoot: true"
+            "runAsNonRoot: true",
+            "runAsUser: 65532"
         ]
     );
     let adapted = Container { security_context: Some(adaptation.apply(None)), ..bare.clone() };
@@ -174,13 +175,89 @@ fn the_adaptation_sets_only_what_the_watcher_leaves_unset() {
     let pod_context: PodSecurityContext =
         serde_json::from_value(serde_json::json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}}))
             .expect("context");
-    let hardened_pod = PodFacts { security_context: Some(&pod_context), ..PodFacts::default() };
+    let hardened_pod =
+        PodFacts { security_context: Some(std::borrow::Cow::Borrowed(&pod_context)), ..PodFacts::default() };
     let own = container(serde_json::json!({"capabilities": {"add": ["NET_ADMIN"]}}));
     let adaptation = Adaptation::needed(restricted, 36, &hardened_pod, own.security_context.as_ref());
     assert_eq!(
         adaptation.fields(),
-        ["allowPrivilegeEscalation: false"],
-        "the pod sets the rest, the Watcher its capabilities"
+        ["allowPrivilegeEscalation: false", "capabilities.drop: [ALL]", "runAsUser: 65532"],
+        "the pod sets the rest, the Watcher what it adds; the user, no one"
     );
+    let adapted = adaptation.apply(own.security_context.as_ref());
+    let capabilities = adapted.capabilities.expect("capabilities");
+    assert_eq!((capabilities.add, capabilities.drop), (Some(vec!["NET_ADMIN".into()]), Some(vec!["ALL".into()])));
     assert!(Adaptation::needed(Policy { level: Level::Baseline, version: None }, 36, &pod, None).is_empty());
+}
+
+/// The pods whose verdict depends on what kube-apiserver changes before Pod Security sees them
+/// (seccomp and AppArmor annotations, `procMount`), as real 1.24 and 1.36 servers judged them:
+/// the same verdict, in the same words.
+#[test]
+fn judges_the_pod_as_the_server_prepares_it() {
+    for (file, server) in [("prepared-1.24.json", 24), ("prepared-1.36.json", 36)] {
+        let file = format!("../pod-security-prepared/{file}");
+        let text = std::fs::read_to_string(format!("{FIXTURES}{file}")).expect("fixture");
+        let verdicts: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        for case in verdicts["cases"].as_array().expect("cases") {
+            let name = case["name"].as_str().expect("name");
+            let level = Level::parse(case["level"].as_str().expect("level")).expect("a level");
+            let version =
+                case["version"].as_str().and_then(|v| v.strip_prefix("v1.")).map(|m| m.parse().expect("minor"));
+            let policy = Policy { level, version };
+            let pod: PodView = crate::json::from_str(&case["pod"].to_string()).expect("a pod");
+            let failures = evaluate(&pod.security_facts(), policy, server);
+            let message = case["message"].as_str().unwrap_or_default();
+            if case["allowed"].as_bool() == Some(true) {
+                assert!(failures.passed(), "{file} {name}: the server allowed it, the evaluator says {failures}");
+            } else if let Some((_, checks)) = message.split_once(&format!("violates PodSecurity \"{policy}\": ")) {
+                assert_eq!(failures.to_string(), checks, "{file} {name}");
+            } else {
+                assert!(message.contains("is invalid") && name == "proc-mount-unmasked", "{file} {name}: {message}");
+            }
+        }
+    }
+}
+
+/// What each server version changes before Pod Security: seccomp annotations into the fields
+/// from 1.19 to 1.26 (and fields into annotations to 1.24); AppArmor annotations into the
+/// container's field from 1.30; `procMount` dropped before 1.33 (its feature off by default on
+/// 1.31 and 1.32 too).
+#[test]
+fn each_version_prepares_the_pod_as_its_server_does() {
+    let unmasked = container(serde_json::json!({"procMount": "Unmasked"}));
+    let annotations = |pairs: &[(&'static str, &'static str)]| {
+        pairs.iter().map(|(k, v)| (std::borrow::Cow::Borrowed(*k), std::borrow::Cow::Borrowed(*v))).collect()
+    };
+    let pod = PodFacts {
+        annotations: annotations(&[
+            ("seccomp.security.alpha.kubernetes.io/pod", "runtime/default"),
+            ("container.apparmor.security.beta.kubernetes.io/c", "localhost/strict"),
+        ]),
+        containers: vec![ContainerFacts::of(&unmasked)],
+        ..PodFacts::default()
+    };
+    let seccomp = |server| {
+        let prepared = pod.clone().prepared(server);
+        prepared.security_context.and_then(|p| p.seccomp_profile.clone()).map(|s| s.type_)
+    };
+    let container_of = |server| pod.clone().prepared(server).containers[0].security.clone().expect("security");
+    assert_eq!(seccomp(18), None);
+    assert_eq!(seccomp(19).as_deref(), Some("RuntimeDefault"));
+    assert_eq!(seccomp(26).as_deref(), Some("RuntimeDefault"));
+    assert_eq!(seccomp(27), None, "ignored from 1.27");
+    for server in [24, 31, 32] {
+        assert_eq!(container_of(server).proc_mount, None, "{server}: dropped");
+    }
+    assert_eq!(container_of(33).proc_mount.as_deref(), Some("Unmasked"));
+    assert_eq!(container_of(29).app_armor_profile, None);
+    let profile = container_of(30).app_armor_profile.clone().expect("from 1.30");
+    assert_eq!((profile.type_.as_str(), profile.localhost_profile.as_deref()), ("Localhost", Some("strict")));
+    // A field copied into its annotation (1.19 to 1.24), which a policy before v1.19 reads.
+    let unconfined = container(serde_json::json!({"seccompProfile": {"type": "Unconfined"}}));
+    let fielded = PodFacts { containers: vec![ContainerFacts::of(&unconfined)], ..PodFacts::default() };
+    let old = Policy { level: Level::Baseline, version: Some(18) };
+    assert_eq!(evaluate(&fielded, old, 24).reasons(), "seccompProfile");
+    assert!(evaluate(&fielded, old, 25).passed(), "1.25 copies annotations into fields only");
+    assert!(!fielded.changed_by(36) && pod.changed_by(24));
 }
