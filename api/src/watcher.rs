@@ -324,6 +324,17 @@ pub struct PodCounts {
     pub up_to_date: i32,
     /// Matched pods not injected with the Watcher.
     pub missing: i32,
+    /// Injected pods where a container of the Watcher (its sidecar, or one of its
+    /// `initContainers`) cannot start, as the kubelet reports it (`CreateContainerConfigError`,
+    /// `CrashLoopBackOff`, `ImagePullBackOff`, ...); a native sidecar or init container that
+    /// cannot start keeps the whole pod from running. The `SidecarsRunning` condition names
+    /// the first. Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cannot_start: i32,
+}
+
+fn is_zero(value: &i32) -> bool {
+    *value == 0
 }
 
 /// A core/v1 Container as a pod needs it: a DNS-1123 label for a name, an image.

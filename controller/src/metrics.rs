@@ -341,13 +341,14 @@ impl WatcherCollector {
     }
 }
 
-/// The four states of `watcher_pods`, with their counts.
-fn pod_states(counts: PodCounts) -> [(&'static str, i32); 4] {
+/// The five states of `watcher_pods`, with their counts.
+fn pod_states(counts: PodCounts) -> [(&'static str, i32); 5] {
     [
         ("matched", counts.matched),
         ("injected", counts.injected),
         ("up_to_date", counts.up_to_date),
         ("missing", counts.missing),
+        ("cannot_start", counts.cannot_start),
     ]
 }
 
@@ -377,7 +378,8 @@ impl Collector for WatcherCollector {
         let mut pods = encoder.encode_descriptor(
             "watcher_pods",
             "Pods of a Watcher by state, as status.pods counts them: matched (asked or selected), injected, \
-             up_to_date (injected with the current spec), missing (asked, not injected)",
+             up_to_date (injected with the current spec), missing (asked, not injected), cannot_start (injected, \
+             a container of the Watcher cannot start, as the kubelet reports it)",
             None,
             MetricType::Gauge,
         )?;

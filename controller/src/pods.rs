@@ -51,9 +51,27 @@ const RECREATING_OWNERS: [&str; 3] = ["ReplicaSet", "StatefulSet", "DaemonSet"];
 
 pub use self::meta::PodMeta;
 
-/// The container name of a Watcher (by namespace and name), so the sidecars of injected pods can
-/// be kept.
-pub type SidecarLookup = Arc<dyn Fn(&str, &str) -> Option<String> + Send + Sync>;
+/// The containers a Watcher (by namespace and name) adds to a pod, its sidecar first and then
+/// its init containers, so what the kubelet reports of them in injected pods can be kept.
+pub type SidecarLookup = Arc<dyn Fn(&str, &str) -> Vec<String> + Send + Sync>;
+
+/// The containers `watcher` adds: its sidecar, then its init containers.
+fn containers_of(watcher: &Watcher) -> Vec<String> {
+    std::iter::once(&watcher.spec.container).chain(&watcher.spec.app.init_containers).map(|c| c.name.clone()).collect()
+}
+
+/// The waiting reasons of a container that cannot start without a change (of its spec, its
+/// image, the node): the kubelet keeps retrying, the container never runs.
+const CANNOT_START: [&str; 8] = [
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "CrashLoopBackOff",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "RunContainerError",
+];
 
 /// The annotations a [`CountedPod`] keeps.
 const KEPT_ANNOTATIONS: [&str; 5] = [
@@ -208,7 +226,7 @@ impl CountedPod {
 fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup) -> Option<InjectedSpec> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let wanted: Vec<String> =
-        injected_watchers(pod.annotations()).into_iter().filter_map(|(name, _)| lookup(namespace, name)).collect();
+        injected_watchers(pod.annotations()).into_iter().flat_map(|(name, _)| lookup(namespace, name)).collect();
     let spec = pod.spec.as_ref().filter(|_| !wanted.is_empty())?;
     let status = pod.status.as_ref();
     let mut sidecars = Vec::new();
@@ -222,13 +240,16 @@ fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup) -> Option<InjectedSpec> 
                 continue;
             }
             let reported = statuses.unwrap_or_default().iter().find(|s| s.name == container.name);
-            let running = reported.filter(|s| s.ready && s.running);
+            let running = reported.filter(|s| s.ready && s.running());
+            let waiting = reported.and_then(|s| s.state.waiting.as_ref());
+            let blocked = waiting.filter(|w| CANNOT_START.contains(&w.reason.as_str()));
             sidecars.push(Sidecar {
                 name: container.name.as_str().into(),
                 init,
                 index,
                 image: container.image.as_deref().unwrap_or_default().into(),
                 running_image: running.map(|s| s.image.as_str().into()),
+                blocked: blocked.map(|w| Box::new((w.reason.as_str().into(), w.message.as_str().into()))),
             });
         }
     }
@@ -390,7 +411,8 @@ pub fn lookup_in(watchers: Vec<Watcher>) -> SidecarLookup {
         watchers
             .iter()
             .find(|w| w.metadata.namespace.as_deref() == Some(namespace) && w.name_any() == name)
-            .map(|w| w.spec.container.name.clone())
+            .map(containers_of)
+            .unwrap_or_default()
     })
 }
 
@@ -402,8 +424,7 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, revisions: crate::Revis
         let cache = cache.clone();
         Arc::new(move |namespace: &str, name: &str| {
             let watchers = cache.in_namespace(namespace);
-            let watcher = watchers.iter().find(|w| w.name_any() == name)?;
-            Some(watcher.spec.container.name.clone())
+            watchers.iter().find(|w| w.name_any() == name).map(|w| containers_of(w)).unwrap_or_default()
         })
     };
     let pods = Arc::new(PodIndex::new(lookup));
@@ -563,6 +584,7 @@ fn standing(watcher: &Watcher, hash: &str, pod: &CountedPod) -> Standing {
 /// being deleted do not count).
 pub fn count(watcher: &Watcher, pods: &[&CountedPod]) -> PodCounts {
     let hash = watcher.spec.spec_hash();
+    let containers = containers_of(watcher);
     let mut counts = PodCounts::default();
     for pod in live_pods_of(watcher, pods) {
         let s = standing(watcher, &hash, pod);
@@ -570,9 +592,53 @@ pub fn count(watcher: &Watcher, pods: &[&CountedPod]) -> PodCounts {
         counts.injected += i32::from(s.injected);
         counts.up_to_date += i32::from(s.up_to_date);
         counts.missing += i32::from(s.matched && !s.injected);
+        counts.cannot_start += i32::from(s.injected && blocked_in(pod, &containers).is_some());
     }
     counts
 }
+
+/// The first of `containers` that cannot start in `pod`, as the kubelet reports it: (its name,
+/// the kubelet's reason and message).
+fn blocked_in<'p>(pod: &'p CountedPod, containers: &[String]) -> Option<(&'p str, &'p (Box<str>, Box<str>))> {
+    let spec = pod.injected.as_deref()?;
+    spec.sidecars.iter().filter(|s| containers.iter().any(|c| **c == *s.name)).find_map(|s| Some((&*s.name, s.blocked.as_deref()?)))
+}
+
+/// `SidecarsRunning`: `False` (the kubelet's reason) while injected pods cannot start a
+/// container of the Watcher, naming the first pod and the kubelet's words; `True` once none
+/// (only where the condition was there: a Watcher whose containers always started has none).
+fn running_condition(
+    watcher: &Watcher,
+    pods: &[&CountedPod],
+    counts: &PodCounts,
+) -> Option<(bool, String, String)> {
+    let containers = containers_of(watcher);
+    let name = watcher.name_any();
+    let mut blocked: Vec<(&CountedPod, &str, &(Box<str>, Box<str>))> = live_pods_of(watcher, pods)
+        .filter(|p| injected_watchers(p.annotations()).iter().any(|(n, _)| *n == name))
+        .filter_map(|p| blocked_in(p, &containers).map(|(c, why)| (p, c, why)))
+        .collect();
+    blocked.sort_by(|a, b| a.0.created.cmp(&b.0.created).then_with(|| a.0.name.cmp(&b.0.name)));
+    let had = watcher.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == RUNNING_CONDITION));
+    match blocked.first() {
+        Some((pod, container, (reason, message))) => {
+            let text = format!(
+                "{} of {} injected pods cannot start a container of this {}: pod {}, container {container}: {reason}{}{message}",
+                counts.cannot_start,
+                counts.injected,
+                if watcher.metadata.namespace.is_some() { "Watcher" } else { watcher_api::CLUSTER_WATCHER_KIND },
+                shown(watcher, pod),
+                if message.is_empty() { "" } else { ": " },
+            );
+            Some((false, reason.to_string(), text))
+        }
+        None if had => Some((true, "Started".to_owned(), "the Watcher's containers start in every injected pod".to_owned())),
+        None => None,
+    }
+}
+
+/// The condition that says whether the Watcher's containers start in its pods.
+pub const RUNNING_CONDITION: &str = "SidecarsRunning";
 
 /// Whether `pod` is in `watcher`'s namespace; a ClusterWatcher's (no namespace) takes every pod
 /// it is given: those of the namespaces where it applies.
@@ -663,10 +729,12 @@ async fn reconcile_subject(
     let rolls = watcher.spec.update_policy.type_ != UpdatePolicyType::Report;
     let keeps_revisions = revisions::kept_for(&watcher.spec);
     let rebuilt = if keeps_revisions { rebuild_unkept(watcher, namespaces, ctx).await? } else { Vec::new() };
-    let (mut counts, step) = ctx.pods.with_namespaces(namespaces, |pods| {
+    let (mut counts, step, running) = ctx.pods.with_namespaces(namespaces, |pods| {
         let counts = count(watcher, pods);
-        (counts, keeps_revisions.then(|| plan_step(watcher, pods, ctx, namespaces, &counts, &rebuilt)))
+        let running = running_condition(watcher, pods, &counts);
+        (counts, keeps_revisions.then(|| plan_step(watcher, pods, ctx, namespaces, &counts, &rebuilt)), running)
     });
+    let mut conditions = watcher.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
     let mut revisions = None;
     let action = match step {
         None => Action::await_change(),
@@ -674,7 +742,8 @@ async fn reconcile_subject(
             revisions::write(step.revisions, &ctx.ctx.client, &revisions_namespace(watcher, ctx)).await?;
             revisions = Some((step.current, step.stable));
             if rolls {
-                let (action, patched) = roll(watcher, subject, step.rollout, ctx).await?;
+                let (action, patched, written) = roll(watcher, subject, step.rollout, ctx).await?;
+                conditions = written.unwrap_or(conditions);
                 // A pod counts as up to date once its patch is written.
                 counts.up_to_date += i32::try_from(patched).unwrap_or(i32::MAX);
                 action
@@ -724,6 +793,7 @@ async fn reconcile_subject(
             publish(ctx, subject, watcher, EventType::Warning, "InjectionDrift", "Count", note).await;
         }
     }
+    set_running_condition(watcher, subject, ctx, running, conditions).await?;
     Ok(action)
 }
 
@@ -889,7 +959,7 @@ async fn roll(
     subject: &Subject,
     mut rollout: rollout::Rollout,
     ctx: &PodsContext,
-) -> Result<(Action, usize)> {
+) -> Result<(Action, usize, Option<Vec<watcher_api::Condition>>)> {
     let mut patched = Vec::new();
     let mut conflict = false;
     for patch in &rollout.patches {
@@ -920,34 +990,58 @@ async fn roll(
     rollout.updated += patched.len();
     rollout.outdated -= patched.len();
     rollout.in_flight.extend(patched.iter().cloned());
-    set_rollout_condition(watcher, subject, ctx, &rollout).await?;
+    let written = set_rollout_condition(watcher, subject, ctx, &rollout).await?;
     let mut action = evict_names(&ctx.ctx.client, &rollout.evictions).await?;
     if conflict || !patched.is_empty() || !rollout.in_flight.is_empty() {
         action = Action::requeue(IN_PLACE_RECHECK.min(EVICTION_RETRY));
     }
-    Ok((action, patched.len()))
+    Ok((action, patched.len(), written))
 }
 
 /// `SidecarsUpdated`, as [`rollout::condition`] says it; written only when it changes, with an
-/// Event when the rollout gets stuck.
+/// Event when the rollout gets stuck. Returns the conditions written, if any.
 async fn set_rollout_condition(
     watcher: &Watcher,
     subject: &Subject,
     ctx: &PodsContext,
     rollout: &rollout::Rollout,
-) -> Result<()> {
+) -> Result<Option<Vec<watcher_api::Condition>>> {
     let (status, reason, message) = rollout::condition(watcher, rollout);
     let mut conditions = watcher.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
     let existing = conditions.iter().find(|c| c.type_ == "SidecarsUpdated");
     let generation = watcher.metadata.generation;
     if existing.is_some_and(|c| c.reason == reason && c.message == message && c.observed_generation == generation) {
-        return Ok(());
+        return Ok(None);
     }
     if reason == "Stuck" && existing.is_none_or(|c| c.reason != "Stuck") {
         let stuck = "SidecarUpdateStuck";
         publish(ctx, subject, watcher, EventType::Warning, stuck, "Update", message.clone()).await;
     }
     set_condition(&mut conditions, condition("SidecarsUpdated", status, reason, message, generation));
+    patch_status(subject, &watcher.name_any(), ctx, json!({"status": {"conditions": conditions}})).await?;
+    Ok(Some(conditions))
+}
+
+/// `SidecarsRunning` ([`running_condition`]) over `conditions` (the Watcher's, or those this
+/// reconcile wrote), written when it changes, with a Warning Event when containers stop
+/// starting or the first that cannot start changes.
+async fn set_running_condition(
+    watcher: &Watcher,
+    subject: &Subject,
+    ctx: &PodsContext,
+    running: Option<(bool, String, String)>,
+    mut conditions: Vec<watcher_api::Condition>,
+) -> Result<()> {
+    let Some((status, reason, message)) = running else { return Ok(()) };
+    let existing = conditions.iter().find(|c| c.type_ == RUNNING_CONDITION);
+    if existing.is_some_and(|c| c.reason == reason && c.message == message) {
+        return Ok(());
+    }
+    if !status {
+        publish(ctx, subject, watcher, EventType::Warning, "SidecarCannotStart", "Count", message.clone()).await;
+    }
+    let generation = watcher.metadata.generation;
+    set_condition(&mut conditions, condition(RUNNING_CONDITION, status, &reason, message, generation));
     patch_status(subject, &watcher.name_any(), ctx, json!({"status": {"conditions": conditions}})).await
 }
 

@@ -45,6 +45,9 @@ pub struct Sidecar {
     pub image: Box<str>,
     /// The image the kubelet reports while the container runs and is ready.
     pub running_image: Option<Box<str>>,
+    /// Why it cannot start, as the kubelet says it (reason, message): `None` while it runs or
+    /// may still start.
+    pub blocked: Option<Box<(Box<str>, Box<str>)>>,
 }
 
 /// What the in-place update reads of an injected pod's spec and status.

@@ -73,23 +73,67 @@ pub struct ContainerStatus {
     /// Whether it passes its readiness probe.
     #[serde(default)]
     pub ready: bool,
-    /// Whether it is running now (`state.running` present).
-    #[serde(default, rename = "state", deserialize_with = "is_running", serialize_with = "as_state")]
+    /// Whether it is running now, or why it waits.
+    #[serde(default)]
+    pub state: State,
+}
+
+/// A container's `state`: running (`state.running` present), or waiting and why; terminated or
+/// absent is neither.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// `running` is present.
+    #[serde(default, deserialize_with = "present", serialize_with = "as_present", skip_serializing_if = "is_false")]
     pub running: bool,
+    /// `waiting`, with the kubelet's reason and message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
 }
 
-/// `state: {running: {...}}` → true; waiting, terminated or absent → false.
-fn is_running<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
-    #[derive(Deserialize)]
-    struct State {
-        running: Option<IgnoredAny>,
+/// Why a container waits, as the kubelet says it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// `ContainerCreating`, `CreateContainerConfigError`, `CrashLoopBackOff`, ...
+    #[serde(default)]
+    pub reason: String,
+    /// The kubelet's words (cut at [`MESSAGE_BYTES`]).
+    #[serde(default, deserialize_with = "bounded")]
+    pub message: String,
+}
+
+/// The most bytes of a kubelet's waiting message kept per container.
+pub(super) const MESSAGE_BYTES: usize = 512;
+
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    Ok(Option::<IgnoredAny>::deserialize(deserializer)?.is_some())
+}
+
+fn as_present<S: serde::Serializer>(_: &bool, serializer: S) -> Result<S::Ok, S::Error> {
+    serde_json::json!({}).serialize(serializer)
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+fn bounded<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let mut message = Option::<String>::deserialize(deserializer)?.unwrap_or_default();
+    if message.len() > MESSAGE_BYTES {
+        let mut end = MESSAGE_BYTES;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
     }
-    Ok(Option::<State>::deserialize(deserializer)?.is_some_and(|s| s.running.is_some()))
+    Ok(message)
 }
 
-fn as_state<S: serde::Serializer>(running: &bool, serializer: S) -> Result<S::Ok, S::Error> {
-    let state = if *running { serde_json::json!({"running": {}}) } else { serde_json::json!({}) };
-    state.serialize(serializer)
+impl ContainerStatus {
+    /// Whether it is running now.
+    pub fn running(&self) -> bool {
+        self.state.running
+    }
 }
 
 /// The metadata fields the pod reconciler reads.
@@ -234,7 +278,7 @@ mod tests {
                 full_names(full_spec.init_containers.as_deref().unwrap_or_default())
             );
             let reported = &pod.status.expect("status").container_statuses[0];
-            assert_eq!((reported.name.as_str(), reported.ready, reported.running), ("app", true, true));
+            assert_eq!((reported.name.as_str(), reported.ready, reported.running()), ("app", true, true));
             assert_eq!(pod.metadata.labels, full.metadata.labels);
             assert_eq!(pod.metadata.creation_timestamp, full.metadata.creation_timestamp);
             assert_eq!(pod.metadata.resource_version, full.metadata.resource_version);

@@ -92,7 +92,7 @@ fn counts_annotation_selector_both_other_namespaces_outdated_and_terminating() {
         pod("unrelated", "team-a", json!({"app": "db"}), json!({}), None, 5, false),
         pod("leaving", "team-a", json!({"app": "web"}), json!({}), None, 6, true),
     ];
-    assert_eq!(count(&w, &refs(&pods)), PodCounts { matched: 3, injected: 2, up_to_date: 1, missing: 1 });
+    assert_eq!(count(&w, &refs(&pods)), PodCounts { matched: 3, injected: 2, up_to_date: 1, missing: 1, ..PodCounts::default() });
 }
 
 #[test]
@@ -953,4 +953,86 @@ async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_parti
     prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
     assert!(!text.contains("log-watcher"), "{text}");
     assert!(shared_counts.read().map(|c| c.is_empty()).unwrap_or(false), "forgotten");
+}
+
+/// A pod the kubelet reports (1.36, a real node) as unable to start the Watcher's native
+/// sidecar (`CreateContainerConfigError`: runAsNonRoot with an image that runs as root): the
+/// Watcher's status counts it (`cannotStart`), its `SidecarsRunning` condition names the pod,
+/// the container and the kubelet's words, a Warning Event says it once; the metric has it.
+/// When it starts again, the condition turns `True`, with no Event.
+#[tokio::test]
+async fn a_sidecar_the_kubelet_cannot_start_is_reported() {
+    let path = format!("{}/fixtures/kubelet/pod-1.36-sidecar-runasnonroot-root-image.json", env!("CARGO_MANIFEST_DIR"));
+    let stored: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
+    let watcher: Watcher = serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+        "metadata": {"name": "plain-watcher", "namespace": "kubelet-cap", "uid": "w-uid", "generation": 1},
+        "spec": {"container": {"name": "plain-watcher", "image": "busybox:1.36", "command": ["sleep", "3600"]}}}))
+    .expect("Watcher");
+    assert_eq!(
+        stored["metadata"]["annotations"]["watcher.dev/injected"],
+        format!("plain-watcher@{}", watcher.spec.spec_hash()),
+        "the fixture was injected with this spec"
+    );
+    let status_path = "/apis/watcher.dev/v1alpha1/namespaces/kubelet-cap/watchers/plain-watcher/status";
+    let (ctx, mut api) = Context::test();
+    let shared = context_for_tests(ctx, stored_index(std::slice::from_ref(&stored), &watcher), Vec::new());
+    let echo = serde_json::to_value(&watcher).expect("JSON");
+    let server = tokio::spawn(async move {
+        let counts = api.expect(Method::PATCH, status_path).await;
+        assert_eq!(
+            counts.body,
+            json!({"status": {"pods": {"matched": 1, "injected": 1, "upToDate": 1, "missing": 0, "cannotStart": 1}}})
+        );
+        counts.ok(&echo);
+        let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/kubelet-cap/events").await;
+        assert_eq!((event.body["type"].as_str(), event.body["reason"].as_str()), (Some("Warning"), Some("SidecarCannotStart")));
+        event.created();
+        let condition = api.expect(Method::PATCH, status_path).await;
+        let written = &condition.body["status"]["conditions"][0];
+        assert_eq!((written["type"].as_str(), written["status"].as_str()), (Some("SidecarsRunning"), Some("False")));
+        assert_eq!(written["reason"], "CreateContainerConfigError");
+        let message = written["message"].as_str().expect("message");
+        assert!(
+            message.starts_with("1 of 1 injected pods cannot start a container of this Watcher: pod shop, container \
+                                 plain-watcher: CreateContainerConfigError: container has runAsNonRoot and image will run as root"),
+            "{message}"
+        );
+        condition.ok(&echo);
+        api.expect_no_more().await;
+    });
+    reconcile(Arc::new(watcher.clone()), shared.clone()).await.expect("reconciled");
+    drop(shared);
+    server.await.expect("counted, said, conditioned");
+
+    // The metric reads the status.
+    let mut reported = watcher.clone();
+    reported.status = Some(serde_json::from_value(json!({"pods": {"matched": 1, "injected": 1, "upToDate": 1,
+        "missing": 0, "cannotStart": 1}})).expect("status"));
+    let text = exported(vec![reported.clone()]);
+    assert!(text.contains(r#"watcher_pods{namespace="kubelet-cap",watcher="plain-watcher",state="cannot_start"} 1"#), "{text}");
+
+    // Started (the kubelet reports it running): True, no Event.
+    let mut running = stored.clone();
+    running["status"]["initContainerStatuses"][0]["state"] = json!({"running": {"startedAt": "2026-11-26T01:10:00Z"}});
+    running["status"]["initContainerStatuses"][0]["ready"] = json!(true);
+    reported.status = Some(serde_json::from_value(json!({"pods": {"matched": 1, "injected": 1, "upToDate": 1,
+        "missing": 0, "cannotStart": 1}, "conditions": [{"type": "SidecarsRunning", "status": "False",
+        "reason": "CreateContainerConfigError", "message": "...", "lastTransitionTime": "2026-11-26T01:00:00Z"}]}))
+    .expect("status"));
+    let (ctx, mut api) = Context::test();
+    let shared = context_for_tests(ctx, stored_index(&[running], &watcher), Vec::new());
+    let echo = serde_json::to_value(&watcher).expect("JSON");
+    let server = tokio::spawn(async move {
+        let counts = api.expect(Method::PATCH, status_path).await;
+        assert_eq!(counts.body["status"]["pods"]["cannotStart"], Value::Null, "0: not written");
+        counts.ok(&echo);
+        let condition = api.expect(Method::PATCH, status_path).await;
+        let written = &condition.body["status"]["conditions"][0];
+        assert_eq!((written["status"].as_str(), written["reason"].as_str()), (Some("True"), Some("Started")));
+        condition.ok(&echo);
+        api.expect_no_more().await;
+    });
+    reconcile(Arc::new(reported), shared.clone()).await.expect("reconciled");
+    drop(shared);
+    server.await.expect("started again");
 }
