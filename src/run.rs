@@ -14,7 +14,8 @@ use watcher_certs::registration::{Registrar, Registration};
 use watcher_certs::secret::{Lifetimes, SelfManaged};
 use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
 use watcher_controller::scope::ScopeWriter;
-use watcher_controller::{Context, PolicyCache, RevisionCache, WatcherCache};
+use watcher_controller::{Context, PolicyCache, RevisionCache, WatcherCache, pod_security_probe};
+use watcher_webhook::pod_security::SharedDefaults;
 use watcher_webhook::{InjectOptions, Reviewer, router, serve_tls, server_minor, supports_native_sidecars};
 
 use crate::telemetry::{Readiness, serve_admin};
@@ -60,8 +61,33 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     // ImagePolicies and namespace labels, likewise in every replica (the Watcher cache reads
     // the namespaces' labels for ClusterWatchers).
     let policies_synced = readiness.gate("image-policy-cache");
-    let (policy_cache, fill_policies) = PolicyCache::new(client.clone());
-    let (watcher_cache, fill) = WatcherCache::new(client.clone(), policy_cache.namespaces.clone(), &namespace);
+    let (mut policy_cache, fill_policies) = PolicyCache::new(client.clone());
+    let (mut watcher_cache, fill) = WatcherCache::new(client.clone(), policy_cache.namespaces.clone(), &namespace);
+    // The cluster's Pod Security admission configuration, one for admission and controllers:
+    // as configured, or learned from kube-apiserver once the namespaces are listed.
+    let pod_security = SharedDefaults::default();
+    policy_cache.pod_security = pod_security.clone();
+    watcher_cache.pod_security = pod_security.clone();
+    match args.pod_security_config.clone() {
+        Some(configured) => {
+            info!(
+                configuration = configured.describe(),
+                "Pod Security admission configuration from --pod-security-config"
+            );
+            pod_security.set(configured);
+        }
+        None => {
+            let namespaces = policy_cache.namespaces.clone();
+            let learn = learn_pod_security(client.clone(), namespaces, namespace.clone(), pod_security.clone());
+            let learn_shutdown = shutdown();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = learn => {},
+                    () = learn_shutdown => {},
+                }
+            });
+        }
+    }
     let cache_shutdown = shutdown();
     let cache = tokio::spawn(async move {
         tokio::select! {
@@ -259,6 +285,58 @@ async fn server_version(client: &Client) -> (bool, Option<u32>) {
             warn!(%error, "cannot read the API server version; injecting sidecars as regular containers");
             (false, None)
         }
+    }
+}
+
+/// How often the Pod Security defaults are learned again (kube-apiserver's configuration
+/// changes only with a restart of it).
+const POD_SECURITY_RELEARN: Duration = Duration::from_secs(60 * 60);
+
+/// Learns the cluster's Pod Security defaults from kube-apiserver (`pod_security_probe`) in a
+/// namespace without Pod Security labels, once the namespaces are listed, then every
+/// [`POD_SECURITY_RELEARN`]; what cannot be learned is said once and left as it is.
+async fn learn_pod_security(
+    client: Client,
+    namespaces: kube::runtime::reflector::Store<watcher_controller::sync::NamespaceMeta>,
+    own: String,
+    shared: SharedDefaults,
+) {
+    if namespaces.wait_until_ready().await.is_err() {
+        return;
+    }
+    let mut said = false;
+    loop {
+        let listed = namespaces.state();
+        let named = listed
+            .iter()
+            .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), kube::ResourceExt::labels(n.as_ref())));
+        let outcome = match pod_security_probe::unlabelled_namespace(named, &own) {
+            Some(namespace) => pod_security_probe::probe(&client, &namespace).await,
+            None => Err("every namespace sets a Pod Security label: nothing to probe".to_owned()),
+        };
+        match outcome {
+            Ok(learned) => {
+                if *shared.get() != learned.defaults || !said {
+                    info!(
+                        namespace = learned.namespace,
+                        defaults = learned.defaults.describe(),
+                        "Pod Security defaults learned from kube-apiserver (namespaces without labels)"
+                    );
+                }
+                shared.set(learned.defaults);
+                said = true;
+            }
+            Err(error) if !said => {
+                warn!(
+                    %error,
+                    "cannot learn the Pod Security defaults from kube-apiserver: namespaces without labels are taken \
+                     to enforce nothing (see --pod-security-config)"
+                );
+                said = true;
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(POD_SECURITY_RELEARN).await;
     }
 }
 

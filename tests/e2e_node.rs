@@ -113,3 +113,78 @@ async fn the_readme_use_case_runs_on_a_node() {
     ns.delete().await;
     operator_ns.delete().await;
 }
+
+/// In a `restricted` namespace, a Watcher whose busybox sidecar sets no securityContext and a
+/// pod that passes `restricted` with pod-level `runAsNonRoot: true` and its app container's
+/// `runAsUser: 65534`: the sidecar is given a user, so the kubelet starts it, and the pod runs
+/// with every container ready. A Watcher whose image does not exist: the kubelet cannot start
+/// its sidecar, and the Watcher's status says so within seconds (`cannotStart`, the
+/// `SidecarsRunning` condition with the kubelet's reason).
+#[tokio::test]
+#[ignore = "needs a cluster with a node: KUBECONFIG"]
+async fn a_plain_sidecar_runs_in_a_restricted_namespace_on_a_node() {
+    let _one = exclusive().await;
+    let client = client().await;
+    require_node(&client).await;
+    install_crds(&client).await;
+    let operator_ns = TestNamespace::create(&client, "watcher-e2e-op").await;
+    let ns = TestNamespace::create(&client, "watcher-e2e-node-psa").await;
+    let n = ns.name.as_str();
+    kubectl(&["label", "namespace", n, "pod-security.kubernetes.io/enforce=restricted"]);
+    let operator = Operator::start(&operator_ns.name).await;
+    let watcher = |name: &str, image: &str| {
+        serde_json::json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": name},
+            "spec": {"container": {"name": name, "image": image, "imagePullPolicy": "IfNotPresent",
+                                   "command": ["sleep", "3600"]}}})
+    };
+    common::kubectl_apply(n, &watcher("plain-watcher", "busybox:1.36"));
+    common::kubectl_apply(n, &watcher("broken-watcher", "registry.invalid/watcher:0.0.0"));
+    kubectl(&[
+        "wait",
+        "-n",
+        n,
+        "--for=condition=Ready",
+        "watcher/plain-watcher",
+        "watcher/broken-watcher",
+        "--timeout=60s",
+    ]);
+    let app = |name: &str, watchers: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": {"watcher.dev/inject": watchers}},
+            "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                     "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "app", "image": "busybox:1.36", "imagePullPolicy": "IfNotPresent",
+                                     "command": ["sleep", "3600"],
+                                     "securityContext": {"runAsUser": 65534, "allowPrivilegeEscalation": false,
+                                                         "capabilities": {"drop": ["ALL"]}}}]}})
+    };
+    common::kubectl_apply(n, &app("shop", "plain-watcher"));
+    let wait = format!("--timeout={}s", POD_START.as_secs());
+    kubectl(&["wait", "-n", n, "--for=condition=Ready", "pod/shop", &wait]);
+    let got = kubectl(&["get", "pod", "shop", "-n", n, "--no-headers"]);
+    let columns: Vec<&str> = got.split_whitespace().collect();
+    assert_eq!(columns.get(1..3), Some(&["2/2", "Running"][..]), "kubectl get pod: {got}");
+    let user = kubectl(&["exec", "-n", n, "shop", "-c", "plain-watcher", "--", "id", "-u"]);
+    assert_eq!(user.trim(), "65532", "the sidecar runs as the user it was given");
+
+    // An image that does not exist: said in the Watcher's status within seconds.
+    common::kubectl_apply(n, &app("shop-broken", "broken-watcher"));
+    let watchers = Api::<watcher_api::Watcher>::namespaced(client.clone(), n);
+    let condition = wait_for(POD_START, || async {
+        let status = watchers.get("broken-watcher").await.ok()?.status?;
+        let counted = status.pods.is_some_and(|p| p.cannot_start == 1);
+        let condition = status.conditions.into_iter().find(|c| c.type_ == "SidecarsRunning" && c.status == "False");
+        condition.filter(|_| counted)
+    })
+    .await;
+    assert!(["ErrImagePull", "ImagePullBackOff"].contains(&condition.reason.as_str()), "{condition:?}");
+    assert!(condition.message.contains("pod shop-broken, container broken-watcher"), "{}", condition.message);
+    let events = kubectl(&["get", "events", "-n", n, "--field-selector", "reason=SidecarCannotStart", "-o", "name"]);
+    assert!(!events.trim().is_empty(), "a Warning Event on the Watcher");
+    let plain = watchers.get("plain-watcher").await.expect("watcher").status.expect("status");
+    assert_eq!(plain.pods.map(|p| p.cannot_start), Some(0), "{plain:?}");
+
+    operator.stop().await;
+    ns.delete().await;
+    operator_ns.delete().await;
+}

@@ -165,3 +165,151 @@ async fn the_enforced_level_holds_after_the_patch() {
         namespace.delete().await;
     }
 }
+
+/// What kube-apiserver changes before Pod Security judges the pod, and what the kubelet later
+/// refuses, on the server in use: a pod hardened by its seccomp annotation (a field to 1.19 -
+/// 1.26, nothing from 1.27); a namespace pinned to `v1.22` (no `runAsUser` check) with a
+/// Watcher asking for root where non-root is required; a user-namespaced pod whose user is 0
+/// (1.35+ waives `runAsNonRoot`); a Watcher that only adds a capability.
+#[tokio::test]
+#[ignore = "needs a cluster: KUBECONFIG"]
+async fn the_pod_is_judged_as_the_server_prepares_it() {
+    let _one = exclusive().await;
+    let client = client().await;
+    install_crds(&client).await;
+    let minor = common::minor(&client).await;
+    let operator_ns = TestNamespace::create(&client, "watcher-e2e-psp-op").await;
+    let latest = TestNamespace::create(&client, "watcher-e2e-psp-r").await;
+    let pinned = TestNamespace::create(&client, "watcher-e2e-psp-v122").await;
+    let (r, v) = (latest.name.as_str(), pinned.name.as_str());
+    kubectl(&["label", "namespace", r, "pod-security.kubernetes.io/enforce=restricted"]);
+    kubectl(&["label", "namespace", v, "pod-security.kubernetes.io/enforce=restricted"]);
+    kubectl(&["label", "namespace", v, "pod-security.kubernetes.io/enforce-version=v1.22"]);
+    let _operator = Operator::start(&operator_ns.name).await;
+    let plain = watcher(
+        "plain",
+        json!({"container": {"name": "plain", "image": "busybox:1.36", "command": ["sleep", "3600"]}}),
+    );
+    let root = watcher(
+        "root",
+        json!({"container": {"name": "root", "image": "busybox:1.36", "securityContext": {"runAsUser": 0}}}),
+    );
+    let binding = watcher(
+        "binding",
+        json!({"container": {"name": "binding", "image": "busybox:1.36",
+               "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"add": ["NET_BIND_SERVICE"]}}}}),
+    );
+    for namespace in [r, v] {
+        for manifest in [&plain, &root, &binding] {
+            kubectl_apply(namespace, manifest);
+        }
+        let watchers = Api::<Watcher>::namespaced(client.clone(), namespace);
+        for name in ["plain", "root", "binding"] {
+            wait_ready(&watchers, name).await;
+        }
+    }
+    let hardened = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "runAsUser": 65534});
+    let pod = |name: &str, watchers: &str, annotations: Value, context: Value| {
+        let mut annotations = annotations;
+        annotations["watcher.dev/inject"] = json!(watchers);
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
+               "spec": {"securityContext": context, "restartPolicy": "Never",
+                        "containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"],
+                                        "securityContext": hardened.clone()}]}})
+    };
+    let pods = Api::<Pod>::namespaced(client.clone(), r);
+
+    // Hardened by the seccomp annotation: on 1.19 to 1.26 the pod passes by itself and the
+    // plain Watcher is adapted (a user, no seccomp of its own: the pod's annotation is the
+    // pod's field to the server); from 1.27 the annotation is nothing and the pod fails by itself.
+    let annotated = pod(
+        "annotated",
+        "plain",
+        json!({"seccomp.security.alpha.kubernetes.io/pod": "runtime/default"}),
+        json!({"runAsNonRoot": true}),
+    );
+    let (created, said) = create(r, &annotated);
+    if (19..=26).contains(&minor) {
+        assert!(created, "{said}");
+        let context =
+            sidecar(&pods.get("annotated").await.expect("pod"), "plain").security_context.clone().expect("adapted");
+        assert_eq!(context.allow_privilege_escalation, Some(false));
+        assert_eq!(context.run_as_user, Some(watcher_api::ADAPTED_RUN_AS_USER), "{context:?}");
+        assert_eq!(context.seccomp_profile, None, "{context:?}");
+    } else {
+        // Refused as without the operator (a pod failing by itself changes no decision).
+        assert!(
+            !created && said.contains("violates PodSecurity \"restricted:latest\"") && said.contains("seccompProfile"),
+            "{said}"
+        );
+    }
+
+    // Root where non-root is required, under v1.22 (which checks no runAsUser): the server would
+    // admit it and the kubelet never start it, so it is left out, saying why.
+    let seccomp = json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}});
+    let (created, said) = create(v, &pod("pinned", "root,plain", json!({}), seccomp.clone()));
+    assert!(created, "{said}");
+    assert!(said.contains("Watcher root not injected") && said.contains("the kubelet would not start it"), "{said}");
+    let stored = Api::<Pod>::namespaced(client.clone(), v).get("pinned").await.expect("pod");
+    let spec = stored.spec.as_ref().expect("spec");
+    assert!(spec.containers.iter().chain(spec.init_containers.iter().flatten()).all(|c| c.name != "root"));
+    assert_eq!(sidecar(&stored, "plain").security_context.as_ref().and_then(|c| c.run_as_user), Some(65532));
+
+    // Capabilities that only add: `drop: [ALL]` beside them, injected.
+    let (created, said) = create(r, &pod("binding", "binding", json!({}), seccomp.clone()));
+    assert!(created && !said.contains("not injected"), "{said}");
+    let context =
+        sidecar(&pods.get("binding").await.expect("pod"), "binding").security_context.clone().expect("context");
+    let capabilities = context.capabilities.expect("capabilities");
+    assert_eq!(
+        (capabilities.add, capabilities.drop),
+        (Some(vec!["NET_BIND_SERVICE".into()]), Some(vec!["ALL".into()]))
+    );
+
+    // A user-namespaced pod whose user is 0 (1.35+ waives runAsNonRoot and runAsUser for it):
+    // the sidecar is not made to run as non-root (it would inherit uid 0 and never start).
+    if minor >= 35 {
+        let mut userns =
+            pod("userns", "plain", json!({}), json!({"runAsUser": 0, "seccompProfile": {"type": "RuntimeDefault"}}));
+        userns["spec"]["hostUsers"] = json!(false);
+        userns["spec"]["containers"][0]["securityContext"] =
+            json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+        let (created, said) = create(r, &userns);
+        assert!(created, "{said}");
+        let context =
+            sidecar(&pods.get("userns").await.expect("pod"), "plain").security_context.clone().expect("adapted");
+        assert_eq!((context.run_as_non_root, context.run_as_user), (None, None), "{context:?}");
+        assert_eq!(context.allow_privilege_escalation, Some(false));
+    }
+}
+
+/// What kube-apiserver enforces where a namespace sets no level is learned from dry-run pods;
+/// here, in namespaces that do set levels, the same probes read the real server's words: the
+/// enforced level and version from a refusal, the level warned about from a warning.
+#[tokio::test]
+#[ignore = "needs a cluster: KUBECONFIG"]
+async fn the_pod_security_defaults_are_read_from_the_servers_answers() {
+    use watcher_controller::pod_security_probe::probe;
+    let _one = exclusive().await;
+    let client = client().await;
+    let baseline = TestNamespace::create(&client, "watcher-e2e-psd-b").await;
+    let restricted = TestNamespace::create(&client, "watcher-e2e-psd-r").await;
+    let open = TestNamespace::create(&client, "watcher-e2e-psd-open").await;
+    let b = baseline.name.as_str();
+    kubectl(&["label", "namespace", b, "pod-security.kubernetes.io/enforce=baseline"]);
+    kubectl(&["label", "namespace", b, "pod-security.kubernetes.io/enforce-version=v1.23"]);
+    kubectl(&["label", "namespace", b, "pod-security.kubernetes.io/warn=restricted"]);
+    kubectl(&["label", "namespace", &restricted.name, "pod-security.kubernetes.io/enforce=restricted"]);
+    let seen = |learned: watcher_controller::pod_security_probe::Learned| {
+        learned.defaults.defaults.into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>()
+    };
+    let learned = probe(&client, b).await.expect("learned");
+    assert_eq!(seen(learned), ["enforce=baseline", "enforce-version=v1.23", "warn=restricted", "warn-version=latest"]);
+    let learned = probe(&client, &restricted.name).await.expect("learned");
+    assert_eq!(seen(learned), ["enforce=restricted", "enforce-version=latest"]);
+    let learned = probe(&client, &open.name).await.expect("learned");
+    assert_eq!(seen(learned), ["enforce=privileged"], "this control plane has no defaults");
+    // Nothing was stored.
+    let pods = kubectl(&["get", "pods", "-n", b, "-o", "name"]);
+    assert!(pods.trim().is_empty(), "{pods}");
+}

@@ -72,7 +72,7 @@ async fn drift_is_counted_and_repaired() {
         .await
         .expect("Deployment created");
     let counts = counts_become(&watchers, |c| c.matched == 4 && c.up_to_date == 3).await;
-    assert_eq!(counts, PodCounts { matched: 4, injected: 3, up_to_date: 3, missing: 1 });
+    assert_eq!(counts, PodCounts { matched: 4, injected: 3, up_to_date: 3, missing: 1, ..PodCounts::default() });
 
     // A new image: the three injected pods are outdated.
     let patch =
@@ -85,7 +85,7 @@ async fn drift_is_counted_and_repaired() {
     let patch = json!({"spec": {"updatePolicy": {"type": "Recreate", "maxUnavailable": 1}}});
     watchers.patch("log-watcher", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patched");
     let counts = counts_become(&watchers, |c| c.up_to_date == 3).await;
-    assert_eq!(counts, PodCounts { matched: 4, injected: 3, up_to_date: 3, missing: 1 });
+    assert_eq!(counts, PodCounts { matched: 4, injected: 3, up_to_date: 3, missing: 1, ..PodCounts::default() });
     assert!(pods.get_opt("early").await.expect("get").is_some(), "bare pods are never evicted");
 
     let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())

@@ -174,6 +174,8 @@ const CALLS: &[(&str, &str, &[&str], &[&str])] = &[
     // The webhook's caches (controller/src/cache.rs, policies.rs), in every replica.
     ("", "watcher.dev", &["watchers", "clusterwatchers", "imagepolicies"], &["get", "list", "watch"]),
     ("", "", &["namespaces"], &["list", "watch"]),
+    // The Pod Security defaults (controller/src/pod_security_probe.rs): dry-run pods.
+    ("", "", &["pods"], &["create"]),
     // The revision cache (controller/src/revision_cache.rs): a held rollout's stable revision.
     ("", "apps", &["controllerrevisions"], &["get", "list", "watch"]),
     // Events (controller/src/context.rs), the self-managed registration (certs/src/registration.rs)
@@ -184,6 +186,8 @@ const CALLS: &[(&str, &str, &[&str], &[&str])] = &[
     // patch, delete) and status.
     ("watcher", "", &["configmaps"], &["get", "list", "watch", "create", "patch", "update", "delete"]),
     ("watcher", "watcher.dev", &["watchers/status", "clusterwatchers/status"], &["get", "patch", "update"]),
+    // revisions.rs: each spec's revision written when it is first seen.
+    ("watcher", "apps", &["controllerrevisions"], &["create"]),
     // pods.rs: the pod index, in-place patches, evictions, the revisions, and the counts.
     ("pods", "", &["pods"], &["get", "list", "watch", "patch"]),
     ("pods", "", &["pods/eviction"], &["create"]),
@@ -600,4 +604,37 @@ fn the_install_notes_name_the_agent_image() {
         refused(&["agent.image.repository="]).is_some_and(|e| e.contains("agent")),
         "an empty repository is refused"
     );
+}
+
+/// `podSecurity.configuration`: a ConfigMap in kube-apiserver's own shape, which the binary
+/// reads as it reads `--pod-security-config` (the same parser), mounted and passed; wrong
+/// levels are refused at `helm install` time.
+#[test]
+fn pod_security_configuration_is_rendered_for_the_binary() {
+    let sets = [
+        "podSecurity.configuration.defaults.enforce=baseline",
+        "podSecurity.configuration.defaults.warn=restricted",
+        "podSecurity.configuration.exemptions.namespaces={kube-system,monitoring}",
+    ];
+    let Some(chart) = render("watcher-system", &sets) else { return };
+    let config_map = find(&chart, "ConfigMap", "watcher-operator-pod-security").expect("the ConfigMap");
+    let text = config_map["data"]["pod-security.yaml"].as_str().expect("the file");
+    let read = watcher_cli::pod_security_config::parse(text).expect("the binary reads it");
+    assert_eq!(read.defaults.get("enforce").map(String::as_str), Some("baseline"));
+    assert_eq!(read.exemptions.namespaces, ["kube-system", "monitoring"]);
+    let pod = &get(&chart, "Deployment")["spec"]["template"]["spec"];
+    let args = pod["containers"][0]["args"].as_array().expect("args");
+    assert!(args.iter().any(|a| a == "--pod-security-config=/etc/watcher-operator/pod-security/pod-security.yaml"));
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .any(|v| v["configMap"]["name"] == "watcher-operator-pod-security")
+    );
+    let error = refused(&["podSecurity.configuration.defaults.enforce=strict"]).expect("refused");
+    assert!(error.contains("enforce"), "{error}");
+    // Unset: no ConfigMap, no flag (the defaults are learned).
+    let Some(chart) = render("watcher-system", &[]) else { return };
+    assert!(find(&chart, "ConfigMap", "watcher-operator-pod-security").is_none());
 }

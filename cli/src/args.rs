@@ -212,6 +212,10 @@ pub struct InjectArgs {
     /// `nativeSidecar: Auto`.
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
     native_sidecars: bool,
+    /// The cluster's Pod Security admission configuration (as for `run`): the level of a
+    /// namespace whose `--namespace-labels` set none.
+    #[arg(long, env = "WATCHER_POD_SECURITY_CONFIG", value_name = "FILE", value_parser = parse_pod_security_config)]
+    pod_security_config: Option<watcher_webhook::pod_security::ClusterDefaults>,
 }
 
 /// Flags of `watcher-operator certs`.
@@ -290,6 +294,18 @@ pub struct RunArgs {
     /// Log format. The level comes from `RUST_LOG` (default `info`).
     #[arg(long, env = "WATCHER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// kube-apiserver's Pod Security admission configuration, a file in its own shape (a
+    /// `PodSecurityConfiguration`, or the `AdmissionConfiguration` holding one): the levels of
+    /// namespaces without Pod Security labels (`defaults`) and what is exempt (`exemptions`).
+    /// Without it the defaults are learned from kube-apiserver at start and every hour
+    /// (dry-run pods in a namespace without labels); exemptions cannot be seen so.
+    #[arg(long, env = "WATCHER_POD_SECURITY_CONFIG", value_name = "FILE", value_parser = parse_pod_security_config)]
+    pub pod_security_config: Option<watcher_webhook::pod_security::ClusterDefaults>,
+}
+
+fn parse_pod_security_config(value: &str) -> Result<watcher_webhook::pod_security::ClusterDefaults, String> {
+    crate::pod_security_config::read(std::path::Path::new(value))
 }
 
 /// Every controller, the default of `--controllers`: an operator installed from `deploy/` (which
@@ -505,11 +521,12 @@ pub async fn execute(command: Command) -> anyhow::Result<bool> {
             Command::Inject(args) => {
                 let namespace = args.namespace.as_deref();
                 let labels = args.namespace_labels.unwrap_or_default();
+                let pod_security = args.pod_security_config.unwrap_or_default();
                 let preview = offline::inject_preview(
                     &args.pods,
                     &args.watchers,
                     &args.image_policies,
-                    offline::Namespace { name: namespace, labels: &labels },
+                    offline::Namespace { name: namespace, labels: &labels, pod_security: &pod_security },
                     args.native_sidecars,
                 )?;
                 print!("{preview}");

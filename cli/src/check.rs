@@ -597,7 +597,8 @@ async fn admission_scope(
     };
     let named = || namespaces.items.iter().map(|ns| (ns.metadata.name.as_deref().unwrap_or_default(), ns.labels()));
     let everywhere = watcher_webhook::cluster::everywhere(&own, &cluster, named(), &options);
-    pod_security(report, &everywhere, named(), watcher_webhook::server_minor(&info.major, &info.minor));
+    let defaults = pod_security_defaults(client, report, namespace, named()).await;
+    pod_security(report, &everywhere, named(), &defaults, watcher_webhook::server_minor(&info.major, &info.minor));
     let scope = watcher_webhook::Scope::compute(&everywhere, &policies, named(), namespace);
     let summary = scope.summary();
     if !watcher_webhook::scope::supports_match_conditions(&info.major, &info.minor) {
@@ -675,19 +676,134 @@ async fn admission_scope(
     }
 }
 
+/// The ConfigMap that holds the operator's `--pod-security-config` (the chart's
+/// `podSecurity.configuration`), key [`POD_SECURITY_CONFIG_KEY`].
+pub(crate) const POD_SECURITY_CONFIG_MAP: &str = "watcher-operator-pod-security";
+/// Its key.
+pub(crate) const POD_SECURITY_CONFIG_KEY: &str = "pod-security.yaml";
+
+/// What kube-apiserver's Pod Security admission enforces where a namespace sets no level,
+/// learned as the operator learns it (dry-run pods in a namespace without labels), and whether
+/// the operator's configuration (`podSecurity.configuration`) agrees. Returns what admission
+/// judges by: the configuration when there is one, else what was learned.
+async fn pod_security_defaults<'a>(
+    client: &Client,
+    report: &mut Report,
+    namespace: &str,
+    namespaces: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, String>)>,
+) -> watcher_webhook::pod_security::ClusterDefaults {
+    use watcher_controller::pod_security_probe;
+    const GROUP: &str = "admission";
+    const NAME: &str = "pod security defaults";
+    let configured = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt(POD_SECURITY_CONFIG_MAP)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|map| map.data?.remove(POD_SECURITY_CONFIG_KEY))
+        .map(|text| crate::pod_security_config::parse(&text));
+    let learned = match pod_security_probe::unlabelled_namespace(namespaces, namespace) {
+        Some(probed) => pod_security_probe::probe(client, &probed).await,
+        None => Err("every namespace sets a Pod Security label".to_owned()),
+    };
+    let mode = |d: &watcher_webhook::pod_security::ClusterDefaults, key: &str| {
+        let level = d.defaults.get(key).map_or("privileged", String::as_str);
+        let version = d.defaults.get(&format!("{key}-version")).map_or("latest", String::as_str);
+        format!("{level}:{version}")
+    };
+    let seen = |d: &watcher_webhook::pod_security::ClusterDefaults| {
+        format!("enforce {}, warn {}", mode(d, "enforce"), mode(d, "warn"))
+    };
+    match (configured, learned) {
+        (Some(Err(error)), _) => {
+            report.fail(
+                GROUP,
+                NAME,
+                format!("ConfigMap {POD_SECURITY_CONFIG_MAP}: {error}"),
+                "fix podSecurity.configuration (the shape of kube-apiserver's PodSecurityConfiguration)",
+            );
+            Default::default()
+        }
+        (Some(Ok(configured)), Ok(learned)) => {
+            let agree = ["enforce", "warn"].iter().all(|key| mode(&configured, key) == mode(&learned.defaults, key));
+            if agree {
+                report.pass(
+                    GROUP,
+                    NAME,
+                    format!(
+                        "namespaces without labels: {}, as configured ({})",
+                        seen(&learned.defaults),
+                        configured.describe()
+                    ),
+                );
+            } else {
+                report.warn(
+                    GROUP,
+                    NAME,
+                    format!(
+                        "configured {} ({}), but kube-apiserver enforces {} where a namespace sets no level (probed in {})",
+                        seen(&configured),
+                        configured.describe(),
+                        seen(&learned.defaults),
+                        learned.namespace
+                    ),
+                    "make podSecurity.configuration what kube-apiserver's --admission-control-config-file says, \
+                     or remove it to have the operator learn the defaults",
+                );
+            }
+            configured
+        }
+        (Some(Ok(configured)), Err(error)) => {
+            report.pass(
+                GROUP,
+                NAME,
+                format!("as configured ({}); not checked against kube-apiserver: {error}", configured.describe()),
+            );
+            configured
+        }
+        (None, Ok(learned)) => {
+            report.pass(
+                GROUP,
+                NAME,
+                format!(
+                    "namespaces without labels: {} (learned from kube-apiserver in namespace {}; exemptions \
+                     cannot be seen so: set podSecurity.configuration if the cluster has any)",
+                    seen(&learned.defaults),
+                    learned.namespace
+                ),
+            );
+            learned.defaults
+        }
+        (None, Err(error)) => {
+            report.warn(
+                GROUP,
+                NAME,
+                format!("cannot learn what kube-apiserver enforces where a namespace sets no level: {error}"),
+                "set podSecurity.configuration to kube-apiserver's PodSecurityConfiguration",
+            );
+            Default::default()
+        }
+    }
+}
+
 /// The Watchers and ClusterWatchers that cannot comply with the Pod Security level a namespace
-/// they apply in enforces (their pods get them only without them), and those whose image must
-/// run as a non-root user there (`runAsNonRoot` set for the level, no `runAsUser`).
+/// they apply in enforces (their pods get them only without them), and those given a user
+/// there (`runAsUser: 65532`: neither they nor the pod say one, and the level requires non-root).
 pub(crate) fn pod_security<'a>(
     report: &mut Report,
     everywhere: &[(String, Arc<watcher_api::Watcher>)],
     namespaces: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, String>)>,
+    defaults: &watcher_webhook::pod_security::ClusterDefaults,
     server: Option<u32>,
 ) {
     use watcher_webhook::pod_security::NamespaceLevels;
     const GROUP: &str = "admission";
-    let levels: BTreeMap<&str, NamespaceLevels> =
-        namespaces.into_iter().map(|(name, labels)| (name, NamespaceLevels::from_labels(labels))).collect();
+    let levels: BTreeMap<&str, NamespaceLevels> = namespaces
+        .into_iter()
+        .map(|(name, labels)| {
+            (name, NamespaceLevels::of_namespace(name, |key| labels.get(key).map(String::as_str), defaults))
+        })
+        .collect();
     let (mut refused, mut non_root) = (Vec::new(), Vec::new());
     for (namespace, watcher) in everywhere {
         let Some(policy) = levels.get(namespace.as_str()).and_then(NamespaceLevels::enforced) else { continue };
@@ -696,8 +812,7 @@ pub(crate) fn pod_security<'a>(
         match watcher_webhook::compliance(watcher, policy, server) {
             watcher_webhook::Compliance::CannotComply(checks) => refused.push(format!("{name}: {checks}")),
             watcher_webhook::Compliance::Adapted(fields) => {
-                let user = watcher.spec.container.security_context.as_ref().and_then(|c| c.run_as_user);
-                if user.is_none() && fields.iter().any(|f| f.contains("runAsNonRoot")) {
+                if fields.iter().any(|f| f.contains("runAsUser")) {
                     non_root.push(name);
                 }
             }
@@ -724,12 +839,14 @@ pub(crate) fn pod_security<'a>(
         );
     }
     if !non_root.is_empty() {
-        report.warn(
+        report.pass(
             GROUP,
-            "pod security: non-root",
-            format!("runAsNonRoot is set for the level, but no runAsUser: {}", non_root.join("; ")),
-            "an image that runs as root (busybox, most base images) then never starts: give the Watcher's container \
-             a securityContext.runAsUser (65534 is nobody)",
+            "pod security: user",
+            format!(
+                "the level requires non-root and no user is set: given runAsUser 65532 where the pod sets none \
+                 either (an image whose files need another user: set the Watcher's securityContext.runAsUser): {}",
+                non_root.join("; ")
+            ),
         );
     }
 }

@@ -7,6 +7,7 @@
 mod args;
 mod check;
 mod offline;
+pub mod pod_security_config;
 mod rollout;
 
 pub use args::{

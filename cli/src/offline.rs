@@ -34,7 +34,7 @@ pub(crate) fn inject_preview(
     namespace: Namespace<'_>,
     native: bool,
 ) -> anyhow::Result<String> {
-    let Namespace { name: namespace, labels: namespace_labels } = namespace;
+    let Namespace { name: namespace, labels: namespace_labels, pod_security } = namespace;
     let mut all_watchers: Vec<Watcher> = Vec::new();
     let mut cluster: Vec<Arc<ClusterWatcher>> = Vec::new();
     for path in watchers {
@@ -78,7 +78,7 @@ pub(crate) fn inject_preview(
         let in_namespace =
             watcher_webhook::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster, &options);
         let refs: Vec<&Watcher> = in_namespace.iter().map(AsRef::as_ref).collect();
-        let levels = NamespaceLevels::from_labels(&labels);
+        let levels = NamespaceLevels::of_namespace(&namespace, |key| labels.get(key).map(String::as_str), pod_security);
         let mut injection = inject_at_level(&pod, &namespace, &refs, &options, &levels);
         rewrite_images(&pod, &namespace, &policies, &options, &mut injection);
         let name = pod.display_name();
@@ -113,6 +113,8 @@ pub(crate) fn inject_preview(
 pub(crate) struct Namespace<'a> {
     pub(crate) name: Option<&'a str>,
     pub(crate) labels: &'a BTreeMap<String, String>,
+    /// The cluster's Pod Security admission configuration (`--pod-security-config`).
+    pub(crate) pod_security: &'a watcher_webhook::pod_security::ClusterDefaults,
 }
 
 /// The ImagePolicies of `paths`, compiled, in name order. Without namespace labels, a policy
@@ -219,7 +221,9 @@ mod tests {
     static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
     fn unlabelled(name: Option<&str>) -> Namespace<'_> {
-        Namespace { name, labels: &NO_LABELS }
+        static NO_DEFAULTS: watcher_webhook::pod_security::ClusterDefaults =
+            watcher_webhook::pod_security::ClusterDefaults::NONE;
+        Namespace { name, labels: &NO_LABELS, pod_security: &NO_DEFAULTS }
     }
 
     fn temp_file(name: &str, contents: &str) -> PathBuf {
@@ -322,7 +326,8 @@ mod tests {
              ---\napiVersion: watcher.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: search-pins}\n\
              spec: {namespaceSelector: {matchLabels: {team: search}}, rewrites: [{from: 'busybox:1.36', to: 'busybox:1.37'}]}\n",
         );
-        let labelled = Namespace { name: Some("team-a"), labels: &payments };
+        let none = watcher_webhook::pod_security::ClusterDefaults::default();
+        let labelled = Namespace { name: Some("team-a"), labels: &payments, pod_security: &none };
         let out = inject_preview(&pod, &[sample.to_owned()], &[policies], labelled, false).expect("preview");
         assert_eq!(injected(&out), ["app", "log-agent"], "its namespaceSelector matches");
         assert!(out.contains("image: mirror.internal/library/busybox:1.36"), "{out}");

@@ -42,6 +42,8 @@ pub struct WatcherCache {
     pub namespaces: Store<NamespaceMeta>,
     /// The namespaces never injected besides the system ones: the operator's own.
     pub options: Arc<InjectOptions>,
+    /// The cluster's Pod Security admission configuration (shared with the [`crate::PolicyCache`]).
+    pub pod_security: watcher_webhook::pod_security::SharedDefaults,
     changes: broadcast::Sender<Change>,
     by_namespace: Arc<NamespaceIndex>,
 }
@@ -187,7 +189,8 @@ impl WatcherCache {
             futures::join!(fill, cluster_fill);
         };
         let options = Arc::new(options_for(operator_namespace));
-        (Self { store, cluster, namespaces, options, changes, by_namespace }, fill)
+        let pod_security = Default::default();
+        (Self { store, cluster, namespaces, options, pod_security, changes, by_namespace }, fill)
     }
 
     /// A cache over `store`, with no ClusterWatcher, for tests and benchmarks that fill the
@@ -206,7 +209,8 @@ impl WatcherCache {
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
         let by_namespace = Arc::new(NamespaceIndex { stale: AtomicBool::new(true), ..NamespaceIndex::default() });
         let options = Arc::new(options_for(operator_namespace));
-        (Self { store, cluster, namespaces, options, changes: changes.clone(), by_namespace }, changes)
+        let pod_security = Default::default();
+        (Self { store, cluster, namespaces, options, pod_security, changes: changes.clone(), by_namespace }, changes)
     }
 
     /// Marks the namespace index stale, for callers that fill the stores themselves (tests,
@@ -436,7 +440,9 @@ fn split_by<K: Send + Sync + 'static>(
 }
 
 /// A stream that yields each time `receiver` is marked changed.
-pub(crate) fn changed(receiver: tokio::sync::watch::Receiver<()>) -> impl Stream<Item = ()> + Send + 'static {
+pub(crate) fn changed<T: Send + Sync + 'static>(
+    receiver: tokio::sync::watch::Receiver<T>,
+) -> impl Stream<Item = ()> + Send + 'static {
     futures::stream::unfold(receiver, |mut rx| async move {
         rx.changed().await.ok()?;
         Some(((), rx))

@@ -181,7 +181,10 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
     let cluster = ctx.as_known(&cluster);
     let covered = ctx.scope.covers_in(applies.iter().map(String::as_str), &cluster.unplaced()).unwrap_or(false);
     let mut status = desired_status(&cluster, applies.len(), &conflicts, covered);
-    let levels = applies.iter().map(|namespace| (namespace.as_str(), levels_in(&ctx.cache.namespaces, namespace)));
+    let cluster_defaults = ctx.cache.pod_security.get();
+    let levels = applies
+        .iter()
+        .map(|namespace| (namespace.as_str(), levels_in(&ctx.cache.namespaces, &cluster_defaults, namespace)));
     let pod_security = grouped_pod_security_condition(&cluster.spec.watcher, levels, cluster.meta().generation);
     let known = cluster.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let newly_refused = pod_security
@@ -367,10 +370,12 @@ pub(crate) async fn run(
     let namespaces = crate::cache::changed(namespace_changes);
     let scope = shared.scope.clone();
     let changes = scope.gate(changes);
+    let defaults = crate::cache::changed(cache.pod_security.subscribe());
     let all = futures::stream::select_all([
         scope.gate(resyncs).boxed(),
         scope.gate(namespaces).boxed(),
         scope.gate(scope.changes()).boxed(),
+        scope.gate(defaults).boxed(),
     ]);
     Controller::for_shared_stream(changes, store)
         .reconcile_all_on(all)

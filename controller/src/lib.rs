@@ -11,6 +11,7 @@ mod error;
 pub mod images;
 mod metrics;
 mod owned;
+pub mod pod_security_probe;
 pub mod pods;
 pub mod podset;
 mod policies;

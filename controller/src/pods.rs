@@ -33,7 +33,7 @@ use watcher_api::{
     injected_watchers, requested_watchers, set_condition,
 };
 
-use self::in_place::{InjectedSpec, Sidecar};
+use self::in_place::{Blocked, InjectedSpec, Sidecar};
 use crate::revisions;
 use crate::{Context, Error, PolicyCache, Result, WatcherCache};
 
@@ -249,7 +249,9 @@ fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup) -> Option<InjectedSpec> 
                 index,
                 image: container.image.as_deref().unwrap_or_default().into(),
                 running_image: running.map(|s| s.image.as_str().into()),
-                blocked: blocked.map(|w| Box::new((w.reason.as_str().into(), w.message.as_str().into()))),
+                blocked: blocked.map(|w| {
+                    Box::new(Blocked { reason: w.reason.as_str().into(), message: w.message.as_str().into() })
+                }),
             });
         }
     }
@@ -599,29 +601,28 @@ pub fn count(watcher: &Watcher, pods: &[&CountedPod]) -> PodCounts {
 
 /// The first of `containers` that cannot start in `pod`, as the kubelet reports it: (its name,
 /// the kubelet's reason and message).
-fn blocked_in<'p>(pod: &'p CountedPod, containers: &[String]) -> Option<(&'p str, &'p (Box<str>, Box<str>))> {
+fn blocked_in<'p>(pod: &'p CountedPod, containers: &[String]) -> Option<(&'p str, &'p Blocked)> {
     let spec = pod.injected.as_deref()?;
-    spec.sidecars.iter().filter(|s| containers.iter().any(|c| **c == *s.name)).find_map(|s| Some((&*s.name, s.blocked.as_deref()?)))
+    spec.sidecars
+        .iter()
+        .filter(|s| containers.iter().any(|c| **c == *s.name))
+        .find_map(|s| Some((&*s.name, s.blocked.as_deref()?)))
 }
 
 /// `SidecarsRunning`: `False` (the kubelet's reason) while injected pods cannot start a
 /// container of the Watcher, naming the first pod and the kubelet's words; `True` once none
 /// (only where the condition was there: a Watcher whose containers always started has none).
-fn running_condition(
-    watcher: &Watcher,
-    pods: &[&CountedPod],
-    counts: &PodCounts,
-) -> Option<(bool, String, String)> {
+fn running_condition(watcher: &Watcher, pods: &[&CountedPod], counts: &PodCounts) -> Option<(bool, String, String)> {
     let containers = containers_of(watcher);
     let name = watcher.name_any();
-    let mut blocked: Vec<(&CountedPod, &str, &(Box<str>, Box<str>))> = live_pods_of(watcher, pods)
+    let mut blocked: Vec<(&CountedPod, &str, &Blocked)> = live_pods_of(watcher, pods)
         .filter(|p| injected_watchers(p.annotations()).iter().any(|(n, _)| *n == name))
         .filter_map(|p| blocked_in(p, &containers).map(|(c, why)| (p, c, why)))
         .collect();
     blocked.sort_by(|a, b| a.0.created.cmp(&b.0.created).then_with(|| a.0.name.cmp(&b.0.name)));
     let had = watcher.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == RUNNING_CONDITION));
     match blocked.first() {
-        Some((pod, container, (reason, message))) => {
+        Some((pod, container, Blocked { reason, message })) => {
             let text = format!(
                 "{} of {} injected pods cannot start a container of this {}: pod {}, container {container}: {reason}{}{message}",
                 counts.cannot_start,
@@ -632,7 +633,9 @@ fn running_condition(
             );
             Some((false, reason.to_string(), text))
         }
-        None if had => Some((true, "Started".to_owned(), "the Watcher's containers start in every injected pod".to_owned())),
+        None if had => {
+            Some((true, "Started".to_owned(), "the Watcher's containers start in every injected pod".to_owned()))
+        }
         None => None,
     }
 }

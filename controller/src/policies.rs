@@ -26,6 +26,9 @@ pub struct PolicyCache {
     compiled: Arc<Compiled>,
     /// Marked on every change of a policy or a namespace (the admission scope follows both).
     changed: tokio::sync::watch::Sender<()>,
+    /// The cluster's Pod Security admission configuration (levels of unlabelled namespaces,
+    /// exemptions), as configured or learned.
+    pub pod_security: watcher_webhook::pod_security::SharedDefaults,
 }
 
 /// The compiled policies, in name order, rebuilt on the first read after a change.
@@ -79,13 +82,19 @@ impl PolicyCache {
         let fill = async move {
             futures::join!(policy_fill, namespace_fill);
         };
-        (Self { policies, namespaces, compiled, changed }, fill)
+        (Self { policies, namespaces, compiled, changed, pod_security: Default::default() }, fill)
     }
 
     /// A cache over stores filled by the caller (tests, benchmarks).
     pub fn from_stores(policies: Store<ImagePolicy>, namespaces: Store<NamespaceMeta>) -> Self {
         let compiled = Arc::new(Compiled { stale: AtomicBool::new(true), ..Compiled::default() });
-        Self { policies, namespaces, compiled, changed: tokio::sync::watch::Sender::new(()) }
+        Self {
+            policies,
+            namespaces,
+            compiled,
+            changed: tokio::sync::watch::Sender::new(()),
+            pod_security: Default::default(),
+        }
     }
 
     /// A receiver marked changed whenever a policy or a namespace changes.
@@ -132,13 +141,15 @@ impl watcher_webhook::PolicySource for PolicyCache {
 
     /// One lookup in the namespace cache for both: the opt-out label and the Pod Security levels.
     fn namespace(&self, namespace: &str) -> watcher_webhook::NamespaceAdmission {
-        match self.namespaces.get(&ObjectRef::new(namespace)) {
-            Some(meta) => {
-                let labels = meta.labels();
-                watcher_webhook::NamespaceAdmission::from_lookup(|key| labels.get(key).map(String::as_str))
-            }
-            None => watcher_webhook::NamespaceAdmission::default(),
-        }
+        let cluster = self.pod_security.get();
+        let meta = self.namespaces.get(&ObjectRef::new(namespace));
+        let labels = meta.as_ref().map(|m| m.labels());
+        let get = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+        watcher_webhook::NamespaceAdmission::of_namespace(namespace, get, &cluster)
+    }
+
+    fn pod_security_exempt(&self, username: Option<&str>, runtime_class: Option<&str>) -> bool {
+        self.pod_security.get().exempts(username, runtime_class)
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use watcher_api::{Watcher, condition};
-use watcher_webhook::pod_security::{NamespaceLevels, Policy};
+use watcher_webhook::pod_security::{ClusterDefaults, NamespaceLevels, Policy};
 use watcher_webhook::{Compliance, compliance};
 
 /// The condition that says how a Watcher stands towards its namespace's Pod Security levels.
@@ -139,15 +139,17 @@ pub(crate) fn grouped_pod_security_condition<'a>(
     Some(condition(POD_SECURITY_CONDITION, complies, reason, parts.join(". "), generation))
 }
 
-/// The Pod Security levels of `namespace` in `namespaces` (none for a namespace not cached yet).
-pub(crate) fn levels_in(namespaces: &Store<crate::sync::NamespaceMeta>, namespace: &str) -> NamespaceLevels {
-    match namespaces.get(&ObjectRef::new(namespace)) {
-        Some(meta) => {
-            let labels = meta.labels();
-            NamespaceLevels::from_lookup(|key| labels.get(key).map(String::as_str))
-        }
-        None => NamespaceLevels::default(),
-    }
+/// The Pod Security levels of `namespace` in `namespaces`, under the cluster's Pod Security
+/// admission configuration `cluster` (its defaults where a label is missing; a namespace not
+/// cached yet has only those).
+pub(crate) fn levels_in(
+    namespaces: &Store<crate::sync::NamespaceMeta>,
+    cluster: &ClusterDefaults,
+    namespace: &str,
+) -> NamespaceLevels {
+    let meta = namespaces.get(&ObjectRef::new(namespace));
+    let labels = meta.as_ref().map(|m| m.labels());
+    NamespaceLevels::of_namespace(namespace, |key| labels.and_then(|l| l.get(key)).map(String::as_str), cluster)
 }
 
 /// The namespaces whose Pod Security levels differ from `known` (which is brought up to date):

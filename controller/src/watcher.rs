@@ -57,6 +57,8 @@ pub struct WatcherContext {
     statuses: Recent<ObjectRef<Watcher>, (String, WatcherStatus)>,
     /// The namespaces' labels (their Pod Security levels).
     namespaces: Store<crate::sync::NamespaceMeta>,
+    /// The cluster's Pod Security admission configuration.
+    pod_security: std::sync::OnceLock<watcher_webhook::pod_security::SharedDefaults>,
     /// The Watchers' revisions: each spec's is written when it is first seen.
     revisions: crate::RevisionCache,
 }
@@ -73,7 +75,8 @@ impl WatcherContext {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
         let recorder = Recorder::new(ctx.client.clone(), reporter);
         let (written, statuses) = (Recent::default(), Recent::default());
-        Self { ctx, config_maps, listed, scope, recorder, written, statuses, namespaces, revisions }
+        let pod_security = Default::default();
+        Self { ctx, config_maps, listed, scope, recorder, written, statuses, namespaces, pod_security, revisions }
     }
 
     /// A context over `config_maps`, already listed, and no revisions (for tests that fill the
@@ -101,9 +104,16 @@ impl WatcherContext {
         Arc::new(Self::with(ctx, config_maps, listed, scope, namespaces, revisions))
     }
 
+    /// Judges Pod Security under the cluster's configuration as `shared` holds it (from the
+    /// start: set once).
+    pub(crate) fn follow_pod_security(&self, shared: watcher_webhook::pod_security::SharedDefaults) {
+        let _ = self.pod_security.set(shared);
+    }
+
     /// The Pod Security levels of `namespace`, from the namespace cache.
     fn levels(&self, namespace: &str) -> NamespaceLevels {
-        levels_in(&self.namespaces, namespace)
+        let cluster = self.pod_security.get().map(|shared| shared.get()).unwrap_or_default();
+        levels_in(&self.namespaces, &cluster, namespace)
     }
 
     /// The ConfigMap as this controller last knows it: the cached one, or the one it wrote when

@@ -74,9 +74,13 @@ pub async fn run(
     ));
     let namespaces = cache.namespaces.clone();
     let shared = Arc::new(WatcherContext::with(ctx, config_maps, listed, scope, namespaces, revisions));
+    shared.follow_pod_security(cache.pod_security.clone());
     let relabelled = relabelled_watchers(cache.clone(), namespace_changes.clone());
+    // A change of the cluster's Pod Security defaults (learned at start) judges every Watcher
+    // again.
+    let defaults_changes = cache.pod_security.subscribe();
     let watchers = Controller::for_shared_stream(triggers, cache.store.clone())
-        .reconcile_all_on(resyncs)
+        .reconcile_all_on(futures::stream::select(resyncs, crate::cache::changed(defaults_changes)))
         .reconcile_on(futures::stream::select_all([coverage.boxed(), for_watchers.boxed(), relabelled.boxed()]))
         .with_config(crate::controller_config())
         .shutdown_on_signal()

@@ -92,6 +92,8 @@ pub struct PodSpecView {
     pub os: Option<OsView>,
     /// The pod's `securityContext`.
     pub security_context: Option<PodSecurityContext>,
+    /// `runtimeClassName` (Pod Security admission may exempt a RuntimeClass).
+    pub runtime_class_name: Option<String>,
 }
 
 /// A volume: its name, and its type (the name of its source field).
@@ -236,6 +238,7 @@ narrow!(PodSpecView {
     host_users: "hostUsers",
     os: "os",
     security_context: "securityContext",
+    runtime_class_name: "runtimeClassName",
 });
 narrow!(OsView { name: "name" });
 narrow!(PortView { host_port: "hostPort" });

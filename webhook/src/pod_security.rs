@@ -109,29 +109,38 @@ impl NamespaceLevels {
         Self::from_lookup(|key| labels.get(key).map(String::as_str))
     }
 
-    /// The levels, reading each label with `label`.
+    /// The levels, reading each label with `label` (no cluster-wide defaults).
     pub fn from_lookup<'a>(label: impl Fn(&str) -> Option<&'a str>) -> Self {
+        static NONE: ClusterDefaults = ClusterDefaults::NONE;
+        Self::from_lookup_with(label, &NONE)
+    }
+
+    /// The levels of a namespace whose labels `label` reads, where kube-apiserver's Pod
+    /// Security admission configuration is `cluster`: a mode without its label has the
+    /// configured default (each level and version on its own, as kube-apiserver reads them).
+    pub fn from_lookup_with<'a>(label: impl Fn(&str) -> Option<&'a str>, cluster: &'a ClusterDefaults) -> Self {
+        let get = |key: &str| label(key).or_else(|| cluster.default_of(key));
         let version = |key: &str| {
-            label(key).and_then(|v| match v {
+            get(key).and_then(|v| match v {
                 "latest" => None,
                 v => v.strip_prefix("v1.").and_then(|minor| minor.parse::<u32>().ok()),
             })
         };
-        let enforce = label(ENFORCE_LABEL).map(|value| Policy {
+        let enforce = get(ENFORCE_LABEL).map(|value| Policy {
             // An unreadable level is enforced as the strictest, as kube-apiserver does.
             level: Level::parse(value).unwrap_or(Level::Restricted),
             version: version("pod-security.kubernetes.io/enforce-version"),
         });
         let read = |key: &str, version_key: &str| {
-            label(key).and_then(Level::parse).map(|level| Policy { level, version: version(version_key) })
+            get(key).and_then(Level::parse).map(|level| Policy { level, version: version(version_key) })
         };
         let mut warn = read(WARN_LABEL, "pod-security.kubernetes.io/warn-version");
         let audit = read(AUDIT_LABEL, "pod-security.kubernetes.io/audit-version");
-        // `warn` defaults to a readable `enforce` level stricter than privileged.
+        // Without its own label, `warn` follows an `enforce` label that is stricter.
         let readable_enforce = label(ENFORCE_LABEL).and_then(Level::parse);
         if label(WARN_LABEL).is_none()
             && let (Some(level), Some(enforce)) = (readable_enforce, enforce)
-            && level > Level::Privileged
+            && level > warn.map_or(Level::Privileged, |w| w.level)
         {
             let version = match label("pod-security.kubernetes.io/warn-version") {
                 Some(_) => version("pod-security.kubernetes.io/warn-version"),
@@ -142,9 +151,152 @@ impl NamespaceLevels {
         Self { enforce, warn, audit }
     }
 
+    /// The levels of `namespace`, whose labels `label` reads, under `cluster`: none in a
+    /// namespace it exempts.
+    pub fn of_namespace<'a>(
+        namespace: &str,
+        label: impl Fn(&str) -> Option<&'a str>,
+        cluster: &'a ClusterDefaults,
+    ) -> Self {
+        if cluster.exemptions.namespaces.iter().any(|n| n == namespace) {
+            return Self::default();
+        }
+        Self::from_lookup_with(label, cluster)
+    }
+
     /// The enforced policy, when it checks anything.
     pub fn enforced(&self) -> Option<Policy> {
         self.enforce.filter(Policy::checks_anything)
+    }
+}
+
+/// kube-apiserver's Pod Security admission configuration (`PodSecurityConfiguration`, from its
+/// `--admission-control-config-file`): the levels of namespaces that set no label, and what is
+/// exempt. The default (an unconfigured cluster) enforces nothing and exempts nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterDefaults {
+    /// `enforce`, `enforce-version`, `audit`, `audit-version`, `warn`, `warn-version`: as the
+    /// namespace labels of those names (without their `pod-security.kubernetes.io/` prefix).
+    #[serde(default)]
+    pub defaults: BTreeMap<String, String>,
+    /// What Pod Security never judges.
+    #[serde(default)]
+    pub exemptions: Exemptions,
+}
+
+/// What a cluster's Pod Security admission exempts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Exemptions {
+    /// Requests of these users (their pods are not judged).
+    #[serde(default)]
+    pub usernames: Vec<String>,
+    /// Pods of these RuntimeClasses.
+    #[serde(default)]
+    pub runtime_classes: Vec<String>,
+    /// Pods of these namespaces.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+}
+
+/// The cluster's Pod Security admission configuration as this process knows it (configured, or
+/// learned from kube-apiserver), shared by admission and the controllers; a change is heard by
+/// [`SharedDefaults::subscribe`].
+#[derive(Clone, Debug)]
+pub struct SharedDefaults(std::sync::Arc<tokio::sync::watch::Sender<std::sync::Arc<ClusterDefaults>>>);
+
+impl Default for SharedDefaults {
+    fn default() -> Self {
+        Self(std::sync::Arc::new(tokio::sync::watch::Sender::new(std::sync::Arc::default())))
+    }
+}
+
+impl SharedDefaults {
+    /// The configuration now.
+    pub fn get(&self) -> std::sync::Arc<ClusterDefaults> {
+        self.0.borrow().clone()
+    }
+
+    /// Replaces it (subscribers hear of it when it differs).
+    pub fn set(&self, defaults: ClusterDefaults) {
+        self.0.send_if_modified(|current| {
+            let changed = **current != defaults;
+            if changed {
+                *current = std::sync::Arc::new(defaults);
+            }
+            changed
+        });
+    }
+
+    /// Marked on every change.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<std::sync::Arc<ClusterDefaults>> {
+        self.0.subscribe()
+    }
+}
+
+/// The keys of `defaults`.
+const DEFAULT_KEYS: [&str; 6] = ["enforce", "enforce-version", "audit", "audit-version", "warn", "warn-version"];
+
+impl ClusterDefaults {
+    /// No defaults, no exemptions: a cluster without Pod Security configuration.
+    pub const NONE: Self = Self {
+        defaults: BTreeMap::new(),
+        exemptions: Exemptions { usernames: Vec::new(), runtime_classes: Vec::new(), namespaces: Vec::new() },
+    };
+
+    /// The default of a namespace label (`pod-security.kubernetes.io/enforce`, ...).
+    fn default_of(&self, label: &str) -> Option<&str> {
+        self.defaults.get(label.strip_prefix("pod-security.kubernetes.io/")?).map(String::as_str)
+    }
+
+    /// What is wrong with it, each problem naming its field (as kube-apiserver refuses such a
+    /// configuration at its start).
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (key, value) in &self.defaults {
+            if !DEFAULT_KEYS.contains(&key.as_str()) {
+                problems.push(format!("defaults.{key}: unknown, expected one of {}", DEFAULT_KEYS.join(", ")));
+            } else if key.ends_with("-version") {
+                let valid = value == "latest"
+                    || value
+                        .strip_prefix("v1.")
+                        .is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()));
+                if !valid {
+                    problems.push(format!("defaults.{key}: {value:?} is not \"latest\" nor \"v1.<minor>\""));
+                }
+            } else if Level::parse(value).is_none() {
+                problems.push(format!("defaults.{key}: {value:?} is not privileged, baseline nor restricted"));
+            }
+        }
+        problems
+    }
+
+    /// Whether a pod created by `username`, of RuntimeClass `runtime_class`, is exempt.
+    pub fn exempts(&self, username: Option<&str>, runtime_class: Option<&str>) -> bool {
+        let listed = |list: &[String], value: Option<&str>| value.is_some_and(|v| list.iter().any(|l| l == v));
+        listed(&self.exemptions.usernames, username) || listed(&self.exemptions.runtime_classes, runtime_class)
+    }
+
+    /// How it reads in a sentence: `enforce=baseline, warn=restricted; exempt: namespaces a, b`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.defaults.is_empty() {
+            parts.push("no defaults".to_owned());
+        } else {
+            parts.push(self.defaults.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "));
+        }
+        let exempt = [
+            ("users", &self.exemptions.usernames),
+            ("runtimeClasses", &self.exemptions.runtime_classes),
+            ("namespaces", &self.exemptions.namespaces),
+        ];
+        let exempt: Vec<String> =
+            exempt.iter().filter(|(_, l)| !l.is_empty()).map(|(what, l)| format!("{what} {}", l.join(", "))).collect();
+        if !exempt.is_empty() {
+            parts.push(format!("exempt: {}", exempt.join("; ")));
+        }
+        parts.join("; ")
     }
 }
 

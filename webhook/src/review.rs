@@ -61,6 +61,13 @@ struct Request<'de> {
     operation: Option<Operation>,
     object: Option<PodView>,
     dry_run: bool,
+    user_info: Option<UserInfo<'de>>,
+}
+
+/// Who asked: Pod Security admission may exempt a user.
+#[derive(Default)]
+struct UserInfo<'de> {
+    username: Option<Text<'de>>,
 }
 
 /// The request's `kind`.
@@ -92,7 +99,9 @@ narrow!(Request<'de> {
     operation: "operation",
     object: "object",
     dry_run: "dryRun",
+    user_info: "userInfo",
 });
+narrow!(UserInfo<'de> { username: "username" });
 narrow!(Kind<'de> { group: "group", version: "version", kind: "kind" });
 narrow!(Head<'de> { request: "request" });
 narrow!(RequestHead<'de> { uid: "uid", kind: "kind", namespace: "namespace" });
@@ -170,7 +179,12 @@ impl<S: WatcherSource> Reviewer<S> {
         } else {
             let watchers = self.source.watchers_in(namespace);
             let held = crate::canary::for_pod(&watchers, pod.labels(), &*self.revisions);
-            let levels = &labelled.pod_security;
+            // A user or RuntimeClass the cluster's Pod Security admission exempts: no level.
+            let username = request.user_info.as_ref().and_then(|u| u.username.as_deref());
+            let runtime_class = pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref());
+            let exempt = self.policies.pod_security_exempt(username, runtime_class);
+            let none = crate::pod_security::NamespaceLevels::default();
+            let levels = if exempt { &none } else { &labelled.pod_security };
             let mut injection = if held.stable.is_empty() {
                 inject_at_level(pod, namespace, &watchers, &self.options, levels)
             } else {

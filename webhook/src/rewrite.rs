@@ -21,6 +21,12 @@ pub trait PolicySource: Send + Sync {
     fn namespace(&self, _namespace: &str) -> NamespaceAdmission {
         NamespaceAdmission::default()
     }
+
+    /// Whether the cluster's Pod Security admission exempts pods created by `username`, or of
+    /// RuntimeClass `runtime_class` (its configuration's `exemptions`). Unknown: none.
+    fn pod_security_exempt(&self, _username: Option<&str>, _runtime_class: Option<&str>) -> bool {
+        false
+    }
 }
 
 /// What a namespace's labels say to admission.
@@ -39,6 +45,19 @@ impl NamespaceAdmission {
         Self {
             injection_disabled: get(watcher_api::INJECTION_LABEL) == Some(watcher_api::INJECTION_DISABLED),
             pod_security: crate::pod_security::NamespaceLevels::from_lookup(get),
+        }
+    }
+
+    /// What the labels `get` of `namespace` say, under the cluster's Pod Security admission
+    /// configuration `cluster` (its defaults where a label is missing, its namespace exemptions).
+    pub fn of_namespace<'a>(
+        namespace: &str,
+        get: impl Fn(&str) -> Option<&'a str>,
+        cluster: &'a crate::pod_security::ClusterDefaults,
+    ) -> Self {
+        Self {
+            injection_disabled: get(watcher_api::INJECTION_LABEL) == Some(watcher_api::INJECTION_DISABLED),
+            pod_security: crate::pod_security::NamespaceLevels::of_namespace(namespace, get, cluster),
         }
     }
 }

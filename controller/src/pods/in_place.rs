@@ -45,9 +45,17 @@ pub struct Sidecar {
     pub image: Box<str>,
     /// The image the kubelet reports while the container runs and is ready.
     pub running_image: Option<Box<str>>,
-    /// Why it cannot start, as the kubelet says it (reason, message): `None` while it runs or
-    /// may still start.
-    pub blocked: Option<Box<(Box<str>, Box<str>)>>,
+    /// Why it cannot start, as the kubelet says it: `None` while it runs or may still start.
+    pub blocked: Option<Box<Blocked>>,
+}
+
+/// Why the kubelet cannot start a container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    /// Its waiting reason (`CreateContainerConfigError`, `ImagePullBackOff`, ...).
+    pub reason: Box<str>,
+    /// Its message.
+    pub message: Box<str>,
 }
 
 /// What the in-place update reads of an injected pod's spec and status.

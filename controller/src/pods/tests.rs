@@ -92,7 +92,10 @@ fn counts_annotation_selector_both_other_namespaces_outdated_and_terminating() {
         pod("unrelated", "team-a", json!({"app": "db"}), json!({}), None, 5, false),
         pod("leaving", "team-a", json!({"app": "web"}), json!({}), None, 6, true),
     ];
-    assert_eq!(count(&w, &refs(&pods)), PodCounts { matched: 3, injected: 2, up_to_date: 1, missing: 1, ..PodCounts::default() });
+    assert_eq!(
+        count(&w, &refs(&pods)),
+        PodCounts { matched: 3, injected: 2, up_to_date: 1, missing: 1, ..PodCounts::default() }
+    );
 }
 
 #[test]
@@ -985,7 +988,10 @@ async fn a_sidecar_the_kubelet_cannot_start_is_reported() {
         );
         counts.ok(&echo);
         let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/kubelet-cap/events").await;
-        assert_eq!((event.body["type"].as_str(), event.body["reason"].as_str()), (Some("Warning"), Some("SidecarCannotStart")));
+        assert_eq!(
+            (event.body["type"].as_str(), event.body["reason"].as_str()),
+            (Some("Warning"), Some("SidecarCannotStart"))
+        );
         event.created();
         let condition = api.expect(Method::PATCH, status_path).await;
         let written = &condition.body["status"]["conditions"][0];
@@ -1006,19 +1012,27 @@ async fn a_sidecar_the_kubelet_cannot_start_is_reported() {
 
     // The metric reads the status.
     let mut reported = watcher.clone();
-    reported.status = Some(serde_json::from_value(json!({"pods": {"matched": 1, "injected": 1, "upToDate": 1,
-        "missing": 0, "cannotStart": 1}})).expect("status"));
+    reported.status = Some(
+        serde_json::from_value(json!({"pods": {"matched": 1, "injected": 1, "upToDate": 1,
+        "missing": 0, "cannotStart": 1}}))
+        .expect("status"),
+    );
     let text = exported(vec![reported.clone()]);
-    assert!(text.contains(r#"watcher_pods{namespace="kubelet-cap",watcher="plain-watcher",state="cannot_start"} 1"#), "{text}");
+    assert!(
+        text.contains(r#"watcher_pods{namespace="kubelet-cap",watcher="plain-watcher",state="cannot_start"} 1"#),
+        "{text}"
+    );
 
     // Started (the kubelet reports it running): True, no Event.
     let mut running = stored.clone();
     running["status"]["initContainerStatuses"][0]["state"] = json!({"running": {"startedAt": "2026-11-26T01:10:00Z"}});
     running["status"]["initContainerStatuses"][0]["ready"] = json!(true);
-    reported.status = Some(serde_json::from_value(json!({"pods": {"matched": 1, "injected": 1, "upToDate": 1,
+    reported.status = Some(
+        serde_json::from_value(json!({"pods": {"matched": 1, "injected": 1, "upToDate": 1,
         "missing": 0, "cannotStart": 1}, "conditions": [{"type": "SidecarsRunning", "status": "False",
         "reason": "CreateContainerConfigError", "message": "...", "lastTransitionTime": "2026-11-26T01:00:00Z"}]}))
-    .expect("status"));
+        .expect("status"),
+    );
     let (ctx, mut api) = Context::test();
     let shared = context_for_tests(ctx, stored_index(&[running], &watcher), Vec::new());
     let echo = serde_json::to_value(&watcher).expect("JSON");
