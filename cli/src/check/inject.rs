@@ -124,6 +124,8 @@ pub(crate) struct Explanation {
 pub(crate) struct Scope<'a> {
     pub(crate) namespace: &'a str,
     pub(crate) namespace_labels: &'a BTreeMap<String, String>,
+    /// The cluster's Pod Security admission configuration, as the operator judges by it.
+    pub(crate) pod_security: &'a watcher_webhook::pod_security::ClusterDefaults,
     /// The Watchers that apply in the namespace: its own, then the ClusterWatchers' that
     /// apply there ([`watcher_webhook::cluster::watchers_in_namespace`]).
     pub(crate) watchers: &'a [&'a Watcher],
@@ -137,6 +139,43 @@ pub(crate) struct Scope<'a> {
     pub(crate) options: &'a InjectOptions,
     /// Where the registered matchConditions send the pod (see [`sent_by`]).
     pub(crate) sent: Sent,
+}
+
+impl Scope<'_> {
+    /// The namespace's Pod Security levels, as admission reads them.
+    fn levels(&self) -> NamespaceLevels {
+        NamespaceLevels::of_namespace(
+            self.namespace,
+            |key| self.namespace_labels.get(key).map(String::as_str),
+            self.pod_security,
+        )
+    }
+}
+
+/// The cluster's Pod Security admission configuration as the operator judges by it: its
+/// configuration (ConfigMap `watcher-operator-pod-security`), else what kube-apiserver enforces
+/// in `namespace` when it sets no Pod Security label (dry-run pods there, as the operator
+/// learns it); none when neither can be read.
+async fn cluster_pod_security(
+    client: &kube::Client,
+    operator_namespace: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> watcher_webhook::pod_security::ClusterDefaults {
+    let configured = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), operator_namespace)
+        .get_opt(super::POD_SECURITY_CONFIG_MAP)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|map| map.data?.remove(super::POD_SECURITY_CONFIG_KEY))
+        .and_then(|text: String| crate::pod_security_config::parse(&text).ok());
+    if let Some(configured) = configured {
+        return configured;
+    }
+    if labels.keys().any(|k| k.starts_with("pod-security.kubernetes.io/")) {
+        return Default::default();
+    }
+    watcher_controller::pod_security_probe::probe(client, namespace).await.map(|l| l.defaults).unwrap_or_default()
 }
 
 /// Where kube-apiserver sends a pod with `labels` and `annotations`, created in `namespace`,
@@ -394,8 +433,7 @@ fn see_the_app(pod: &PodView, existing: bool, scope: &Scope<'_>, lines: &mut [Wa
     let reports = if existing {
         injecting.iter().map(|w| app_report(pod, scope.namespace, w, scope.watchers)).collect()
     } else {
-        let levels = NamespaceLevels::from_labels(scope.namespace_labels);
-        inject_at_level(pod, scope.namespace, scope.watchers, scope.options, &levels).app
+        inject_at_level(pod, scope.namespace, scope.watchers, scope.options, &scope.levels()).app
     };
     for report in reports {
         if let Some(line) = lines.iter_mut().find(|l| l.name == report.watcher) {
@@ -408,7 +446,7 @@ fn see_the_app(pod: &PodView, existing: bool, scope: &Scope<'_>, lines: &mut [Wa
 /// containers for it, and which Watchers it leaves out (the same pass as admission, on the pod
 /// as it is or as written).
 fn hold_the_level(pod: &PodView, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
-    let levels = NamespaceLevels::from_labels(scope.namespace_labels);
+    let levels = scope.levels();
     if levels.enforced().is_none() {
         return;
     }
@@ -464,8 +502,7 @@ fn planned_images(pod: &PodView, scope: &Scope<'_>, excluded: &Option<Excluded>)
     if excluded.is_some() {
         return Vec::new();
     }
-    let levels = NamespaceLevels::from_labels(scope.namespace_labels);
-    let mut injection = inject_at_level(pod, scope.namespace, scope.watchers, scope.options, &levels);
+    let mut injection = inject_at_level(pod, scope.namespace, scope.watchers, scope.options, &scope.levels());
     let before = injection.patch.len();
     // The sidecars as injected, then the pod's own containers: images before rewriting.
     let mut images: Vec<(String, String)> = Vec::new();
@@ -684,9 +721,11 @@ pub(crate) async fn check_inject(
     let effective =
         watcher_webhook::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster_watchers, &options);
     let refs: Vec<&Watcher> = effective.iter().map(AsRef::as_ref).collect();
+    let pod_security = cluster_pod_security(client, &options.excluded_namespaces[0], &namespace, &labels).await;
     let scope = Scope {
         namespace: &namespace,
         namespace_labels: &labels,
+        pod_security: &pod_security,
         watchers: &refs,
         cluster: cluster_lines(&namespace, &labels, &own, &cluster_watchers, &options),
         selectors: &selectors,

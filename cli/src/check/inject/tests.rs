@@ -82,6 +82,7 @@ fn explain_with(
     let scope = Scope {
         namespace,
         namespace_labels: &namespace_labels,
+        pod_security: &watcher_webhook::pod_security::ClusterDefaults::default(),
         watchers: &refs,
         cluster: cluster_lines(namespace, &namespace_labels, &own, &cluster, &options()),
         selectors: &deploy_selectors(),
