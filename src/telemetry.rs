@@ -207,7 +207,14 @@ mod tests {
         // The Watcher's sidecar, watcher-agent, exports its own: the dashboard's row and the
         // alert on them read what it exports.
         let mut agent = Registry::default();
-        drop(watcher_agent::metrics::Metrics::register(&mut agent, &["/var/log/*.log".into()], &["error".into()]));
+        let rules = [watcher_agent::config::RuleConfig {
+            name: "error".into(),
+            pattern: "ERROR".into(),
+            alert: None,
+            labels: Vec::new(),
+        }];
+        let sources = ["/var/log/*.log".into(), "stdout".into()];
+        drop(watcher_agent::metrics::Metrics::register(&mut agent, &sources, &rules, 100));
         text.push_str(&watcher_agent::metrics::openmetrics(&agent));
         let mut names = std::collections::BTreeSet::new();
         for line in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {

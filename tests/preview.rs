@@ -26,9 +26,9 @@ fn preview_with(pod: &str, watcher: &str, extra: &[&str]) -> (Value, String) {
     (pod, String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
-/// README's "Watching the app": watcher-agent reads the app's log volume read-only, gets its
-/// configuration from the Watcher's ConfigMap and its pod's identity from the downward API, and
-/// the pod is annotated for scraping.
+/// README's "Watching the app": watcher-agent reads the app's log volume read-only, keeps its
+/// checkpoints on a volume of its own, gets its configuration from the Watcher's ConfigMap and its
+/// pod's identity from the downward API, and the pod is annotated for scraping.
 #[test]
 fn the_app_sample_is_watched_as_readme_says() {
     let (pod, warnings) = preview("deploy/samples/app.yaml", "deploy/samples/app-watcher.yaml");
@@ -37,8 +37,14 @@ fn the_app_sample_is_watched_as_readme_says() {
     assert_eq!(sidecar["name"], "app-watcher");
     assert_eq!(
         sidecar["volumeMounts"],
-        serde_json::json!([{"name": "logs", "mountPath": "/var/log/app", "readOnly": true}])
+        serde_json::json!([
+            {"name": "watcher-agent-state", "mountPath": "/var/lib/watcher-agent"},
+            {"name": "logs", "mountPath": "/var/log/app", "readOnly": true},
+        ])
     );
+    let volumes: Vec<&str> =
+        pod["spec"]["volumes"].as_array().into_iter().flatten().filter_map(|v| v["name"].as_str()).collect();
+    assert_eq!(volumes, ["logs", "watcher-agent-state"]);
     let env: Vec<&str> = sidecar["env"].as_array().into_iter().flatten().filter_map(|e| e["name"].as_str()).collect();
     assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "POD_UID"]);
     assert_eq!(sidecar["envFrom"], serde_json::json!([{"configMapRef": {"name": "app-watcher-config"}}]));

@@ -1,8 +1,9 @@
-//! `cargo bench -p watcher-agent`: lines per second on one core (the follower reading a file
+//! `cargo bench -p watcher-agent --profile agent` (the profile the image is built with; plain
+//! `cargo bench` measures the release profile): lines per second on one core (the follower reading a file
 //! and every rule matched in one pass) for 1, 2 and 8 rules over realistic log lines (200 bytes,
 //! 1 in 50 matching), beside `grep -c` and, where `mtail` is installed (Debian's `mtail`), mtail
 //! running the same rules on the same file (`agent/benches/mtail-*`); then the resident memory
-//! of the `watcher-agent` binary and of mtail, each following 10 files. Numbers are printed,
+//! of the `watcher-agent` binary (with checkpoints) and of mtail, each following 10 files. Numbers are printed,
 //! never asserted: BENCHMARKS.md has them.
 
 use std::io::Write;
@@ -10,10 +11,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use watcher_agent::alerts::AlertBook;
 use watcher_agent::config::{RuleConfig, Start};
-use watcher_agent::follow::Follower;
+use watcher_agent::counting::Counting;
+use watcher_agent::follow::{Begin, FollowOptions, Follower, Sink, SourceError};
+use watcher_agent::lines::Line;
 use watcher_agent::metrics::Metrics;
-use watcher_agent::processor::{FileSink, Processor};
+use watcher_agent::rules::Rules;
 
 const LINES: usize = 500_000;
 
@@ -61,32 +68,66 @@ fn write_log(path: &Path, lines: usize) {
 fn rules(count: usize) -> Vec<RuleConfig> {
     PATTERNS[..count]
         .iter()
-        .map(|(name, pattern)| RuleConfig { name: (*name).into(), pattern: (*pattern).into(), alert: None })
+        .map(|(name, pattern)| RuleConfig {
+            name: (*name).into(),
+            pattern: (*pattern).into(),
+            alert: None,
+            labels: Vec::new(),
+        })
         .collect()
 }
 
-/// Lines per second through the follower and the rules, on this thread; and the matches.
-fn agent_throughput(path: &Path, rules: &[RuleConfig]) -> (f64, u64) {
+/// The lines read, counted as the agent's files' thread counts them.
+struct Counted<'a>(&'a mut Counting);
+
+impl Sink for Counted<'_> {
+    fn run(&mut self, source: usize, run: &[u8], written: SystemTime) {
+        self.0.run(source, run, written);
+    }
+    fn line(&mut self, source: usize, line: Line<'_>, written: SystemTime) {
+        self.0.line(source, line, written);
+    }
+    fn error(&mut self, _source: usize, _reason: SourceError, detail: &str) {
+        panic!("cannot read: {detail}");
+    }
+}
+
+/// Lines per second through the follower and the rules, on this thread; and the matches. With
+/// `checkpoints`, where every file was read to is taken and written to a checkpoint after every
+/// poll (8 MiB), where the agent does it once a second: the most they can cost.
+fn agent_throughput(path: &Path, rules: &[RuleConfig], checkpoints: Option<&Path>) -> (f64, u64) {
     let mut best = f64::MAX;
     let mut matched = 0;
     for _ in 0..3 {
         let mut registry = prometheus_client::registry::Registry::default();
-        let names: Vec<String> = rules.iter().map(|r| r.name.clone()).collect();
-        let metrics = Metrics::register(&mut registry, &["bench".into()], &names);
-        let counter = metrics.matches[0][0].clone();
-        let mut processor = Processor::new(rules, 1, metrics).expect("rules");
-        let mut follower = Follower::new(vec![path.display().to_string()], Start::Beginning, 16_384);
+        let metrics = Arc::new(Metrics::register(&mut registry, &["bench".into()], rules, 100));
+        let alerts = Arc::new(Mutex::new(AlertBook::new(rules)));
+        let compiled = Rules::new(rules).expect("rules");
+        let mut counting = Counting::new(compiled, metrics.clone(), alerts, 1, 16_384);
+        let options = FollowOptions {
+            globs: vec![path.display().to_string()],
+            start: Start::Beginning,
+            max_line: 16_384,
+            rotate_wait: Duration::from_secs(5),
+            ignore_older: None,
+            max_open: 128,
+        };
+        let mut follower = Follower::new(options, Begin::Fresh);
         let start = Instant::now();
         loop {
-            let mut sink = FileSink { processor: &mut processor, now: Instant::now() };
-            let more = follower.poll(&mut sink);
-            processor.flush();
+            let more = follower.poll(&mut Counted(&mut counting));
+            counting.flush();
+            if let Some(dir) = checkpoints {
+                let checkpoint =
+                    watcher_agent::checkpoint::Checkpoint { written: 0, files: follower.marks(), stream: None };
+                watcher_agent::checkpoint::write(dir, &checkpoint).expect("checkpoint");
+            }
             if !more {
                 break;
             }
         }
         best = best.min(start.elapsed().as_secs_f64());
-        matched = counter.get();
+        matched = metrics.matches[0][0].as_ref().map_or(0, prometheus_client::metrics::counter::Counter::get);
     }
     (LINES as f64 / best, matched)
 }
@@ -96,8 +137,9 @@ fn time_command(program: &str, args: &[&str]) -> Option<f64> {
     let mut best = f64::MAX;
     for _ in 0..3 {
         let start = Instant::now();
-        let status = Command::new(program).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().ok()?;
-        if !status.success() {
+        // Output to a pipe, read: GNU grep stops at the first match when its output is /dev/null.
+        let output = Command::new(program).args(args).stderr(Stdio::null()).output().ok()?;
+        if !output.status.success() {
             return None;
         }
         best = best.min(start.elapsed().as_secs_f64());
@@ -148,10 +190,15 @@ fn main() {
     let mb = |lines_per_second: f64| lines_per_second * 200.0 / 1e6;
     let log_path = log.display().to_string();
     for count in [1, 2, 8] {
-        let (rate, matched) = agent_throughput(&log, &rules(count));
+        let (rate, matched) = agent_throughput(&log, &rules(count), None);
         assert_eq!(matched, (LINES / 50) as u64, "every ERROR line counted once");
         println!("{:<44} {rate:>14.0} {:>10.0}", format!("watcher-agent, {count} rule(s)"), mb(rate));
     }
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).expect("state directory");
+    let (rate, matched) = agent_throughput(&log, &rules(2), Some(&state));
+    assert_eq!(matched, (LINES / 50) as u64, "every ERROR line counted once");
+    println!("{:<44} {rate:>14.0} {:>10.0}", "watcher-agent, 2 rules, checkpoint every 8 MiB", mb(rate));
     if let Some(seconds) = time_command("grep", &["-c", "ERROR", &log_path]) {
         let rate = LINES as f64 / seconds;
         println!("{:<44} {rate:>14.0} {:>10.0}", "grep -c ERROR (for scale)", mb(rate));
@@ -183,7 +230,8 @@ fn main() {
         .env("AGENT_RULE_ERROR", r"\bERROR\b")
         .env("AGENT_RULE_TIMEOUT", "(?i)timeout")
         .env("AGENT_LISTEN", "127.0.0.1:0")
-        .env("AGENT_EVENTS", "false");
+        .env("AGENT_EVENTS", "false")
+        .env("AGENT_STATE_DIR", dir.join("agent-state").display().to_string());
     println!("{:<44} {:>14} {:>10}", "resident memory, following 10 files", "MiB", "anon MiB");
     match rss_following(agent, &ten) {
         Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "watcher-agent, 2 rules"),

@@ -1,91 +1,84 @@
-//! Alerts posted to an Alertmanager (API v2, `POST /api/v2/alerts`) over plain HTTP: a firing
-//! alert is posted when it fires and again while it fires (its `endsAt` ahead, as Prometheus
-//! does, so Alertmanager keeps it), a resolved one with `endsAt` now.
+//! Alerts posted to an Alertmanager (API v2, `POST /api/v2/alerts`) over plain HTTP, as
+//! Prometheus posts them: each firing alert when it fires and again every [`REPOST_EVERY`] while
+//! it fires, with `startsAt` (the first match of the firing) and an `endsAt` ahead
+//! ([`ENDS_AHEAD`]: if the agent dies, Alertmanager resolves it by itself); a resolved one with
+//! `endsAt` the time it was resolved, posted until Alertmanager takes it. Labels name the rule,
+//! the pod and its namespace. Each post has a timeout; a failed one is tried again with backoff.
+//! The poster runs in a task of its own ([`run`]): reading never waits for it.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::warn;
 
-use crate::config::PodIdentity;
+use crate::alerts::AlertState;
+use crate::config::{AlertmanagerUrl, PodIdentity};
+use crate::events::timestamp;
+use crate::metrics::Metrics;
 
 /// A firing alert is posted again this often.
 pub const REPOST_EVERY: Duration = Duration::from_secs(30);
-/// How far ahead a firing alert's `endsAt` is: three posts.
-const ENDS_AHEAD: SignedDuration = SignedDuration::from_secs(90);
+/// How far ahead of a post a firing alert's `endsAt` is: three posts.
+pub const ENDS_AHEAD: Duration = Duration::from_secs(90);
 /// A post that takes longer fails.
 const TIMEOUT: Duration = Duration::from_secs(5);
+/// Backoff between failed posts: from 1 s, doubling, to this.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A resolution Alertmanager never took is given up after this (it resolved the alert by
+/// itself at its `endsAt` long before).
+const GIVE_UP: Duration = Duration::from_secs(10 * 60);
 
 /// Where alerts go.
 #[derive(Clone, Debug)]
 pub struct Alertmanager {
-    host: String,
-    port: u16,
-    path: String,
-}
-
-/// One alert's state, as posted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
-    /// Firing: `endsAt` ahead.
-    Firing,
-    /// Resolved: `endsAt` now.
-    Resolved,
+    url: AlertmanagerUrl,
 }
 
 impl Alertmanager {
-    /// Alertmanager at `url` (`http://host[:port][/prefix]`); `None` for another form.
-    pub fn new(url: &str) -> Option<Self> {
-        let rest = url.strip_prefix("http://")?;
-        let (authority, prefix) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((host, port)) => (host, port.parse().ok()?),
-            None => (authority, 80),
-        };
-        if host.is_empty() || host.contains(['@', ' ']) {
-            return None;
-        }
-        let prefix = prefix.trim_end_matches('/');
-        let path = if prefix.is_empty() { "/api/v2/alerts".to_owned() } else { format!("/{prefix}/api/v2/alerts") };
-        Some(Self { host: host.to_owned(), port, path })
+    /// Alertmanager at `url`.
+    pub fn new(url: AlertmanagerUrl) -> Self {
+        Self { url }
     }
 
-    /// The body of a post: one alert of rule `rule` about `pod`.
-    pub fn body(rule: &str, note: &str, pod: &PodIdentity, state: State, now: Timestamp) -> serde_json::Value {
-        let ends = match state {
-            State::Firing => now.saturating_add(ENDS_AHEAD).unwrap_or(now),
-            State::Resolved => now,
+    /// The body of one alert of rule `alert` about `pod`: firing (`endsAt` ahead of `now`) or
+    /// resolved (`endsAt` when it was).
+    pub fn alert(alert: &AlertState, pod: &PodIdentity, now: SystemTime) -> serde_json::Value {
+        let ends = match alert.resolved_at {
+            Some(at) if !alert.firing => at,
+            _ => now + ENDS_AHEAD,
         };
-        let mut labels = json!({"alertname": "WatcherAgentRule", "rule": rule, "severity": "warning"});
+        let mut labels = json!({"alertname": "WatcherAgentRule", "rule": alert.name, "severity": "warning"});
         if let Some(namespace) = &pod.namespace {
             labels["namespace"] = json!(namespace);
         }
         if let Some(name) = &pod.name {
             labels["pod"] = json!(name);
         }
-        json!([{
+        json!({
             "labels": labels,
-            "annotations": {"summary": format!("watcher-agent rule {rule} is over its threshold"), "description": note},
-            "endsAt": ends.to_string(),
-        }])
+            "annotations": {
+                "summary": format!("watcher-agent rule {} is over its threshold", alert.name),
+                "description": alert.note,
+            },
+            "startsAt": timestamp(alert.starts_at).to_string(),
+            "endsAt": timestamp(ends).to_string(),
+        })
     }
 
-    /// Posts `body`; the HTTP status, or why not.
-    pub async fn post(&self, body: &serde_json::Value) -> Result<u16, String> {
-        tokio::time::timeout(TIMEOUT, self.post_now(body)).await.map_err(|_| "timed out".to_owned())?
+    /// Posts `alerts` (a JSON array); the HTTP status, or why not.
+    pub async fn post(&self, alerts: &serde_json::Value) -> Result<u16, String> {
+        tokio::time::timeout(TIMEOUT, self.post_now(alerts)).await.map_err(|_| "no answer in time".to_owned())?
     }
 
     async fn post_now(&self, body: &serde_json::Value) -> Result<u16, String> {
+        let AlertmanagerUrl { host, port, path } = &self.url;
         let payload = body.to_string();
-        let mut stream =
-            tokio::net::TcpStream::connect((self.host.as_str(), self.port)).await.map_err(|e| e.to_string())?;
+        let mut stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await.map_err(|e| e.to_string())?;
         let request = format!(
-            "POST {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+            "POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
              Connection: close\r\n\r\n{payload}",
-            self.path,
-            self.host,
-            self.port,
             payload.len()
         );
         stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
@@ -103,29 +96,138 @@ impl Alertmanager {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// What was posted of one rule's alert.
+#[derive(Default)]
+struct Posted {
+    /// The firing posted (its number), and when.
+    firing: Option<(u64, Instant)>,
+    /// The firing whose resolution was posted (or given up).
+    resolved: u64,
+}
 
-    #[test]
-    fn urls_are_read_as_alertmanager_takes_them() {
-        let am = Alertmanager::new("http://alertmanager.monitoring:9093").expect("valid");
-        assert_eq!((am.host.as_str(), am.port, am.path.as_str()), ("alertmanager.monitoring", 9093, "/api/v2/alerts"));
-        let prefixed = Alertmanager::new("http://am/prefix/").expect("valid");
-        assert_eq!((prefixed.port, prefixed.path.as_str()), (80, "/prefix/api/v2/alerts"));
-        for bad in ["https://am:9093", "am:9093", "http://:9093", "http://am:port"] {
-            assert!(Alertmanager::new(bad).is_none(), "{bad}");
-        }
+/// The alerts due to be posted, and what was.
+pub struct Poster {
+    alertmanager: Alertmanager,
+    pod: PodIdentity,
+    posted: HashMap<String, Posted>,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+}
+
+impl Poster {
+    /// Posts to `alertmanager` about `pod`.
+    pub fn new(alertmanager: Alertmanager, pod: PodIdentity) -> Self {
+        Self { alertmanager, pod, posted: HashMap::new(), retry_at: None, backoff: Duration::ZERO }
     }
 
-    /// A fake Alertmanager on a local port: what it was posted, firing then resolved.
-    #[tokio::test]
-    async fn firing_and_resolved_alerts_are_posted() {
+    /// Posts, in one request, the alerts `alerts` make due at `now`: firings new or due again,
+    /// resolutions not yet taken (every one when `closing`, backoff or not).
+    pub async fn sync(
+        &mut self,
+        alerts: &[AlertState],
+        now: Instant,
+        wall: SystemTime,
+        closing: bool,
+        metrics: &Metrics,
+    ) {
+        if !closing && self.retry_at.is_some_and(|at| at > now) {
+            return;
+        }
+        let mut due = Vec::new();
+        for alert in alerts.iter().filter(|a| a.firings > 0) {
+            let posted = self.posted.entry(alert.name.clone()).or_default();
+            let firing_due = alert.firing
+                && posted.firing.is_none_or(|(firing, at)| {
+                    firing != alert.firings || now.saturating_duration_since(at) >= REPOST_EVERY
+                });
+            let resolution_due = !alert.firing && posted.resolved < alert.firings;
+            if resolution_due
+                && alert.resolved_at.is_some_and(|at| wall.duration_since(at).unwrap_or_default() > GIVE_UP)
+            {
+                warn!(
+                    rule = alert.name,
+                    "Alertmanager never took the resolution: given up (it resolved the alert by itself)"
+                );
+                posted.resolved = alert.firings;
+                continue;
+            }
+            if firing_due || resolution_due {
+                due.push(alert);
+            }
+        }
+        if due.is_empty() {
+            return;
+        }
+        let body: Vec<serde_json::Value> = due.iter().map(|a| Alertmanager::alert(a, &self.pod, wall)).collect();
+        let result = self.alertmanager.post(&serde_json::Value::Array(body)).await;
+        match result {
+            Ok(200..=299) => {
+                metrics.sent("alertmanager", "sent");
+                self.backoff = Duration::ZERO;
+                self.retry_at = None;
+                for alert in due {
+                    let posted = self.posted.entry(alert.name.clone()).or_default();
+                    if alert.firing {
+                        posted.firing = Some((alert.firings, now));
+                    } else {
+                        posted.resolved = alert.firings;
+                        posted.firing = None;
+                    }
+                }
+            }
+            failed => {
+                metrics.sent("alertmanager", "failed");
+                self.backoff = (self.backoff * 2).clamp(Duration::from_secs(1), MAX_BACKOFF);
+                self.retry_at = Some(now + self.backoff);
+                let why = match failed {
+                    Ok(status) => format!("HTTP {status}"),
+                    Err(error) => error,
+                };
+                warn!(why, retry_in = ?self.backoff, "cannot post to Alertmanager; posting again");
+            }
+        }
+    }
+}
+
+/// The Alertmanager task: posts what the alert loop publishes on `alerts` (and the reposts due,
+/// looked at every second) until the alert loop is gone, then what is left, for at most
+/// `deadline`.
+pub async fn run(
+    mut poster: Poster,
+    mut alerts: tokio::sync::watch::Receiver<Vec<AlertState>>,
+    metrics: std::sync::Arc<Metrics>,
+    deadline: Duration,
+) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            changed = alerts.changed() => if changed.is_err() { break },
+            _ = ticks.tick() => {}
+        }
+        let snapshot = alerts.borrow_and_update().clone();
+        poster.sync(&snapshot, Instant::now(), SystemTime::now(), false, &metrics).await;
+    }
+    let snapshot = alerts.borrow().clone();
+    let last = poster.sync(&snapshot, Instant::now(), SystemTime::now(), true, &metrics);
+    if tokio::time::timeout(deadline, last).await.is_err() {
+        warn!("stopping: the last alerts could not be posted to Alertmanager in time");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::registry::Registry;
+
+    use super::*;
+
+    /// A fake Alertmanager on a local port: the bodies of the posts it answers with `status`.
+    async fn alertmanager(statuses: Vec<u16>) -> (AlertmanagerUrl, tokio::task::JoinHandle<Vec<serde_json::Value>>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let server = tokio::spawn(async move {
             let mut bodies = Vec::new();
-            for _ in 0..2 {
+            for status in statuses {
                 let (mut socket, _) = listener.accept().await.expect("accept");
                 let mut request = Vec::new();
                 let mut buffer = [0_u8; 4096];
@@ -146,32 +248,92 @@ mod tests {
                         }
                     }
                 }
-                socket.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await.expect("write");
+                let answer = format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n");
+                socket.write_all(answer.as_bytes()).await.expect("write");
             }
             bodies
         });
-        let am = Alertmanager::new(&format!("http://{addr}")).expect("url");
-        let pod = PodIdentity { name: Some("shop".into()), namespace: Some("team-a".into()), uid: None };
-        let now: Timestamp = "2026-11-25T10:00:00Z".parse().expect("time");
-        for state in [State::Firing, State::Resolved] {
-            let status = am.post(&Alertmanager::body("error", "rule error matched", &pod, state, now)).await;
-            assert_eq!(status, Ok(200));
+        (AlertmanagerUrl::parse(&format!("http://{addr}")).expect("url"), server)
+    }
+
+    fn firing(at: SystemTime) -> AlertState {
+        AlertState {
+            firing: true,
+            firings: 1,
+            occurrences: 3,
+            note: "rule error matched 3 times within 3 in 1m; last line: ERROR db".into(),
+            starts_at: at,
+            ..AlertState::new("error")
         }
+    }
+
+    fn metrics() -> (Metrics, Registry) {
+        let mut registry = Registry::default();
+        (Metrics::register(&mut registry, &["stdout".into()], &[], 10), registry)
+    }
+
+    /// Firing with `startsAt` its first match and `endsAt` ahead, posted again only after
+    /// [`REPOST_EVERY`]; resolved with `endsAt` when it was, after a refusal, tried again.
+    #[tokio::test]
+    async fn firing_then_resolved_as_prometheus_posts_them() {
+        let (url, server) = alertmanager(vec![200, 200, 503, 200]).await;
+        let pod = PodIdentity { name: Some("shop".into()), namespace: Some("team-a".into()), uid: None };
+        let mut poster = Poster::new(Alertmanager::new(url), pod);
+        let (metrics, registry) = metrics();
+        let wall: SystemTime = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let first_match = wall - Duration::from_secs(40);
+        let start = Instant::now();
+        let mut alert = firing(first_match);
+        poster.sync(&[alert.clone()], start, wall, false, &metrics).await;
+        poster.sync(&[alert.clone()], start + Duration::from_secs(10), wall, false, &metrics).await; // not due
+        poster.sync(&[alert.clone()], start + REPOST_EVERY, wall + REPOST_EVERY, false, &metrics).await;
+        alert.firing = false;
+        alert.resolved_at = Some(wall + Duration::from_secs(45));
+        let later = start + Duration::from_secs(50);
+        poster.sync(&[alert.clone()], later, wall, false, &metrics).await; // 503
+        poster.sync(&[alert.clone()], later + Duration::from_millis(10), wall, false, &metrics).await; // backoff
+        poster.sync(&[alert.clone()], later + Duration::from_secs(2), wall, false, &metrics).await;
+        poster.sync(&[alert.clone()], later + Duration::from_secs(60), wall, false, &metrics).await; // nothing
         let bodies = server.await.expect("served");
+        assert_eq!(bodies.len(), 4);
+        let first = &bodies[0][0];
         assert_eq!(
-            bodies[0][0]["labels"],
+            first["labels"],
             json!({"alertname": "WatcherAgentRule", "rule": "error", "severity": "warning", "namespace": "team-a", "pod": "shop"})
         );
-        assert_eq!(bodies[0][0]["endsAt"], "2026-11-25T10:01:30Z", "firing: ends ahead");
-        assert_eq!(bodies[1][0]["endsAt"], "2026-11-25T10:00:00Z", "resolved: ends now");
-        assert_eq!(bodies[1][0]["annotations"]["description"], "rule error matched");
+        assert_eq!(first["startsAt"], "2027-01-15T07:59:20Z", "the first match of the firing");
+        assert_eq!(first["endsAt"], "2027-01-15T08:01:30Z", "firing: ends ahead");
+        assert_eq!(first["annotations"]["description"], alert.note);
+        assert_eq!(bodies[1][0]["endsAt"], "2027-01-15T08:02:00Z", "posted again, ending further ahead");
+        for resolved in &bodies[2..] {
+            assert_eq!(resolved[0]["endsAt"], "2027-01-15T08:00:45Z", "resolved: ends when it was");
+            assert_eq!(resolved[0]["startsAt"], first["startsAt"]);
+        }
+        let text = crate::metrics::openmetrics(&registry);
+        assert!(text.contains(r#"watcher_agent_alerts_sent_total{to="alertmanager",result="sent"} 3"#), "{text}");
+        assert!(text.contains(r#"watcher_agent_alerts_sent_total{to="alertmanager",result="failed"} 1"#), "{text}");
     }
 
     #[tokio::test]
     async fn an_unreachable_alertmanager_is_an_error_not_a_hang() {
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
-        let am = Alertmanager::new(&format!("http://127.0.0.1:{port}")).expect("url");
-        let pod = PodIdentity::default();
-        assert!(am.post(&Alertmanager::body("error", "n", &pod, State::Firing, Timestamp::now())).await.is_err());
+        let url = AlertmanagerUrl::parse(&format!("http://127.0.0.1:{port}")).expect("url");
+        let am = Alertmanager::new(url);
+        let body = Alertmanager::alert(&firing(SystemTime::now()), &PodIdentity::default(), SystemTime::now());
+        assert!(am.post(&json!([body])).await.is_err());
+    }
+
+    /// A server that takes the connection and never answers: the post ends at its timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_alertmanager_times_out() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = AlertmanagerUrl::parse(&format!("http://{}", listener.local_addr().expect("addr"))).expect("url");
+        let _held = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.expect("accept");
+            std::future::pending::<()>().await;
+            drop(socket);
+        });
+        let result = Alertmanager::new(url).post(&json!([])).await;
+        assert_eq!(result, Err("no answer in time".to_owned()));
     }
 }

@@ -20,16 +20,41 @@ pub const MAX_FILES: usize = 32;
 
 /// The variables the agent reads, with their default and meaning: `watcher-agent check` and
 /// docs/agent.md show this table.
-pub const VARIABLES: [(&str, &str, &str); 12] = [
+pub const VARIABLES: [(&str, &str, &str); 20] = [
     ("AGENT_FILES", "(none)", "files to follow: globs, comma-separated (`/var/log/app/*.log,/data/*.err`)"),
     (
         "AGENT_LOGS_CONTAINER",
         "(none)",
         "a container of this pod whose stdout and stderr to follow through the API (`pods/log`)",
     ),
-    ("AGENT_RULE_<NAME>", "(at least one)", "a rule: a regular expression (Rust `regex` syntax) matched on each line"),
+    (
+        "AGENT_RULE_<NAME>",
+        "(at least one)",
+        "a rule: a regular expression (Rust `regex` syntax) matched on each line; its named groups \
+         (`(?P<code>5\\d\\d)`) are labels of its counter",
+    ),
     ("AGENT_ALERT_<NAME>", "(none)", "an alert for rule <NAME>: `<count>/<window>`, e.g. `5/1m`"),
-    ("AGENT_START", "end", "where to start in files present at start: `end` or `beginning`"),
+    (
+        "AGENT_STATE_DIR",
+        "(none)",
+        "a directory kept across restarts (an emptyDir): each file's offset and the log stream's last time, so \
+         nothing is lost or counted twice when the agent restarts",
+    ),
+    (
+        "AGENT_START",
+        "end",
+        "where to start in files present at start: `end` or `beginning` (with AGENT_STATE_DIR: from the beginning \
+         at the first start in the pod, from the checkpoints after)",
+    ),
+    (
+        "AGENT_STREAM_IDLE",
+        "2m",
+        "a log stream that sends nothing for this long is asked again (a half-open connection never ends by itself)",
+    ),
+    ("AGENT_ROTATE_WAIT", "5s", "a file rotated away (renamed, deleted) is read until it has not grown for this long"),
+    ("AGENT_IGNORE_OLDER", "off", "files that have not changed for this long are closed (opened again when they do)"),
+    ("AGENT_MAX_OPEN_FILES", "128", "files open at once at most (the least recently changed are closed first)"),
+    ("AGENT_MAX_SERIES", "100", "distinct label values of a rule's named groups at most; beyond, `other`"),
     ("AGENT_LISTEN", "0.0.0.0:9102", "address of /metrics, /healthz and /readyz"),
     ("AGENT_EVENTS", "true", "emit a Warning Event on the pod when an alert fires"),
     (
@@ -39,8 +64,31 @@ pub const VARIABLES: [(&str, &str, &str); 12] = [
     ),
     ("AGENT_POLL", "250ms", "how often files are looked at (10ms to 1m)"),
     ("AGENT_MAX_LINE_BYTES", "16384", "longer lines are counted once, matched on their first bytes (256 to 1048576)"),
-    ("AGENT_SHUTDOWN_LINGER", "5s", "after SIGTERM, how long /metrics waits for a last scrape (0s to 1m)"),
+    ("AGENT_SHUTDOWN_LINGER", "5s", "after SIGTERM, how long /metrics waits for a last scrape (0s to 20s)"),
+    ("AGENT_LOG", "info", "what the agent logs (`debug`, `warn`, or a tracing filter)"),
     ("POD_NAME, POD_NAMESPACE, POD_UID", "(downward API)", "the pod the Events are about"),
+    ("*_SERVICE_HOST, *_SERVICE_PORT, *_PORT*", "(kubelet)", "the kubelet's Service variables: ignored"),
+];
+
+/// The fixed names among [`VARIABLES`] (without the rule and alert prefixes).
+const FIXED: [&str; 17] = [
+    "AGENT_FILES",
+    "AGENT_LOGS_CONTAINER",
+    "AGENT_STREAM_IDLE",
+    "AGENT_STATE_DIR",
+    "AGENT_START",
+    "AGENT_ROTATE_WAIT",
+    "AGENT_IGNORE_OLDER",
+    "AGENT_MAX_OPEN_FILES",
+    "AGENT_MAX_SERIES",
+    "AGENT_LISTEN",
+    "AGENT_EVENTS",
+    "AGENT_ALERTMANAGER_URL",
+    "AGENT_POLL",
+    "AGENT_MAX_LINE_BYTES",
+    "AGENT_SHUTDOWN_LINGER",
+    "AGENT_LOG",
+    "AGENT_RULE_<NAME>",
 ];
 
 /// Where to start reading the files present when the agent starts (files that appear later
@@ -77,6 +125,8 @@ pub struct RuleConfig {
     pub pattern: String,
     /// Its alert, from `AGENT_ALERT_<NAME>`.
     pub alert: Option<Threshold>,
+    /// The names of its named groups: labels of its counter.
+    pub labels: Vec<String>,
 }
 
 /// The pod the agent runs in, from the downward API.
@@ -101,12 +151,24 @@ pub struct Config {
     pub rules: Vec<RuleConfig>,
     /// Where to start in files present at start.
     pub start: Start,
+    /// Where checkpoints are kept across restarts.
+    pub state_dir: Option<std::path::PathBuf>,
+    /// A log stream silent this long is asked again.
+    pub stream_idle: Duration,
+    /// How long a file rotated away is read after its last growth.
+    pub rotate_wait: Duration,
+    /// Files unchanged for this long are closed.
+    pub ignore_older: Option<Duration>,
+    /// Files open at once at most.
+    pub max_open_files: usize,
+    /// Distinct label values of a rule's named groups at most.
+    pub max_series: usize,
     /// Address of the HTTP endpoints.
     pub listen: SocketAddr,
     /// Whether alerts become Events on the pod.
     pub events: bool,
     /// Alertmanager's base URL (`http://host:port`), to post alerts to.
-    pub alertmanager: Option<String>,
+    pub alertmanager: Option<AlertmanagerUrl>,
     /// How often files are polled.
     pub poll: Duration,
     /// Bytes of a line kept for matching.
@@ -115,6 +177,41 @@ pub struct Config {
     pub shutdown_linger: Duration,
     /// The pod.
     pub pod: PodIdentity,
+}
+
+/// An Alertmanager's address, as `AGENT_ALERTMANAGER_URL` gives it (`http://host[:port][/prefix]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlertmanagerUrl {
+    /// Host name or address.
+    pub host: String,
+    /// Port (80 by default).
+    pub port: u16,
+    /// The path alerts are posted to (`/api/v2/alerts`, after the prefix).
+    pub path: String,
+}
+
+impl AlertmanagerUrl {
+    /// The address `url` gives; `None` for another form.
+    pub fn parse(url: &str) -> Option<Self> {
+        let rest = url.strip_prefix("http://")?;
+        let (authority, prefix) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) => (host, port.parse().ok()?),
+            None => (authority, 80),
+        };
+        if host.is_empty() || host.contains(['@', ' ']) {
+            return None;
+        }
+        let prefix = prefix.trim_end_matches('/');
+        let path = if prefix.is_empty() { "/api/v2/alerts".to_owned() } else { format!("/{prefix}/api/v2/alerts") };
+        Some(Self { host: host.to_owned(), port, path })
+    }
+}
+
+impl fmt::Display for AlertmanagerUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "http://{}:{}{}", self.host, self.port, self.path.trim_end_matches("/api/v2/alerts"))
+    }
 }
 
 /// A configuration problem: the variable, and what is wrong with it.
@@ -133,7 +230,10 @@ fn error(variable: &str, problem: impl Into<String>) -> ConfigError {
 
 impl Config {
     /// The configuration the variables `vars` give (the process's environment in production).
-    /// A variable whose value is not UTF-8 is an error if it is one the agent reads.
+    /// A variable whose value is not UTF-8 is an error if it is one the agent reads; every value
+    /// is trimmed (a YAML block scalar ends in a newline); an `AGENT_` variable the agent does
+    /// not know is an error naming the closest one it knows, except the kubelet's Service
+    /// variables (a Service named `agent-rule-x` gives every container `AGENT_RULE_X_PORT=...`).
     pub fn from_vars<I, K, V>(vars: I) -> Result<Self, ConfigError>
     where
         I: IntoIterator<Item = (K, V)>,
@@ -148,21 +248,53 @@ impl Config {
                 continue;
             }
             let value = value.into_string().map_err(|_| error(key, "not valid UTF-8"))?;
-            own.push((key.to_owned(), value));
+            if key.starts_with(PREFIX) && is_service_link(key, value.trim()) {
+                continue;
+            }
+            own.push((key.to_owned(), value.trim().to_owned()));
         }
         own.sort();
-        let get = |name: &str| own.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim()).filter(|v| !v.is_empty());
+        for (key, _) in own.iter().filter(|(k, _)| k.starts_with(PREFIX)) {
+            let known = FIXED.contains(&key.as_str()) || key.starts_with(RULE_PREFIX) || key.starts_with(ALERT_PREFIX);
+            if !known {
+                return Err(error(key, format!("unknown variable{}", closest(key))));
+            }
+        }
+        let get = |name: &str| own.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty());
 
-        let mut rules = Vec::new();
+        let mut rules: Vec<RuleConfig> = Vec::new();
+        let mut keys: Vec<&str> = Vec::new();
         for (key, value) in own.iter().filter(|(k, _)| k.starts_with(RULE_PREFIX)) {
             let name = rule_name(key, RULE_PREFIX)?;
+            if let Some(other) = rules.iter().position(|r| r.name == name) {
+                return Err(error(
+                    key,
+                    format!("{} names the same rule ({name}): rule names are not case-sensitive", keys[other]),
+                ));
+            }
             if value.is_empty() {
                 return Err(error(key, "empty: set a regular expression, e.g. \\bERROR\\b"));
             }
-            if let Err(problem) = regex::bytes::Regex::new(value) {
-                return Err(error(key, format!("not a regular expression: {}", one_line(&problem.to_string()))));
+            let regex = match regex::bytes::Regex::new(value) {
+                Ok(regex) => regex,
+                Err(problem) => {
+                    return Err(error(key, format!("not a regular expression: {}", one_line(&problem.to_string()))));
+                }
+            };
+            let labels: Vec<String> = regex.capture_names().flatten().map(str::to_owned).collect();
+            for label in &labels {
+                if !is_label_name(label) || ["rule", "source"].contains(&label.as_str()) {
+                    return Err(error(
+                        key,
+                        format!(
+                            "the group name {label:?} is not a label name (letters, digits and _, not starting with \
+                             a digit nor __; not rule nor source)"
+                        ),
+                    ));
+                }
             }
-            rules.push(RuleConfig { name, pattern: value.clone(), alert: None });
+            rules.push(RuleConfig { name, pattern: value.clone(), alert: None, labels });
+            keys.push(key);
         }
         for (key, value) in own.iter().filter(|(k, _)| k.starts_with(ALERT_PREFIX)) {
             let name = rule_name(key, ALERT_PREFIX)?;
@@ -171,6 +303,9 @@ impl Config {
                 let rule = format!("{RULE_PREFIX}{}", name.to_uppercase());
                 return Err(error(key, format!("no rule {name}: set {rule} too")));
             };
+            if rule.alert.is_some() {
+                return Err(error(key, format!("a second alert for rule {name}: rule names are not case-sensitive")));
+            }
             rule.alert = Some(threshold);
         }
         if rules.is_empty() {
@@ -212,6 +347,32 @@ impl Config {
             Some("beginning") => Start::Beginning,
             Some(other) => return Err(error("AGENT_START", format!("{other:?}: `end` or `beginning`"))),
         };
+        let state_dir = get("AGENT_STATE_DIR").map(std::path::PathBuf::from);
+        if let Some(dir) = &state_dir
+            && !dir.is_absolute()
+        {
+            return Err(error("AGENT_STATE_DIR", format!("{:?} is not an absolute path", dir.display().to_string())));
+        }
+        let stream_idle = parse_bounded_duration(
+            "AGENT_STREAM_IDLE",
+            get("AGENT_STREAM_IDLE"),
+            Duration::from_secs(120),
+            (1000, 3_600_000),
+        )?;
+        let rotate_wait = parse_bounded_duration(
+            "AGENT_ROTATE_WAIT",
+            get("AGENT_ROTATE_WAIT"),
+            Duration::from_secs(5),
+            (0, 3_600_000),
+        )?;
+        let ignore_older = match get("AGENT_IGNORE_OLDER") {
+            None | Some("off") => None,
+            value => {
+                Some(parse_bounded_duration("AGENT_IGNORE_OLDER", value, Duration::ZERO, (1000, 30 * 86_400_000))?)
+            }
+        };
+        let max_open_files = parse_count("AGENT_MAX_OPEN_FILES", get("AGENT_MAX_OPEN_FILES"), 128, (1, 4096))?;
+        let max_series = parse_count("AGENT_MAX_SERIES", get("AGENT_MAX_SERIES"), 100, (1, 10_000))?;
         let listen = match get("AGENT_LISTEN") {
             None => SocketAddr::from(([0, 0, 0, 0], 9102)),
             Some(value) => value
@@ -219,29 +380,24 @@ impl Config {
                 .map_err(|_| error("AGENT_LISTEN", format!("{value:?} is not an address such as 0.0.0.0:9102")))?,
         };
         let events = parse_bool("AGENT_EVENTS", get("AGENT_EVENTS"), true)?;
-        let alertmanager = get("AGENT_ALERTMANAGER_URL").map(str::to_owned);
-        if let Some(url) = &alertmanager
-            && crate::alertmanager::Alertmanager::new(url).is_none()
-        {
-            return Err(error(
-                "AGENT_ALERTMANAGER_URL",
-                format!("{url:?}: an http:// URL such as http://alertmanager.monitoring:9093"),
-            ));
-        }
+        let alertmanager = match get("AGENT_ALERTMANAGER_URL") {
+            None => None,
+            Some(url) => Some(AlertmanagerUrl::parse(url).ok_or_else(|| {
+                error(
+                    "AGENT_ALERTMANAGER_URL",
+                    format!("{url:?}: an http:// URL such as http://alertmanager.monitoring:9093"),
+                )
+            })?),
+        };
         let poll = parse_bounded_duration("AGENT_POLL", get("AGENT_POLL"), Duration::from_millis(250), (10, 60_000))?;
         let shutdown_linger = parse_bounded_duration(
             "AGENT_SHUTDOWN_LINGER",
             get("AGENT_SHUTDOWN_LINGER"),
             Duration::from_secs(5),
-            (0, 60_000),
+            (0, 20_000),
         )?;
-        let max_line_bytes = match get("AGENT_MAX_LINE_BYTES") {
-            None => 16_384,
-            Some(value) => match value.parse::<usize>() {
-                Ok(n) if (256..=1_048_576).contains(&n) => n,
-                _ => return Err(error("AGENT_MAX_LINE_BYTES", format!("{value:?}: a number from 256 to 1048576"))),
-            },
-        };
+        let max_line_bytes =
+            parse_count("AGENT_MAX_LINE_BYTES", get("AGENT_MAX_LINE_BYTES"), 16_384, (256, 1_048_576))?;
         let pod = PodIdentity {
             name: get("POD_NAME").map(str::to_owned),
             namespace: get("POD_NAMESPACE").map(str::to_owned),
@@ -259,6 +415,12 @@ impl Config {
             logs_container,
             rules,
             start,
+            state_dir,
+            stream_idle,
+            rotate_wait,
+            ignore_older,
+            max_open_files,
+            max_series,
             listen,
             events,
             alertmanager,
@@ -281,18 +443,39 @@ impl Config {
             line(format!("follows files: {file}"));
         }
         if let Some(container) = &self.logs_container {
-            line(format!("follows the log stream of container {container} (pods/log)"));
+            line(format!(
+                "follows the log stream of container {container} (pods/log), asked again after {} without a byte",
+                format_duration(self.stream_idle)
+            ));
         }
         line(format!(
             "starts at: {}",
-            match self.start {
-                Start::End => "the end of files present at start (new files from their beginning)",
-                Start::Beginning => "the beginning of every file",
+            match (&self.state_dir, self.start) {
+                (Some(_), _) => "the beginning of every file at the first start in the pod, the checkpoints after",
+                (None, Start::End) => "the end of files present at start (new files from their beginning)",
+                (None, Start::Beginning) => "the beginning of every file",
             }
+        ));
+        if let Some(dir) = &self.state_dir {
+            line(format!("keeps checkpoints in: {}", dir.display()));
+        }
+        line(format!(
+            "rotated files: read for {} after their last growth; {}; at most {} open",
+            format_duration(self.rotate_wait),
+            self.ignore_older.map_or("unchanged files stay open".to_owned(), |d| format!(
+                "files unchanged for {} closed",
+                format_duration(d)
+            )),
+            self.max_open_files
         ));
         for rule in &self.rules {
             let alert = rule.alert.map(|t| format!("; alerts at {t}")).unwrap_or_default();
-            line(format!("rule {}: {}{alert}", rule.name, rule.pattern));
+            let labels = if rule.labels.is_empty() {
+                String::new()
+            } else {
+                format!("; labels {} (at most {} values)", rule.labels.join(", "), self.max_series)
+            };
+            line(format!("rule {}: {}{alert}{labels}", rule.name, rule.pattern));
         }
         line(format!("serves /metrics, /healthz, /readyz on {}", self.listen));
         let pod = match (&self.pod.namespace, &self.pod.name) {
@@ -404,6 +587,103 @@ fn parse_bounded_duration(
         Some(d) if (least..=most).contains(&u64::try_from(d.as_millis()).unwrap_or(u64::MAX)) => Ok(d),
         Some(_) => Err(error(variable, format!("{value:?}: from {range}"))),
         None => Err(error(variable, format!("{value:?} is not a duration (250ms, 30s, 5m)"))),
+    }
+}
+
+/// ` (did you mean AGENT_X?)` for the known variable closest to `key`, or nothing.
+fn closest(key: &str) -> String {
+    let mut candidates: Vec<String> = FIXED.iter().filter(|n| !n.contains('<')).map(|n| (*n).to_owned()).collect();
+    // `AGENT_RULES_ERROR`: the prefix misspelt, the rule's name kept.
+    if let Some(rest) = key.strip_prefix(PREFIX)
+        && let Some((head, name)) = rest.split_once('_')
+    {
+        for prefix in [RULE_PREFIX, ALERT_PREFIX] {
+            if distance(&format!("{PREFIX}{head}_"), prefix) <= 2 {
+                candidates.push(format!("{prefix}{name}"));
+            }
+        }
+    }
+    // `AGENT_POLL_INTERVAL`: a known name with more after it.
+    let extended = candidates.iter().filter(|c| key.starts_with(&format!("{c}_"))).max_by_key(|c| c.len());
+    if let Some(name) = extended {
+        return format!(" (did you mean {name}?)");
+    }
+    let best = candidates.iter().map(|c| (distance(key, c), c)).min();
+    match best {
+        Some((d, name)) if d <= 4 => format!(" (did you mean {name}?)"),
+        _ => format!(" (known: {})", FIXED.join(", ")),
+    }
+}
+
+/// Levenshtein distance, for names of a few dozen characters.
+fn distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, x) in a.iter().enumerate() {
+        let mut current = vec![i + 1; b.len() + 1];
+        for (j, y) in b.iter().enumerate() {
+            current[j + 1] = (previous[j] + usize::from(x != y)).min(previous[j + 1] + 1).min(current[j] + 1);
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+/// Whether `key=value` is one of the kubelet's Service variables (`<SVC>_SERVICE_HOST`,
+/// `<SVC>_SERVICE_PORT[_<NAME>]`, `<SVC>_PORT`, `<SVC>_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]`),
+/// which a Service named `agent-...` puts in every container of its namespace. The value must
+/// look like one too (an address, a port, `tcp://...`), so a rule named `..._PORT` stays a rule.
+fn is_service_link(key: &str, value: &str) -> bool {
+    let address = |v: &str| v.parse::<std::net::IpAddr>().is_ok();
+    let port = |v: &str| v.parse::<u16>().is_ok();
+    let url = |v: &str| {
+        ["tcp://", "udp://", "sctp://"]
+            .iter()
+            .any(|p| v.strip_prefix(p).is_some_and(|rest| rest.parse::<SocketAddr>().is_ok()))
+    };
+    if key.ends_with("_SERVICE_HOST") {
+        return address(value);
+    }
+    if key.contains("_SERVICE_PORT") {
+        return port(value);
+    }
+    if key.ends_with("_PORT") && !key.contains("_PORT_") {
+        return url(value);
+    }
+    // <SVC>_PORT_<n>_<PROTO>[_SUFFIX]
+    let Some(at) = key.rfind("_PORT_") else { return false };
+    let parts: Vec<&str> = key[at + "_PORT_".len()..].split('_').collect();
+    let numbered =
+        parts.first().is_some_and(|n| port(n)) && parts.get(1).is_some_and(|p| ["TCP", "UDP", "SCTP"].contains(p));
+    numbered
+        && match parts.get(2) {
+            None => url(value),
+            Some(&"PROTO") => ["tcp", "udp", "sctp"].contains(&value),
+            Some(&"PORT") => port(value),
+            Some(&"ADDR") => address(value),
+            Some(_) => false,
+        }
+}
+
+/// A Prometheus label name: letters, digits and `_`, not starting with a digit nor `__`.
+fn is_label_name(name: &str) -> bool {
+    name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && !name.starts_with("__")
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn parse_count(
+    variable: &str,
+    value: Option<&str>,
+    default: usize,
+    (least, most): (usize, usize),
+) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if (least..=most).contains(&n) => Ok(n),
+            _ => Err(error(variable, format!("{text:?}: a number from {least} to {most}"))),
+        },
     }
 }
 

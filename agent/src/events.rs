@@ -1,34 +1,93 @@
-//! Alerts as Warning Events on the pod, aggregated as Kubernetes Event series are: the first
-//! occurrence of a rule's alert creates one `events.k8s.io/v1` Event; later occurrences grow its
-//! `series` (count and last time) with a merge patch, never a new Event per line. An Event that
-//! expired (404 on the patch) is created again.
+//! Alerts as Warning Events on the pod (`events.k8s.io/v1`), written as client-go's events/v1
+//! recorder writes them, so that 200 replicas logging the same error do not become a stream of
+//! etcd writes:
+//!
+//! - the first occurrence of a rule's alert creates an Event (its note: the rule and the last
+//!   matching line);
+//! - the second occurrence patches it at once with a `series` (count, last time; kube-apiserver
+//!   keeps an Event's note as it was created: the line that made it fire);
+//! - later occurrences are counted and written with the series every 30 minutes
+//!   ([`HEARTBEAT`]);
+//! - a series without an occurrence for 6 minutes ([`FINISH`]) is written a last time, if it
+//!   grew since it was, and closed: the next occurrence creates a new Event.
+//!
+//! An Event that expired (its TTL, an hour by default) or was deleted (404) is created again with
+//! its note and count. Names are the pod's and a time stamp, as client-go names them: a DNS
+//! subdomain whatever the rule's name. Every call has a timeout; a failure is tried again with
+//! backoff, and an Event kube-apiserver refuses for good (403, 422) is said once and not sent
+//! again. The publisher runs in a task of its own ([`run`]): reading never waits for it.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use tracing::{info, warn};
 
+use crate::alerts::AlertState;
 use crate::config::PodIdentity;
+use crate::metrics::Metrics;
 
 /// `reportingController` of the agent's Events.
 pub const REPORTING_CONTROLLER: &str = "watcher.dev/watcher-agent";
+/// A series that keeps growing is written this often (client-go's `refreshTime`).
+pub const HEARTBEAT: Duration = Duration::from_secs(30 * 60);
+/// A series without an occurrence this long is closed (client-go's `finishTime`).
+pub const FINISH: Duration = Duration::from_secs(6 * 60);
+/// A call to kube-apiserver that takes longer fails.
+const TIMEOUT: Duration = Duration::from_secs(10);
 /// kube-apiserver refuses a note longer than this.
 const MAX_NOTE: usize = 1024;
+/// Backoff between failed calls: from 1 s, doubling, to this.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The Event of each rule, and where to send them.
 pub struct EventPublisher {
     api: Api<Event>,
     regarding: ObjectReference,
     instance: String,
-    series: HashMap<String, Series>,
+    /// By rule name.
+    rules: HashMap<String, RuleEvents>,
+    last_name: String,
+}
+
+/// What was written of one rule's alert.
+#[derive(Default)]
+struct RuleEvents {
+    /// Occurrences taken from the alert loop (written, or to write).
+    seen: u64,
+    /// The series being written, if any.
+    series: Option<Series>,
+    /// Not before this (backoff after a failure).
+    retry_at: Option<Instant>,
+    backoff: Duration,
 }
 
 struct Series {
     name: String,
-    count: i32,
+    /// Occurrences in this Event.
+    count: u64,
+    /// Occurrences written.
+    written: u64,
+    note: String,
+    reason: String,
+    last_observed: Timestamp,
+    last_occurrence: Instant,
+    last_write: Instant,
+}
+
+/// What a call came to.
+enum Outcome {
+    Done,
+    /// The Event is gone (expired, deleted): create it again.
+    Gone,
+    /// Try again later.
+    Retry(String),
+    /// Refused for good: do not send it again.
+    Refused(String),
 }
 
 impl EventPublisher {
@@ -43,39 +102,145 @@ impl EventPublisher {
             uid: pod.uid.clone(),
             ..ObjectReference::default()
         };
-        Some(Self { api: Api::namespaced(client, &namespace), regarding, instance: name, series: HashMap::new() })
+        Some(Self {
+            api: Api::namespaced(client, &namespace),
+            regarding,
+            instance: truncate(&name, 128),
+            rules: HashMap::new(),
+            last_name: String::new(),
+        })
     }
 
-    /// `occurrences` more of rule `rule`'s alert (`reason`, `note` said on the first).
-    pub async fn publish(&mut self, rule: &str, reason: &str, note: &str, occurrences: i32) -> Result<(), kube::Error> {
-        let now = Timestamp::now();
-        if let Some(series) = self.series.get_mut(rule) {
-            let count = series.count.saturating_add(occurrences);
-            let patch = serde_json::json!({"series": {"count": count, "lastObservedTime": micro(now)}});
-            match self.api.patch(&series.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(_) => {
-                    series.count = count;
-                    return Ok(());
+    /// Writes what `alerts` say happened, as of `now` (`wall` for the Events' times): creates,
+    /// the second occurrence's patch, heartbeats and closings that are due; everything still
+    /// unwritten when `closing` (the agent stops).
+    pub async fn sync(
+        &mut self,
+        alerts: &[AlertState],
+        now: Instant,
+        wall: Timestamp,
+        closing: bool,
+        metrics: &Metrics,
+    ) {
+        for alert in alerts {
+            let mut state = self.rules.remove(&alert.name).unwrap_or_default();
+            if state.retry_at.is_none_or(|at| at <= now || closing) {
+                self.sync_rule(alert, &mut state, now, wall, closing, metrics).await;
+            }
+            self.rules.insert(alert.name.clone(), state);
+        }
+    }
+
+    async fn sync_rule(
+        &mut self,
+        alert: &AlertState,
+        state: &mut RuleEvents,
+        now: Instant,
+        wall: Timestamp,
+        closing: bool,
+        metrics: &Metrics,
+    ) {
+        let new = alert.occurrences.saturating_sub(state.seen);
+        if new > 0 {
+            match &mut state.series {
+                Some(series) => {
+                    series.count += new;
+                    // An Event created again (expired) says the latest line.
+                    series.note.clone_from(&alert.note);
+                    series.last_observed = wall;
+                    series.last_occurrence = now;
                 }
-                Err(kube::Error::Api(status)) if status.code == 404 => {
-                    self.series.remove(rule); // expired: a new Event below
+                None => {
+                    state.series = Some(Series {
+                        name: String::new(),
+                        count: new,
+                        written: 0,
+                        note: alert.note.clone(),
+                        reason: alert.reason.clone(),
+                        last_observed: wall,
+                        last_occurrence: now,
+                        last_write: now,
+                    });
                 }
-                Err(error) => return Err(error),
+            }
+            state.seen = alert.occurrences;
+        }
+        let Some(series) = &mut state.series else { return };
+        // To create; or the second occurrence, written at once; or more, at the heartbeat,
+        // when the series closes, or when the agent stops.
+        let to_create = series.name.is_empty();
+        let second = series.written < 2 && series.count >= 2;
+        let more = series.count > series.written
+            && (closing
+                || now.saturating_duration_since(series.last_write) >= HEARTBEAT
+                || now.saturating_duration_since(series.last_occurrence) >= FINISH);
+        let due = to_create || second || more;
+        let mut outcome = if due { self.write(series, now).await } else { Outcome::Done };
+        if let Outcome::Gone = outcome {
+            info!(rule = alert.name, event = series.name, "the Event is gone (expired or deleted): creating it again");
+            series.name.clear();
+            series.written = 0;
+            outcome = self.write(series, now).await;
+        }
+        match outcome {
+            Outcome::Done => {
+                if due {
+                    metrics.sent("event", "sent");
+                }
+                state.retry_at = None;
+                state.backoff = Duration::ZERO;
+                let finished = now.saturating_duration_since(series.last_occurrence) >= FINISH;
+                if finished && series.written == series.count {
+                    state.series = None; // closed: the next occurrence is a new Event
+                }
+            }
+            Outcome::Gone | Outcome::Retry(_) => {
+                let error = match outcome {
+                    Outcome::Retry(error) => error,
+                    _ => "gone again".to_owned(),
+                };
+                metrics.sent("event", "failed");
+                state.backoff = (state.backoff * 2).clamp(Duration::from_secs(1), MAX_BACKOFF);
+                state.retry_at = Some(now + state.backoff);
+                warn!(error, rule = alert.name, retry_in = ?state.backoff, "the Event could not be written; trying again");
+            }
+            Outcome::Refused(error) => {
+                metrics.sent("event", "failed");
+                warn!(error, rule = alert.name, "kube-apiserver refused the Event: not sent again");
+                state.series = None;
             }
         }
-        let event = self.event(rule, reason, note, occurrences, now);
-        let created = self.api.create(&PostParams::default(), &event).await?;
-        let name = created.metadata.name.or(event.metadata.name).unwrap_or_default();
-        self.series.insert(rule.to_owned(), Series { name, count: occurrences.max(1) });
-        Ok(())
     }
 
-    fn event(&self, rule: &str, reason: &str, note: &str, occurrences: i32, now: Timestamp) -> Event {
-        let pod = self.regarding.name.as_deref().unwrap_or("pod");
-        let suffix = format!("{:x}", now.as_nanosecond());
-        let rule_part: String = rule.chars().map(|c| if c == '_' { '-' } else { c }).collect();
-        let mut name = format!("{pod}.{rule_part}.{suffix}");
-        name.truncate(253);
+    /// Creates the series' Event, or patches it.
+    async fn write(&mut self, series: &mut Series, now: Instant) -> Outcome {
+        if series.name.is_empty() {
+            let event = self.event(series);
+            let name = event.metadata.name.clone().unwrap_or_default();
+            let result = tokio::time::timeout(TIMEOUT, self.api.create(&PostParams::default(), &event)).await;
+            let outcome = outcome(result);
+            if let Outcome::Done = outcome {
+                series.name = name;
+                series.written = series.count;
+                series.last_write = now;
+            }
+            return outcome;
+        }
+        // Only the series: kube-apiserver refuses a change of the note (immutable, 422).
+        let patch = serde_json::json!({
+            "series": {"count": clamp(series.count), "lastObservedTime": MicroTime(series.last_observed)},
+        });
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        let outcome = outcome(tokio::time::timeout(TIMEOUT, self.api.patch(&series.name, &params, &patch)).await);
+        if let Outcome::Done = outcome {
+            series.written = series.count;
+            series.last_write = now;
+        }
+        outcome
+    }
+
+    fn event(&mut self, series: &Series) -> Event {
+        let name = self.name(series.last_observed);
         Event {
             metadata: ObjectMeta {
                 name: Some(name),
@@ -83,22 +248,90 @@ impl EventPublisher {
                 ..ObjectMeta::default()
             },
             action: Some("Alert".into()),
-            event_time: Some(micro(now)),
-            note: Some(truncate(note, MAX_NOTE)),
-            reason: Some(reason.to_owned()),
+            event_time: Some(MicroTime(series.last_observed)),
+            note: Some(truncate(&series.note, MAX_NOTE)),
+            reason: Some(series.reason.clone()),
             regarding: Some(self.regarding.clone()),
             reporting_controller: Some(REPORTING_CONTROLLER.into()),
-            reporting_instance: Some(truncate(&self.instance, 128)),
+            reporting_instance: Some(self.instance.clone()),
             // kube-apiserver takes a series only from its second occurrence.
-            series: (occurrences > 1).then(|| EventSeries { count: occurrences, last_observed_time: micro(now) }),
+            series: (series.count > 1).then(|| EventSeries {
+                count: clamp(series.count),
+                last_observed_time: MicroTime(series.last_observed),
+            }),
             type_: Some("Warning".into()),
             ..Event::default()
         }
     }
+
+    /// `<pod>.<time in hex>`, as client-go names Events: a DNS subdomain (the pod's name is one),
+    /// never the same twice.
+    fn name(&mut self, at: Timestamp) -> String {
+        let pod = self.regarding.name.as_deref().unwrap_or("pod");
+        let mut nanos = at.as_nanosecond();
+        let mut name = event_name(pod, nanos);
+        while name == self.last_name {
+            nanos += 1;
+            name = event_name(pod, nanos);
+        }
+        self.last_name.clone_from(&name);
+        name
+    }
 }
 
-fn micro(at: Timestamp) -> MicroTime {
-    MicroTime(at)
+/// The name of an Event about pod `pod` at `nanos`: at most 253 characters.
+pub fn event_name(pod: &str, nanos: i128) -> String {
+    let suffix = format!(".{nanos:x}");
+    let mut end = pod.len().min(253 - suffix.len());
+    while !pod.is_char_boundary(end) {
+        end -= 1;
+    }
+    let prefix = pod[..end].trim_end_matches(['.', '-']);
+    format!("{prefix}{suffix}")
+}
+
+fn clamp(count: u64) -> i32 {
+    i32::try_from(count).unwrap_or(i32::MAX)
+}
+
+fn outcome<T>(result: Result<Result<T, kube::Error>, tokio::time::error::Elapsed>) -> Outcome {
+    match result {
+        Ok(Ok(_)) => Outcome::Done,
+        Err(_) => Outcome::Retry(format!("no answer within {}s", TIMEOUT.as_secs())),
+        Ok(Err(kube::Error::Api(status))) => match status.code {
+            404 => Outcome::Gone,
+            // AlreadyExists (a name taken), throttled, or the server's own trouble.
+            409 | 429 | 500.. => Outcome::Retry(status.message),
+            _ => Outcome::Refused(format!("{} {}", status.code, status.message)),
+        },
+        Ok(Err(error)) => Outcome::Retry(error.to_string()),
+    }
+}
+
+/// The Event task: writes what the alert loop publishes on `alerts` (and the heartbeats and
+/// closings due, looked at every second) until the alert loop is gone, then what is left, for
+/// at most `deadline`.
+pub async fn run(
+    mut publisher: EventPublisher,
+    mut alerts: tokio::sync::watch::Receiver<Vec<AlertState>>,
+    metrics: std::sync::Arc<Metrics>,
+    deadline: Duration,
+) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            changed = alerts.changed() => if changed.is_err() { break },
+            _ = ticks.tick() => {}
+        }
+        let snapshot = alerts.borrow_and_update().clone();
+        publisher.sync(&snapshot, Instant::now(), Timestamp::now(), false, &metrics).await;
+    }
+    let snapshot = alerts.borrow().clone();
+    let last = publisher.sync(&snapshot, Instant::now(), Timestamp::now(), true, &metrics);
+    if tokio::time::timeout(deadline, last).await.is_err() {
+        warn!("stopping: the last Events could not be written in time");
+    }
 }
 
 /// `text` cut to at most `max` bytes at a character boundary, marked with `…` when cut.
@@ -111,6 +344,11 @@ pub fn truncate(text: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
+}
+
+/// Seconds since the epoch as a time stamp (for tests and the Alertmanager sink).
+pub fn timestamp(at: SystemTime) -> Timestamp {
+    Timestamp::try_from(at).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
 #[cfg(test)]

@@ -6,13 +6,14 @@
 
 pub mod alertmanager;
 pub mod alerts;
+pub mod checkpoint;
 pub mod config;
+pub mod counting;
 pub mod events;
 pub mod follow;
 pub mod lines;
 pub mod logs;
 pub mod metrics;
-pub mod processor;
 pub mod rules;
 pub mod run;
 pub mod server;

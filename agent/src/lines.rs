@@ -13,18 +13,60 @@ pub struct Line<'a> {
     pub truncated: bool,
 }
 
+/// What [`LineBuffer::push_runs`] hands out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// One line, completed across pushes.
+    Line(Line<'a>),
+    /// Complete lines, each ending in `\n`.
+    Run(&'a [u8]),
+}
+
 /// The part of a line seen so far.
 #[derive(Debug)]
 pub struct LineBuffer {
     partial: Vec<u8>,
     overflow: bool,
+    /// Bytes of the partial line seen, those beyond the bound included.
+    seen: u64,
     max: usize,
 }
 
 impl LineBuffer {
     /// Lines kept up to `max` bytes.
     pub fn new(max: usize) -> Self {
-        Self { partial: Vec::new(), overflow: false, max }
+        Self { partial: Vec::new(), overflow: false, seen: 0, max }
+    }
+
+    /// Bytes of the line waiting for its newline (those beyond the bound included): where a
+    /// checkpoint must resume is that many bytes before what was read.
+    pub fn pending(&self) -> u64 {
+        self.seen
+    }
+
+    /// Splits `chunk` (what follows what was pushed before): the line waiting for its newline,
+    /// completed, as a [`Piece::Line`]; every complete line after it as one [`Piece::Run`]
+    /// (each ending in `\n`); the rest is kept.
+    pub fn push_runs(&mut self, mut chunk: &[u8], mut emit: impl FnMut(Piece<'_>)) {
+        if self.has_partial() {
+            let Some(end) = memchr(b'\n', chunk) else {
+                self.keep(chunk);
+                return;
+            };
+            self.keep(&chunk[..end]);
+            emit(Piece::Line(Line { bytes: trim_cr(&self.partial), truncated: self.overflow }));
+            self.partial.clear();
+            self.overflow = false;
+            self.seen = 0;
+            chunk = &chunk[end + 1..];
+        }
+        match memchr::memrchr(b'\n', chunk) {
+            Some(last) => {
+                emit(Piece::Run(&chunk[..=last]));
+                self.keep(&chunk[last + 1..]);
+            }
+            None => self.keep(chunk),
+        }
     }
 
     /// Whether part of a line is waiting for its newline.
@@ -43,6 +85,7 @@ impl LineBuffer {
                 emit(Line { bytes: trim_cr(&self.partial), truncated });
                 self.partial.clear();
                 self.overflow = false;
+                self.seen = 0;
             } else if head.len() > self.max {
                 emit(Line { bytes: &head[..self.max], truncated: true });
             } else {
@@ -59,11 +102,18 @@ impl LineBuffer {
         if self.has_partial() {
             emit(Line { bytes: trim_cr(&self.partial), truncated: self.overflow });
         }
+        self.discard();
+    }
+
+    /// Forgets the line waiting for its newline (it will be read again from its start).
+    pub fn discard(&mut self) {
         self.partial.clear();
         self.overflow = false;
+        self.seen = 0;
     }
 
     fn keep(&mut self, bytes: &[u8]) {
+        self.seen += bytes.len() as u64;
         let room = self.max - self.partial.len();
         if bytes.len() > room {
             self.partial.extend_from_slice(&bytes[..room]);
@@ -120,6 +170,30 @@ mod tests {
         buffer.flush(|l| out.push(l.bytes.to_vec()));
         buffer.flush(|l| out.push(l.bytes.to_vec()));
         assert_eq!(out, [b"no newline".to_vec()], "once");
+    }
+
+    fn collect(piece: Piece<'_>, lines: &mut Vec<Vec<u8>>, runs: &mut Vec<Vec<u8>>) {
+        match piece {
+            Piece::Line(line) => lines.push(line.bytes.to_vec()),
+            Piece::Run(run) => runs.push(run.to_vec()),
+        }
+    }
+
+    #[test]
+    fn runs_of_complete_lines_and_the_line_they_complete() {
+        let mut buffer = LineBuffer::new(64);
+        let mut lines = Vec::new();
+        let mut runs = Vec::new();
+        buffer.push_runs(b"a\nb\nhal", |p| collect(p, &mut lines, &mut runs));
+        assert_eq!((lines.len(), runs), (0, vec![b"a\nb\n".to_vec()]));
+        assert_eq!(buffer.pending(), 3);
+        let mut runs = Vec::new();
+        buffer.push_runs(b"f\nc\nd", |p| collect(p, &mut lines, &mut runs));
+        assert_eq!(lines, [b"half".to_vec()]);
+        assert_eq!(runs, [b"c\n".to_vec()]);
+        assert_eq!(buffer.pending(), 1);
+        buffer.push_runs(b"dd", |_| {});
+        assert_eq!(buffer.pending(), 3);
     }
 
     #[test]

@@ -1,62 +1,120 @@
 //! The app container's stdout and stderr, from the API's log stream (`pods/log`, `follow`,
-//! `timestamps`). A dropped stream is asked again from the second of the last line seen
-//! (`sinceTime` has a resolution of one second), and the lines it sends again are skipped by
-//! their timestamps: none lost, none doubled. Without the right to read `pods/log`, it says so
-//! once and stops; the files are followed as before.
+//! `timestamps`). Each line counts at its own timestamp. A stream that ends is asked again at
+//! once from the second of the last line read (`sinceTime` has a resolution of one second); the
+//! lines of that second it sends again are known by their timestamp and text and skipped, and
+//! only they: a line stamped earlier than one already read (stdout and stderr are stamped
+//! apart, a clock may step) is counted like any other. When the container restarted while the
+//! stream was down, the previous container's log is read first from where it was left (its
+//! last lines say why it stopped). A stream that sends nothing for a while is asked again (a
+//! half-open connection never ends by itself); failures are asked again with backoff. Without
+//! the right to read `pods/log`, it says so once and stops; the files are followed as before.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
 
-use futures::{AsyncBufRead, AsyncBufReadExt};
+use futures::AsyncReadExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, LogParams};
+use tracing::{info, warn};
 
+use crate::checkpoint::{StreamMark, hash};
+use crate::counting::Counting;
 use crate::lines::{Line, LineBuffer};
+use crate::metrics::Metrics;
 
-/// Which lines of a resumed stream are new.
+/// A stream kube-apiserver does not begin to answer within this long is asked again.
+pub const ANSWER: Duration = Duration::from_secs(30);
+/// At shutdown, the stream is read until it ends, at most this long.
+pub const DRAIN: Duration = Duration::from_secs(3);
+/// Lines of the last second remembered, to skip them when a stream sends them again.
+const RECENT_LINES: usize = 20_000;
+
+/// Which lines of a stream are new.
 #[derive(Debug, Default)]
 pub struct Resume {
+    /// The latest timestamp read.
     last: Option<Timestamp>,
-    /// Lines seen stamped `last`.
-    at_last: usize,
-    /// Lines stamped `last` still to skip in this stream.
-    skip: usize,
+    /// Lines read stamped in the second of `last` or later: (timestamp in ns, hash of the
+    /// text) and how many.
+    recent: HashMap<(i128, u64), u32>,
+    /// In a stream asked again: the lines of `recent` it will send again, still to skip.
+    replay: HashMap<(i128, u64), u32>,
+    /// Lines stamped before this are not read (`AGENT_START=end`: the agent's start).
+    not_before: Option<Timestamp>,
+    /// The container's restart count when last read.
+    pub restart_count: Option<i32>,
 }
 
 impl Resume {
-    /// Only lines stamped from `at` on (`AGENT_START=end`: from the agent's start).
+    /// Only lines stamped from `at` on.
     pub fn from(at: Timestamp) -> Self {
-        Self { last: Some(at), at_last: 0, skip: 0 }
+        Self { not_before: Some(at), ..Self::default() }
     }
 
-    /// Whether a line stamped `at` is new (and remembers it).
-    pub fn accept(&mut self, at: Timestamp) -> bool {
-        match self.last {
-            Some(last) if at < last => false,
-            Some(last) if at == last && self.skip > 0 => {
-                self.skip -= 1;
-                false
-            }
-            Some(last) if at == last => {
-                self.at_last += 1;
-                true
-            }
-            _ => {
-                self.last = Some(at);
-                self.at_last = 1;
-                self.skip = 0;
-                true
-            }
-        }
+    /// As a checkpoint left it.
+    pub fn from_mark(mark: &StreamMark) -> Self {
+        let last = mark.last.as_deref().and_then(|t| t.parse().ok());
+        let recent = mark
+            .recent
+            .iter()
+            .filter_map(|(at, text)| Some((at.parse::<Timestamp>().ok()?.as_nanosecond(), *text)))
+            .fold(HashMap::new(), |mut recent, key| {
+                *recent.entry(key).or_insert(0) += 1;
+                recent
+            });
+        Self { last, recent, restart_count: mark.restart_count, ..Self::default() }
     }
 
-    /// A new stream starts: the `sinceTime` to ask from, and the lines stamped with the last
-    /// time seen are expected again.
+    /// For a checkpoint.
+    pub fn mark(&self) -> StreamMark {
+        let recent = self
+            .recent
+            .iter()
+            .flat_map(|((at, text), count)| {
+                let at = Timestamp::from_nanosecond(*at).map(|t| t.to_string()).unwrap_or_default();
+                std::iter::repeat_n((at, *text), *count as usize)
+            })
+            .collect();
+        StreamMark { restart_count: self.restart_count, last: self.last.map(|t| t.to_string()), recent }
+    }
+
+    /// A new stream starts: the `sinceTime` to ask from (the second of the last line read),
+    /// and the lines read in that second are expected again.
     pub fn restart(&mut self) -> Option<Timestamp> {
-        self.skip = self.at_last;
-        let last = self.last?;
+        self.replay.clone_from(&self.recent);
+        let last = self.last.or(self.not_before)?;
         Timestamp::from_second(last.as_second()).ok()
     }
+
+    /// Whether the line stamped `at` with `text` is new (and remembers it).
+    pub fn accept(&mut self, at: Timestamp, text: &[u8]) -> bool {
+        if self.not_before.is_some_and(|from| at < from) {
+            return false;
+        }
+        let key = (at.as_nanosecond(), hash(text));
+        if let Some(left) = self.replay.get_mut(&key) {
+            *left -= 1;
+            if *left == 0 {
+                self.replay.remove(&key);
+            }
+            return false; // sent again
+        }
+        if self.last.is_none_or(|last| at > last) {
+            self.last = Some(at);
+            let second = floor_second(at);
+            self.recent.retain(|(t, _), _| *t >= second);
+        }
+        if self.last.is_some_and(|last| at.as_nanosecond() >= floor_second(last)) && self.recent.len() < RECENT_LINES {
+            *self.recent.entry(key).or_insert(0) += 1;
+        }
+        true
+    }
+}
+
+fn floor_second(at: Timestamp) -> i128 {
+    i128::from(at.as_second()) * 1_000_000_000
 }
 
 /// A line of a `timestamps=true` stream: its time and its text.
@@ -70,61 +128,219 @@ pub fn split_timestamp(line: &[u8]) -> (Option<Timestamp>, &[u8]) {
 }
 
 /// How a stream ended.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Ended {
     /// Not allowed to read `pods/log`: do not ask again.
     Forbidden(String),
-    /// Dropped, or refused for now: ask again.
-    Dropped(String),
+    /// Ended by the server (the container stopped, the connection closed), after `lines` lines.
+    Ended {
+        /// Lines it sent.
+        lines: u64,
+    },
+    /// No byte for `AGENT_STREAM_IDLE`.
+    Idle,
+    /// Failed, or refused for now: ask again with backoff.
+    Failed(String),
+    /// Stopped (shutdown).
+    Stopped,
 }
 
-/// One stream of `container`'s log, from where `resume` says, each new line to `line`.
+/// What a stream reads into.
+pub struct Reader<'a> {
+    /// The lines' counting (the stream's own).
+    pub counting: &'a mut Counting,
+    /// The source index of the stream.
+    pub source: usize,
+    /// Which lines are new.
+    pub resume: &'a Mutex<Resume>,
+    /// Lines are cut to this many bytes.
+    pub max_line: usize,
+    /// A stream that sends no byte for this long is asked again (`AGENT_STREAM_IDLE`).
+    pub idle: Duration,
+}
+
+fn lock(resume: &Mutex<Resume>) -> MutexGuard<'_, Resume> {
+    resume.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One stream of `container`'s log (the previous container's, when `previous`), from where
+/// the resume state says, until it ends, goes idle, or `stop` (then read for at most
+/// [`DRAIN`]).
 pub async fn stream_once(
     pods: &Api<Pod>,
     pod: &str,
     container: &str,
-    resume: &mut Resume,
-    max_line: usize,
-    line: &mut (impl FnMut(Line<'_>) + Send),
+    previous: bool,
+    reader: &mut Reader<'_>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Ended {
     let params = LogParams {
         container: Some(container.to_owned()),
-        follow: true,
+        follow: !previous,
+        previous,
         timestamps: true,
-        since_time: resume.restart(),
+        since_time: lock(reader.resume).restart(),
         ..LogParams::default()
     };
-    let stream = match pods.log_stream(pod, &params).await {
-        Ok(stream) => stream,
-        Err(kube::Error::Api(status)) if status.code == 403 => return Ended::Forbidden(status.message),
-        Err(error) => return Ended::Dropped(error.to_string()),
+    // Stopping already (the stop came between two streams): read what is left, briefly.
+    let mut deadline = stop.borrow_and_update().then(|| tokio::time::Instant::now() + DRAIN);
+    let request = pods.log_stream(pod, &params);
+    tokio::pin!(request);
+    let asked = loop {
+        let limit = deadline.map_or(ANSWER, |at| at.saturating_duration_since(tokio::time::Instant::now()));
+        tokio::select! {
+            asked = tokio::time::timeout(limit, &mut request) => break asked,
+            _ = stop.changed(), if deadline.is_none() => deadline = Some(tokio::time::Instant::now() + DRAIN),
+        }
     };
-    let mut reader = Box::pin(stream);
-    let mut buffer = LineBuffer::new(max_line.saturating_add(40)); // room for the timestamp
+    let stream = match asked {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(kube::Error::Api(status))) if status.code == 403 => return Ended::Forbidden(status.message),
+        Ok(Err(error)) => return Ended::Failed(error.to_string()),
+        Err(_) if deadline.is_some() => return Ended::Stopped,
+        Err(_) => return Ended::Failed(format!("no answer within {}s", ANSWER.as_secs())),
+    };
+    let mut stream = Box::pin(stream);
+    let mut buffer = LineBuffer::new(reader.max_line.saturating_add(40)); // room for the timestamp
+    let mut bytes = vec![0_u8; 64 * 1024];
+    let mut lines = 0;
     loop {
-        let chunk = match reader.fill_buf().await {
-            Ok([]) => return Ended::Dropped("the stream ended".to_owned()),
-            Ok(chunk) => chunk,
-            Err(error) => return Ended::Dropped(error.to_string()),
+        let wait = match deadline {
+            Some(at) => at.saturating_duration_since(tokio::time::Instant::now()),
+            None => reader.idle,
         };
-        let n = chunk.len();
-        buffer.push(chunk, |stamped| {
-            let (at, text) = split_timestamp(stamped.bytes);
-            if at.is_none_or(|at| resume.accept(at)) {
-                let bytes = &text[..text.len().min(max_line)];
-                line(Line { bytes, truncated: stamped.truncated || text.len() > max_line });
+        let read = tokio::select! {
+            read = tokio::time::timeout(wait, stream.read(&mut bytes)) => read,
+            _ = stop.changed(), if deadline.is_none() => {
+                deadline = Some(tokio::time::Instant::now() + DRAIN);
+                continue;
             }
-        });
-        reader.as_mut().consume(n);
+        };
+        let (source, counting, resume, max) = (reader.source, &mut *reader.counting, reader.resume, reader.max_line);
+        match read {
+            Err(_) if deadline.is_some() => return Ended::Stopped,
+            Err(_) => return Ended::Idle,
+            Ok(Ok(0)) => {
+                // Every line of a container's log ends in a newline: a line cut off is the
+                // connection's, sent again whole by the next stream.
+                buffer.discard();
+                counting.flush();
+                return Ended::Ended { lines };
+            }
+            Ok(Ok(n)) => {
+                buffer.push(&bytes[..n], |stamped| lines += read_line(stamped, source, counting, resume, max));
+                counting.flush();
+            }
+            Ok(Err(error)) => return Ended::Failed(error.to_string()),
+        }
     }
 }
 
-/// Backoff between streams: 1 s, doubling to 30 s; back to 1 s after a stream that lasted.
-pub fn backoff(previous: Duration, lasted: Duration) -> Duration {
-    if lasted > Duration::from_secs(60) {
-        Duration::from_secs(1)
-    } else {
-        (previous * 2).clamp(Duration::from_secs(1), Duration::from_secs(30))
+/// Counts one stamped line if it is new: 1 if counted.
+fn read_line(stamped: Line<'_>, source: usize, counting: &mut Counting, resume: &Mutex<Resume>, max: usize) -> u64 {
+    let (at, text) = split_timestamp(stamped.bytes);
+    let new = at.is_none_or(|at| lock(resume).accept(at, text));
+    if !new {
+        return 0;
+    }
+    let written = at.map_or_else(SystemTime::now, SystemTime::from);
+    let bytes = &text[..text.len().min(max)];
+    counting.line(source, Line { bytes, truncated: stamped.truncated || text.len() > max }, written);
+    1
+}
+
+/// Backoff between failed streams: 1 s, doubling to 30 s.
+pub fn backoff(previous: Duration) -> Duration {
+    (previous * 2).clamp(Duration::from_secs(1), Duration::from_secs(30))
+}
+
+/// The restart count of `container` in `pod` (`None` where it cannot be read).
+async fn restart_count(pods: &Api<Pod>, pod: &str, container: &str) -> Option<i32> {
+    let pod = tokio::time::timeout(Duration::from_secs(5), pods.get(pod)).await.ok()?.ok()?;
+    let statuses = pod.status?.container_statuses?;
+    statuses.into_iter().find(|s| s.name == container).map(|s| s.restart_count)
+}
+
+/// The log stream of `container`, asked again after each end, until forbidden or `stop`.
+pub async fn follow(
+    pods: Api<Pod>,
+    pod: String,
+    container: String,
+    mut reader: Reader<'_>,
+    metrics: Arc<Metrics>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut delay = Duration::ZERO;
+    let mut said_failing = false;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        // The container restarted since it was read: its previous log first, from there.
+        let now = restart_count(&pods, &pod, &container).await;
+        let before = lock(reader.resume).restart_count;
+        if let (Some(now), Some(before)) = (now, before)
+            && now > before
+        {
+            metrics.reconnected("restarted");
+            info!(container, restarts = now, "the container restarted: reading its previous log first");
+            let ended = stream_once(&pods, &pod, &container, true, &mut reader, &mut stop).await;
+            if let Ended::Failed(why) = ended {
+                warn!(why, "cannot read the previous container's log");
+            }
+        }
+        if now.is_some() {
+            lock(reader.resume).restart_count = now;
+        }
+        let ended = stream_once(&pods, &pod, &container, false, &mut reader, &mut stop).await;
+        match ended {
+            Ended::Forbidden(message) => {
+                warn!(
+                    message,
+                    "cannot read the log stream (pods/log): the pod's ServiceAccount needs get on pods/log \
+                     (docs/agent.md); following files only"
+                );
+                reader.counting.flush();
+                metrics.source_error(reader.source, crate::follow::SourceError::Permission);
+                return;
+            }
+            Ended::Stopped => {
+                metrics.reconnected("shutdown");
+                return;
+            }
+            Ended::Ended { lines } if lines > 0 => {
+                metrics.reconnected("ended");
+                delay = Duration::ZERO;
+                said_failing = false;
+                info!(lines, "the log stream ended; asking again from the last line read");
+                continue;
+            }
+            Ended::Ended { .. } => {
+                metrics.reconnected("ended");
+                delay = backoff(delay);
+            }
+            Ended::Idle => {
+                metrics.reconnected("idle");
+                delay = Duration::ZERO;
+                continue;
+            }
+            Ended::Failed(why) => {
+                metrics.reconnected("error");
+                if !said_failing {
+                    warn!(why, "the log stream failed; asking again with backoff");
+                    metrics.source_error(reader.source, crate::follow::SourceError::Io);
+                    said_failing = true;
+                }
+                delay = backoff(delay);
+            }
+        }
+        if *stop.borrow() {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            _ = stop.changed() => return,
+        }
     }
 }
 

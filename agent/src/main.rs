@@ -57,7 +57,9 @@ fn run() -> ExitCode {
     };
     // One crypto backend for the API client's TLS, as the operator installs it.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+    // One thread for the endpoints, the log stream and the alert sinks (the files have a thread of
+    // their own): a sidecar in every watched pod keeps to what it needs.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("watcher-agent: cannot start: {error}");

@@ -1,7 +1,11 @@
-//! The agent's metrics, every series at 0 from the start: lines read per source, matches per
-//! rule and source, the time of each rule's last match, long lines, source errors by reason,
-//! alerts firing, and the alerts sent (Events, Alertmanager). The hot path counts through handles taken once.
+//! The agent's metrics, every series known in advance at 0 from the start: lines read per
+//! source, matches per rule and source (and per the values of a rule's named groups, at most
+//! `AGENT_MAX_SERIES` of them, the rest as `other`), the time of each rule's last match, long
+//! lines, source errors by reason, alerts firing and sent, the files open and closed, the log
+//! stream's reconnections. Every counter is atomic: a scrape never waits for a reader.
 
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -10,16 +14,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::config::RuleConfig;
 use crate::follow::SourceError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabels {
-    source: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct MatchLabels {
-    rule: String,
     source: String,
 }
 
@@ -40,47 +39,107 @@ struct SentLabels {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TruncationLabels {
+    source: String,
+    copy: String,
+}
+
+/// The value of a named group that takes the place of values beyond `AGENT_MAX_SERIES`.
+pub const OTHER: &str = "other";
+/// Bytes of a named group's value kept as a label value.
+const VALUE_BYTES: usize = 128;
+
+/// Why a file was closed.
+pub const CLOSED_REASONS: [&str; 3] = ["rotated", "idle", "limit"];
+/// Why the log stream was asked again.
+pub const RECONNECT_REASONS: [&str; 5] = ["ended", "idle", "error", "restarted", "shutdown"];
+
+/// A rule's series by the values of its named groups.
+struct Labelled {
+    names: Vec<String>,
+    seen: Mutex<HashSet<Vec<String>>>,
+    folded: Counter,
+}
+
 /// The metrics of one agent: `sources` (file globs, then `stdout` for the log stream) by index,
-/// `rules` by index.
+/// rules by index.
 pub struct Metrics {
     /// `lines[source]`.
     pub lines: Vec<Counter>,
-    /// `matches[rule][source]`.
-    pub matches: Vec<Vec<Counter>>,
+    /// `matches[rule][source]`, for rules without named groups.
+    pub matches: Vec<Vec<Option<Counter>>>,
+    matches_family: Family<Vec<(String, String)>, Counter>,
+    labelled: Vec<Option<Labelled>>,
+    max_series: usize,
+    rule_names: Vec<String>,
     /// `last_match[rule]`: seconds since the epoch.
     pub last_match: Vec<Gauge<f64, AtomicU64>>,
     /// `long_lines[source]`.
     pub long_lines: Vec<Counter>,
     /// `firing[rule]`: 1 while its alert fires.
     pub firing: Vec<Gauge>,
+    /// Files open now.
+    pub open_files: Gauge,
+    closed: Family<ReasonLabels, Counter>,
+    skipped: Family<ReasonLabels, Counter>,
+    truncations: Family<TruncationLabels, Counter>,
+    reconnects: Family<ReasonLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     sent: Family<SentLabels, Counter>,
     sources: Vec<String>,
 }
 
 impl Metrics {
-    /// Registers every series, at 0.
-    pub fn register(registry: &mut Registry, sources: &[String], rules: &[String]) -> Self {
+    /// Registers every series known in advance, at 0.
+    pub fn register(registry: &mut Registry, sources: &[String], rules: &[RuleConfig], max_series: usize) -> Self {
         let lines_family = Family::<SourceLabels, Counter>::default();
-        let matches_family = Family::<MatchLabels, Counter>::default();
+        let matches_family = Family::<Vec<(String, String)>, Counter>::default();
         let last_family = Family::<RuleLabels, Gauge<f64, AtomicU64>>::default();
         let long_family = Family::<SourceLabels, Counter>::default();
         let firing_family = Family::<RuleLabels, Gauge>::default();
+        let folded_family = Family::<RuleLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let sent = Family::<SentLabels, Counter>::default();
+        let closed = Family::<ReasonLabels, Counter>::default();
+        let skipped = Family::<ReasonLabels, Counter>::default();
+        let truncations = Family::<TruncationLabels, Counter>::default();
+        let reconnects = Family::<ReasonLabels, Counter>::default();
+        let open_files = Gauge::default();
         let source = |s: &String| SourceLabels { source: s.clone() };
         let lines = sources.iter().map(|s| lines_family.get_or_create(&source(s)).clone()).collect();
         let long_lines = sources.iter().map(|s| long_family.get_or_create(&source(s)).clone()).collect();
         let matches = rules
             .iter()
             .map(|rule| {
-                let labels = |s: &String| MatchLabels { rule: rule.clone(), source: s.clone() };
-                sources.iter().map(|s| matches_family.get_or_create(&labels(s)).clone()).collect()
+                sources
+                    .iter()
+                    .map(|s| {
+                        rule.labels
+                            .is_empty()
+                            .then(|| matches_family.get_or_create(&match_labels(&rule.name, s, &[], &[])).clone())
+                    })
+                    .collect()
             })
             .collect();
-        let rule = |r: &String| RuleLabels { rule: r.clone() };
-        let last_match = rules.iter().map(|r| last_family.get_or_create(&rule(r)).clone()).collect();
-        let firing = rules.iter().map(|r| firing_family.get_or_create(&rule(r)).clone()).collect();
+        let rule = |r: &str| RuleLabels { rule: r.to_owned() };
+        let labelled = rules
+            .iter()
+            .map(|r| {
+                (!r.labels.is_empty()).then(|| Labelled {
+                    names: r.labels.clone(),
+                    seen: Mutex::default(),
+                    folded: folded_family.get_or_create(&rule(&r.name)).clone(),
+                })
+            })
+            .collect();
+        let last_match = rules.iter().map(|r| last_family.get_or_create(&rule(&r.name)).clone()).collect();
+        let firing = rules.iter().map(|r| firing_family.get_or_create(&rule(&r.name)).clone()).collect();
         for s in sources {
             for reason in SourceError::ALL {
                 drop(errors.get_or_create(&ErrorLabels { source: s.clone(), reason: reason.as_str().to_owned() }));
@@ -91,8 +150,27 @@ impl Metrics {
                 drop(sent.get_or_create(&SentLabels { to: to.to_owned(), result: result.to_owned() }));
             }
         }
+        let reason = |r: &str| ReasonLabels { reason: r.to_owned() };
+        for r in CLOSED_REASONS {
+            drop(closed.get_or_create(&reason(r)));
+        }
+        drop(skipped.get_or_create(&reason("compressed")));
+        for s in sources.iter().filter(|s| s.starts_with('/')) {
+            for copy in ["found", "missing"] {
+                drop(truncations.get_or_create(&TruncationLabels { source: s.clone(), copy: copy.to_owned() }));
+            }
+        }
+        if sources.iter().any(|s| !s.starts_with('/')) {
+            for r in RECONNECT_REASONS {
+                drop(reconnects.get_or_create(&reason(r)));
+            }
+        }
         registry.register("watcher_agent_lines", "Lines read, per source", lines_family);
-        registry.register("watcher_agent_matches", "Lines matching each rule, per source", matches_family);
+        registry.register(
+            "watcher_agent_matches",
+            "Lines matching each rule, per source (and per the values of the rule's named groups)",
+            matches_family.clone(),
+        );
         registry.register(
             "watcher_agent_last_match_timestamp_seconds",
             "When each rule last matched (seconds since the epoch; 0: never)",
@@ -103,6 +181,11 @@ impl Metrics {
             "Lines longer than AGENT_MAX_LINE_BYTES, matched on their first bytes",
             long_family,
         );
+        registry.register(
+            "watcher_agent_series_folded",
+            "Matches counted as `other`: their named groups' values beyond AGENT_MAX_SERIES",
+            folded_family,
+        );
         registry.register("watcher_agent_source_errors", "Problems reading a source, by reason", errors.clone());
         registry.register("watcher_agent_alert_firing", "1 while a rule's alert fires", firing_family);
         registry.register(
@@ -110,7 +193,73 @@ impl Metrics {
             "Alerts sent as Events on the pod and to Alertmanager, by result",
             sent.clone(),
         );
-        Self { lines, matches, last_match, long_lines, firing, errors, sent, sources: sources.to_vec() }
+        registry.register("watcher_agent_open_files", "Files open now", open_files.clone());
+        registry.register(
+            "watcher_agent_files_closed",
+            "Files closed: rotated away and read to the end, idle past AGENT_IGNORE_OLDER, or over AGENT_MAX_OPEN_FILES",
+            closed.clone(),
+        );
+        registry.register("watcher_agent_files_skipped", "Files never read as text: compressed", skipped.clone());
+        registry.register(
+            "watcher_agent_truncations",
+            "Files truncated (copytruncate): the copy found and read from where the file was left, or not found",
+            truncations.clone(),
+        );
+        registry.register(
+            "watcher_agent_stream_reconnects",
+            "Log streams asked again: ended, idle (no byte for a while), error, restarted (the container restarted), \
+             shutdown",
+            reconnects.clone(),
+        );
+        Self {
+            lines,
+            matches,
+            matches_family,
+            labelled,
+            max_series,
+            rule_names: rules.iter().map(|r| r.name.clone()).collect(),
+            last_match,
+            long_lines,
+            firing,
+            open_files,
+            closed,
+            skipped,
+            truncations,
+            reconnects,
+            errors,
+            sent,
+            sources: sources.to_vec(),
+        }
+    }
+
+    /// `count` matches of rule `rule` (one with named groups) in source `source`, with its
+    /// groups' `values`: the series of those values, or `other` beyond `AGENT_MAX_SERIES`.
+    pub fn labelled_matches(&self, rule: usize, source: usize, values: &[String], count: u64) {
+        let (Some(Some(labelled)), Some(name), Some(source)) =
+            (self.labelled.get(rule), self.rule_names.get(rule), self.sources.get(source))
+        else {
+            return;
+        };
+        let known = {
+            let mut seen = labelled.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if seen.contains(values) {
+                true
+            } else if seen.len() < self.max_series {
+                seen.insert(values.to_vec());
+                true
+            } else {
+                false
+            }
+        };
+        let other: Vec<String>;
+        let values = if known {
+            values
+        } else {
+            labelled.folded.inc_by(count);
+            other = vec![OTHER.to_owned(); values.len()];
+            &other
+        };
+        self.matches_family.get_or_create(&match_labels(name, source, &labelled.names, values)).inc_by(count);
     }
 
     /// A problem reading source `source`.
@@ -121,11 +270,45 @@ impl Metrics {
         }
     }
 
-    /// An alert sent `to` (`event`, `alertmanager`), or not.
-    pub fn sent(&self, to: &str, ok: bool) {
-        let result = if ok { "sent" } else { "failed" };
+    /// An alert sent `to` (`event`, `alertmanager`): `sent` or `failed`.
+    pub fn sent(&self, to: &str, result: &str) {
         self.sent.get_or_create(&SentLabels { to: to.to_owned(), result: result.to_owned() }).inc();
     }
+
+    /// A file closed, for `reason` ([`CLOSED_REASONS`]).
+    pub fn closed(&self, reason: &str) {
+        self.closed.get_or_create(&ReasonLabels { reason: reason.to_owned() }).inc();
+    }
+
+    /// A file never read as text (`compressed`).
+    pub fn skipped(&self, reason: &str) {
+        self.skipped.get_or_create(&ReasonLabels { reason: reason.to_owned() }).inc();
+    }
+
+    /// A file of source `source` truncated, its copy found or not.
+    pub fn truncated(&self, source: usize, copy_found: bool) {
+        if let Some(name) = self.sources.get(source) {
+            let copy = if copy_found { "found" } else { "missing" };
+            self.truncations.get_or_create(&TruncationLabels { source: name.clone(), copy: copy.to_owned() }).inc();
+        }
+    }
+
+    /// The log stream asked again, for `reason` ([`RECONNECT_REASONS`]).
+    pub fn reconnected(&self, reason: &str) {
+        self.reconnects.get_or_create(&ReasonLabels { reason: reason.to_owned() }).inc();
+    }
+}
+
+/// The labels of a match series: the rule, the source, the named groups' values.
+fn match_labels(rule: &str, source: &str, names: &[String], values: &[String]) -> Vec<(String, String)> {
+    let mut labels = vec![("rule".to_owned(), rule.to_owned()), ("source".to_owned(), source.to_owned())];
+    labels.extend(names.iter().cloned().zip(values.iter().cloned()));
+    labels
+}
+
+/// A named group's value as a label value: text, at most [`VALUE_BYTES`].
+pub fn label_value(bytes: &[u8]) -> String {
+    crate::events::truncate(&String::from_utf8_lossy(bytes), VALUE_BYTES)
 }
 
 /// `registry` as OpenMetrics text.
@@ -162,10 +345,20 @@ pub fn prometheus_text(registry: &Registry) -> String {
 mod tests {
     use super::*;
 
+    fn rule(name: &str, labels: &[&str]) -> RuleConfig {
+        RuleConfig {
+            name: name.into(),
+            pattern: String::new(),
+            alert: None,
+            labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+        }
+    }
+
     #[test]
     fn every_series_is_there_at_zero_and_both_formats_name_them_alike() {
         let mut registry = Registry::default();
-        let metrics = Metrics::register(&mut registry, &["/var/log/*.log".into()], &["error".into(), "panic".into()]);
+        let rules = [rule("error", &[]), rule("panic", &[])];
+        let metrics = Metrics::register(&mut registry, &["/var/log/*.log".into(), "stdout".into()], &rules, 100);
         let open = openmetrics(&registry);
         for series in [
             r#"watcher_agent_lines_total{source="/var/log/*.log"} 0"#,
@@ -174,6 +367,11 @@ mod tests {
             r#"watcher_agent_source_errors_total{source="/var/log/*.log",reason="permission"} 0"#,
             r#"watcher_agent_alert_firing{rule="panic"} 0"#,
             r#"watcher_agent_alerts_sent_total{to="event",result="failed"} 0"#,
+            r#"watcher_agent_files_closed_total{reason="rotated"} 0"#,
+            r#"watcher_agent_files_skipped_total{reason="compressed"} 0"#,
+            r#"watcher_agent_truncations_total{source="/var/log/*.log",copy="missing"} 0"#,
+            r#"watcher_agent_stream_reconnects_total{reason="idle"} 0"#,
+            "watcher_agent_open_files 0",
         ] {
             assert!(open.contains(series), "{series} in {open}");
         }
@@ -184,5 +382,26 @@ mod tests {
         assert!(text.contains(r#"watcher_agent_lines_total{source="/var/log/*.log"} 1"#), "{text}");
         assert!(!text.contains("# EOF"));
         assert!(open.ends_with("# EOF\n"));
+    }
+
+    /// A rule's named groups are labels of its counter, at most `max_series` value sets; the
+    /// rest counted as `other`, and how many were folded.
+    #[test]
+    fn named_groups_are_labels_up_to_the_bound() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry, &["stdout".into()], &[rule("http", &["code"])], 2);
+        for code in ["500", "503", "500", "502", "504"] {
+            metrics.labelled_matches(0, 0, &[code.to_owned()], 1);
+        }
+        let text = openmetrics(&registry);
+        for series in [
+            r#"watcher_agent_matches_total{rule="http",source="stdout",code="500"} 2"#,
+            r#"watcher_agent_matches_total{rule="http",source="stdout",code="503"} 1"#,
+            r#"watcher_agent_matches_total{rule="http",source="stdout",code="other"} 2"#,
+            r#"watcher_agent_series_folded_total{rule="http"} 2"#,
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
+        assert!(!text.contains(r#"{rule="http",source="stdout"} "#), "no series without the group: {text}");
     }
 }

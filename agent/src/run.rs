@@ -1,29 +1,44 @@
-//! The agent running: files followed on a thread of their own (blocking reads), the log stream
-//! and the Events on the async runtime, the endpoints served until after SIGTERM.
+//! The agent running. Each reader counts on its own ([`Counting`]): the files on a thread of
+//! their own (blocking reads), the log stream in a task. The alert loop looks at the alerts
+//! every second and publishes where they stand to the sinks (Events, Alertmanager), each a task
+//! of its own that never holds up reading; it also writes the checkpoint. A scrape reads atomic
+//! counters and waits for nobody.
 //!
-//! On SIGTERM (or SIGINT) reading stops, the alerts still to say are said, and `/metrics` waits
-//! for one last scrape (at most `AGENT_SHUTDOWN_LINGER`) before the process exits 0.
+//! On SIGTERM (or SIGINT): every file is read to its end once more and the log stream until it
+//! ends or [`crate::logs::DRAIN`]; the alerts are looked at a last time and the sinks say what
+//! is left ([`SINK_DEADLINE`]); the checkpoint is written; `/metrics` waits for one last scrape
+//! (at most `AGENT_SHUTDOWN_LINGER`); the process exits 0. All of it within a pod's default
+//! 30 s grace period.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant, SystemTime};
 
+use k8s_openapi::jiff::Timestamp;
 use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
-use crate::alertmanager::{Alertmanager, REPOST_EVERY, State};
-use crate::config::{Config, PodIdentity, Start};
-use crate::events::EventPublisher;
-use crate::follow::{Follower, SourceError};
-use crate::logs::{Ended, Resume, backoff, stream_once};
+use crate::alertmanager::{Alertmanager, Poster};
+use crate::alerts::{AlertBook, AlertState};
+use crate::checkpoint::{self, Checkpoint, FileMark};
+use crate::config::{Config, Start};
+use crate::counting::{Counting, SharedAlerts, lock};
+use crate::events::{self, EventPublisher};
+use crate::follow::{Begin, FollowOptions, Follower, Sink, SourceError};
+use crate::lines::Line;
+use crate::logs::{Reader, Resume};
 use crate::metrics::Metrics;
-use crate::processor::{FileSink, Processor};
+use crate::rules::Rules;
 use crate::server::{Endpoints, router};
 
-/// How often alerts are looked at (resolved, said).
+/// How often alerts are looked at (resolved, published to the sinks), and the checkpoint
+/// written.
 const ALERT_TICK: Duration = Duration::from_secs(1);
-/// A firing alert's Event grows at most this often (its first occurrence is said at once).
-const SERIES_EVERY: Duration = Duration::from_secs(10);
+/// At shutdown, the sinks say what is left within this long.
+pub const SINK_DEADLINE: Duration = Duration::from_secs(3);
+/// At shutdown, the log stream task is waited for this long at most (its own drain is shorter).
+const STREAM_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The source name of the log stream in metrics.
 pub const STDOUT_SOURCE: &str = "stdout";
@@ -44,21 +59,19 @@ pub enum RunError {
     Rules(regex::Error),
 }
 
-fn lock(processor: &Mutex<Processor>) -> MutexGuard<'_, Processor> {
-    processor.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> Result<(), RunError> {
     let mut sources = config.files.clone();
     if config.logs_container.is_some() {
         sources.push(STDOUT_SOURCE.to_owned());
     }
-    let names: Vec<String> = config.rules.iter().map(|r| r.name.clone()).collect();
+    let stdout_source = sources.len() - 1;
+    let rules = Rules::new(&config.rules).map_err(RunError::Rules)?;
     let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry, &sources, &names);
-    let processor = Processor::new(&config.rules, sources.len(), metrics).map_err(RunError::Rules)?;
-    let processor = Arc::new(Mutex::new(processor));
+    let metrics = Arc::new(Metrics::register(&mut registry, &sources, &config.rules, config.max_series));
+    let alerts: SharedAlerts = Arc::new(Mutex::new(AlertBook::new(&config.rules)));
+    let counting =
+        || Counting::new(rules.clone(), metrics.clone(), alerts.clone(), sources.len(), config.max_line_bytes);
     let endpoints =
         Arc::new(Endpoints { registry, ready: AtomicBool::new(false), scraped: tokio::sync::Notify::new() });
 
@@ -75,28 +88,62 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             .into_future(),
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let files = (!config.files.is_empty()).then(|| {
-        let follower = Follower::new(config.files.clone(), config.start, config.max_line_bytes);
-        let (processor, stop, endpoints, poll) = (processor.clone(), stop.clone(), endpoints.clone(), config.poll);
-        std::thread::Builder::new()
-            .name("files".into())
-            .spawn(move || follow_files(follower, &processor, &stop, &endpoints, poll))
-            .ok()
-    });
-    if files.is_none() {
-        endpoints.ready.store(true, Ordering::Release);
-    }
+    let state_dir = config.state_dir.as_deref().and_then(usable_state_dir);
+    let saved = state_dir.as_deref().map(|dir| read_checkpoint(dir, config.start));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
 
-    let needs_api =
-        config.logs_container.is_some() || (config.events && config.rules.iter().any(|r| r.alert.is_some()));
+    // The files.
+    let file_marks: Arc<Mutex<Vec<FileMark>>> = Arc::default();
+    let files = if config.files.is_empty() {
+        endpoints.ready.store(true, Ordering::Release);
+        None
+    } else {
+        let begin = match &saved {
+            None => Begin::Fresh,
+            Some(None) => Begin::FirstInPod,
+            Some(Some(saved)) => Begin::Restart {
+                files: saved.files.clone(),
+                since: SystemTime::UNIX_EPOCH + Duration::from_secs(saved.written),
+            },
+        };
+        let options = FollowOptions {
+            globs: config.files.clone(),
+            start: config.start,
+            max_line: config.max_line_bytes,
+            rotate_wait: config.rotate_wait,
+            ignore_older: config.ignore_older,
+            max_open: config.max_open_files,
+        };
+        let thread = FilesThread {
+            follower: Follower::new(options, begin),
+            counting: counting(),
+            metrics: metrics.clone(),
+            endpoints: endpoints.clone(),
+            marks: state_dir.is_some().then(|| file_marks.clone()),
+            poll: config.poll,
+        };
+        let (wake, woken) = mpsc::channel::<()>();
+        let handle = std::thread::Builder::new().name("files".into()).spawn(move || thread.run(&woken));
+        match handle {
+            Ok(handle) => Some((handle, wake)),
+            Err(error) => {
+                warn!(%error, "cannot start the files' thread: files are not followed");
+                endpoints.ready.store(true, Ordering::Release);
+                None
+            }
+        }
+    };
+
+    // The API: the log stream, Events.
+    let has_alert = config.rules.iter().any(|r| r.alert.is_some());
+    let needs_api = config.logs_container.is_some() || (config.events && has_alert);
     let client = if needs_api {
         match kube::Client::try_default().await {
             Ok(client) => Some(client),
             Err(error) => {
                 warn!(%error, "no access to the Kubernetes API: no Events, no log stream; files are followed");
                 if config.logs_container.is_some() {
-                    lock(&processor).source_error(sources.len() - 1, SourceError::Permission);
+                    metrics.source_error(stdout_source, SourceError::Permission);
                 }
                 None
             }
@@ -104,60 +151,86 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     } else {
         None
     };
-    let logs = match (&client, &config.logs_container, &config.pod.name, &config.pod.namespace) {
-        (Some(client), Some(container), Some(pod), Some(namespace)) => Some(tokio::spawn(follow_stream(
-            kube::Api::namespaced(client.clone(), namespace),
-            pod.clone(),
-            container.clone(),
-            processor.clone(),
-            sources.len() - 1,
-            config.start,
-            config.max_line_bytes,
-        ))),
-        _ => None,
-    };
-    let mut publisher = match (&client, config.events) {
-        (Some(client), true) => {
-            let publisher = EventPublisher::new(client.clone(), &config.pod);
-            if publisher.is_none() {
-                warn!(
-                    "POD_NAME or POD_NAMESPACE unset: alerts are not said as Events (set them from the downward API)"
-                );
-            }
-            publisher
+    let resume = Arc::new(Mutex::new(match saved.as_ref().and_then(|s| s.as_ref()).and_then(|s| s.stream.as_ref()) {
+        Some(mark) => Resume::from_mark(mark),
+        // The first start in the pod with checkpoints: the container's log from its start.
+        None if saved.is_some() => Resume::default(),
+        None => match config.start {
+            Start::End => Resume::from(Timestamp::now()),
+            Start::Beginning => Resume::default(),
+        },
+    }));
+    let stream = match (&client, &config.logs_container, &config.pod.name, &config.pod.namespace) {
+        (Some(client), Some(container), Some(pod), Some(namespace)) => {
+            let pods = kube::Api::namespaced(client.clone(), namespace);
+            let (pod, container, resume, metrics) = (pod.clone(), container.clone(), resume.clone(), metrics.clone());
+            let mut counting = counting();
+            let (max_line, idle, stop) = (config.max_line_bytes, config.stream_idle, stopped.clone());
+            Some(tokio::spawn(async move {
+                let reader = Reader { counting: &mut counting, source: stdout_source, resume: &resume, max_line, idle };
+                crate::logs::follow(pods, pod, container, reader, metrics, stop).await;
+            }))
         }
         _ => None,
     };
 
-    let alertmanager = config.alertmanager.as_deref().and_then(Alertmanager::new);
-    let mut posted: std::collections::HashMap<String, Instant> = std::collections::HashMap::new();
-    let mut said: std::collections::HashMap<usize, Instant> = std::collections::HashMap::new();
+    // The sinks.
+    let (publish, published) = tokio::sync::watch::channel(initial_states(&config));
+    let mut sinks = Vec::new();
+    if let (Some(client), true, true) = (&client, config.events, has_alert) {
+        match EventPublisher::new(client.clone(), &config.pod) {
+            Some(publisher) => {
+                let task = crate::events::run(publisher, published.clone(), metrics.clone(), SINK_DEADLINE);
+                sinks.push(tokio::spawn(task));
+            }
+            None => {
+                warn!("POD_NAME or POD_NAMESPACE unset: alerts are not said as Events (set them from the downward API)")
+            }
+        }
+    }
+    if let (Some(url), true) = (&config.alertmanager, has_alert) {
+        let poster = Poster::new(Alertmanager::new(url.clone()), config.pod.clone());
+        sinks.push(tokio::spawn(crate::alertmanager::run(poster, published.clone(), metrics.clone(), SINK_DEADLINE)));
+    }
+    drop(published);
+
+    // The alert loop, until SIGTERM.
+    let mut states = initial_states(&config);
+    let mut last_checkpoint: Option<Checkpoint> = None;
     let mut ticks = tokio::time::interval(ALERT_TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             _ = ticks.tick() => {
-                let resolved = say_alerts(&processor, publisher.as_mut(), &mut said, false).await;
-                if let Some(alertmanager) = &alertmanager {
-                    tell_alertmanager(alertmanager, &processor, &config.pod, &mut posted, resolved).await;
+                look(&alerts, &mut states, &metrics, &publish);
+                if let Some(dir) = &state_dir {
+                    save(dir, &file_marks, &resume, &mut last_checkpoint).await;
                 }
             }
         }
     }
-    info!("stopping: reading stops, the alerts left are said, /metrics waits for a last scrape");
-    stop.store(true, Ordering::Release);
-    if let Some(logs) = logs {
-        logs.abort();
+
+    info!("stopping: the files read to their end, the log stream drained, the alerts said, a last scrape served");
+    let _ = stop.send(true);
+    if let Some((handle, wake)) = files {
+        let _ = wake.send(());
+        let _ = tokio::task::spawn_blocking(move || handle.join()).await;
     }
-    if let Some(Some(files)) = files {
-        let _ = tokio::task::spawn_blocking(move || files.join()).await;
+    if let Some(stream) = stream
+        && tokio::time::timeout(STREAM_DEADLINE, stream).await.is_err()
+    {
+        warn!("the log stream did not stop in time");
     }
-    lock(&processor).flush();
-    let resolved = say_alerts(&processor, publisher.as_mut(), &mut said, true).await;
-    if let Some(alertmanager) = &alertmanager {
-        tell_alertmanager(alertmanager, &processor, &config.pod, &mut posted, resolved).await;
+    look(&alerts, &mut states, &metrics, &publish);
+    drop(publish); // the sinks say what is left, and end
+    for sink in sinks {
+        let _ = tokio::time::timeout(SINK_DEADLINE + Duration::from_secs(1), sink).await;
+    }
+    if let Some(dir) = &state_dir {
+        save(dir, &file_marks, &resume, &mut last_checkpoint).await;
     }
     if !config.shutdown_linger.is_zero() {
         let _ = tokio::time::timeout(config.shutdown_linger, endpoints.scraped.notified()).await;
@@ -168,159 +241,185 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     Ok(())
 }
 
-/// The files' thread: poll, count, sleep; until `stop`.
-fn follow_files(
-    mut follower: Follower,
-    processor: &Mutex<Processor>,
-    stop: &AtomicBool,
-    endpoints: &Endpoints,
+/// Every rule's alert, none fired.
+fn initial_states(config: &Config) -> Vec<AlertState> {
+    config.rules.iter().filter(|r| r.alert.is_some()).map(|r| AlertState::new(&r.name)).collect()
+}
+
+/// The alerts looked at now: what happened said in the agent's log and the firing gauges, and
+/// where they stand published to the sinks.
+fn look(
+    alerts: &SharedAlerts,
+    states: &mut [AlertState],
+    metrics: &Metrics,
+    publish: &tokio::sync::watch::Sender<Vec<AlertState>>,
+) {
+    let now = SystemTime::now();
+    let reports = lock(alerts).look(now);
+    if reports.is_empty() {
+        return;
+    }
+    for report in &reports {
+        if report.fired {
+            warn!(rule = report.name, note = report.note, "alert firing");
+        }
+        if report.resolved {
+            info!(rule = report.name, "alert resolved");
+        }
+        if let Some(gauge) = metrics.firing.get(report.rule) {
+            gauge.set(i64::from(report.firing));
+        }
+        if let Some(state) = states.iter_mut().find(|s| s.name == report.name) {
+            state.update(report, now);
+        }
+    }
+    publish.send_replace(states.to_vec());
+}
+
+/// `AGENT_STATE_DIR`, made if missing; `None` (checkpoints off, said) where it cannot be written:
+/// the agent still counts, a sidecar never keeps its pod from running for want of a directory.
+fn usable_state_dir(dir: &Path) -> Option<PathBuf> {
+    let probe = dir.join(".watcher-agent.probe");
+    let usable = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&probe, b""))
+        .and_then(|()| std::fs::remove_file(&probe));
+    match usable {
+        Ok(()) => Some(dir.to_owned()),
+        Err(error) => {
+            warn!(
+                dir = %dir.display(),
+                %error,
+                "AGENT_STATE_DIR cannot be written: no checkpoints (a restart starts as AGENT_START says); \
+                 mount a writable volume there (an emptyDir)"
+            );
+            None
+        }
+    }
+}
+
+/// The checkpoint in `dir`: `None` where there is none (the first start in this pod). A damaged
+/// one is said and taken as written now with nothing in it: files present, and the log stream,
+/// start as `start` (`AGENT_START`) says.
+fn read_checkpoint(dir: &Path, start: Start) -> Option<Checkpoint> {
+    match checkpoint::read(dir) {
+        Ok(Some(saved)) => {
+            info!(files = saved.files.len(), stream = saved.stream.is_some(), "resuming from the checkpoint");
+            Some(saved)
+        }
+        Ok(None) => {
+            info!("no checkpoint: the first start in this pod, files are read from their beginning");
+            None
+        }
+        Err(error) => {
+            warn!(error, "the checkpoint cannot be read: files present start as AGENT_START says");
+            let now = SystemTime::now();
+            let stream = (start == Start::End).then(|| checkpoint::StreamMark {
+                last: Some(events::timestamp(now).to_string()),
+                ..Default::default()
+            });
+            Some(Checkpoint { written: checkpoint::seconds(now), files: Vec::new(), stream })
+        }
+    }
+}
+
+/// Writes the checkpoint if it changed.
+async fn save(dir: &Path, files: &Mutex<Vec<FileMark>>, resume: &Mutex<Resume>, last: &mut Option<Checkpoint>) {
+    let files = files.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let stream = Some(resume.lock().unwrap_or_else(std::sync::PoisonError::into_inner).mark());
+    let unchanged = last.as_ref().is_some_and(|l| l.files == files && l.stream == stream);
+    if unchanged {
+        return;
+    }
+    let checkpoint = Checkpoint { written: checkpoint::seconds(SystemTime::now()), files, stream };
+    let (dir, saved) = (dir.to_owned(), checkpoint.clone());
+    match tokio::task::spawn_blocking(move || checkpoint::write(&dir, &saved)).await {
+        Ok(Ok(())) => *last = Some(checkpoint),
+        Ok(Err(error)) => warn!(error, "cannot write the checkpoint"),
+        Err(error) => warn!(%error, "cannot write the checkpoint"),
+    }
+}
+
+/// The files' thread: poll, count, sleep; until woken to stop.
+struct FilesThread {
+    follower: Follower,
+    counting: Counting,
+    metrics: Arc<Metrics>,
+    endpoints: Arc<Endpoints>,
+    /// Where the files were read to, for the checkpoint (with `AGENT_STATE_DIR`).
+    marks: Option<Arc<Mutex<Vec<FileMark>>>>,
     poll: Duration,
-) {
-    while !stop.load(Ordering::Acquire) {
-        let more = {
-            let mut processor = lock(processor);
-            let mut sink = FileSink { processor: &mut processor, now: Instant::now() };
-            let more = follower.poll(&mut sink);
-            processor.flush();
-            more
-        };
-        endpoints.ready.store(true, Ordering::Release);
-        if !more {
-            std::thread::sleep(poll);
+}
+
+impl FilesThread {
+    fn run(mut self, stop: &mpsc::Receiver<()>) {
+        let mut marked = Instant::now() - checkpoint::EVERY;
+        loop {
+            let more = {
+                let mut sink = FileSink { counting: &mut self.counting, metrics: &self.metrics };
+                self.follower.poll(&mut sink)
+            };
+            self.counting.flush();
+            self.endpoints.ready.store(true, Ordering::Release);
+            if marked.elapsed() >= checkpoint::EVERY {
+                self.mark();
+                marked = Instant::now();
+            }
+            let wait = if more { Duration::ZERO } else { self.poll };
+            match stop.recv_timeout(wait) {
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        // Without checkpoints nothing will complete a last line: counted now. With them, it is
+        // read whole at the next start.
+        let flush_partial = self.marks.is_none();
+        let mut sink = FileSink { counting: &mut self.counting, metrics: &self.metrics };
+        self.follower.finish(&mut sink, flush_partial);
+        self.counting.flush();
+        self.mark();
+    }
+
+    fn mark(&self) {
+        if let Some(marks) = &self.marks {
+            let now = self.follower.marks();
+            *marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = now;
         }
     }
 }
 
-/// The log stream of `container`, resumed after each drop, until forbidden or aborted.
-async fn follow_stream(
-    pods: kube::Api<k8s_openapi::api::core::v1::Pod>,
-    pod: String,
-    container: String,
-    processor: Arc<Mutex<Processor>>,
-    source: usize,
-    start: Start,
-    max_line: usize,
-) {
-    let mut resume = match start {
-        Start::End => Resume::from(k8s_openapi::jiff::Timestamp::now()),
-        Start::Beginning => Resume::default(),
-    };
-    let mut delay = Duration::ZERO;
-    let mut failing = false;
-    loop {
-        let began = Instant::now();
-        let mut line = |line: crate::lines::Line<'_>| {
-            let mut processor = lock(&processor);
-            processor.line(source, line, Instant::now());
-            processor.flush();
-        };
-        match stream_once(&pods, &pod, &container, &mut resume, max_line, &mut line).await {
-            Ended::Forbidden(message) => {
-                warn!(
-                    message,
-                    "cannot read the log stream (pods/log): the pod's ServiceAccount needs get on pods/log \
-                     (docs/agent.md); following files only"
-                );
-                lock(&processor).source_error(source, SourceError::Permission);
-                return;
-            }
-            Ended::Dropped(why) => {
-                let lasted = began.elapsed();
-                delay = backoff(delay, lasted);
-                if lasted < Duration::from_secs(1) && !failing {
-                    warn!(why, "the log stream failed; asking again with backoff");
-                    lock(&processor).source_error(source, SourceError::Io);
-                    failing = true;
-                } else if lasted >= Duration::from_secs(1) {
-                    failing = false;
-                    info!(why, "the log stream ended; resuming from the last line seen");
-                }
-                tokio::time::sleep(delay).await;
-            }
-        }
-    }
+/// What the follower reads goes to the files' counting; what becomes of files, to the metrics.
+struct FileSink<'a> {
+    counting: &'a mut Counting,
+    metrics: &'a Metrics,
 }
 
-/// Resolves what the window lets go, and says the alerts due: a first occurrence at once, more
-/// of a firing one at most every [`SERIES_EVERY`] (everything when `all`). Returns the rules
-/// resolved.
-async fn say_alerts(
-    processor: &Mutex<Processor>,
-    mut publisher: Option<&mut EventPublisher>,
-    said: &mut std::collections::HashMap<usize, Instant>,
-    all: bool,
-) -> Vec<String> {
-    let (alerts, resolved) = {
-        let mut processor = lock(processor);
-        let resolved = processor.tick(Instant::now());
-        for rule in &resolved {
-            info!(rule, "alert resolved");
-        }
-        processor.flush();
-        let alerts = processor.take_alerts();
-        let (due, later): (Vec<_>, Vec<_>) =
-            alerts.into_iter().partition(|a| all || said.get(&a.rule).is_none_or(|at| at.elapsed() >= SERIES_EVERY));
-        for alert in later {
-            processor.keep_alert(alert);
-        }
-        (due, resolved)
-    };
-    for alert in alerts {
-        if !alert.note.is_empty() {
-            warn!(rule = alert.name, note = alert.note, "alert firing");
-        }
-        let Some(publisher) = publisher.as_deref_mut() else { continue };
-        let result = publisher.publish(&alert.name, &alert.reason, &alert.note, alert.occurrences).await;
-        let mut processor = lock(processor);
-        processor.metrics().sent("event", result.is_ok());
-        match result {
-            Ok(()) => {
-                said.insert(alert.rule, Instant::now());
-            }
-            Err(error) => {
-                warn!(%error, rule = alert.name, "the Event could not be sent; trying again");
-                processor.keep_alert(alert);
-            }
-        }
+impl Sink for FileSink<'_> {
+    fn run(&mut self, source: usize, run: &[u8], written: SystemTime) {
+        self.counting.run(source, run, written);
     }
-    resolved
-}
 
-/// Posts to Alertmanager each alert that fired (and again every [`REPOST_EVERY`] while it fires)
-/// and each one `resolved`.
-async fn tell_alertmanager(
-    alertmanager: &Alertmanager,
-    processor: &Mutex<Processor>,
-    pod: &PodIdentity,
-    posted: &mut std::collections::HashMap<String, Instant>,
-    resolved: Vec<String>,
-) {
-    let firing = lock(processor).firing();
-    let mut posts: Vec<(String, String, State)> = firing
-        .into_iter()
-        .filter(|(rule, _)| posted.get(rule).is_none_or(|at| at.elapsed() >= REPOST_EVERY))
-        .map(|(rule, note)| (rule, note, State::Firing))
-        .collect();
-    for rule in resolved {
-        if posted.remove(&rule).is_some() {
-            let note = format!("rule {rule} is under its threshold again");
-            posts.push((rule, note, State::Resolved));
-        }
+    fn line(&mut self, source: usize, line: Line<'_>, written: SystemTime) {
+        self.counting.line(source, line, written);
     }
-    let now = k8s_openapi::jiff::Timestamp::now();
-    for (rule, note, state) in posts {
-        let body = Alertmanager::body(&rule, &note, pod, state, now);
-        let result = alertmanager.post(&body).await;
-        let ok = matches!(result, Ok(200..=299));
-        lock(processor).metrics().sent("alertmanager", ok);
-        match result {
-            Ok(200..=299) if state == State::Firing => {
-                posted.insert(rule, Instant::now());
-            }
-            Ok(200..=299) => {}
-            Ok(status) => warn!(status, rule, "Alertmanager refused the alert; posting it again"),
-            Err(error) => warn!(error, rule, "cannot post to Alertmanager; posting it again"),
-        }
+
+    fn error(&mut self, source: usize, reason: SourceError, _detail: &str) {
+        self.metrics.source_error(source, reason);
+    }
+
+    fn closed(&mut self, reason: &'static str) {
+        self.metrics.closed(reason);
+    }
+
+    fn skipped(&mut self, reason: &'static str) {
+        self.metrics.skipped(reason);
+    }
+
+    fn truncated(&mut self, source: usize, copy_found: bool) {
+        self.metrics.truncated(source, copy_found);
+    }
+
+    fn open_files(&mut self, count: usize) {
+        self.metrics.open_files.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 }
 

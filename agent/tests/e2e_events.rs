@@ -1,6 +1,7 @@
 //! e2e: the agent as a process with a real pod's identity, against a real kube-apiserver
 //! (KUBECONFIG): a rule over its threshold puts one Warning Event on the pod, and further matches
-//! grow that Event's series; `kubectl get events` shows it once with a growing count.
+//! grow that Event's series (the second occurrence at once, as client-go's events/v1 recorder
+//! writes); `kubectl get events` shows it once with a growing count.
 //! Run on purpose: `cargo test -p watcher-agent --test e2e_events -- --ignored`.
 
 use std::fs::OpenOptions;
@@ -87,7 +88,8 @@ fn an_alert_is_one_event_whose_count_grows() {
     assert_eq!(first.0, "LogRuleError");
     assert!(first.2.contains("rule error matched 2 times within 2 in 1m; last line: ERROR second"), "{}", first.2);
 
-    // More matches while it fires: the same Event, its count growing (sent every 10 s at most).
+    // More matches while it fires: the same Event, its count growing (the second occurrence is
+    // written at once).
     for i in 0..5 {
         write(&format!("ERROR more {i}\n"));
     }

@@ -1,93 +1,31 @@
-//! The `watcher-agent` binary as a process against real files: configuration refused with the
-//! variable named, lines written, rotated by rename and by copytruncate, counted on `/metrics`;
-//! SIGTERM answered with a last scrape and exit 0.
+//! The `watcher-agent` binary as a process, against real files, a fake kube-apiserver (the pod,
+//! its log stream, Events) and a fake Alertmanager: one test for each way a count can go wrong in
+//! production (rotation, truncation, restarts, shutdown, configuration), each counting exactly.
+
+mod support;
 
 use std::fs::{self, OpenOptions};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
 
-const AGENT: &str = env!("CARGO_BIN_EXE_watcher-agent");
+use serde_json::Value;
+use support::*;
 
-fn dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("watcher-agent-process-{}-{name}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).expect("directory");
-    dir
-}
-
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port")
-}
-
-/// `GET path` on `addr`: status and body, or `None` while nothing answers.
-fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    Some((status, body))
-}
-
-fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(20) {
-        if check() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}");
-}
-
-/// The value of `series` in the agent's metrics.
-fn value(addr: SocketAddr, series: &str) -> Option<f64> {
-    let (_, body) = get(addr, "/metrics")?;
-    let line = body.lines().find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))?;
-    line.rsplit(' ').next()?.parse().ok()
-}
-
-fn append(path: &Path, text: &str) {
-    let mut file = OpenOptions::new().create(true).append(true).open(path).expect("open");
-    file.write_all(text.as_bytes()).expect("write");
-}
-
-struct Agent(Child, SocketAddr);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(dir: &Path) -> Agent {
-    let addr = free_port();
-    let child = Command::new(AGENT)
-        .env_clear()
-        .env("AGENT_FILES", format!("{}/*.log", dir.display()))
-        .env("AGENT_RULE_ERROR", r"\bERROR\b")
-        .env("AGENT_RULE_PANIC", "panic:")
-        .env("AGENT_LISTEN", addr.to_string())
-        .env("AGENT_POLL", "20ms")
-        .env("AGENT_EVENTS", "false")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the agent starts");
-    let agent = Agent(child, addr);
-    wait_for("/readyz", || get(addr, "/readyz").is_some_and(|(status, _)| status == 200));
-    agent
+fn files_agent(dir: &std::path::Path, glob: &str, extra: &[(&str, String)]) -> (Agent, String) {
+    let source = format!("{}/{glob}", dir.display());
+    let mut vars = vec![
+        ("AGENT_FILES", source.clone()),
+        ("AGENT_RULE_ERROR", r"\bERROR\b".to_owned()),
+        ("AGENT_POLL", "20ms".to_owned()),
+        ("AGENT_EVENTS", "false".to_owned()),
+    ];
+    vars.extend(extra.iter().cloned());
+    (Agent::start(&vars), source)
 }
 
 #[test]
 fn bad_configuration_exits_non_zero_naming_the_variable() {
-    let output = Command::new(AGENT)
+    let output = Command::new(agent_binary())
         .env_clear()
         .env("AGENT_FILES", "/var/log/*.log")
         .env("AGENT_RULE_ERROR", "(unclosed")
@@ -100,10 +38,11 @@ fn bad_configuration_exits_non_zero_naming_the_variable() {
         "{said}"
     );
 
-    let check = Command::new(AGENT).arg("check").env_clear().env("AGENT_FILES", "/x/*.log").output().expect("runs");
+    let check =
+        Command::new(agent_binary()).arg("check").env_clear().env("AGENT_FILES", "/x/*.log").output().expect("runs");
     assert_eq!(check.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&check.stderr).contains("AGENT_RULE_<NAME>: no rule"));
-    let good = Command::new(AGENT)
+    let good = Command::new(agent_binary())
         .arg("check")
         .env_clear()
         .env("AGENT_FILES", "/x/*.log")
@@ -119,60 +58,451 @@ fn bad_configuration_exits_non_zero_naming_the_variable() {
     );
 }
 
+/// The old file of a rename is read until it has been quiet for `AGENT_ROTATE_WAIT`, a time:
+/// the app writes to it for 1.5 s after the rename, polled every 10 ms.
 #[test]
-fn lines_through_rotation_and_truncation_are_counted_once() {
-    let dir = dir("rotation");
+fn a_renamed_file_is_read_while_the_app_still_writes_to_it() {
+    let dir = dir("rename");
     let log = dir.join("app.log");
-    append(&log, "ERROR before the start: skipped\n");
-    let agent = start(&dir);
-    let addr = agent.1;
-    let errors =
-        r#"watcher_agent_matches_total{rule="error",source=""#.to_owned() + &format!("{}/*.log\"}}", dir.display());
-    let lines = format!("watcher_agent_lines_total{{source=\"{}/*.log\"}}", dir.display());
-    assert_eq!(value(addr, &errors), Some(0.0), "at 0 from the start");
-
-    append(&log, "INFO a\nERROR b\npanic: c\n");
-    wait_for("3 lines", || value(addr, &lines) == Some(3.0));
-    // Rotation by rename, a last line written to the old file after it.
+    append(&log, "");
+    let (agent, source) = files_agent(&dir, "*.log", &[("AGENT_POLL", "10ms".into())]);
+    append(&log, &errors("before", 1, 10));
+    agent.wait_value(&lines_of(&source), 10.0);
     fs::rename(&log, dir.join("app.log.1")).expect("rename");
-    append(&dir.join("app.log.1"), "ERROR late in the old file\n");
-    append(&log, "ERROR in the new file\n");
-    wait_for("5 lines", || value(addr, &lines) == Some(5.0));
-    // copytruncate.
-    fs::copy(&log, dir.join("app.log.2")).expect("copy");
-    OpenOptions::new().write(true).open(&log).expect("open").set_len(0).expect("truncate");
-    append(&log, "ERROR after the truncation\n");
-    wait_for("6 lines", || value(addr, &lines) == Some(6.0));
-    // A partial line is not a line until its newline.
-    append(&log, "ERROR half");
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(value(addr, &lines), Some(6.0));
-    append(&log, " done\n");
-    wait_for("7 lines", || value(addr, &lines) == Some(7.0));
-    assert_eq!(value(addr, &errors), Some(5.0));
-    let panics = errors.replace("rule=\"error\"", "rule=\"panic\"");
-    assert_eq!(value(addr, &panics), Some(1.0));
-    let (_, open) = get(addr, "/metrics").expect("metrics");
-    assert!(open.contains("# TYPE watcher_agent_lines_total counter"), "Prometheus text by default");
+    for i in 11..=25 {
+        append(&dir.join("app.log.1"), &format!("ERROR late {i}\n"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    append(&log, &errors("reopened", 26, 30));
+    agent.wait_value(&lines_of(&source), 30.0);
+    agent.wait_value(&matches_of("error", &source), 30.0);
 }
 
+/// copytruncate: five lines written just before the copy are in `app.log.1` only (the glob does
+/// not match it): read from the copy.
 #[test]
-fn sigterm_answers_a_last_scrape_and_exits_zero() {
-    let dir = dir("sigterm");
-    let mut agent = start(&dir);
-    let addr = agent.1;
-    let status = Command::new("kill").args(["-TERM", &agent.0.id().to_string()]).status().expect("kill");
-    assert!(status.success());
-    std::thread::sleep(Duration::from_millis(200));
-    let scrape = get(addr, "/metrics");
-    assert!(scrape.is_some_and(|(status, body)| status == 200 && body.contains("watcher_agent_lines_total")));
-    let start = Instant::now();
-    let code = loop {
-        if let Some(status) = agent.0.try_wait().expect("wait") {
-            break status.code();
+fn copytruncate_loses_nothing_the_copy_holds() {
+    let dir = dir("copytruncate");
+    let log = dir.join("app.log");
+    append(&log, "");
+    let (agent, source) = files_agent(&dir, "*.log", &[]);
+    append(&log, &errors("a", 1, 20));
+    agent.wait_value(&lines_of(&source), 20.0);
+    append(&log, &errors("b", 21, 25));
+    fs::copy(&log, dir.join("app.log.1")).expect("copy");
+    OpenOptions::new().write(true).open(&log).expect("open").set_len(0).expect("truncate");
+    append(&log, &errors("c", 26, 30));
+    agent.wait_value(&lines_of(&source), 30.0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(agent.value(&lines_of(&source)), Some(30.0), "nothing twice");
+    assert_eq!(
+        agent.value(&format!("watcher_agent_truncations_total{{source=\"{source}\",copy=\"found\"}}")),
+        Some(1.0)
+    );
+}
+
+/// The glob matches the rotated files (`app.log*`): `.1`, renamed `.2`, a compressed `.1.gz`.
+#[test]
+fn rotated_files_in_the_glob_are_counted_once() {
+    let dir = dir("glob-rotations");
+    let log = dir.join("app.log");
+    append(&log, "");
+    let (agent, source) = files_agent(&dir, "app.log*", &[]);
+    append(&log, &errors("a", 1, 10));
+    agent.wait_value(&lines_of(&source), 10.0);
+    fs::rename(&log, dir.join("app.log.1")).expect("rename");
+    append(&log, &errors("b", 11, 20));
+    agent.wait_value(&lines_of(&source), 20.0);
+    fs::rename(dir.join("app.log.1"), dir.join("app.log.2")).expect("rename");
+    fs::rename(&log, dir.join("app.log.1")).expect("rename");
+    append(&log, &errors("c", 21, 25));
+    // A compressed rotation: gzip's magic bytes, then text that is not the log's.
+    fs::write(dir.join("app.log.1.gz"), b"\x1f\x8b\x08\x00ERROR not a line\nERROR nor this\n").expect("gz");
+    agent.wait_value(&lines_of(&source), 25.0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(agent.value(&matches_of("error", &source)), Some(25.0), "25 written, 25 counted");
+    assert_eq!(agent.value("watcher_agent_files_skipped_total{reason=\"compressed\"}"), Some(1.0));
+}
+
+/// Checkpoints: the agent killed (OOM) after its checkpoint, ten lines written while it is down,
+/// counted once when it is back; a file it had read is not read again.
+#[test]
+fn a_restarted_agent_counts_what_was_written_while_it_was_down() {
+    let dir = dir("restart");
+    let (logs, state) = (dir.join("logs"), dir.join("state"));
+    fs::create_dir_all(&logs).expect("dir");
+    let log = logs.join("app.log");
+    append(&log, "");
+    let vars = [("AGENT_STATE_DIR", state.display().to_string())];
+    let (mut agent, source) = files_agent(&logs, "*.log", &vars);
+    append(&log, &errors("before", 1, 5));
+    agent.wait_value(&lines_of(&source), 5.0);
+    let size = fs::metadata(&log).expect("log").len();
+    wait_for("the checkpoint", || {
+        let saved: Value = fs::read(state.join("watcher-agent.checkpoint.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(Value::Null);
+        saved["files"][0]["offset"] == size
+    });
+    agent.kill();
+    append(&log, &errors("down", 6, 15));
+    let (again, _) = files_agent(&logs, "*.log", &vars);
+    again.wait_value(&lines_of(&source), 10.0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(again.value(&matches_of("error", &source)), Some(10.0), "written while down: once");
+}
+
+/// The app's first lines: with `AGENT_STATE_DIR` and no checkpoint yet (the first start in the
+/// pod), files already there are read from their beginning.
+#[test]
+fn the_first_start_in_a_pod_reads_the_apps_first_lines() {
+    let dir = dir("first-lines");
+    let (logs, state) = (dir.join("logs"), dir.join("state"));
+    fs::create_dir_all(&logs).expect("dir");
+    append(&logs.join("app.log"), "starting\nERROR cannot open the database\n");
+    let (agent, source) = files_agent(&logs, "*.log", &[("AGENT_STATE_DIR", state.display().to_string())]);
+    agent.wait_value(&lines_of(&source), 2.0);
+    assert_eq!(agent.value(&matches_of("error", &source)), Some(1.0));
+}
+
+/// A native sidecar is stopped after the app: the app's last lines, written just before
+/// SIGTERM, are read and served to the last scrape.
+#[test]
+fn the_apps_last_lines_before_sigterm_are_counted() {
+    let dir = dir("last-lines");
+    let log = dir.join("app.log");
+    append(&log, "");
+    let (mut agent, source) = files_agent(&dir, "*.log", &[("AGENT_POLL", "1m".into())]);
+    append(&log, &errors("last words", 1, 7));
+    agent.terminate();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(agent.value(&lines_of(&source)), Some(7.0), "the last scrape sees them");
+    assert_eq!(agent.exit_code(Duration::from_secs(30)), Some(0));
+}
+
+/// `AGENT_START: beginning` over a file last written an hour ago, five errors, alert 3/1m: the
+/// five are counted, nothing fires (the lines are an hour old), no Event.
+#[test]
+fn an_old_backlog_is_counted_and_fires_nothing() {
+    let dir = dir("backlog");
+    let api = FakeApi::start(&dir);
+    let logs = dir.join("logs");
+    fs::create_dir_all(&logs).expect("dir");
+    let log = logs.join("app.log");
+    append(&log, &errors("an hour ago", 1, 5));
+    let file = OpenOptions::new().append(true).open(&log).expect("open");
+    file.set_modified(SystemTime::now() - Duration::from_secs(3600)).expect("mtime");
+    let mut vars = api.vars();
+    vars.extend([
+        ("AGENT_START", "beginning".to_owned()),
+        ("AGENT_ALERT_ERROR", "3/1m".to_owned()),
+        ("AGENT_EVENTS", "true".to_owned()),
+    ]);
+    let (agent, source) = files_agent(&logs, "*.log", &vars);
+    agent.wait_value(&matches_of("error", &source), 5.0);
+    std::thread::sleep(Duration::from_secs(2)); // two alert ticks
+    assert_eq!(agent.value("watcher_agent_alert_firing{rule=\"error\"}"), Some(0.0));
+    assert!(api.event_calls().is_empty(), "{:?}", api.event_calls());
+}
+
+/// A rule written as a YAML block scalar (`|`) ends in a newline: trimmed, it matches.
+#[test]
+fn a_rule_from_a_yaml_block_scalar_matches() {
+    let dir = dir("block-scalar");
+    let log = dir.join("app.log");
+    append(&log, "");
+    let (agent, source) = files_agent(&dir, "*.log", &[("AGENT_RULE_ERROR", "\\bERROR\\b\n".into())]);
+    append(&log, &errors("x", 1, 4));
+    agent.wait_value(&matches_of("error", &source), 4.0);
+}
+
+/// Alertmanager: the firing alert carries `startsAt` (its first match, not in the future) and
+/// the pod; its resolution `endsAt`.
+#[test]
+fn alertmanager_is_told_when_the_firing_began_and_ended() {
+    let dir = dir("alertmanager");
+    let am = FakeAlertmanager::start();
+    let log = dir.join("app.log");
+    append(&log, "");
+    let vars = [
+        ("AGENT_ALERT_ERROR", "2/2s".to_owned()),
+        ("AGENT_ALERTMANAGER_URL", am.url.clone()),
+        ("POD_NAME", "shop".to_owned()),
+        ("POD_NAMESPACE", "team-a".to_owned()),
+    ];
+    let (_agent, _) = files_agent(&dir, "*.log", &vars);
+    let before = k8s_openapi::jiff::Timestamp::now();
+    append(&log, &errors("x", 1, 2));
+    wait_for("the firing alert", || !am.alerts().is_empty());
+    let firing = am.alerts()[0].clone();
+    assert_eq!(firing["labels"]["pod"], "shop");
+    assert_eq!(firing["labels"]["namespace"], "team-a");
+    let starts: k8s_openapi::jiff::Timestamp = firing["startsAt"].as_str().expect("startsAt").parse().expect("time");
+    let ends: k8s_openapi::jiff::Timestamp = firing["endsAt"].as_str().expect("endsAt").parse().expect("time");
+    assert!(
+        starts >= before.saturating_sub(k8s_openapi::jiff::SignedDuration::from_secs(1)).expect("time"),
+        "{firing}"
+    );
+    assert!(starts <= k8s_openapi::jiff::Timestamp::now() && ends > starts, "{firing}");
+    wait_for("the resolution", || am.alerts().iter().any(|a| a["endsAt"].as_str() < firing["endsAt"].as_str()));
+}
+
+/// Misspelt variables, rules that differ by case: refused, named; the kubelet's Service
+/// variables: not rules.
+#[test]
+fn configuration_mistakes_are_refused_and_service_links_ignored() {
+    let run = |vars: &[(&str, &str)]| {
+        let mut command = Command::new(agent_binary());
+        command.arg("check").env_clear().env("AGENT_FILES", "/x/*.log").env("AGENT_RULE_ERROR", "ERROR");
+        for (k, v) in vars {
+            command.env(k, v);
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "exits within the grace period");
-        std::thread::sleep(Duration::from_millis(50));
+        command.output().expect("runs")
     };
-    assert_eq!(code, Some(0));
+    for (vars, said) in [
+        (vec![("AGENT_RULES_PANIC", "panic:")], "AGENT_RULES_PANIC: unknown variable (did you mean AGENT_RULE_PANIC?)"),
+        (vec![("AGENT_POLL_INTERVAL", "1s")], "AGENT_POLL_INTERVAL: unknown variable (did you mean AGENT_POLL?)"),
+        (vec![("AGENT_RULE_Error", "Error")], "names the same rule (error)"),
+    ] {
+        let output = run(&vars);
+        assert_eq!(output.status.code(), Some(1), "{vars:?}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains(said), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+    let links = run(&[("AGENT_RULE_X_SERVICE_HOST", "10.0.0.7"), ("AGENT_RULE_X_PORT", "tcp://10.0.0.7:80")]);
+    assert!(links.status.success(), "{}", String::from_utf8_lossy(&links.stderr));
+    let printed = String::from_utf8_lossy(&links.stdout);
+    assert!(!printed.contains("rule x_"), "{printed}");
+}
+
+/// `AGENT_IGNORE_OLDER`: date-named logs that stay in the glob are closed once idle, and opened
+/// again where they were left when written to.
+#[test]
+fn idle_files_are_closed() {
+    let dir = dir("idle");
+    for day in 1..=3 {
+        append(&dir.join(format!("app-2026-11-0{day}.log")), "");
+    }
+    let (agent, source) = files_agent(&dir, "*.log", &[("AGENT_IGNORE_OLDER", "1s".into())]);
+    wait_for("idle files closed", || agent.value("watcher_agent_open_files") == Some(0.0));
+    assert_eq!(agent.value("watcher_agent_files_closed_total{reason=\"idle\"}"), Some(3.0));
+    append(&dir.join("app-2026-11-03.log"), "ERROR again\n");
+    agent.wait_value(&lines_of(&source), 1.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The log stream, through the fake kube-apiserver.
+
+fn stream_agent(api: &FakeApi, extra: &[(&str, String)]) -> Agent {
+    let mut vars = api.vars();
+    vars.extend([
+        ("AGENT_LOGS_CONTAINER", "app".to_owned()),
+        ("AGENT_RULE_ERROR", r"\bERROR\b".to_owned()),
+        ("AGENT_START", "beginning".to_owned()),
+        ("AGENT_EVENTS", "false".to_owned()),
+    ]);
+    vars.extend(extra.iter().cloned());
+    Agent::start(&vars)
+}
+
+const STDOUT: &str = "stdout";
+
+/// stdout and stderr are stamped apart: a line earlier than the one before it is counted; a
+/// stream asked again sends its last second again: skipped, and only that.
+#[test]
+fn stream_lines_out_of_order_are_counted_and_repeats_are_not() {
+    let dir = dir("out-of-order");
+    let api = FakeApi::start(&dir);
+    api.state().log_answers.extend([
+        LogAnswer::lines(&[
+            "2026-11-26T10:00:00.5Z ERROR one",
+            "2026-11-26T10:00:01.7Z ERROR two",
+            "2026-11-26T10:00:01.2Z ERROR stderr, earlier",
+        ]),
+        LogAnswer::lines(&[
+            "2026-11-26T10:00:01.2Z ERROR stderr, earlier",
+            "2026-11-26T10:00:01.7Z ERROR two",
+            "2026-11-26T10:00:01.1Z ERROR late, and new",
+            "2026-11-26T10:00:02Z ERROR three",
+        ]),
+    ]);
+    let agent = stream_agent(&api, &[]);
+    agent.wait_value(&matches_of("error", STDOUT), 5.0);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(agent.value(&lines_of(STDOUT)), Some(5.0));
+    assert!(api.log_requests()[1].contains("sinceTime=2026-11-26T10%3A00%3A01Z"), "{:?}", api.log_requests());
+}
+
+/// The container restarted while the stream was down: the previous container's last lines
+/// (its panic) are read, then the new container's.
+#[test]
+fn a_restarted_containers_last_lines_are_read() {
+    let dir = dir("previous");
+    let api = FakeApi::start(&dir);
+    {
+        let mut state = api.state();
+        state.restarts.extend([0, 1]);
+        state.log_answers.extend([
+            LogAnswer::lines(&["2026-11-26T10:00:00Z starting", "2026-11-26T10:00:01Z ERROR slow"]),
+            LogAnswer::lines(&["2026-11-26T10:00:01Z ERROR slow", "2026-11-26T10:00:02Z ERROR panic: out of memory"]),
+            LogAnswer::lines(&["2026-11-26T10:00:05Z starting again"]),
+        ]);
+    }
+    let agent = stream_agent(&api, &[]);
+    agent.wait_value(&lines_of(STDOUT), 4.0);
+    assert_eq!(agent.value(&matches_of("error", STDOUT)), Some(2.0));
+    let requests = api.log_requests();
+    assert!(requests[1].contains("previous=true"), "{requests:?}");
+    assert_eq!(agent.value("watcher_agent_stream_reconnects_total{reason=\"restarted\"}"), Some(1.0));
+}
+
+/// A half-open stream (headers, a line, then nothing, never an end) is asked again after
+/// `AGENT_STREAM_IDLE`, and said in a metric.
+#[test]
+fn a_silent_stream_is_asked_again() {
+    let dir = dir("half-open");
+    let api = FakeApi::start(&dir);
+    api.state().log_answers.extend([
+        LogAnswer { lines: vec![(Duration::ZERO, "2026-11-26T10:00:00Z ERROR one".into())], hang: true },
+        LogAnswer::lines(&["2026-11-26T10:00:00Z ERROR one", "2026-11-26T10:00:03Z ERROR two"]),
+    ]);
+    let agent = stream_agent(&api, &[("AGENT_STREAM_IDLE", "2s".into())]);
+    agent.wait_value(&matches_of("error", STDOUT), 2.0);
+    assert!(agent.value("watcher_agent_stream_reconnects_total{reason=\"idle\"}") >= Some(1.0));
+}
+
+/// A stream that ends after delivering lines (a kubelet that closes streams often) is asked again
+/// at once, not after a growing backoff: twelve streams of one line each, counted promptly.
+#[test]
+fn a_stream_that_ended_with_lines_is_asked_again_at_once() {
+    let dir = dir("ended");
+    let api = FakeApi::start(&dir);
+    api.state()
+        .log_answers
+        .extend((0..12).map(|i| LogAnswer::lines(&[&format!("2026-11-26T10:00:{i:02}Z ERROR {i}")])));
+    let agent = stream_agent(&api, &[]);
+    agent.wait_value(&matches_of("error", STDOUT), 12.0);
+}
+
+/// SIGTERM while the app still writes its last lines to stdout: the stream is read until it
+/// ends (within a short deadline), then the last scrape.
+#[test]
+fn the_stream_is_drained_at_sigterm() {
+    let dir = dir("drain");
+    let api = FakeApi::start(&dir);
+    api.state().log_answers.push_back(LogAnswer {
+        lines: vec![
+            (Duration::ZERO, "2026-11-26T10:00:00Z ERROR first".into()),
+            (Duration::from_millis(1500), "2026-11-26T10:00:01Z ERROR shutting down".into()),
+            (Duration::from_millis(100), "2026-11-26T10:00:01.1Z ERROR last words".into()),
+        ],
+        hang: false,
+    });
+    let mut agent = stream_agent(&api, &[]);
+    agent.wait_value(&matches_of("error", STDOUT), 1.0);
+    agent.terminate();
+    agent.wait_value(&matches_of("error", STDOUT), 3.0);
+    assert_eq!(agent.exit_code(Duration::from_secs(30)), Some(0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events.
+
+fn alerting_agent(
+    dir: &std::path::Path,
+    api: &FakeApi,
+    rule: &str,
+    extra: &[(&str, String)],
+) -> (Agent, std::path::PathBuf) {
+    let log = dir.join("app.log");
+    append(&log, "");
+    let mut vars = api.vars();
+    vars.extend([("AGENT_FILES", format!("{}/*.log", dir.display())), ("AGENT_POLL", "20ms".to_owned())]);
+    vars.push((Box::leak(format!("AGENT_RULE_{rule}").into_boxed_str()), r"\bERROR\b".to_owned()));
+    vars.push((Box::leak(format!("AGENT_ALERT_{rule}").into_boxed_str()), "2/1m".to_owned()));
+    vars.extend(extra.iter().cloned());
+    (Agent::start(&vars), log)
+}
+
+fn notes(api: &FakeApi) -> Vec<String> {
+    api.event_calls().iter().map(|(_, _, body)| body["note"].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+/// Every Event says the rule and the last line: one created after a failed create, and one
+/// created again after it expired.
+#[test]
+fn an_event_always_has_its_note() {
+    let dir = dir("notes");
+    let api = FakeApi::start(&dir);
+    api.state().event_answers.push_back(EventAnswer::Status(500));
+    let (_agent, log) = alerting_agent(&dir, &api, "ERROR", &[]);
+    append(&log, &errors("x", 1, 2));
+    wait_for("the Event after a failed create", || api.state().events.len() == 1);
+    api.state().events.clear(); // expired
+    append(&log, &errors("y", 3, 3));
+    wait_for("the Event created again", || api.state().events.len() == 1);
+    let calls = api.event_calls();
+    let methods: Vec<&str> = calls.iter().map(|(m, _, _)| m.as_str()).collect();
+    assert_eq!(methods, ["POST", "POST", "PATCH", "POST"], "{calls:?}");
+    for note in notes(&api).iter().filter(|n| !n.is_empty()) {
+        assert!(note.starts_with("rule error matched 2 times within 2 in 1m; last line: ERROR "), "{note}");
+    }
+    let posts: Vec<&Value> = calls.iter().filter(|(m, _, _)| m == "POST").map(|(_, _, b)| b).collect();
+    assert!(posts.iter().all(|b| b["note"].as_str().is_some_and(|n| !n.is_empty())), "{posts:?}");
+}
+
+/// Errors logged for 22 s while the alert fires: one create, one patch at the second
+/// occurrence; nothing more until the 30-minute heartbeat (or the series closes).
+#[test]
+fn a_firing_alert_writes_as_client_go_does() {
+    let dir = dir("cadence");
+    let api = FakeApi::start(&dir);
+    let (_agent, log) = alerting_agent(&dir, &api, "ERROR", &[]);
+    append(&log, &errors("x", 1, 2));
+    wait_for("the Event", || !api.event_calls().is_empty());
+    for i in 0..88 {
+        append(&log, &format!("ERROR {i}\n"));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let calls = api.event_calls();
+    let methods: Vec<&str> = calls.iter().map(|(m, _, _)| m.as_str()).collect();
+    assert_eq!(methods, ["POST", "PATCH"]);
+    assert!(calls[0].2.get("series").is_none(), "the first occurrence: {:?}", calls[0].2);
+    assert_eq!(calls[1].2["series"]["count"].as_i64().map(|c| c >= 2), Some(true), "{:?}", calls[1].2);
+}
+
+/// A rule named `ERROR_`: its Event's name is still a DNS subdomain, created once.
+#[test]
+fn event_names_are_valid_whatever_the_rule() {
+    let dir = dir("names");
+    let api = FakeApi::start(&dir);
+    let (_agent, log) = alerting_agent(&dir, &api, "ERROR_", &[]);
+    append(&log, &errors("x", 1, 2));
+    wait_for("the Event", || api.state().events.len() == 1);
+    std::thread::sleep(Duration::from_secs(2));
+    let calls = api.event_calls();
+    assert_eq!(calls.len(), 1, "created once: {calls:?}");
+    assert_eq!(calls[0].2["reason"], "LogRuleError");
+}
+
+/// kube-apiserver hangs on Events: Alertmanager is still told, and SIGTERM ends the agent within
+/// the pod's grace period.
+#[test]
+fn a_hung_api_server_holds_up_nothing() {
+    let dir = dir("hung");
+    let api = FakeApi::start(&dir);
+    api.state().event_answers.extend([EventAnswer::Hang; 8]);
+    let am = FakeAlertmanager::start();
+    let (mut agent, log) = alerting_agent(
+        &dir,
+        &api,
+        "ERROR",
+        &[("AGENT_ALERTMANAGER_URL", am.url.clone()), ("AGENT_SHUTDOWN_LINGER", "0s".into())],
+    );
+    append(&log, &errors("x", 1, 2));
+    wait_for("the Event call", || !api.event_calls().is_empty());
+    wait_for("Alertmanager told", || !am.alerts().is_empty());
+    agent.terminate();
+    assert_eq!(agent.exit_code(Duration::from_secs(30)), Some(0));
 }

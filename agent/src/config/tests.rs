@@ -106,3 +106,96 @@ fn durations_read_and_print_alike() {
         assert_eq!(parse_duration(bad), None, "{bad}");
     }
 }
+
+/// A misspelt variable is an error naming the closest known one, never silently ignored.
+#[test]
+fn unknown_variables_are_refused_with_the_closest_name() {
+    let base = [("AGENT_FILES", "/x/*.log"), ("AGENT_RULE_ERROR", "ERROR")];
+    let with = |extra: (&'static str, &'static str)| {
+        let mut vars = base.to_vec();
+        vars.push(extra);
+        problem(&vars)
+    };
+    assert_eq!(
+        with(("AGENT_RULES_PANIC", "panic:")),
+        "AGENT_RULES_PANIC: unknown variable (did you mean AGENT_RULE_PANIC?)"
+    );
+    assert_eq!(with(("AGENT_POLL_INTERVAL", "1s")), "AGENT_POLL_INTERVAL: unknown variable (did you mean AGENT_POLL?)");
+    assert!(with(("AGENT_WHATEVER_ELSE_ENTIRELY", "1")).contains("(known: AGENT_FILES, "));
+}
+
+/// The kubelet's Service variables (a Service named `agent-rule-x` in the namespace) are not
+/// rules; the same names with values that are not a Service's are.
+#[test]
+fn service_links_are_ignored() {
+    let config = config(&[
+        ("AGENT_FILES", "/x/*.log"),
+        ("AGENT_RULE_ERROR", "ERROR"),
+        ("AGENT_RULE_X_SERVICE_HOST", "10.0.0.7"),
+        ("AGENT_RULE_X_SERVICE_PORT", "80"),
+        ("AGENT_RULE_X_SERVICE_PORT_HTTP", "80"),
+        ("AGENT_RULE_X_PORT", "tcp://10.0.0.7:80"),
+        ("AGENT_RULE_X_PORT_80_TCP", "tcp://10.0.0.7:80"),
+        ("AGENT_RULE_X_PORT_80_TCP_PROTO", "tcp"),
+        ("AGENT_RULE_X_PORT_80_TCP_PORT", "80"),
+        ("AGENT_RULE_X_PORT_80_TCP_ADDR", "10.0.0.7"),
+    ])
+    .expect("valid");
+    assert_eq!(config.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["error"]);
+    let rule = config_rule("AGENT_RULE_DB_PORT", r"port \d+ refused");
+    assert_eq!(rule, ["db_port", "error"], "a rule whose value is not a Service's is a rule");
+}
+
+fn config_rule(key: &'static str, value: &'static str) -> Vec<String> {
+    let config = config(&[("AGENT_FILES", "/x/*.log"), ("AGENT_RULE_ERROR", "ERROR"), (key, value)]).expect("valid");
+    config.rules.iter().map(|r| r.name.clone()).collect()
+}
+
+#[test]
+fn rules_differing_only_by_case_are_refused() {
+    let said = problem(&[("AGENT_FILES", "/x/*.log"), ("AGENT_RULE_ERROR", "ERROR"), ("AGENT_RULE_Error", "Error")]);
+    assert!(said.contains("names the same rule (error): rule names are not case-sensitive"), "{said}");
+}
+
+/// A YAML block scalar (`|`) leaves a newline at the end of every value: trimmed.
+#[test]
+fn values_are_trimmed() {
+    let config = config(&[
+        ("AGENT_FILES", "/x/*.log\n"),
+        ("AGENT_RULE_ERROR", "\\bERROR\\b\n"),
+        ("AGENT_ALERT_ERROR", " 3/1m\n"),
+        ("AGENT_START", "beginning\n"),
+    ])
+    .expect("valid");
+    assert_eq!(config.rules[0].pattern, "\\bERROR\\b");
+    assert_eq!(config.files, ["/x/*.log"]);
+    assert_eq!(config.start, Start::Beginning);
+}
+
+#[test]
+fn named_groups_are_labels() {
+    let config = config(&[("AGENT_FILES", "/x/*.log"), ("AGENT_RULE_HTTP", r"status=(?P<code>5\d\d)")]).expect("valid");
+    assert_eq!(config.rules[0].labels, ["code"]);
+    let said = problem(&[("AGENT_FILES", "/x/*.log"), ("AGENT_RULE_HTTP", r"(?P<rule>x)")]);
+    assert!(said.starts_with("AGENT_RULE_HTTP: the group name \"rule\" is not a label name"), "{said}");
+}
+
+#[test]
+fn checkpoint_and_rotation_variables() {
+    let config = config(&[
+        ("AGENT_FILES", "/x/*.log"),
+        ("AGENT_RULE_ERROR", "ERROR"),
+        ("AGENT_STATE_DIR", "/var/lib/watcher-agent"),
+        ("AGENT_ROTATE_WAIT", "10s"),
+        ("AGENT_IGNORE_OLDER", "1h"),
+        ("AGENT_MAX_OPEN_FILES", "16"),
+        ("AGENT_MAX_SERIES", "20"),
+    ])
+    .expect("valid");
+    assert_eq!(config.state_dir.as_deref(), Some(std::path::Path::new("/var/lib/watcher-agent")));
+    assert_eq!(config.rotate_wait, Duration::from_secs(10));
+    assert_eq!(config.ignore_older, Some(Duration::from_secs(3600)));
+    assert_eq!((config.max_open_files, config.max_series), (16, 20));
+    let said = problem(&[("AGENT_FILES", "/x/*.log"), ("AGENT_RULE_ERROR", "ERROR"), ("AGENT_STATE_DIR", "state")]);
+    assert_eq!(said, "AGENT_STATE_DIR: \"state\" is not an absolute path");
+}

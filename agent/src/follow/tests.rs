@@ -6,19 +6,41 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 
-/// What a sink saw: lines per source, problems.
+/// What a sink saw: lines per source, problems, what became of files.
 #[derive(Default)]
 struct Seen {
     lines: Vec<(usize, String, bool)>,
     errors: Vec<(usize, SourceError)>,
+    closed: Vec<&'static str>,
+    skipped: Vec<&'static str>,
+    truncated: Vec<bool>,
+    open: usize,
 }
 
 impl Sink for Seen {
-    fn line(&mut self, source: usize, line: Line<'_>) {
+    fn run(&mut self, source: usize, run: &[u8], _written: SystemTime) {
+        for line in run.split_inclusive(|b| *b == b'\n') {
+            let line = line.strip_suffix(b"\n").unwrap_or(line);
+            self.lines.push((source, String::from_utf8_lossy(line).into_owned(), false));
+        }
+    }
+    fn line(&mut self, source: usize, line: Line<'_>, _written: SystemTime) {
         self.lines.push((source, String::from_utf8_lossy(line.bytes).into_owned(), line.truncated));
     }
     fn error(&mut self, source: usize, reason: SourceError, _detail: &str) {
         self.errors.push((source, reason));
+    }
+    fn closed(&mut self, reason: &'static str) {
+        self.closed.push(reason);
+    }
+    fn skipped(&mut self, reason: &'static str) {
+        self.skipped.push(reason);
+    }
+    fn truncated(&mut self, _source: usize, copy_found: bool) {
+        self.truncated.push(copy_found);
+    }
+    fn open_files(&mut self, count: usize) {
+        self.open = count;
     }
 }
 
@@ -41,8 +63,35 @@ fn append(path: &Path, text: &str) {
     file.write_all(text.as_bytes()).expect("write");
 }
 
+fn numbered(from: usize, to: usize) -> String {
+    (from..=to).map(|i| format!("line {i}\n")).collect()
+}
+
+fn names(from: usize, to: usize) -> Vec<String> {
+    (from..=to).map(|i| format!("line {i}")).collect()
+}
+
+fn options(globs: Vec<String>, start: Start) -> FollowOptions {
+    FollowOptions {
+        globs,
+        start,
+        max_line: 64,
+        rotate_wait: Duration::from_millis(300),
+        ignore_older: None,
+        max_open: 128,
+    }
+}
+
 fn follower(dir: &Path, start: Start) -> Follower {
-    Follower::new(vec![format!("{}/*.log", dir.display())], start, 64)
+    Follower::new(options(vec![format!("{}/*.log", dir.display())], start), Begin::Fresh)
+}
+
+fn glob_follower(glob: String, begin: Begin) -> Follower {
+    Follower::new(options(vec![glob], Start::End), begin)
+}
+
+fn truncate(path: &Path) {
+    OpenOptions::new().write(true).open(path).expect("open").set_len(0).expect("truncate");
 }
 
 #[test]
@@ -87,10 +136,10 @@ fn rotation_by_rename_reads_the_old_file_to_its_end_then_the_new_one() {
     append(&log, "e\n");
     follower.poll(&mut seen);
     assert_eq!(seen.take(), ["a", "b", "c", "d", "e"], "old to its end first, nothing lost, nothing twice");
-    for _ in 0..3 {
-        follower.poll(&mut seen);
-    }
-    assert_eq!(follower.paths(), std::slice::from_ref(&log), "the rotated file is closed once done");
+    std::thread::sleep(Duration::from_millis(400));
+    follower.poll(&mut seen);
+    assert_eq!(follower.paths(), std::slice::from_ref(&log), "the rotated file is closed once quiet");
+    assert_eq!(seen.closed, ["rotated"]);
     append(&log, "f\n");
     follower.poll(&mut seen);
     assert_eq!(seen.take(), ["f"]);
@@ -187,7 +236,7 @@ fn invalid_utf8_is_a_line_like_any_other() {
 fn a_missing_directory_is_said_once_and_followed_once_it_exists() {
     let dir = dir("missing");
     let logs = dir.join("logs");
-    let mut follower = Follower::new(vec![format!("{}/*.log", logs.display())], Start::End, 64);
+    let mut follower = glob_follower(format!("{}/*.log", logs.display()), Begin::Fresh);
     let mut seen = Seen::default();
     follower.poll(&mut seen);
     follower.poll(&mut seen);
@@ -216,7 +265,8 @@ fn a_directory_it_may_not_read_is_a_permission_error() {
         fs::set_permissions(&locked, fs::Permissions::from_mode(0o755)).expect("chmod");
         return;
     }
-    let mut follower = Follower::new(vec![format!("{}/*.log", locked.display())], Start::Beginning, 64);
+    let mut follower =
+        Follower::new(options(vec![format!("{}/*.log", locked.display())], Start::Beginning), Begin::Fresh);
     let mut seen = Seen::default();
     follower.poll(&mut seen);
     fs::set_permissions(&locked, fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -229,11 +279,8 @@ fn a_directory_it_may_not_read_is_a_permission_error() {
 fn globs_pick_up_new_files_in_any_matching_directory() {
     let dir = dir("globs");
     fs::create_dir_all(dir.join("a")).expect("mkdir");
-    let mut follower = Follower::new(
-        vec![format!("{}/*/app-*.log", dir.display()), format!("{}/plain.txt", dir.display())],
-        Start::End,
-        64,
-    );
+    let globs = vec![format!("{}/*/app-*.log", dir.display()), format!("{}/plain.txt", dir.display())];
+    let mut follower = Follower::new(options(globs, Start::End), Begin::Fresh);
     let mut seen = Seen::default();
     follower.poll(&mut seen);
     assert_eq!(seen.errors, [(1, SourceError::Missing)], "a plain file name that does not exist yet");
@@ -253,4 +300,191 @@ fn the_literal_prefix_is_the_directory_before_the_first_pattern() {
     assert_eq!(literal_prefix("/var/log/app/*.log"), PathBuf::from("/var/log/app"));
     assert_eq!(literal_prefix("/var/*/app/x.log"), PathBuf::from("/var"));
     assert_eq!(literal_prefix("/data/app.log"), PathBuf::from("/data/app.log"));
+}
+
+/// The app writes to its old file for a while after the rename (it reopens late): read until the
+/// file has not grown for `AGENT_ROTATE_WAIT`, however many polls that is.
+#[test]
+fn a_renamed_file_is_read_until_quiet_for_the_rotate_wait() {
+    let dir = dir("rotate-wait");
+    let log = dir.join("app.log");
+    append(&log, "");
+    let mut follower = follower(&dir, Start::End);
+    let mut seen = Seen::default();
+    follower.poll(&mut seen);
+    append(&log, &numbered(1, 10));
+    fs::rename(&log, dir.join("app.log.1")).expect("rotate");
+    for i in 11..=30 {
+        append(&dir.join("app.log.1"), &format!("line {i}\n"));
+        follower.poll(&mut seen);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(seen.take(), names(1, 30), "every line the app wrote late");
+    assert!(seen.closed.is_empty(), "growing: not closed however many polls");
+    std::thread::sleep(Duration::from_millis(400));
+    follower.poll(&mut seen);
+    assert_eq!(seen.closed, ["rotated"]);
+}
+
+/// copytruncate: five lines written just before the copy are in the copy only (`app.log.1`,
+/// which the glob does not match); they are read from it, from where the file was left.
+#[test]
+fn copytruncate_reads_what_only_the_copy_holds() {
+    let dir = dir("copy-only");
+    let log = dir.join("app.log");
+    append(&log, "");
+    let mut follower = follower(&dir, Start::End);
+    let mut seen = Seen::default();
+    follower.poll(&mut seen);
+    append(&log, &numbered(1, 20));
+    follower.poll(&mut seen);
+    append(&log, &numbered(21, 25));
+    fs::copy(&log, dir.join("app.log.1")).expect("copy");
+    truncate(&log);
+    append(&log, &numbered(26, 30));
+    follower.poll(&mut seen);
+    assert_eq!(seen.take(), names(1, 30), "nothing lost, nothing twice");
+    assert_eq!(seen.truncated, [true], "the copy was found");
+}
+
+/// The glob matches the rotated files too (`app.log*`): a rename is the same file (its inode), a
+/// copy holds what was read (its fingerprint and bytes), a compressed one is never text.
+#[test]
+fn rotated_files_the_glob_matches_are_never_read_twice() {
+    let dir = dir("glob-rotated");
+    let log = dir.join("app.log");
+    append(&log, "");
+    let mut follower = glob_follower(format!("{}/app.log*", dir.display()), Begin::Fresh);
+    let mut seen = Seen::default();
+    follower.poll(&mut seen);
+    append(&log, &numbered(1, 5));
+    follower.poll(&mut seen);
+    // Renamed: app.log -> app.log.1, and a new app.log.
+    fs::rename(&log, dir.join("app.log.1")).expect("rename");
+    append(&log, &numbered(6, 10));
+    follower.poll(&mut seen);
+    // app.log.1 -> app.log.2, app.log -> app.log.1: the same files under new names.
+    fs::rename(dir.join("app.log.1"), dir.join("app.log.2")).expect("rename");
+    fs::rename(&log, dir.join("app.log.1")).expect("rename");
+    append(&log, &numbered(11, 15));
+    follower.poll(&mut seen);
+    // copytruncate of app.log into app.log.0 (matched by the glob), then truncation.
+    append(&log, &numbered(16, 20));
+    fs::copy(&log, dir.join("app.log.0")).expect("copy");
+    truncate(&log);
+    append(&log, &numbered(21, 25));
+    // A compressed rotation.
+    fs::write(dir.join("app.log.2.gz"), b"\x1f\x8b\x08\x00line 99\n").expect("gz");
+    follower.poll(&mut seen);
+    follower.poll(&mut seen);
+    let mut lines = seen.take();
+    lines.sort_by_key(|l| l[5..].parse::<usize>().unwrap_or(0));
+    assert_eq!(lines, names(1, 25), "25 written, 25 counted");
+    assert_eq!(seen.skipped, ["compressed"]);
+}
+
+/// A file renamed and caught by the glob again after it was closed (`AGENT_ROTATE_WAIT` passed):
+/// it continues from where it was read to.
+#[test]
+fn a_closed_file_caught_again_continues_where_it_was_left() {
+    let dir = dir("caught-again");
+    let log = dir.join("app.log");
+    append(&log, "");
+    let mut follower = follower(&dir, Start::End);
+    let mut seen = Seen::default();
+    follower.poll(&mut seen);
+    append(&log, &numbered(1, 3));
+    fs::rename(&log, dir.join("app.old")).expect("out of the glob");
+    follower.poll(&mut seen);
+    std::thread::sleep(Duration::from_millis(400));
+    follower.poll(&mut seen);
+    assert_eq!(seen.closed, ["rotated"]);
+    append(&dir.join("app.old"), &numbered(4, 5));
+    fs::rename(dir.join("app.old"), dir.join("back.log")).expect("into the glob");
+    follower.poll(&mut seen);
+    assert_eq!(seen.take(), names(1, 5));
+}
+
+/// Checkpoints: a restarted follower resumes each file where it was read to, and reads the lines
+/// written while it was down once, whatever `AGENT_START` says; a file rotated while it was down
+/// (the glob matches it) continues too; a file new since is read from its beginning.
+#[test]
+fn a_restart_resumes_each_file_from_its_mark() {
+    let dir = dir("restart");
+    let log = dir.join("app.log");
+    append(&log, &numbered(1, 5));
+    let glob = format!("{}/app.log*", dir.display());
+    let mut first = glob_follower(glob.clone(), Begin::FirstInPod);
+    let mut seen = Seen::default();
+    first.poll(&mut seen);
+    assert_eq!(seen.take(), names(1, 5), "the first start in the pod: from the beginning");
+    append(&log, "line 6 half");
+    first.poll(&mut seen);
+    first.finish(&mut seen, false);
+    assert!(seen.take().is_empty(), "a partial line is left for the next start");
+    let marks = first.marks();
+    drop(first);
+    // Down: the line completed, more written, the file rotated, a new one.
+    append(&log, "\n");
+    append(&log, &numbered(7, 10));
+    fs::rename(&log, dir.join("app.log.1")).expect("rotate");
+    append(&log, &numbered(11, 15));
+    let since = SystemTime::now() - Duration::from_secs(60);
+    let mut second = glob_follower(glob, Begin::Restart { files: marks, since });
+    second.poll(&mut seen);
+    let mut lines = seen.take();
+    lines.sort_by_key(|l| l[5..].split(' ').next().and_then(|n| n.parse::<usize>().ok()).unwrap_or(0));
+    let mut expected = names(6, 15);
+    expected[0] = "line 6 half".into();
+    assert_eq!(lines, expected, "written while down: once");
+}
+
+/// Without checkpoints, a last line without its newline is counted at shutdown (nothing would
+/// complete it), and only once.
+#[test]
+fn finish_counts_a_partial_last_line_without_checkpoints() {
+    let dir = dir("finish");
+    let log = dir.join("app.log");
+    append(&log, "");
+    let mut follower = follower(&dir, Start::End);
+    let mut seen = Seen::default();
+    follower.poll(&mut seen);
+    append(&log, "line 1\nERROR the last words");
+    follower.finish(&mut seen, true);
+    assert_eq!(seen.take(), ["line 1", "ERROR the last words"]);
+}
+
+/// `AGENT_IGNORE_OLDER`: a file unchanged that long is closed and opened again where it was left
+/// when it changes; `AGENT_MAX_OPEN_FILES`: the least recently grown is closed first.
+#[test]
+fn idle_files_are_closed_and_open_files_bounded() {
+    let dir = dir("idle");
+    for name in ["a.log", "b.log", "c.log"] {
+        append(&dir.join(name), "");
+    }
+    let glob = vec![format!("{}/*.log", dir.display())];
+    let mut follower = Follower::new(
+        FollowOptions { ignore_older: Some(Duration::from_millis(1000)), max_open: 2, ..options(glob, Start::End) },
+        Begin::Fresh,
+    );
+    let mut seen = Seen::default();
+    follower.poll(&mut seen);
+    assert_eq!(seen.open, 2, "at most two open");
+    assert!(seen.closed.contains(&"limit"), "{:?}", seen.closed);
+    append(&dir.join("a.log"), "a 1\n");
+    append(&dir.join("b.log"), "b 1\n");
+    append(&dir.join("c.log"), "c 1\n");
+    for _ in 0..4 {
+        follower.poll(&mut seen);
+    }
+    let mut lines = seen.take();
+    lines.sort();
+    assert_eq!(lines, ["a 1", "b 1", "c 1"], "a closed file that changed is read where it was left");
+    std::thread::sleep(Duration::from_millis(1100));
+    follower.poll(&mut seen);
+    assert_eq!(seen.open, 0, "idle: closed");
+    assert!(seen.closed.contains(&"idle"), "{:?}", seen.closed);
+    append(&dir.join("b.log"), "b 2\n");
+    follower.poll(&mut seen);
+    assert_eq!(seen.take(), ["b 2"]);
 }

@@ -1,17 +1,28 @@
-//! The log stream against a mocked API server: a stream that drops is resumed from the second of
-//! its last line, and the lines sent again are skipped: none lost, none doubled.
+//! The log stream against a mocked API server: a stream that ends is asked again from the
+//! second of its last line and the lines sent again are skipped, and only they; lines out of
+//! order are counted; a restarted container's previous log is read first; a server that does
+//! not answer is asked again.
+
+use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
+use prometheus_client::registry::Registry;
 use tower_test::mock::Handle;
 
 use super::*;
+use crate::alerts::AlertBook;
+use crate::config::RuleConfig;
+use crate::rules::Rules;
 
 fn stamp(text: &str) -> Timestamp {
     text.parse().expect("timestamp")
 }
 
-async fn serve(handle: &mut Handle<Request<Body>, Response<Body>>, status: StatusCode, body: &str) -> String {
+type Server = Handle<Request<Body>, Response<Body>>;
+
+/// Answers the next request with `status` and `body`; its path and query.
+async fn serve(handle: &mut Server, status: StatusCode, body: &str) -> String {
     let (request, send) = handle.next_request().await.expect("a request");
     let uri = request.uri().to_string();
     let response = Response::builder().status(status).body(Body::from(body.as_bytes().to_vec()));
@@ -19,26 +30,62 @@ async fn serve(handle: &mut Handle<Request<Body>, Response<Body>>, status: Statu
     uri
 }
 
+/// A stream's counting: every line, and the lines with a word (`(?P<word>\w+)$`) by that word.
+fn counting() -> (Counting, Arc<Metrics>, Registry) {
+    let rules = [RuleConfig {
+        name: "word".into(),
+        pattern: r"(?P<word>\w+)$".into(),
+        alert: None,
+        labels: vec!["word".into()],
+    }];
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry, &["stdout".into()], &rules, 100));
+    let alerts = Arc::new(Mutex::new(AlertBook::new(&rules)));
+    let counting = Counting::new(Rules::new(&rules).expect("rules"), metrics.clone(), alerts, 1, 1024);
+    (counting, metrics, registry)
+}
+
+/// The words counted, each as many times as it was.
+fn words(registry: &Registry) -> Vec<String> {
+    let text = crate::metrics::openmetrics(registry);
+    let mut words = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("watcher_agent_matches_total{")) {
+        let word = line.split("word=\"").nth(1).and_then(|w| w.split('"').next()).unwrap_or_default().to_owned();
+        let count: usize = line.rsplit(' ').next().and_then(|c| c.parse().ok()).unwrap_or(0);
+        words.extend(std::iter::repeat_n(word, count));
+    }
+    words.sort();
+    words
+}
+
+fn sorted(words: &[&str]) -> Vec<String> {
+    let mut words: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
+    words.sort();
+    words
+}
+
 #[tokio::test]
-async fn a_dropped_stream_resumes_with_no_line_lost_or_doubled() {
+async fn a_stream_asked_again_skips_only_what_it_sends_again() {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let pods: Api<Pod> = Api::namespaced(kube::Client::new(service, "team-a"), "team-a");
     let server = tokio::spawn(async move {
+        // stdout and stderr are stamped apart: "err" is earlier than "four" before it.
         let first = serve(
             &mut handle,
             StatusCode::OK,
-            "2026-11-25T10:00:00.100000000Z one\n2026-11-25T10:00:01.5Z two\n2026-11-25T10:00:01.5Z three\n\
-             2026-11-25T10:00:01.700Z four\n2026-11-25T10:00:01.9Z fi",
+            "2026-11-25T10:00:00.100000000Z one\n2026-11-25T10:00:01.5Z two\n2026-11-25T10:00:01.5Z two\n\
+             2026-11-25T10:00:01.700Z four\n2026-11-25T10:00:01.6Z err\n2026-11-25T10:00:01.9Z fi",
         )
         .await;
         assert_eq!(first, "/api/v1/namespaces/team-a/pods/shop/log?&container=app&follow=true&timestamps=true");
-        // Asked again from the second of "four", the last whole line: the server sends that
-        // second again, the rest of the cut line among it.
+        // Asked again from the second of the last whole line: that second again, the rest of
+        // the cut line among it, and a line stamped earlier than every one read.
         let second = serve(
             &mut handle,
             StatusCode::OK,
-            "2026-11-25T10:00:01.5Z two\n2026-11-25T10:00:01.5Z three\n2026-11-25T10:00:01.700Z four\n\
-             2026-11-25T10:00:01.9Z five\n2026-11-25T10:00:02Z six\n",
+            "2026-11-25T10:00:01.5Z two\n2026-11-25T10:00:01.5Z two\n2026-11-25T10:00:01.6Z err\n\
+             2026-11-25T10:00:01.700Z four\n2026-11-25T10:00:01.9Z five\n2026-11-25T10:00:01.05Z late\n\
+             2026-11-25T10:00:02Z six\n",
         )
         .await;
         assert!(second.contains("&sinceTime=2026-11-25T10%3A00%3A01Z&"), "{second}");
@@ -47,31 +94,107 @@ async fn a_dropped_stream_resumes_with_no_line_lost_or_doubled() {
             "reason":"Forbidden","code":403}"#).await;
         assert!(third.contains("&sinceTime=2026-11-25T10%3A00%3A02Z&"), "{third}");
     });
-    let mut resume = Resume::default();
-    let mut seen = Vec::new();
-    let mut line = |l: Line<'_>| seen.push(String::from_utf8_lossy(l.bytes).into_owned());
-    for _ in 0..2 {
-        let ended = stream_once(&pods, "shop", "app", &mut resume, 1024, &mut line).await;
-        assert!(matches!(ended, Ended::Dropped(_)), "{ended:?}");
-    }
-    let ended = stream_once(&pods, "shop", "app", &mut resume, 1024, &mut line).await;
+    let (mut counting, _, registry) = counting();
+    let resume = Mutex::new(Resume::default());
+    let mut reader =
+        Reader { counting: &mut counting, source: 0, resume: &resume, max_line: 1024, idle: Duration::from_secs(120) };
+    let (_stop, mut stopped) = tokio::sync::watch::channel(false);
+    assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::Ended { lines: 5 });
+    assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::Ended { lines: 3 });
+    let ended = stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await;
     assert!(matches!(&ended, Ended::Forbidden(m) if m.contains("cannot get resource \"pods/log\"")), "{ended:?}");
     drop(pods);
     server.await.expect("served");
-    assert_eq!(seen, ["one", "two", "three", "four", "five", "six"]);
+    assert_eq!(words(&registry), sorted(&["one", "two", "two", "four", "err", "five", "late", "six"]));
+}
+
+/// The container restarted while the stream was down: its previous log is read from where the
+/// stream was left (its last words), then the new container's.
+#[tokio::test]
+async fn a_restarted_container_is_read_from_its_previous_log_first() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let pods: Api<Pod> = Api::namespaced(kube::Client::new(service, "team-a"), "team-a");
+    let pod = |restarts: i32| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "shop"},
+            "status": {"containerStatuses": [{"name": "app", "restartCount": restarts, "ready": false,
+            "image": "app", "imageID": ""}]}})
+        .to_string()
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(async move {
+        assert_eq!(serve(&mut handle, StatusCode::OK, &pod(0)).await, "/api/v1/namespaces/team-a/pods/shop");
+        serve(&mut handle, StatusCode::OK, "2026-11-25T10:00:00Z one\n2026-11-25T10:00:01Z two\n").await;
+        serve(&mut handle, StatusCode::OK, &pod(1)).await;
+        let previous = serve(
+            &mut handle,
+            StatusCode::OK,
+            "2026-11-25T10:00:01Z two\n2026-11-25T10:00:02Z panic\n2026-11-25T10:00:02.5Z exiting\n",
+        )
+        .await;
+        assert!(previous.contains("&previous=true&"), "{previous}");
+        assert!(previous.contains("&sinceTime=2026-11-25T10%3A00%3A01Z&"), "{previous}");
+        let current = serve(&mut handle, StatusCode::OK, "2026-11-25T10:00:05Z started\n").await;
+        assert!(current.contains("&follow=true&"), "{current}");
+        assert!(current.contains("&sinceTime=2026-11-25T10%3A00%3A02Z&"), "{current}");
+        stop.send(true).expect("stop");
+    });
+    let (mut counting, metrics, registry) = counting();
+    let resume = Mutex::new(Resume::default());
+    let reader =
+        Reader { counting: &mut counting, source: 0, resume: &resume, max_line: 1024, idle: Duration::from_secs(120) };
+    follow(pods, "shop".into(), "app".into(), reader, metrics, stopped).await;
+    server.await.expect("served");
+    assert_eq!(words(&registry), sorted(&["one", "two", "panic", "exiting", "started"]));
+    let text = crate::metrics::openmetrics(&registry);
+    assert!(text.contains(r#"watcher_agent_stream_reconnects_total{reason="restarted"} 1"#), "{text}");
+}
+
+/// A server that never answers the request: asked again after [`ANSWER`], never a hang.
+#[tokio::test(start_paused = true)]
+async fn a_server_that_never_answers_is_asked_again() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let pods: Api<Pod> = Api::namespaced(kube::Client::new(service, "team-a"), "team-a");
+    let server = tokio::spawn(async move {
+        let (_request, send) = handle.next_request().await.expect("a request");
+        std::future::pending::<()>().await;
+        drop(send);
+    });
+    let (mut counting, _, _) = counting();
+    let resume = Mutex::new(Resume::default());
+    let mut reader =
+        Reader { counting: &mut counting, source: 0, resume: &resume, max_line: 1024, idle: Duration::from_secs(120) };
+    let (_stop, mut stopped) = tokio::sync::watch::channel(false);
+    let ended = stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await;
+    assert_eq!(ended, Ended::Failed("no answer within 30s".into()));
+    server.abort();
 }
 
 #[test]
-fn lines_are_new_after_the_last_time_seen() {
+fn only_lines_sent_again_are_skipped() {
     let mut resume = Resume::from(stamp("2026-11-25T10:00:00Z"));
-    assert!(!resume.accept(stamp("2026-11-25T09:59:59Z")), "before the start");
-    assert!(resume.accept(stamp("2026-11-25T10:00:00.5Z")));
-    assert!(resume.accept(stamp("2026-11-25T10:00:00.5Z")), "two lines may share a time");
+    assert!(!resume.accept(stamp("2026-11-25T09:59:59Z"), b"x"), "before the start");
+    assert!(resume.accept(stamp("2026-11-25T10:00:00.5Z"), b"a"));
+    assert!(resume.accept(stamp("2026-11-25T10:00:00.5Z"), b"a"), "two lines may share a time and text");
+    assert!(resume.accept(stamp("2026-11-25T10:00:00.2Z"), b"b"), "earlier than the last: still new");
     assert_eq!(resume.restart(), Some(stamp("2026-11-25T10:00:00Z")));
-    assert!(!resume.accept(stamp("2026-11-25T10:00:00.2Z")));
-    assert!(!resume.accept(stamp("2026-11-25T10:00:00.5Z")));
-    assert!(!resume.accept(stamp("2026-11-25T10:00:00.5Z")));
-    assert!(resume.accept(stamp("2026-11-25T10:00:00.5Z")), "a third line at that time is new");
+    assert!(!resume.accept(stamp("2026-11-25T10:00:00.2Z"), b"b"), "sent again");
+    assert!(!resume.accept(stamp("2026-11-25T10:00:00.5Z"), b"a"));
+    assert!(!resume.accept(stamp("2026-11-25T10:00:00.5Z"), b"a"));
+    assert!(resume.accept(stamp("2026-11-25T10:00:00.5Z"), b"a"), "a third at that time is new");
+    assert!(resume.accept(stamp("2026-11-25T10:00:00.1Z"), b"c"), "not read before: new");
+}
+
+#[test]
+fn the_resume_point_survives_a_checkpoint() {
+    let mut resume = Resume::default();
+    assert!(resume.accept(stamp("2026-11-25T10:00:00.5Z"), b"a"));
+    assert!(resume.accept(stamp("2026-11-25T10:00:01.5Z"), b"b"));
+    resume.restart_count = Some(2);
+    let mut again = Resume::from_mark(&resume.mark());
+    assert_eq!(again.restart_count, Some(2));
+    assert_eq!(again.restart(), Some(stamp("2026-11-25T10:00:01Z")));
+    assert!(!again.accept(stamp("2026-11-25T10:00:01.5Z"), b"b"), "read before the restart");
+    assert!(again.accept(stamp("2026-11-25T10:00:01.7Z"), b"c"));
 }
 
 #[test]
@@ -83,13 +206,12 @@ fn the_timestamp_is_split_from_the_text() {
 }
 
 #[test]
-fn backoff_doubles_to_half_a_minute_and_starts_over_after_a_long_stream() {
+fn backoff_doubles_to_half_a_minute() {
     let mut delay = Duration::ZERO;
     let mut delays = Vec::new();
     for _ in 0..7 {
-        delay = backoff(delay, Duration::from_secs(1));
+        delay = backoff(delay);
         delays.push(delay.as_secs());
     }
     assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30]);
-    assert_eq!(backoff(delay, Duration::from_secs(120)), Duration::from_secs(1));
 }
