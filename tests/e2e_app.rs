@@ -62,7 +62,11 @@ async fn the_sidecar_sees_the_app() {
         .map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only))
         .filter(|(_, path, _)| *path != SERVICE_ACCOUNT_PATH)
         .collect();
-    assert_eq!(mounts, [("logs", "/var/log/app", Some(true))], "the app's log volume, read-only");
+    assert_eq!(
+        mounts,
+        [("watcher-agent-state", "/var/lib/watcher-agent", None), ("logs", "/var/log/app", Some(true))],
+        "its checkpoints' volume, and the app's log volume read-only"
+    );
     let env: Vec<&str> = sidecar.env.iter().flatten().map(|e| e.name.as_str()).collect();
     assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "POD_UID"], "the pod's identity, for the agent's Events");
     assert_eq!(shop.annotations().get("prometheus.io/scrape").map(String::as_str), Some("true"));
