@@ -189,29 +189,27 @@ impl Poster {
     }
 }
 
-/// The Alertmanager task: posts what the alert loop publishes on `alerts` (and the reposts due,
-/// looked at every second) until the alert loop is gone, then what is left, for at most
-/// `deadline`.
+/// The Alertmanager task: posts what the alert loop publishes on `alerts` (and the reposts due)
+/// until the alert loop is gone, then what is left, for at most `deadline`.
 pub async fn run(
-    mut poster: Poster,
-    mut alerts: tokio::sync::watch::Receiver<Vec<AlertState>>,
+    poster: Poster,
+    alerts: tokio::sync::watch::Receiver<Vec<AlertState>>,
     metrics: std::sync::Arc<Metrics>,
     deadline: Duration,
 ) {
-    let mut ticks = tokio::time::interval(Duration::from_secs(1));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            changed = alerts.changed() => if changed.is_err() { break },
-            _ = ticks.tick() => {}
-        }
-        let snapshot = alerts.borrow_and_update().clone();
-        poster.sync(&snapshot, Instant::now(), SystemTime::now(), false, &metrics).await;
-    }
-    let snapshot = alerts.borrow().clone();
-    let last = poster.sync(&snapshot, Instant::now(), SystemTime::now(), true, &metrics);
-    if tokio::time::timeout(deadline, last).await.is_err() {
-        warn!("stopping: the last alerts could not be posted to Alertmanager in time");
+    crate::alerts::sink_task(Task { poster, metrics }, alerts, deadline).await;
+}
+
+struct Task {
+    poster: Poster,
+    metrics: std::sync::Arc<Metrics>,
+}
+
+impl crate::alerts::AlertSink for Task {
+    const WHAT: &'static str = "Alertmanager";
+
+    fn sync(&mut self, alerts: &[AlertState], closing: bool) -> impl Future<Output = ()> + Send {
+        self.poster.sync(alerts, Instant::now(), SystemTime::now(), closing, &self.metrics)
     }
 }
 

@@ -189,6 +189,38 @@ impl AlertState {
     }
 }
 
+/// Where alerts are sent: Events, Alertmanager.
+pub trait AlertSink: Send {
+    /// What it sends, for the log.
+    const WHAT: &'static str;
+    /// Sends what `alerts` make due now (everything left when `closing`).
+    fn sync(&mut self, alerts: &[AlertState], closing: bool) -> impl Future<Output = ()> + Send;
+}
+
+/// A sink's task: `sink` synced with where the alerts stand at each change and every second (for
+/// what falls due with time), until the alert loop is gone; then once more, closing, for at most
+/// `deadline`.
+pub async fn sink_task<S: AlertSink>(
+    mut sink: S,
+    mut alerts: tokio::sync::watch::Receiver<Vec<AlertState>>,
+    deadline: Duration,
+) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            changed = alerts.changed() => if changed.is_err() { break },
+            _ = ticks.tick() => {}
+        }
+        let snapshot = alerts.borrow_and_update().clone();
+        sink.sync(&snapshot, false).await;
+    }
+    let snapshot = alerts.borrow().clone();
+    if tokio::time::timeout(deadline, sink.sync(&snapshot, true)).await.is_err() {
+        tracing::warn!(what = S::WHAT, "stopping: what was left to send could not be sent in time");
+    }
+}
+
 /// Every rule's alert: the windows, and what happened since the last look. Shared by the
 /// readers (a match of a rule with an alert is recorded here) and the alert loop (which looks).
 pub struct AlertBook {

@@ -309,28 +309,26 @@ fn outcome<T>(result: Result<Result<T, kube::Error>, tokio::time::error::Elapsed
 }
 
 /// The Event task: writes what the alert loop publishes on `alerts` (and the heartbeats and
-/// closings due, looked at every second) until the alert loop is gone, then what is left, for
-/// at most `deadline`.
+/// closings due) until the alert loop is gone, then what is left, for at most `deadline`.
 pub async fn run(
-    mut publisher: EventPublisher,
-    mut alerts: tokio::sync::watch::Receiver<Vec<AlertState>>,
+    publisher: EventPublisher,
+    alerts: tokio::sync::watch::Receiver<Vec<AlertState>>,
     metrics: std::sync::Arc<Metrics>,
     deadline: Duration,
 ) {
-    let mut ticks = tokio::time::interval(Duration::from_secs(1));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            changed = alerts.changed() => if changed.is_err() { break },
-            _ = ticks.tick() => {}
-        }
-        let snapshot = alerts.borrow_and_update().clone();
-        publisher.sync(&snapshot, Instant::now(), Timestamp::now(), false, &metrics).await;
-    }
-    let snapshot = alerts.borrow().clone();
-    let last = publisher.sync(&snapshot, Instant::now(), Timestamp::now(), true, &metrics);
-    if tokio::time::timeout(deadline, last).await.is_err() {
-        warn!("stopping: the last Events could not be written in time");
+    crate::alerts::sink_task(Task { publisher, metrics }, alerts, deadline).await;
+}
+
+struct Task {
+    publisher: EventPublisher,
+    metrics: std::sync::Arc<Metrics>,
+}
+
+impl crate::alerts::AlertSink for Task {
+    const WHAT: &'static str = "Events";
+
+    fn sync(&mut self, alerts: &[AlertState], closing: bool) -> impl Future<Output = ()> + Send {
+        self.publisher.sync(alerts, Instant::now(), Timestamp::now(), closing, &self.metrics)
     }
 }
 

@@ -244,9 +244,10 @@ impl Follower {
     }
 
     /// Where each file was read to, for a checkpoint: open files up to their last whole line,
-    /// then those remembered.
+    /// then those remembered (a file without a fingerprint yet by its inode only).
     pub fn marks(&self) -> Vec<FileMark> {
-        let mut marks: Vec<FileMark> = self.open.values().filter_map(mark_of).collect();
+        let mut marks: Vec<FileMark> =
+            self.open.values().map(|o| mark_of(o).unwrap_or_else(|| position_of(o))).collect();
         let keys: HashSet<(u64, u64)> = marks.iter().map(|m| (m.dev, m.ino)).collect();
         marks.extend(self.known.iter().filter(|k| !keys.contains(&(k.mark.dev, k.mark.ino))).map(|k| k.mark.clone()));
         marks
@@ -308,10 +309,11 @@ impl Follower {
         }
         tracing::info!(path = %open.path.display(), offset = open.offset, reason, "closed");
         sink.closed(reason);
-        if let Some(mark) = mark_of(&open) {
-            let len = open.file.metadata().map(|m| m.len()).unwrap_or(open.offset);
-            self.remember(mark, len);
-        }
+        // Remembered even before it has a fingerprint (empty, or no whole first line yet): by its
+        // inode, so that it stays closed while it does not change.
+        let mark = mark_of(&open).unwrap_or_else(|| position_of(&open));
+        let len = open.file.metadata().map(|m| m.len()).unwrap_or(open.offset);
+        self.remember(mark, len);
     }
 
     fn remember(&mut self, mark: FileMark, len: u64) {
@@ -447,8 +449,13 @@ impl Follower {
     /// file's offset is the open file's to read, or read from the copy if that one is
     /// truncated: [`Follower::read_copy`]).
     fn continued(&self, file: &File, key: (u64, u64), fingerprint: Option<u64>, len: u64) -> Option<u64> {
-        let fingerprint = fingerprint?;
         let holds = |offset: u64, tail: u64| read_tail(file, offset).is_some_and(|t| hash(&t) == tail);
+        // The same file, closed: where it was left, if it still holds what was read.
+        let same = self.known.iter().find(|k| (k.mark.dev, k.mark.ino) == key);
+        if let Some(known) = same.filter(|k| k.mark.offset <= len && holds(k.mark.offset, k.mark.tail)) {
+            return Some(known.mark.offset);
+        }
+        let fingerprint = fingerprint?;
         let mut known: Vec<(u64, u64)> = self
             .known
             .iter()
@@ -647,6 +654,20 @@ fn mark_of(open: &Open) -> Option<FileMark> {
         tail: read_tail(&open.file, offset).map(|t| hash(&t))?,
         modified: seconds(open.modified),
     })
+}
+
+/// Where `open` was read to, before it has a fingerprint (fingerprint 0: none).
+fn position_of(open: &Open) -> FileMark {
+    let offset = open.offset - open.buffer.pending().min(open.offset);
+    FileMark {
+        path: open.path.display().to_string(),
+        dev: open.key.0,
+        ino: open.key.1,
+        fingerprint: 0,
+        offset,
+        tail: read_tail(&open.file, offset).map(|t| hash(&t)).unwrap_or_default(),
+        modified: seconds(open.modified),
+    }
 }
 
 /// The fingerprint of a file whose first bytes are `head`: its first line with its newline,

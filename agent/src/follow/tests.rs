@@ -484,6 +484,15 @@ fn idle_files_are_closed_and_open_files_bounded() {
     follower.poll(&mut seen);
     assert_eq!(seen.open, 0, "idle: closed");
     assert!(seen.closed.contains(&"idle"), "{:?}", seen.closed);
+    // Empty files too: closed once, and they stay closed while they do not change.
+    append(&dir.join("d.log"), "");
+    follower.poll(&mut seen);
+    std::thread::sleep(Duration::from_millis(1100));
+    let closed = seen.closed.len();
+    for _ in 0..5 {
+        follower.poll(&mut seen);
+    }
+    assert_eq!((seen.open, seen.closed.len()), (0, closed + 1), "{:?}", seen.closed);
     append(&dir.join("b.log"), "b 2\n");
     follower.poll(&mut seen);
     assert_eq!(seen.take(), ["b 2"]);
