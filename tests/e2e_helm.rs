@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    Operator, Registration, STEP, TestNamespace, client, create_injected_app, exclusive, kubectl, kubectl_apply,
-    service_account_kubeconfig, wait_for, wait_for_crds_established, wait_until,
+    Operator, Registration, STEP, TestNamespace, client, create_injected_app, delete_cluster_wide_objects, exclusive,
+    kubectl_apply, service_account_kubeconfig, wait_for, wait_for_crds_established, wait_until,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -39,24 +39,14 @@ async fn helm_install(client: &kube::Client, release_namespace: &str) {
     helm(&args);
 }
 
-/// The chart's cluster-wide objects have fixed names: an earlier `kubectl apply -k deploy/`
-/// (e2e_install) may have left them, and Helm adopts nothing it did not create.
-fn clear_cluster_wide_objects() {
-    kubectl(&[
-        "delete",
-        "clusterrole/watcher-operator",
-        "clusterrolebinding/watcher-operator",
-        "mutatingwebhookconfiguration/watcher-operator",
-        "--ignore-not-found",
-    ]);
-}
-
 #[tokio::test]
 #[ignore = "needs a cluster: KUBECONFIG"]
 async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
     let _one = exclusive().await;
     let client = client().await;
-    clear_cluster_wide_objects();
+    // An earlier `kubectl apply -k deploy/` (e2e_install) may have left its cluster-wide
+    // objects, and Helm adopts nothing it did not create.
+    delete_cluster_wide_objects();
     let release_ns = TestNamespace::create(&client, "watcher-e2e-helm").await;
     let r = release_ns.name.as_str();
     helm_install(&client, r).await;
@@ -108,7 +98,9 @@ async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
 async fn helm_install_follows_a_run_by_url_that_was_killed() {
     let _one = exclusive().await;
     let client = client().await;
-    clear_cluster_wide_objects();
+    // An earlier `kubectl apply -k deploy/` (e2e_install) may have left its cluster-wide
+    // objects, and Helm adopts nothing it did not create.
+    delete_cluster_wide_objects();
     common::install_crds(&client).await;
     let run_ns = TestNamespace::create(&client, "watcher-e2e-killed").await;
     let configurations =

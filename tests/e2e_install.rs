@@ -8,8 +8,9 @@
 mod common;
 
 use common::{
-    Operator, Registration, STEP, TestNamespace, client, create_injected_app, exclusive, finish_pod, kubectl,
-    kubectl_apply, rfc3339, run_pods, service_account_kubeconfig, wait_for, wait_for_crds_established, wait_until,
+    Operator, Registration, STEP, TestNamespace, client, create_injected_app, delete_cluster_wide_objects, exclusive,
+    finish_pod, kubectl, kubectl_apply, rfc3339, run_pods, service_account_kubeconfig, wait_for,
+    wait_for_crds_established, wait_until,
 };
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, WebhookClientConfig};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -146,8 +147,7 @@ async fn installed_operator_works_under_its_own_rbac() {
 
     ns.delete().await;
     let _ = deployments.delete("watcher-operator", &DeleteParams::default()).await;
-    let configs = Api::<MutatingWebhookConfiguration>::all(client.clone());
-    let _ = configs.delete("watcher-operator", &DeleteParams::default()).await;
+    delete_cluster_wide_objects();
 }
 
 /// Whether the configuration is registered by the Service of `deploy/` only.
@@ -212,6 +212,5 @@ async fn deploy_applies_over_a_registration_by_url() {
     }
 
     let _ = deployments.delete("watcher-operator", &DeleteParams::default()).await;
-    let configs = Api::<MutatingWebhookConfiguration>::all(client.clone());
-    let _ = configs.delete("watcher-operator", &DeleteParams::default()).await;
+    delete_cluster_wide_objects();
 }

@@ -81,6 +81,20 @@ impl Drop for TestNamespace {
     }
 }
 
+/// Deletes the cluster-wide objects of `deploy/` and the chart (their names are fixed), the
+/// CRDs excepted: every test shares them.
+pub fn delete_cluster_wide_objects() {
+    kubectl(&[
+        "delete",
+        "clusterrole/watcher-operator",
+        "clusterrole/watcher-operator-edit",
+        "clusterrole/watcher-operator-view",
+        "clusterrolebinding/watcher-operator",
+        "mutatingwebhookconfiguration/watcher-operator",
+        "--ignore-not-found",
+    ]);
+}
+
 /// Tests of one binary run one at a time: each starts an operator, and operators share the
 /// cluster-wide webhook configuration and reconcile every namespace.
 pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
