@@ -720,7 +720,8 @@ async fn pod_security_defaults<'a>(
                 GROUP,
                 NAME,
                 format!("ConfigMap {POD_SECURITY_CONFIG_MAP}: {error}"),
-                "fix podSecurity.configuration (the shape of kube-apiserver's PodSecurityConfiguration)",
+                "fix the chart's podSecurity.configuration (or the ConfigMap's key pod-security.yaml): the shape of \
+                 kube-apiserver's PodSecurityConfiguration",
             );
             Default::default()
         }
@@ -747,8 +748,8 @@ async fn pod_security_defaults<'a>(
                         seen(&learned.defaults),
                         learned.namespace
                     ),
-                    "make podSecurity.configuration what kube-apiserver's --admission-control-config-file says, \
-                     or remove it to have the operator learn the defaults",
+                    "make podSecurity.configuration (--pod-security-config) what kube-apiserver's \
+                     --admission-control-config-file says, or remove it to have the operator learn the defaults",
                 );
             }
             configured
@@ -779,7 +780,8 @@ async fn pod_security_defaults<'a>(
                 GROUP,
                 NAME,
                 format!("cannot learn what kube-apiserver enforces where a namespace sets no level: {error}"),
-                "set podSecurity.configuration to kube-apiserver's PodSecurityConfiguration",
+                "give the operator kube-apiserver's PodSecurityConfiguration: the chart's podSecurity.configuration, \
+                 or --pod-security-config",
             );
             Default::default()
         }
