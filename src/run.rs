@@ -158,7 +158,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on --webhook-addr {}", args.webhook_addr))?;
     let (native_sidecars, server_minor) = server_version(&client).await;
-    let options = InjectOptions { excluded_namespaces: vec![namespace.clone()], native_sidecars, server_minor };
+    let options = InjectOptions {
+        excluded_namespaces: vec![namespace.clone()],
+        native_sidecars,
+        server_minor,
+        supervisor_image: args.supervisor_image.clone(),
+    };
     let reviewer = Reviewer::new(watcher_cache.clone(), options)
         .with_policies(Arc::new(policy_cache.clone()))
         .with_revisions(Arc::new(revision_cache.clone()));
@@ -203,6 +208,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             cache_ready,
             sync_namespaces,
             sync_secrets: args.sync_secrets,
+            supervisor_image: args.supervisor_image.clone(),
         },
         shutdown(),
     ));
@@ -455,6 +461,8 @@ struct Controllers {
     sync_namespaces: Vec<String>,
     /// Whether Secrets are synced (else ConfigMaps only).
     sync_secrets: bool,
+    /// The supervisor's image: the sidecars of pods that end are switched to it.
+    supervisor_image: String,
 }
 
 impl Controllers {
@@ -485,7 +493,9 @@ impl Controllers {
             .boxed(),
             ControllerName::Pods => {
                 let (ctx, cache, revisions) = (self.ctx.clone(), self.cache.clone(), self.revisions.clone());
-                watcher_controller::pods::run(ctx, cache, revisions, self.policies.clone()).boxed()
+                let ending = watcher_controller::ending::run(ctx.clone(), self.supervisor_image.clone());
+                let drift = watcher_controller::pods::run(ctx, cache, revisions, self.policies.clone());
+                future::join(drift, ending).map(|_| ()).boxed()
             }
             ControllerName::At => watcher_controller::at::run(self.ctx.clone()).boxed(),
             ControllerName::Podset => watcher_controller::podset::run(self.ctx.clone()).boxed(),

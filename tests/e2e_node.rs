@@ -188,3 +188,171 @@ async fn a_plain_sidecar_runs_in_a_restricted_namespace_on_a_node() {
     ns.delete().await;
     operator_ns.delete().await;
 }
+
+/// How long after its last app container ends a pod's sidecars may run: the issue's bound, met
+/// by the supervisor's 3 s grace period and the agent's 5 s linger.
+const ENDED_WITHIN: i64 = 10;
+
+/// The Watchers and workloads of [`pods_that_are_meant_to_end_end_with_their_sidecars`] in
+/// namespace `n`, their sidecars injected with `nativeSidecar: native`: README's agent with
+/// README's Job (deploy/samples/job.yaml as written), a busybox sidecar that ignores SIGTERM
+/// (a Job that succeeds, a Job that fails, a CronJob's run, an At), a sidecar that runs its
+/// image's entrypoint.
+fn create_pods_that_end(n: &str, native: &str) {
+    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/agent-rbac.yaml")]);
+    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/app-watcher.yaml")]);
+    let patch = format!(r#"{{"spec":{{"nativeSidecar":"{native}"}}}}"#);
+    kubectl(&["patch", "watcher", "app-watcher", "-n", n, "--type=merge", "-p", &patch]);
+    let watcher = |name: &str, labels: serde_json::Value, container: serde_json::Value| {
+        serde_json::json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": name},
+            "spec": {"nativeSidecar": native, "selector": {"matchLabels": labels}, "container": container}})
+    };
+    let stubborn = serde_json::json!({"name": "stubborn", "image": "busybox:1.36", "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]});
+    common::kubectl_apply(n, &watcher("stubborn", serde_json::json!({"sidecar": "stubborn"}), stubborn.clone()));
+    common::kubectl_apply(n, &watcher("at-tail", serde_json::json!({"watcher.dev/at": "hello"}), stubborn));
+    let looper = serde_json::json!({"name": "looper", "image": "e2e-looper:0.1.0", "imagePullPolicy": "IfNotPresent"});
+    common::kubectl_apply(n, &watcher("looper", serde_json::json!({"sidecar": "looper"}), looper));
+    let watchers = ["watcher/app-watcher", "watcher/stubborn", "watcher/at-tail", "watcher/looper"];
+    let mut wait = vec!["wait", "-n", n, "--for=condition=Ready", "--timeout=60s"];
+    wait.extend(watchers);
+    kubectl(&wait);
+
+    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/job.yaml")]);
+    let pod = |sidecar: &str, script: &str| {
+        serde_json::json!({"metadata": {"labels": {"sidecar": sidecar}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": "busybox:1.36",
+                     "imagePullPolicy": "IfNotPresent", "command": ["sh", "-c", script]}]}})
+    };
+    let job = |name: &str, template: serde_json::Value| {
+        serde_json::json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"backoffLimit": 0, "template": template}})
+    };
+    common::kubectl_apply(n, &job("stubborn-ok", pod("stubborn", "echo working; sleep 2")));
+    common::kubectl_apply(n, &job("stubborn-fails", pod("stubborn", "echo working; sleep 2; exit 3")));
+    common::kubectl_apply(n, &job("looper-ok", pod("looper", "echo working; sleep 2")));
+    common::kubectl_apply(
+        n,
+        &serde_json::json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "tick"},
+            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"backoffLimit": 0,
+                     "template": pod("stubborn", "echo tick; sleep 1")}}}}),
+    );
+    common::kubectl_apply(
+        n,
+        &serde_json::json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "At", "metadata": {"name": "hello"},
+            "spec": {"schedule": common::rfc3339(3), "command": "echo hello; sleep 2"}}),
+    );
+}
+
+/// A container of an ended pod as the kubelet reports it: its name, when its last instance
+/// finished (seconds since the epoch), and whether it was restarted (a regular sidecar ends by
+/// a restart in the supervisor's image: the kubelet counts it).
+type Finished = (String, i64, bool);
+
+/// The pods of namespace `n` that have ended, with their phase and their containers.
+async fn ended_pods(client: &Client, n: &str) -> Vec<(String, String, Vec<Finished>)> {
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), n);
+    let list = pods.list(&ListParams::default()).await.expect("list pods");
+    list.items
+        .into_iter()
+        .filter_map(|pod| {
+            let status = pod.status?;
+            let phase = status.phase.filter(|p| p == "Succeeded" || p == "Failed")?;
+            let statuses = status.container_statuses.into_iter().flatten();
+            let statuses = statuses.chain(status.init_container_statuses.into_iter().flatten());
+            let finished = statuses
+                .filter_map(|s| {
+                    let ran_before = s.restart_count >= 1;
+                    Some((s.name, s.state?.terminated?.finished_at?.0.as_second(), ran_before))
+                })
+                .collect();
+            Some((pod.metadata.name?, phase, finished))
+        })
+        .collect()
+}
+
+/// Pods that are meant to end, end, on every version, whatever the sidecar: on a server without
+/// native sidecars (1.24) as injected by default, and on one with them (1.36) both with
+/// `nativeSidecar: Never` and with native sidecars. Each Job completes (or fails, as its app
+/// decided), the CronJob's run and the At too, each pod's sidecars ending within
+/// [`ENDED_WITHIN`] s of its app, as the kubelet's own timestamps say.
+#[tokio::test]
+#[ignore = "needs a cluster with a node: KUBECONFIG, and the images watcher-agent:0.1.0, watcher-supervise:0.1.0 and e2e-looper:0.1.0 on the node"]
+async fn pods_that_are_meant_to_end_end_with_their_sidecars() {
+    let _one = exclusive().await;
+    let client = client().await;
+    require_node(&client).await;
+    install_crds(&client).await;
+    let operator_ns = TestNamespace::create(&client, "watcher-e2e-op").await;
+    let operator = Operator::start(&operator_ns.name).await;
+    let native = common::minor(&client).await >= 29;
+    let modes: &[&str] = if native { &["Never", "Auto"] } else { &["Auto"] };
+    let mut namespaces = Vec::new();
+    for mode in modes {
+        let ns = TestNamespace::create(&client, &format!("watcher-e2e-end-{}", mode.to_lowercase())).await;
+        create_pods_that_end(&ns.name, mode);
+        namespaces.push((*mode, ns));
+    }
+    for (mode, ns) in &namespaces {
+        let n = ns.name.as_str();
+        let wait = format!("--timeout={}s", POD_START.as_secs());
+        for job in ["shop-report", "stubborn-ok", "looper-ok"] {
+            kubectl(&["wait", "-n", n, "--for=condition=complete", &format!("job/{job}"), &wait]);
+        }
+        kubectl(&["wait", "-n", n, "--for=condition=failed", "job/stubborn-fails", &wait]);
+        let at = wait_for(POD_START, || async {
+            let phase = kubectl(&["get", "at", "hello", "-n", n, "-o", "jsonpath={.status.phase}"]);
+            ["Succeeded", "Failed"].contains(&phase.trim()).then(|| phase.trim().to_owned())
+        })
+        .await;
+        assert_eq!(at, "Succeeded", "{mode}: the At's command succeeded");
+        // The CronJob runs at the next minute.
+        wait_until(Duration::from_secs(150), || async {
+            let jobs = kubectl(&[
+                "get",
+                "jobs",
+                "-n",
+                n,
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}={.status.succeeded} {end}",
+            ]);
+            jobs.split_whitespace().any(|j| j.starts_with("tick-") && j.ends_with("=1"))
+        })
+        .await;
+
+        let ended = ended_pods(&client, n).await;
+        let expect = [
+            ("shop-report", "Succeeded"),
+            ("stubborn-ok", "Succeeded"),
+            ("stubborn-fails", "Failed"),
+            ("looper-ok", "Succeeded"),
+            ("tick-", "Succeeded"),
+            ("hello-at", "Succeeded"),
+        ];
+        for (prefix, phase) in expect {
+            let (name, got, finished) = ended
+                .iter()
+                .find(|(name, _, _)| name.starts_with(prefix))
+                .unwrap_or_else(|| panic!("{mode}: no ended pod {prefix}: {ended:?}"));
+            assert_eq!(got, phase, "{mode}: pod {name}");
+            let app = ["app", "command"].iter().find_map(|c| finished.iter().find(|(n, ..)| n == c));
+            let (_, app_ended, _) = app.expect("the app's end");
+            let mut sidecars = finished
+                .iter()
+                .filter(|(c, ..)| !["app", "command", "watcher-supervise"].contains(&c.as_str()))
+                .peekable();
+            assert!(sidecars.peek().is_some(), "{mode}: pod {name} has a sidecar: {finished:?}");
+            for (container, ended, ran_before) in sidecars {
+                let after = ended - app_ended;
+                assert!(after <= ENDED_WITHIN, "{mode}: pod {name}: {container} ended {after} s after the app");
+                // A regular sidecar ran, and was restarted in the supervisor's image to end.
+                assert!(*mode == "Auto" && native || *ran_before, "{mode}: pod {name}: {container} never ran");
+            }
+        }
+    }
+    operator.stop().await;
+    for (_, ns) in namespaces {
+        ns.delete().await;
+    }
+    operator_ns.delete().await;
+}

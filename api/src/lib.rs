@@ -87,6 +87,24 @@ pub const SIDECAR_UPDATED_ANNOTATION: &str = "watcher.dev/sidecar-updated";
 pub const PROBE_ANNOTATION: &str = "watcher.dev/probe";
 /// Added by the webhook to a dry-run probe pod: the webhook's version.
 pub const PROBED_ANNOTATION: &str = "watcher.dev/probed";
+/// Label the webhook puts on a pod that is meant to end (`restartPolicy` `Never` or `OnFailure`)
+/// and carries a Watcher's sidecar as a regular container: `watcher.dev/end-sidecars=true`. The
+/// operator watches these pods, and ends their sidecars once the app containers have ended.
+pub const END_SIDECARS_LABEL: &str = "watcher.dev/end-sidecars";
+/// Annotation beside [`END_SIDECARS_LABEL`]: the names of the sidecar containers to end,
+/// comma-separated.
+pub const END_SIDECARS_ANNOTATION: &str = "watcher.dev/end-sidecars";
+/// Annotation the operator writes when it ends a pod's sidecars (their image switched to the
+/// supervisor's, which ends them): when, RFC 3339.
+pub const SIDECARS_ENDED_ANNOTATION: &str = "watcher.dev/sidecars-ended";
+/// The supervisor's image (`watcher-supervise`): the init container that copies it into a pod
+/// that is meant to end, and the image its sidecars are switched to when the app has ended
+/// (`--supervisor-image`).
+pub const DEFAULT_SUPERVISOR_IMAGE: &str = "watcher-supervise:0.1.0";
+/// The name of the supervisor's init container and of the volume it copies itself into.
+pub const SUPERVISOR_NAME: &str = "watcher-supervise";
+/// Where a supervised sidecar finds the supervisor: the volume's mount path.
+pub const SUPERVISOR_DIR: &str = "/watcher-supervise";
 /// Label on every object this operator creates: `app.kubernetes.io/managed-by=watcher-operator`.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// The value of [`MANAGED_BY_LABEL`].

@@ -302,6 +302,22 @@ pub struct RunArgs {
     /// (dry-run pods in a namespace without labels); exemptions cannot be seen so.
     #[arg(long, env = "WATCHER_POD_SECURITY_CONFIG", value_name = "FILE", value_parser = parse_pod_security_config)]
     pub pod_security_config: Option<watcher_webhook::pod_security::ClusterDefaults>,
+
+    /// The image of `watcher-supervise`: in pods that are meant to end (restartPolicy `Never` or
+    /// `OnFailure`) with a sidecar that is a regular container, its init container copies the
+    /// supervisor the sidecar's command runs under, and the sidecars are switched to it once the
+    /// app containers have ended, which ends them. Nodes must be able to pull it.
+    #[arg(long, env = "WATCHER_SUPERVISOR_IMAGE", default_value = watcher_api::DEFAULT_SUPERVISOR_IMAGE, value_parser = parse_image)]
+    pub supervisor_image: String,
+}
+
+/// An image reference: not empty, no white space, at most as long as a Watcher's may be.
+fn parse_image(value: &str) -> Result<String, String> {
+    let max = watcher_api::validation::MAX_IMAGE_LENGTH;
+    if value.is_empty() || value.len() > max || value.chars().any(char::is_whitespace) {
+        return Err(format!("{value:?} is not an image reference (not empty, no spaces, at most {max} characters)"));
+    }
+    Ok(value.to_owned())
 }
 
 fn parse_pod_security_config(value: &str) -> Result<watcher_webhook::pod_security::ClusterDefaults, String> {

@@ -594,6 +594,7 @@ async fn admission_scope(
         excluded_namespaces: vec![namespace.to_owned()],
         native_sidecars: true,
         server_minor: None,
+        ..Default::default()
     };
     let named = || namespaces.items.iter().map(|ns| (ns.metadata.name.as_deref().unwrap_or_default(), ns.labels()));
     let everywhere = watcher_webhook::cluster::everywhere(&own, &cluster, named(), &options);
@@ -1175,6 +1176,7 @@ async fn probe(client: &Client, report: &mut Report, options: &CheckOptions, reg
             excluded_namespaces: vec![options.namespace.clone()],
             native_sidecars: true,
             server_minor: None,
+            ..Default::default()
         };
         if let Some(reason) = exclusion(target, &namespace_labels, pod.labels(), &registered.selectors, &injection) {
             return report.fail(

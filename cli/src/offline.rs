@@ -56,7 +56,12 @@ pub(crate) fn inject_preview(
         }
     }
     let policies = image_policies(policies, !namespace_labels.is_empty())?;
-    let options = InjectOptions { excluded_namespaces: Vec::new(), native_sidecars: native, server_minor: None };
+    let options = InjectOptions {
+        excluded_namespaces: Vec::new(),
+        native_sidecars: native,
+        server_minor: None,
+        ..Default::default()
+    };
     let mut out = String::new();
     for mut document in documents(pods)? {
         let pod = parse_kind::<PodView>(&document, "Pod", pods)?;

@@ -384,7 +384,7 @@ fn stale_on_spec_changes(
 /// What the cache knows of the namespaces never injected: the operator's own.
 fn options_for(operator_namespace: &str) -> InjectOptions {
     let excluded = if operator_namespace.is_empty() { Vec::new() } else { vec![operator_namespace.to_owned()] };
-    InjectOptions { excluded_namespaces: excluded, native_sidecars: true, server_minor: None }
+    InjectOptions { excluded_namespaces: excluded, native_sidecars: true, server_minor: None, ..Default::default() }
 }
 
 /// The webhook reads Watchers from the namespace index.

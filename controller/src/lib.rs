@@ -7,6 +7,7 @@ pub mod at;
 mod cache;
 pub mod cluster_watcher;
 mod context;
+pub mod ending;
 mod error;
 pub mod images;
 mod metrics;

@@ -85,7 +85,7 @@ impl ScopeState {
 }
 
 /// Every controller, as its series name it.
-pub const CONTROLLERS: [&str; 6] = ["watcher", "pods", "at", "podset", "sync", "images"];
+pub const CONTROLLERS: [&str; 7] = ["watcher", "pods", "ending", "at", "podset", "sync", "images"];
 
 /// Every resource whose watches are counted ([`observe_watch`]): their series are exported from
 /// the start, at 0.

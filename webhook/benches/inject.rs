@@ -114,8 +114,12 @@ fn main() {
     let mut watchers: Vec<Arc<Watcher>> = (0..100).map(|i| Arc::new(watcher(&format!("other-{i}")))).collect();
     watchers.extend(["log-watcher", "metrics-watcher", "audit-watcher"].map(|n| Arc::new(watcher(n))));
     watchers.push(Arc::new(sees_the_app("app-watcher")));
-    let options =
-        InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None };
+    let options = InjectOptions {
+        excluded_namespaces: vec!["watcher-system".into()],
+        native_sidecars: true,
+        server_minor: None,
+        ..Default::default()
+    };
     // The reviews read them as the operator does, from the shared cache's namespace index.
     let cached = {
         let (store, mut writer) = kube::runtime::reflector::store::<Watcher>();

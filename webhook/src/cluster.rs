@@ -169,7 +169,12 @@ mod tests {
     }
 
     fn options() -> InjectOptions {
-        InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None }
+        InjectOptions {
+            excluded_namespaces: vec!["watcher-system".into()],
+            native_sidecars: true,
+            server_minor: None,
+            ..Default::default()
+        }
     }
 
     #[test]

@@ -300,6 +300,7 @@ mod tests {
             excluded_namespaces: vec!["watcher-system".into()],
             native_sidecars: true,
             server_minor: None,
+            ..Default::default()
         };
         let registered: LabelSelector = serde_json::from_value(json!({"matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "watcher-system"]},

@@ -8,6 +8,7 @@ use crate::PodView;
 use crate::pod::{Annotations, ContainerView, PodSpecView};
 
 mod app;
+mod ending;
 mod security;
 pub use app::AppReport;
 use json_patch::jsonptr::PointerBuf;
@@ -17,7 +18,8 @@ use kube::ResourceExt;
 pub use security::{Compliance, PodSecurityReport, compliance};
 use serde_json::Value;
 use watcher_api::{
-    INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, NativeSidecar, Watcher, config_map_name,
+    DEFAULT_SUPERVISOR_IMAGE, END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, INJECTED_ANNOTATION,
+    INJECTED_WITHOUT_IMAGE_ANNOTATION, NativeSidecar, SUPERVISOR_NAME, Watcher, config_map_name,
     injected_annotation_value, injected_watchers, injected_watchers_without_image,
 };
 
@@ -28,7 +30,7 @@ use crate::pod_security::NamespaceLevels;
 pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
 
 /// What `inject` needs to know about the cluster besides the pod.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct InjectOptions {
     /// Namespaces never injected besides [`SYSTEM_NAMESPACES`]: the operator's own.
     pub excluded_namespaces: Vec<String>,
@@ -37,6 +39,20 @@ pub struct InjectOptions {
     /// The API server's minor version (Pod Security's `latest` is its own); `None`: the newest
     /// the webhook knows.
     pub server_minor: Option<u32>,
+    /// The image of `watcher-supervise`, which ends the regular sidecars of pods that are meant
+    /// to end (`--supervisor-image`).
+    pub supervisor_image: String,
+}
+
+impl Default for InjectOptions {
+    fn default() -> Self {
+        Self {
+            excluded_namespaces: Vec::new(),
+            native_sidecars: false,
+            server_minor: None,
+            supervisor_image: DEFAULT_SUPERVISOR_IMAGE.to_owned(),
+        }
+    }
 }
 
 impl InjectOptions {
@@ -159,6 +175,11 @@ pub fn inject_at_level<W: Borrow<Watcher>>(
         injected_watchers(pod.annotations()).iter().map(|(n, h)| ((*n).to_owned(), (*h).to_owned())).collect();
     let mut without_image: Vec<(String, String)> =
         injected_watchers_without_image(pod.annotations()).map(|(n, h)| (n.to_owned(), h.to_owned())).collect();
+    // A pod meant to end: the regular sidecars it gets are named, to be ended with its app.
+    let ends = ending::meant_to_end(pod);
+    let mut to_end = if ends { ending::already_named(pod) } else { Vec::new() };
+    let ended_before = to_end.len();
+    let mut supervised = false;
     for decision in &decisions {
         let name = &decision.name;
         let watcher = match (&decision.verdict, decision.watcher) {
@@ -226,6 +247,18 @@ pub fn inject_at_level<W: Borrow<Watcher>>(
             );
             injection.app.push(report);
         }
+        if ends && !native {
+            match ending::supervise(&mut container) {
+                Ok(how) => {
+                    supervised |= how == ending::Supervised::Wrapped;
+                    to_end.push(watcher.spec.container.name.clone());
+                }
+                Err(why) => injection.warnings.push(format!(
+                    "Watcher {name}: its sidecar cannot be ended with the pod's app containers, so the pod may \
+                     never end: {why}"
+                )),
+            }
+        }
         patch.add_container(container, native);
         if let Some(volume) = &watcher.spec.volume {
             patch.add_volume(&volume.name, to_value(volume.as_ref()));
@@ -250,9 +283,17 @@ pub fn inject_at_level<W: Borrow<Watcher>>(
         injection.skipped = Some("every Watcher the pod asks for is injected or cannot be".into());
         return injection;
     }
+    if supervised {
+        patch.add_supervisor(&options.supervisor_image);
+    }
     let value = injected_annotation_value(entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
     let imageless = injected_annotation_value(without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
-    patch.set_annotations([(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless)]);
+    let mut annotations = vec![(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless)];
+    if to_end.len() > ended_before {
+        patch.add_label(END_SIDECARS_LABEL, "true");
+        annotations.push((END_SIDECARS_ANNOTATION, to_end.join(",")));
+    }
+    patch.set_annotations(annotations);
     injection.patch = patch.ops;
     injection
 }
@@ -330,6 +371,7 @@ struct PodPatch<'a> {
     added_annotations: Vec<(&'a str, &'a str)>,
     annotation_bytes: usize,
     process_shared: bool,
+    labels_exist: bool,
 }
 
 /// One container's mounts as a patch leaves them: whether its `volumeMounts` list exists, and
@@ -361,6 +403,7 @@ impl<'a> PodPatch<'a> {
             added_annotations: Vec::new(),
             annotation_bytes: pod.metadata.annotations.bytes,
             process_shared: false,
+            labels_exist: pod.metadata.labels.is_some(),
         }
     }
 
@@ -455,7 +498,7 @@ impl<'a> PodPatch<'a> {
     }
 
     /// Writes the Watchers' `podAnnotations` and `pairs` (the operator's own).
-    fn set_annotations<const N: usize>(&mut self, pairs: [(&str, String); N]) {
+    fn set_annotations(&mut self, pairs: Vec<(&str, String)>) {
         let added = self.added_annotations.iter().map(|(k, v)| (*k, (*v).to_owned()));
         let all: Vec<(&str, String)> = added.chain(pairs).collect();
         if self.annotations.own.is_some() {
@@ -466,6 +509,31 @@ impl<'a> PodPatch<'a> {
         } else {
             let annotations: BTreeMap<&str, String> = all.into_iter().collect();
             self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations"]), to_value(&annotations)));
+        }
+    }
+}
+
+impl PodPatch<'_> {
+    /// The supervisor of sidecars that end with the app: its volume, and the init container
+    /// that copies it there (before the pod's own init containers), unless the pod has them.
+    fn add_supervisor(&mut self, image: &str) {
+        let spec = self.spec;
+        let containers = spec.iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()));
+        if !containers.into_iter().any(|c| c.name == SUPERVISOR_NAME) {
+            self.insert_init_container(ending::init_container(image));
+        }
+        self.add_volume(SUPERVISOR_NAME, ending::volume());
+    }
+
+    /// Sets the label `key` to `value`.
+    fn add_label(&mut self, key: &str, value: &str) {
+        let value = Value::String(value.to_owned());
+        if self.labels_exist {
+            self.ops.push(add(PointerBuf::from_tokens(["metadata", "labels", key]), value));
+        } else {
+            let labels = serde_json::Map::from_iter([(key.to_owned(), value)]);
+            self.ops.push(add(PointerBuf::from_tokens(["metadata", "labels"]), Value::Object(labels)));
+            self.labels_exist = true;
         }
     }
 }

@@ -94,6 +94,8 @@ pub struct PodSpecView {
     pub security_context: Option<PodSecurityContext>,
     /// `runtimeClassName` (Pod Security admission may exempt a RuntimeClass).
     pub runtime_class_name: Option<String>,
+    /// `restartPolicy`: `Never` and `OnFailure` pods are meant to end.
+    pub restart_policy: Option<String>,
 }
 
 /// A volume: its name, and its type (the name of its source field).
@@ -239,6 +241,7 @@ narrow!(PodSpecView {
     os: "os",
     security_context: "securityContext",
     runtime_class_name: "runtimeClassName",
+    restart_policy: "restartPolicy",
 });
 narrow!(OsView { name: "name" });
 narrow!(PortView { host_port: "hostPort" });

@@ -139,7 +139,7 @@ proptest! {
         let pod_non_root = pod["spec"]["securityContext"]["runAsNonRoot"] == json!(true);
         let cannot_start = pod_non_root && (sidecar_kind.0 == "root" || init_kind.is_some_and(|i| i.0 == "root"));
         let watchers = [watcher(spec)];
-        let options = InjectOptions { excluded_namespaces: vec![], native_sidecars: native, server_minor: Some(server) };
+        let options = InjectOptions { excluded_namespaces: vec![], native_sidecars: native, server_minor: Some(server), ..Default::default() };
         let policy = Policy { level, version: None };
         let view: PodView = serde_json::from_value(pod.clone()).expect("a pod");
         let passes = evaluate(&view.security_facts(), policy, server).passed();

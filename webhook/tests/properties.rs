@@ -91,7 +91,7 @@ proptest! {
         watchers in prop::collection::vec(any_watcher(), 0..4),
         native_sidecars in any::<bool>(),
     ) {
-        let options = InjectOptions { excluded_namespaces: vec![], native_sidecars, server_minor: None };
+        let options = InjectOptions { excluded_namespaces: vec![], native_sidecars, server_minor: None, ..Default::default() };
         let typed: PodView = serde_json::from_value(pod.clone()).expect("valid pod");
         let refs: Vec<&Watcher> = watchers.iter().collect();
         let first = inject(&typed, "team-a", &refs, &options);

@@ -268,7 +268,7 @@ proptest! {
                                annotations, inits, native);
         let watchers = [corpus(), watcher("viewer", spec)];
         let refs: Vec<&Watcher> = watchers.iter().collect();
-        let options = InjectOptions { excluded_namespaces: vec![], native_sidecars, server_minor: None };
+        let options = InjectOptions { excluded_namespaces: vec![], native_sidecars, server_minor: None, ..Default::default() };
         prop_assert_eq!(refusals(&pod), Vec::<String>::new(), "{} as stored", file);
 
         let view: PodView = serde_json::from_value(pod.clone()).expect("a pod");

@@ -698,6 +698,7 @@ pub(crate) async fn check_inject(
         excluded_namespaces: vec![operator_namespace.clone()],
         native_sidecars: true,
         server_minor: None,
+        ..Default::default()
     };
     let everywhere = watcher_webhook::cluster::everywhere(
         &watchers.iter().cloned().map(Arc::new).collect::<Vec<_>>(),
@@ -716,7 +717,12 @@ pub(crate) async fn check_inject(
         .apiserver_version()
         .await
         .is_ok_and(|info| watcher_webhook::supports_native_sidecars(&info.major, &info.minor));
-    let options = InjectOptions { excluded_namespaces: vec![operator_namespace], native_sidecars, server_minor: None };
+    let options = InjectOptions {
+        excluded_namespaces: vec![operator_namespace],
+        native_sidecars,
+        server_minor: None,
+        ..Default::default()
+    };
     let own: Vec<Arc<Watcher>> = watchers.into_iter().map(Arc::new).collect();
     let effective =
         watcher_webhook::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster_watchers, &options);

@@ -41,7 +41,12 @@ fn annotated(names: &str) -> Value {
 }
 
 fn options(native_sidecars: bool) -> InjectOptions {
-    InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars, server_minor: None }
+    InjectOptions {
+        excluded_namespaces: vec!["watcher-system".into()],
+        native_sidecars,
+        server_minor: None,
+        ..Default::default()
+    }
 }
 
 /// Runs `inject` and applies its patch: the patch must apply cleanly to the pod it was made for.
@@ -735,8 +740,12 @@ fn at_level(pod: &Value, watcher: &Watcher, level: &str, version: Option<&str>, 
     }
     let levels = crate::pod_security::NamespaceLevels::from_labels(&labels);
     let typed: PodView = serde_json::from_value(pod.clone()).expect("valid Pod");
-    let options =
-        InjectOptions { excluded_namespaces: vec![], native_sidecars: server >= 29, server_minor: Some(server) };
+    let options = InjectOptions {
+        excluded_namespaces: vec![],
+        native_sidecars: server >= 29,
+        server_minor: Some(server),
+        ..Default::default()
+    };
     let injection = super::inject_at_level(&typed, "team-a", &[watcher], &options, &levels);
     let mut patched = pod;
     json_patch::patch(&mut patched, &injection.patch).expect("patch applies");

@@ -50,8 +50,12 @@ fn store(watchers: Vec<Watcher>) -> Store<Watcher> {
 
 fn app(watchers: Vec<Watcher>) -> (axum::Router, Metrics) {
     let metrics = Metrics::register(&mut Registry::default());
-    let options =
-        InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None };
+    let options = InjectOptions {
+        excluded_namespaces: vec!["watcher-system".into()],
+        native_sidecars: true,
+        server_minor: None,
+        ..Default::default()
+    };
     (router(Reviewer::new(store(watchers), options), metrics.clone()), metrics)
 }
 
@@ -395,8 +399,12 @@ async fn image_policies_follow_their_namespace_selector(#[case] labels: Value, #
     .expect("valid ImagePolicy");
     let labels = serde_json::from_value(labels).expect("labels");
     let metrics = Metrics::register(&mut Registry::default());
-    let options =
-        InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None };
+    let options = InjectOptions {
+        excluded_namespaces: vec!["watcher-system".into()],
+        native_sidecars: true,
+        server_minor: None,
+        ..Default::default()
+    };
     let reviewer = Reviewer::new(store(vec![]), options)
         .with_policies(Arc::new(Namespaces(labels, vec![Arc::new(policy.compile())])));
     let app = router(reviewer, metrics.clone());
@@ -570,8 +578,12 @@ async fn an_opted_out_namespace_is_never_injected_whatever_the_selectors() {
         "spec": {"rewrites": [{"from": "docker.io/library/", "to": "mirror.internal/library/"}]}}))
     .expect("valid ImagePolicy");
     let metrics = Metrics::register(&mut Registry::default());
-    let options =
-        InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None };
+    let options = InjectOptions {
+        excluded_namespaces: vec!["watcher-system".into()],
+        native_sidecars: true,
+        server_minor: None,
+        ..Default::default()
+    };
     let reviewer = Reviewer::new(store(vec![log_watcher()]), options)
         .with_policies(Arc::new(OptedOut(vec![Arc::new(policy.compile())])));
     let app = router(reviewer, metrics.clone());
@@ -713,7 +725,12 @@ async fn the_enforced_level_holds_after_the_patch() {
     };
     for required in [false, true] {
         let metrics = Metrics::register(&mut Registry::default());
-        let options = InjectOptions { excluded_namespaces: vec![], native_sidecars: true, server_minor: Some(36) };
+        let options = InjectOptions {
+            excluded_namespaces: vec![],
+            native_sidecars: true,
+            server_minor: Some(36),
+            ..Default::default()
+        };
         let watchers = vec![log_watcher(), root(if required { "Fail" } else { "Ignore" })];
         let reviewer = Reviewer::new(store(watchers), options).with_policies(Arc::new(Enforcing("restricted")));
         let app = router(reviewer, metrics.clone());

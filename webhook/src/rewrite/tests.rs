@@ -36,7 +36,12 @@ fn log_watcher() -> Watcher {
 }
 
 fn options() -> InjectOptions {
-    InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None }
+    InjectOptions {
+        excluded_namespaces: vec!["watcher-system".into()],
+        native_sidecars: true,
+        server_minor: None,
+        ..Default::default()
+    }
 }
 
 /// Both steps of the admission pass, and the pod with the patch applied.

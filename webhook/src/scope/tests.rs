@@ -233,8 +233,12 @@ fn every_pod_the_webhook_would_change_is_sent() {
     use crate::{InjectOptions, PodView, inject, rewrite_images};
     let (watchers, policies, namespaces) = cluster();
     let scope = scope_of(&watchers, &policies, &namespaces);
-    let options =
-        InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None };
+    let options = InjectOptions {
+        excluded_namespaces: vec!["watcher-system".into()],
+        native_sidecars: true,
+        server_minor: None,
+        ..Default::default()
+    };
     let mut changed = 0;
     for pod in pods() {
         let review = pod.review();
@@ -479,6 +483,7 @@ fn a_cluster_watcher_is_in_scope_where_it_applies() {
         excluded_namespaces: vec!["watcher-system".into()],
         native_sidecars: true,
         server_minor: None,
+        ..Default::default()
     };
     let clusters = [std::sync::Arc::new(cluster.clone())];
     let named = || namespaces.iter().map(|(n, l)| (n.as_str(), l));

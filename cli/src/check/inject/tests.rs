@@ -29,7 +29,12 @@ fn policy() -> Arc<CompiledPolicy> {
 }
 
 fn options() -> InjectOptions {
-    InjectOptions { excluded_namespaces: vec!["watcher-system".into()], native_sidecars: true, server_minor: None }
+    InjectOptions {
+        excluded_namespaces: vec!["watcher-system".into()],
+        native_sidecars: true,
+        server_minor: None,
+        ..Default::default()
+    }
 }
 
 /// deploy/'s selectors: kube-apiserver never sends these namespaces.

@@ -1,0 +1,220 @@
+//! Pods that are meant to end, end: a pod whose `restartPolicy` is `Never` or `OnFailure` (a
+//! Job's, a CronJob's, an At's) and that carries Watchers' sidecars as regular containers
+//! (servers before 1.29, `nativeSidecar: Never`) would run for ever after its app, the
+//! sidecars running on. The webhook labels such a pod `watcher.dev/end-sidecars=true` and names
+//! the sidecars in the annotation of that name; this controller watches those pods only and,
+//! once no app container will run again, switches the sidecars' image to the supervisor's
+//! (`--supervisor-image`). The kubelet restarts a container whose spec changed whatever the
+//! restart policy: it stops the sidecar (under `watcher-supervise`, within its grace period;
+//! without a command, by its own SIGTERM handling) and starts it in the supervisor's image,
+//! where it exits 0. The pod then ends as its app containers decide.
+//!
+//! Decided from what the pod carries (its spec, its annotation, the kubelet's container
+//! statuses), never from having seen a container end.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation, ReplaceOperation, TestOperation};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+use tracing::{info, instrument, warn};
+use watcher_api::{END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, SIDECARS_ENDED_ANNOTATION};
+
+use crate::{Context, Error, Result};
+
+const CONTROLLER: &str = "ending";
+/// How long sidecars may take to end once switched, beyond the pod's termination grace period
+/// (the kubelet's SIGTERM to SIGKILL), before the pod is reported as kept from ending.
+const ENDING_MARGIN: Duration = Duration::from_secs(30);
+/// The kubelet's default termination grace period.
+const DEFAULT_GRACE: i64 = 30;
+
+/// What the ending controller shares between reconciles.
+pub struct EndingContext {
+    ctx: Arc<Context>,
+    /// The supervisor's image, which the sidecars are switched to.
+    image: String,
+    recorder: Recorder,
+}
+
+impl EndingContext {
+    /// A context that switches sidecars to `image`.
+    pub fn new(ctx: Arc<Context>, image: String) -> Arc<Self> {
+        let reporter =
+            Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
+        let recorder = Recorder::new(ctx.client.clone(), reporter);
+        Arc::new(Self { ctx, image, recorder })
+    }
+}
+
+/// Runs the ending controller until shutdown: pods labelled `watcher.dev/end-sidecars=true`.
+pub async fn run(ctx: Arc<Context>, supervisor_image: String) {
+    let api = Api::<Pod>::all(ctx.client.clone());
+    let selector = format!("{END_SIDECARS_LABEL}=true");
+    let (store, pods, _) = crate::cached_watch(api, watcher::Config::default().labels(&selector), |_| {});
+    Controller::for_stream(pods, store)
+        .with_config(crate::controller_config())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, EndingContext::new(ctx, supervisor_image))
+        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
+        .await;
+}
+
+/// What to do with a pod, from what it carries.
+#[derive(Debug, PartialEq)]
+pub enum Next {
+    /// Nothing: not meant to end, already ended, being deleted, or no sidecar named.
+    Nothing,
+    /// An app container runs, has yet to run, or will be restarted.
+    Wait,
+    /// Every app container has ended for good: switch these sidecars (index in
+    /// `spec.containers`, name) to the supervisor's image.
+    End(Vec<(usize, String)>),
+    /// Switched: these sidecars have still to stop. `overdue`: longer than the pod's grace
+    /// period and a margin, since `since` (seconds since the Unix epoch).
+    Ending { running: Vec<String>, overdue: bool, recheck: Duration },
+}
+
+/// The next step for `pod`, its sidecars to be switched to `image`, at `now` (seconds since
+/// the Unix epoch).
+pub fn next(pod: &Pod, image: &str, now: i64) -> Next {
+    let (Some(spec), status) = (pod.spec.as_ref(), pod.status.as_ref()) else { return Next::Nothing };
+    let restart = spec.restart_policy.as_deref().unwrap_or("Always");
+    let phase = status.and_then(|s| s.phase.as_deref());
+    if pod.metadata.deletion_timestamp.is_some()
+        || matches!(phase, Some("Succeeded" | "Failed"))
+        || !matches!(restart, "Never" | "OnFailure")
+    {
+        return Next::Nothing;
+    }
+    let named = pod.annotations().get(END_SIDECARS_ANNOTATION).map(String::as_str).unwrap_or_default();
+    let named: Vec<&str> = named.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+    let (sidecars, apps): (Vec<_>, Vec<_>) =
+        spec.containers.iter().enumerate().partition(|(_, c)| named.contains(&c.name.as_str()));
+    if sidecars.is_empty() || apps.is_empty() {
+        return Next::Nothing;
+    }
+    let statuses = status.and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
+    let reported = |name: &str| statuses.iter().find(|s| s.name == name);
+    if !apps.iter().all(|(_, c)| reported(&c.name).is_some_and(|s| ended_for_good(s, restart))) {
+        return Next::Wait;
+    }
+    let to_switch: Vec<(usize, String)> = sidecars
+        .iter()
+        .filter(|(_, c)| c.image.as_deref() != Some(image))
+        .map(|(index, c)| (*index, c.name.clone()))
+        .collect();
+    if !to_switch.is_empty() {
+        return Next::End(to_switch);
+    }
+    let running: Vec<String> = sidecars
+        .iter()
+        .filter(|(_, c)| reported(&c.name).is_none_or(|s| s.state.as_ref().is_none_or(|s| s.terminated.is_none())))
+        .map(|(_, c)| c.name.clone())
+        .collect();
+    if running.is_empty() {
+        return Next::Nothing; // the kubelet has yet to write the phase
+    }
+    let since = pod.annotations().get(SIDECARS_ENDED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let grace = spec.termination_grace_period_seconds.unwrap_or(DEFAULT_GRACE).max(0);
+    let deadline = since.map_or(now, |t| t.as_second()) + grace + ENDING_MARGIN.as_secs() as i64;
+    let overdue = now >= deadline;
+    let recheck = Duration::from_secs(u64::try_from(deadline - now).unwrap_or(0).max(1));
+    Next::Ending { running, overdue, recheck: if overdue { ENDING_MARGIN } else { recheck } }
+}
+
+/// Whether an app container has ended and will not run again: terminated, and under
+/// `OnFailure` with exit code 0 (a failed one is restarted).
+fn ended_for_good(status: &ContainerStatus, restart: &str) -> bool {
+    let terminated = status.state.as_ref().and_then(|s| s.terminated.as_ref());
+    terminated.is_some_and(|t| restart == "Never" || t.exit_code == 0)
+}
+
+/// The JSON patch that switches `sidecars` to `image` and records when (`now`, RFC 3339); each
+/// container's name is tested first, so a patch never lands on another container.
+pub fn end_patch(sidecars: &[(usize, String)], image: &str, now: &str) -> Vec<PatchOperation> {
+    let mut ops = Vec::with_capacity(sidecars.len() * 2 + 1);
+    for (index, name) in sidecars {
+        let at = index.to_string();
+        ops.push(PatchOperation::Test(TestOperation {
+            path: PointerBuf::from_tokens(["spec", "containers", &at, "name"]),
+            value: Value::String(name.clone()),
+        }));
+        ops.push(PatchOperation::Replace(ReplaceOperation {
+            path: PointerBuf::from_tokens(["spec", "containers", &at, "image"]),
+            value: Value::String(image.to_owned()),
+        }));
+    }
+    ops.push(PatchOperation::Add(AddOperation {
+        path: PointerBuf::from_tokens(["metadata", "annotations", SIDECARS_ENDED_ANNOTATION]),
+        value: Value::String(now.to_owned()),
+    }));
+    ops
+}
+
+#[instrument(skip(pod, ctx), fields(namespace = pod.namespace(), pod = pod.name_any()))]
+async fn reconcile(pod: Arc<Pod>, ctx: Arc<EndingContext>) -> Result<Action> {
+    let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
+    let namespace = pod.namespace().ok_or_else(|| Error::MissingNamespace(pod.name_any()))?;
+    let now = jiff::Timestamp::now();
+    let action: Result<Action> = match next(&pod, &ctx.image, now.as_second()) {
+        Next::Nothing | Next::Wait => Ok(Action::await_change()),
+        Next::End(sidecars) => {
+            let names: Vec<&str> = sidecars.iter().map(|(_, n)| n.as_str()).collect();
+            let patch = json_patch::Patch(end_patch(&sidecars, &ctx.image, &now.to_string()));
+            let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), &namespace);
+            if let Err(error) = api.patch(&pod.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+                return Err(error.into());
+            }
+            info!(sidecars = ?names, "the app containers have ended: sidecars switched to the supervisor's image");
+            let note = format!(
+                "The app containers have ended: ending the sidecars {} (switched to {})",
+                names.join(", "),
+                ctx.image
+            );
+            publish(&ctx, &pod, EventType::Normal, "SidecarsEnding", note).await;
+            Ok(Action::requeue(ENDING_MARGIN))
+        }
+        Next::Ending { running, overdue, recheck } => {
+            if overdue {
+                let note = format!(
+                    "The app containers have ended, but the sidecars {} still run: the pod cannot end. \
+                     Is the image {} pullable on this node (kubectl describe pod)?",
+                    running.join(", "),
+                    ctx.image
+                );
+                warn!(sidecars = ?running, "sidecars still run after their app ended");
+                publish(&ctx, &pod, EventType::Warning, "SidecarCannotEnd", note).await;
+            }
+            Ok(Action::requeue(recheck))
+        }
+    };
+    if action.is_ok() {
+        ctx.ctx.reconciled(&crate::object_key(CONTROLLER, pod.as_ref()));
+    }
+    action
+}
+
+async fn publish(ctx: &EndingContext, pod: &Pod, type_: EventType, reason: &str, note: String) {
+    let event = Event { type_, reason: reason.into(), note: Some(note), action: "End".into(), secondary: None };
+    if let Err(error) = ctx.recorder.publish(&event, &pod.object_ref(&())).await {
+        warn!(%error, reason, "cannot publish an event");
+    }
+}
+
+/// Logs the failure and retries with backoff.
+pub fn error_policy(pod: Arc<Pod>, error: &Error, ctx: Arc<EndingContext>) -> Action {
+    warn!(namespace = pod.namespace(), pod = pod.name_any(), %error, "reconcile failed");
+    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, pod.as_ref()), error)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,168 @@
+//! The ending controller's decisions over every version of real Job pods, as a real node
+//! (kubelet and containerd) reported them through a pod's life (`fixtures/ending/`).
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+use watcher_api::SIDECARS_ENDED_ANNOTATION;
+
+use super::*;
+
+const IMAGE: &str = "watcher-supervise:0.1.0";
+
+fn versions(file: &str) -> Vec<Pod> {
+    let path = format!("{}/fixtures/ending/{file}.json", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("pods")
+}
+
+/// Seconds since the epoch of the pod's `watcher.dev/sidecars-ended`, or of its creation.
+fn ended_at(pod: &Pod) -> i64 {
+    let ended = pod.annotations().get(SIDECARS_ENDED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    ended.or_else(|| pod.metadata.creation_timestamp.as_ref().map(|t| t.0)).expect("a time").as_second()
+}
+
+/// One word per decision, to compare whole lives at a glance.
+fn word(next: &Next) -> &'static str {
+    match next {
+        Next::Nothing => "nothing",
+        Next::Wait => "wait",
+        Next::End(_) => "end",
+        Next::Ending { .. } => "ending",
+    }
+}
+
+/// The decisions over a pod's life, each version judged a second after the sidecars' switch.
+fn life(file: &str) -> Vec<&'static str> {
+    let pods = versions(file);
+    let mut words: Vec<&str> = pods.iter().map(|pod| word(&next(pod, IMAGE, ended_at(pod) + 1))).collect();
+    words.dedup();
+    words
+}
+
+#[test]
+fn a_job_whose_app_succeeds_has_its_sidecar_ended_once_and_ends() {
+    for version in ["1.24"] {
+        let file = format!("job-{version}-succeeds");
+        assert_eq!(life(&file), ["wait", "end", "ending", "nothing"], "{file}");
+        let pods = versions(&file);
+        let first_end = pods.iter().find_map(|p| match next(p, IMAGE, 0) {
+            Next::End(sidecars) => Some(sidecars),
+            _ => None,
+        });
+        assert_eq!(first_end, Some(vec![(1, "stubborn".to_owned())]), "{file}");
+        let last = pods.last().expect("versions");
+        assert_eq!(last.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded"), "{file}");
+    }
+}
+
+#[test]
+fn a_job_whose_app_fails_under_never_is_ended_too_and_fails() {
+    for version in ["1.24"] {
+        let file = format!("job-{version}-fails");
+        assert_eq!(life(&file), ["wait", "end", "ending", "nothing"], "{file}");
+        let last = versions(&file).pop().expect("versions");
+        assert_eq!(last.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Failed"), "{file}");
+    }
+}
+
+/// Under `OnFailure` an app container that failed is restarted: the sidecar is left running
+/// until the app has succeeded.
+#[test]
+fn an_app_that_failed_under_on_failure_is_waited_for() {
+    for version in ["1.24"] {
+        let file = format!("job-{version}-onfailure");
+        let pods = versions(&file);
+        let failed = pods
+            .iter()
+            .find(|p| {
+                let statuses = p.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
+                statuses.iter().any(|s| {
+                    s.name == "app"
+                        && s.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code != 0)
+                })
+            })
+            .expect("a version where the app had failed");
+        assert_eq!(next(failed, IMAGE, 0), Next::Wait, "{file}");
+        assert_eq!(life(&file), ["wait", "end", "ending", "nothing"], "{file}");
+    }
+}
+
+/// The README's agent, a sidecar with no command: ended by the same switch.
+#[test]
+fn the_agent_is_ended_with_its_app() {
+    for version in ["1.24"] {
+        let file = format!("job-{version}-agent");
+        assert_eq!(life(&file), ["wait", "end", "ending", "nothing"], "{file}");
+        let end = versions(&file).iter().find_map(|p| match next(p, IMAGE, 0) {
+            Next::End(sidecars) => Some(sidecars),
+            _ => None,
+        });
+        assert_eq!(end, Some(vec![(1, "app-watcher".to_owned())]), "{file}");
+    }
+}
+
+/// Switched sidecars that still run past the pod's grace period and a margin are overdue: the
+/// pod is reported as kept from ending, and looked at again.
+#[test]
+fn a_sidecar_still_running_long_after_the_switch_is_overdue() {
+    let pods = versions("job-1.24-succeeds");
+    let switched = pods
+        .iter()
+        .find(|p| matches!(next(p, IMAGE, ended_at(p)), Next::Ending { .. }))
+        .expect("a version after the switch, the sidecar still running");
+    let at = ended_at(switched);
+    let Next::Ending { running, overdue, recheck } = next(switched, IMAGE, at + 1) else { panic!("ending") };
+    assert_eq!((running, overdue), (vec!["stubborn".to_owned()], false));
+    assert_eq!(recheck, Duration::from_secs(30 + 30 - 1), "the grace period and the margin, less the second gone");
+    let Next::Ending { overdue, recheck, .. } = next(switched, IMAGE, at + 60) else { panic!("ending") };
+    assert!(overdue);
+    assert_eq!(recheck, ENDING_MARGIN);
+}
+
+/// Another supervisor image than the one the sidecars run: they are switched to it.
+#[test]
+fn sidecars_are_switched_to_the_configured_image() {
+    let pods = versions("job-1.24-succeeds");
+    let switched = pods.iter().rev().find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+    let mut pod = switched.expect("a running version").clone();
+    // The same pod, its sidecar still running (as the kubelet reported it before the switch).
+    pod.status = pods.iter().find(|p| matches!(next(p, IMAGE, 0), Next::End(_))).and_then(|p| p.status.clone());
+    assert_eq!(next(&pod, "mirror.example/watcher-supervise:0.1.0", 0), Next::End(vec![(1, "stubborn".to_owned())]));
+}
+
+#[test]
+fn pods_not_meant_to_end_or_naming_no_sidecar_are_left_alone() {
+    let plain = versions("job-1.24-succeeds").into_iter().find(|p| matches!(next(p, IMAGE, 0), Next::End(_)));
+    let plain = plain.expect("a version to end");
+    let mut always = plain.clone();
+    always.spec.as_mut().expect("spec").restart_policy = Some("Always".into());
+    assert_eq!(next(&always, IMAGE, 0), Next::Nothing);
+    let mut unnamed = plain.clone();
+    unnamed.metadata.annotations.as_mut().expect("annotations").remove(END_SIDECARS_ANNOTATION);
+    assert_eq!(next(&unnamed, IMAGE, 0), Next::Nothing);
+    let mut deleted = plain;
+    deleted.metadata.deletion_timestamp = deleted.metadata.creation_timestamp.clone();
+    assert_eq!(next(&deleted, IMAGE, 0), Next::Nothing);
+}
+
+/// The patch tests each container's name before it switches the image, and records the time.
+#[test]
+fn the_patch_switches_only_the_containers_it_names() {
+    let pod = versions("job-1.24-succeeds").into_iter().find(|p| matches!(next(p, IMAGE, 0), Next::End(_)));
+    let pod = pod.expect("a version to end");
+    let Next::End(sidecars) = next(&pod, IMAGE, 0) else { panic!("end") };
+    let ops = end_patch(&sidecars, IMAGE, "2026-11-26T10:00:00Z");
+    let mut value = serde_json::to_value(&pod).expect("pod");
+    json_patch::patch(&mut value, &ops).expect("applies to the pod");
+    let images: Vec<&str> = value["spec"]["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .filter_map(|c| c["image"].as_str())
+        .collect();
+    assert_eq!(images, ["busybox:1.36", IMAGE]);
+    assert_eq!(value["metadata"]["annotations"][SIDECARS_ENDED_ANNOTATION], Value::from("2026-11-26T10:00:00Z"));
+    // The containers in another order (a stale index): the test fails, nothing is written.
+    let mut other = serde_json::to_value(&pod).expect("pod");
+    other["spec"]["containers"].as_array_mut().expect("containers").reverse();
+    assert!(json_patch::patch(&mut other, &ops).is_err());
+}
