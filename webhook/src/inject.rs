@@ -247,11 +247,16 @@ pub fn inject_at_level<W: Borrow<Watcher>>(
             );
             injection.app.push(report);
         }
-        if ends && !native {
+        if ends {
+            // A native sidecar is stopped by the kubelet once the app has ended (SIGTERM, then
+            // SIGKILL after the pod's grace period): under the supervisor it stops within
+            // seconds. A regular one is also named, for the operator to end.
             match ending::supervise(&mut container) {
                 Ok(how) => {
                     supervised |= how == ending::Supervised::Wrapped;
-                    to_end.push(watcher.spec.container.name.clone());
+                    if !native {
+                        to_end.push(watcher.spec.container.name.clone());
+                    }
                 }
                 Err(why) => injection.warnings.push(format!(
                     "Watcher {name}: its sidecar cannot be ended with the pod's app containers, so the pod may \

@@ -66,9 +66,17 @@ fn injected(pod: &Value, watchers: &[Watcher], native: bool) -> (Injection, Valu
     (injection, after)
 }
 
+const VERSIONS: [&str; 2] = ["1.24", "1.36"];
+
 #[test]
 fn a_job_s_regular_sidecar_runs_under_the_supervisor() {
-    let pod = read("ending/job-1.24-plain.json");
+    for version in VERSIONS {
+        a_job_s_regular_sidecar_runs_under_the_supervisor_on(version);
+    }
+}
+
+fn a_job_s_regular_sidecar_runs_under_the_supervisor_on(version: &str) {
+    let pod = read(&format!("ending/job-{version}-plain.json"));
     assert_eq!(pod["spec"]["restartPolicy"], "Never");
     let (injection, after) = injected(&pod, &[stubborn()], false);
     assert_eq!(injection.injected, ["stubborn"], "{:?}", injection.warnings);
@@ -122,18 +130,28 @@ fn a_sidecar_without_a_command_is_named_and_left_as_it_is() {
     assert_eq!(after["metadata"]["annotations"][END_SIDECARS_ANNOTATION], "agent,stubborn");
 }
 
-/// A native sidecar ends by itself (the kubelet stops it after the app): nothing is added, and
-/// the pod is not labelled. `nativeSidecar: Never` on the same server is supervised.
+/// A native sidecar is stopped by the kubelet once the app has ended: it runs under the
+/// supervisor (so that one that ignores SIGTERM stops within seconds, not the pod's grace
+/// period), and the pod is not labelled for the operator. `nativeSidecar: Never` on the same
+/// server is a regular container, supervised and named.
 #[test]
-fn native_sidecars_need_nothing_and_never_is_supervised_on_any_server() {
+fn native_sidecars_are_supervised_and_never_is_named_on_any_server() {
     let pod = read("ending/job-1.24-plain.json");
     let (injection, after) = injected(&pod, &[stubborn()], true);
     assert_eq!(injection.injected, ["stubborn"]);
-    let sidecar = container(&after, "initContainers", "stubborn").expect("a native sidecar");
-    assert_eq!(sidecar["command"][0], "sh");
-    assert!(container(&after, "initContainers", "watcher-supervise").is_none());
+    let init = after["spec"]["initContainers"].as_array().expect("init containers");
+    let names: Vec<&str> = init.iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["watcher-supervise", "stubborn"], "the supervisor is copied before the sidecar starts");
+    assert_eq!(init[1]["command"][0], "/watcher-supervise/watcher-supervise");
+    assert_eq!(init[1]["restartPolicy"], "Always");
     assert_eq!(after["metadata"]["labels"].get(END_SIDECARS_LABEL), None);
     assert_eq!(after["metadata"]["annotations"].get(END_SIDECARS_ANNOTATION), None);
+
+    // Without a command the kubelet's SIGTERM reaches the image's own process: nothing added.
+    let (_, after) = injected(&pod, &[entrypoint()], true);
+    let names: Vec<&str> =
+        after["spec"]["initContainers"].as_array().expect("init").iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["agent"]);
 
     let mut never = stubborn();
     never.spec.native_sidecar = watcher_api::NativeSidecar::Never;
@@ -188,11 +206,17 @@ fn reinvocation_changes_nothing_and_a_later_watcher_is_named_too() {
 }
 
 /// In a `restricted` namespace the supervisor is no reason to refuse a pod: the README's Job
-/// (which passes `restricted` by itself) with a hardened sidecar passes it patched, on 1.24's
-/// rules and 1.36's.
+/// (which passes `restricted` by itself) as 1.24 and 1.36 stored it, with a hardened sidecar,
+/// passes it patched, on 1.24's rules and 1.36's, as a regular and as a native sidecar.
 #[test]
 fn the_supervisor_passes_restricted() {
-    let pod = read("ending/job-1.24-restricted.json");
+    for version in VERSIONS {
+        the_supervisor_passes_restricted_on(version);
+    }
+}
+
+fn the_supervisor_passes_restricted_on(version: &str) {
+    let pod = read(&format!("ending/job-{version}-restricted.json"));
     let hardened = watcher(
         "stubborn",
         json!({"selector": {}, "container": {"name": "stubborn", "image": "busybox:1.36",
@@ -205,7 +229,7 @@ fn the_supervisor_passes_restricted() {
     hardened.metadata.namespace = pod["metadata"]["namespace"].as_str().map(str::to_owned);
     let labels = [("pod-security.kubernetes.io/enforce".to_owned(), "restricted".to_owned())].into();
     let levels = NamespaceLevels::from_labels(&labels);
-    for (server, native) in [(24, false), (36, false)] {
+    for (server, native) in [(24, false), (36, false), (36, true)] {
         let view: PodView = serde_json::from_value(pod.clone()).expect("a pod");
         let policy = Policy { level: Level::Restricted, version: None };
         assert!(evaluate(&view.security_facts(), policy, server).passed(), "the Job passes by itself");

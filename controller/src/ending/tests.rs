@@ -40,7 +40,7 @@ fn life(file: &str) -> Vec<&'static str> {
 
 #[test]
 fn a_job_whose_app_succeeds_has_its_sidecar_ended_once_and_ends() {
-    for version in ["1.24"] {
+    for version in ["1.24", "1.36"] {
         let file = format!("job-{version}-succeeds");
         assert_eq!(life(&file), ["wait", "end", "ending", "nothing"], "{file}");
         let pods = versions(&file);
@@ -56,7 +56,7 @@ fn a_job_whose_app_succeeds_has_its_sidecar_ended_once_and_ends() {
 
 #[test]
 fn a_job_whose_app_fails_under_never_is_ended_too_and_fails() {
-    for version in ["1.24"] {
+    for version in ["1.24", "1.36"] {
         let file = format!("job-{version}-fails");
         assert_eq!(life(&file), ["wait", "end", "ending", "nothing"], "{file}");
         let last = versions(&file).pop().expect("versions");
@@ -68,7 +68,7 @@ fn a_job_whose_app_fails_under_never_is_ended_too_and_fails() {
 /// until the app has succeeded.
 #[test]
 fn an_app_that_failed_under_on_failure_is_waited_for() {
-    for version in ["1.24"] {
+    for version in ["1.24", "1.36"] {
         let file = format!("job-{version}-onfailure");
         let pods = versions(&file);
         let failed = pods
@@ -89,7 +89,7 @@ fn an_app_that_failed_under_on_failure_is_waited_for() {
 /// The README's agent, a sidecar with no command: ended by the same switch.
 #[test]
 fn the_agent_is_ended_with_its_app() {
-    for version in ["1.24"] {
+    for version in ["1.24", "1.36"] {
         let file = format!("job-{version}-agent");
         assert_eq!(life(&file), ["wait", "end", "ending", "nothing"], "{file}");
         let end = versions(&file).iter().find_map(|p| match next(p, IMAGE, 0) {
@@ -132,6 +132,7 @@ fn sidecars_are_switched_to_the_configured_image() {
 #[test]
 fn pods_not_meant_to_end_or_naming_no_sidecar_are_left_alone() {
     let plain = versions("job-1.24-succeeds").into_iter().find(|p| matches!(next(p, IMAGE, 0), Next::End(_)));
+    // The same pod, its restart policy or its annotation otherwise (as no capture has them).
     let plain = plain.expect("a version to end");
     let mut always = plain.clone();
     always.spec.as_mut().expect("spec").restart_policy = Some("Always".into());
@@ -139,9 +140,19 @@ fn pods_not_meant_to_end_or_naming_no_sidecar_are_left_alone() {
     let mut unnamed = plain.clone();
     unnamed.metadata.annotations.as_mut().expect("annotations").remove(END_SIDECARS_ANNOTATION);
     assert_eq!(next(&unnamed, IMAGE, 0), Next::Nothing);
-    let mut deleted = plain;
-    deleted.metadata.deletion_timestamp = deleted.metadata.creation_timestamp.clone();
-    assert_eq!(next(&deleted, IMAGE, 0), Next::Nothing);
+}
+
+/// A Job whose `backoffLimit` (0) an `OnFailure` pod's first failure exhausts: the Job
+/// controller deletes the pod, which is left to its deletion, whatever its containers report.
+#[test]
+fn a_pod_being_deleted_is_left_alone() {
+    let pods = versions("job-1.36-onfailure-deleted");
+    let deleted: Vec<&Pod> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_some()).collect();
+    assert!(!deleted.is_empty(), "the capture has the pod's deletion");
+    for pod in deleted {
+        assert_eq!(next(pod, IMAGE, 0), Next::Nothing);
+    }
+    assert_eq!(life("job-1.36-onfailure-deleted"), ["wait", "nothing"]);
 }
 
 /// The patch tests each container's name before it switches the image, and records the time.
