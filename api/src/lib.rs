@@ -97,6 +97,10 @@ pub const END_SIDECARS_ANNOTATION: &str = "watcher.dev/end-sidecars";
 /// Annotation the operator writes when it ends a pod's sidecars (their image switched to the
 /// supervisor's, which ends them): when, RFC 3339.
 pub const SIDECARS_ENDED_ANNOTATION: &str = "watcher.dev/sidecars-ended";
+/// Annotation the operator writes on a pod whose sidecars it ended but that still run past the
+/// pod's grace period and a margin: their names, comma-separated. The pod is counted in the
+/// Watcher's `status.pods.cannotEnd`; the annotation goes once the pod has ended.
+pub const SIDECARS_CANNOT_END_ANNOTATION: &str = "watcher.dev/sidecars-cannot-end";
 /// The supervisor's image (`watcher-supervise`): the init container that copies it into a pod
 /// that is meant to end, and the image its sidecars are switched to when the app has ended
 /// (`--supervisor-image`).

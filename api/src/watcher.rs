@@ -331,6 +331,12 @@ pub struct PodCounts {
     /// the first. Absent when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cannot_start: i32,
+    /// Injected pods that are meant to end (`restartPolicy` `Never` or `OnFailure`) whose app
+    /// containers have ended, but where a sidecar of the Watcher still runs well after the
+    /// operator ended it (the pod's grace period and 30 s): the pod cannot finish. The
+    /// `SidecarsEnded` condition names the first. Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cannot_end: i32,
 }
 
 fn is_zero(value: &i32) -> bool {

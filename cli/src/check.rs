@@ -1045,6 +1045,16 @@ async fn deployment(client: &Client, report: &mut Report, namespace: &str) {
     let describe = format!("`kubectl -n {namespace} describe deployment {OPERATOR_NAME}`");
     match Api::<Deployment>::namespaced(client.clone(), namespace).get_opt(OPERATOR_NAME).await {
         Ok(Some(deployment)) => {
+            match pods_that_end(&deployment) {
+                Ok(message) => report.pass(GROUP, "pods that end", message),
+                Err(message) => report.warn(
+                    GROUP,
+                    "pods that end",
+                    message,
+                    "add `pods` to WATCHER_CONTROLLERS (chart value `controllers`): Jobs, CronJobs and Ats whose \
+                     Watcher sidecar is a regular container never end without it (docs/injection.md)",
+                ),
+            }
             let wanted = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
             let available = deployment.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0);
             if available > 0 {
@@ -1071,6 +1081,36 @@ async fn deployment(client: &Client, report: &mut Report, namespace: &str) {
             "install the operator, or pass its namespace with -n",
         ),
         Err(error) => report.fail(GROUP, "Deployment", format!("cannot read it: {error}"), "check your access"),
+    }
+}
+
+/// Whether the installed operator ends the regular sidecars of pods that are meant to end: it
+/// runs the `pods` controller (its `--controllers` or `WATCHER_CONTROLLERS`, default all), and
+/// with which supervisor image.
+pub(crate) fn pods_that_end(deployment: &Deployment) -> Result<String, String> {
+    let template = deployment.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+    let container = template.and_then(|s| s.containers.first());
+    let env = |name: &str| {
+        let vars = container.and_then(|c| c.env.as_ref());
+        vars.into_iter().flatten().find(|e| e.name == name).and_then(|e| e.value.clone())
+    };
+    let flag = |name: &str| {
+        let args = container.and_then(|c| c.args.as_ref());
+        let prefix = format!("--{name}=");
+        args.into_iter().flatten().find_map(|a| a.strip_prefix(&prefix).map(str::to_owned))
+    };
+    let controllers = flag("controllers").or_else(|| env("WATCHER_CONTROLLERS"));
+    let image = flag("supervisor-image")
+        .or_else(|| env("WATCHER_SUPERVISOR_IMAGE"))
+        .unwrap_or_else(|| watcher_api::DEFAULT_SUPERVISOR_IMAGE.to_owned());
+    match controllers {
+        Some(list) if !list.split(',').any(|c| c.trim() == "pods") => Err(format!(
+            "the operator runs the controllers {list}, not `pods`: the regular sidecars of pods that are meant to \
+             end (Jobs, CronJobs, Ats) are never ended"
+        )),
+        _ => Ok(format!(
+            "the `pods` controller ends the regular sidecars of pods that are meant to end (supervisor image {image})"
+        )),
     }
 }
 

@@ -24,9 +24,11 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tracing::{info, instrument, warn};
-use watcher_api::{END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, SIDECARS_ENDED_ANNOTATION};
+use watcher_api::{
+    END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, SIDECARS_CANNOT_END_ANNOTATION, SIDECARS_ENDED_ANNOTATION,
+};
 
 use crate::{Context, Error, Result};
 
@@ -73,6 +75,9 @@ pub async fn run(ctx: Arc<Context>, supervisor_image: String) {
 pub enum Next {
     /// Nothing: not meant to end, already ended, being deleted, or no sidecar named.
     Nothing,
+    /// The pod has ended (or is being deleted) and still carries the mark of sidecars that
+    /// could not end: take it away, so that the Watcher counts it no more.
+    Unmark,
     /// An app container runs, has yet to run, or will be restarted.
     Wait,
     /// Every app container has ended for good: switch these sidecars (index in
@@ -89,10 +94,11 @@ pub fn next(pod: &Pod, image: &str, now: i64) -> Next {
     let (Some(spec), status) = (pod.spec.as_ref(), pod.status.as_ref()) else { return Next::Nothing };
     let restart = spec.restart_policy.as_deref().unwrap_or("Always");
     let phase = status.and_then(|s| s.phase.as_deref());
-    if pod.metadata.deletion_timestamp.is_some()
-        || matches!(phase, Some("Succeeded" | "Failed"))
-        || !matches!(restart, "Never" | "OnFailure")
-    {
+    let over = pod.metadata.deletion_timestamp.is_some() || matches!(phase, Some("Succeeded" | "Failed"));
+    if over && pod.annotations().contains_key(SIDECARS_CANNOT_END_ANNOTATION) {
+        return Next::Unmark;
+    }
+    if over || !matches!(restart, "Never" | "OnFailure") {
         return Next::Nothing;
     }
     let named = pod.annotations().get(END_SIDECARS_ANNOTATION).map(String::as_str).unwrap_or_default();
@@ -165,12 +171,20 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<EndingContext>) -> Result<Action> {
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
     let namespace = pod.namespace().ok_or_else(|| Error::MissingNamespace(pod.name_any()))?;
     let now = jiff::Timestamp::now();
+    let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), &namespace);
     let action: Result<Action> = match next(&pod, &ctx.image, now.as_second()) {
         Next::Nothing | Next::Wait => Ok(Action::await_change()),
+        Next::Unmark => {
+            let unmark = json!({"metadata": {"annotations": {SIDECARS_CANNOT_END_ANNOTATION: null}}});
+            match api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&unmark)).await {
+                Ok(_) => Ok(Action::await_change()),
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(Action::await_change()),
+                Err(error) => Err(error.into()),
+            }
+        }
         Next::End(sidecars) => {
             let names: Vec<&str> = sidecars.iter().map(|(_, n)| n.as_str()).collect();
             let patch = json_patch::Patch(end_patch(&sidecars, &ctx.image, &now.to_string()));
-            let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), &namespace);
             if let Err(error) = api.patch(&pod.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await {
                 return Err(error.into());
             }
@@ -184,7 +198,14 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<EndingContext>) -> Result<Action> {
             Ok(Action::requeue(ENDING_MARGIN))
         }
         Next::Ending { running, overdue, recheck } => {
-            if overdue {
+            let marked = pod.annotations().get(SIDECARS_CANNOT_END_ANNOTATION).map(String::as_str);
+            let names = running.join(",");
+            if overdue && marked != Some(names.as_str()) {
+                // Counted on the Watcher (`status.pods.cannotEnd`) from what the pod carries.
+                let mark = json!({"metadata": {"annotations": {SIDECARS_CANNOT_END_ANNOTATION: names}}});
+                if let Err(error) = api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&mark)).await {
+                    return Err(error.into());
+                }
                 let note = format!(
                     "The app containers have ended, but the sidecars {} still run: the pod cannot end. \
                      Is the image {} pullable on this node (kubectl describe pod)?",

@@ -341,14 +341,15 @@ impl WatcherCollector {
     }
 }
 
-/// The five states of `watcher_pods`, with their counts.
-fn pod_states(counts: PodCounts) -> [(&'static str, i32); 5] {
+/// The six states of `watcher_pods`, with their counts.
+fn pod_states(counts: PodCounts) -> [(&'static str, i32); 6] {
     [
         ("matched", counts.matched),
         ("injected", counts.injected),
         ("up_to_date", counts.up_to_date),
         ("missing", counts.missing),
         ("cannot_start", counts.cannot_start),
+        ("cannot_end", counts.cannot_end),
     ]
 }
 
@@ -379,7 +380,8 @@ impl Collector for WatcherCollector {
             "watcher_pods",
             "Pods of a Watcher by state, as status.pods counts them: matched (asked or selected), injected, \
              up_to_date (injected with the current spec), missing (asked, not injected), cannot_start (injected, \
-             a container of the Watcher cannot start, as the kubelet reports it)",
+             a container of the Watcher cannot start, as the kubelet reports it), cannot_end (injected, meant to end, the app \
+             ended, a sidecar of the Watcher still runs after it was ended)",
             None,
             MetricType::Gauge,
         )?;

@@ -29,8 +29,8 @@ use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_api::{
     ClusterWatcher, INJECT_ANNOTATION, INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION,
-    ORIGINAL_IMAGES_ANNOTATION, PodCounts, SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher, condition,
-    injected_watchers, requested_watchers, set_condition,
+    ORIGINAL_IMAGES_ANNOTATION, PodCounts, SIDECAR_UPDATED_ANNOTATION, SIDECARS_CANNOT_END_ANNOTATION, SUPERVISOR_NAME,
+    UpdatePolicyType, Watcher, condition, injected_watchers, requested_watchers, set_condition,
 };
 
 use self::in_place::{Blocked, InjectedSpec, Sidecar};
@@ -74,12 +74,13 @@ const CANNOT_START: [&str; 8] = [
 ];
 
 /// The annotations a [`CountedPod`] keeps.
-const KEPT_ANNOTATIONS: [&str; 5] = [
+const KEPT_ANNOTATIONS: [&str; 6] = [
     INJECT_ANNOTATION,
     INJECTED_ANNOTATION,
     INJECTED_WITHOUT_IMAGE_ANNOTATION,
     SIDECAR_UPDATED_ANNOTATION,
     ORIGINAL_IMAGES_ANNOTATION,
+    SIDECARS_CANNOT_END_ANNOTATION,
 ];
 
 /// A pod as the pod reconciler keeps it: only what counting and eviction read, 48 bytes of its
@@ -225,9 +226,12 @@ impl CountedPod {
 /// The sidecars of the Watchers `pod` carries, with what the kubelet reports of them.
 fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup) -> Option<InjectedSpec> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let wanted: Vec<String> =
+    let mut wanted: Vec<String> =
         injected_watchers(pod.annotations()).into_iter().flat_map(|(name, _)| lookup(namespace, name)).collect();
     let spec = pod.spec.as_ref().filter(|_| !wanted.is_empty())?;
+    // The supervisor's init container, which the webhook adds for the Watchers' sidecars of a
+    // pod that is meant to end: one that cannot start keeps the pod from running.
+    wanted.push(SUPERVISOR_NAME.to_owned());
     let status = pod.status.as_ref();
     let mut sidecars = Vec::new();
     let lists = [
@@ -595,17 +599,60 @@ pub fn count(watcher: &Watcher, pods: &[&CountedPod]) -> PodCounts {
         counts.up_to_date += i32::from(s.up_to_date);
         counts.missing += i32::from(s.matched && !s.injected);
         counts.cannot_start += i32::from(s.injected && blocked_in(pod, &containers).is_some());
+        counts.cannot_end += i32::from(s.injected && kept_running(pod, &containers).is_some());
     }
     counts
 }
 
-/// The first of `containers` that cannot start in `pod`, as the kubelet reports it: (its name,
-/// the kubelet's reason and message).
+/// The first of `containers` that the ending controller ended in `pod` but still runs, as the
+/// pod's `watcher.dev/sidecars-cannot-end` says (the pod cannot finish).
+fn kept_running<'p>(pod: &'p CountedPod, containers: &[String]) -> Option<&'p str> {
+    let named = pod.annotations().get(SIDECARS_CANNOT_END_ANNOTATION)?;
+    named.split(',').map(str::trim).find(|n| containers.iter().any(|c| c == n))
+}
+
+/// `SidecarsEnded`: `False` (`CannotEnd`) while pods that are meant to end cannot, a sidecar of
+/// the Watcher still running after its app has ended, naming the first pod; `True` once none
+/// (only where the condition was there).
+fn ended_condition(watcher: &Watcher, pods: &[&CountedPod], counts: &PodCounts) -> Option<(bool, String, String)> {
+    let containers = containers_of(watcher);
+    let name = watcher.name_any();
+    let mut kept: Vec<(&CountedPod, &str)> = live_pods_of(watcher, pods)
+        .filter(|p| injected_watchers(p.annotations()).iter().any(|(n, _)| *n == name))
+        .filter_map(|p| kept_running(p, &containers).map(|c| (p, c)))
+        .collect();
+    kept.sort_by(|a, b| a.0.created.cmp(&b.0.created).then_with(|| a.0.name.cmp(&b.0.name)));
+    let had = watcher.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == ENDED_CONDITION));
+    match kept.first() {
+        Some((pod, container)) => {
+            let kind = if watcher.metadata.namespace.is_some() { "Watcher" } else { watcher_api::CLUSTER_WATCHER_KIND };
+            let text = format!(
+                "{} injected pods cannot end: their app containers have ended, but a container of this {kind} \
+                 still runs after it was ended: pod {}, container {container} (kubectl describe pod says why: \
+                 the supervisor's image not pulled, or a sidecar that outlives the pod's grace period)",
+                counts.cannot_end,
+                shown(watcher, pod),
+            );
+            Some((false, "CannotEnd".to_owned(), text))
+        }
+        None if had => {
+            Some((true, "Ended".to_owned(), "every injected pod that was meant to end has ended".to_owned()))
+        }
+        None => None,
+    }
+}
+
+/// The condition that says whether the Watcher's sidecars end with their app in pods that are
+/// meant to end.
+pub const ENDED_CONDITION: &str = "SidecarsEnded";
+
+/// The first of `containers` (or the supervisor's init container, which they need) that cannot
+/// start in `pod`, as the kubelet reports it: (its name, the kubelet's reason and message).
 fn blocked_in<'p>(pod: &'p CountedPod, containers: &[String]) -> Option<(&'p str, &'p Blocked)> {
     let spec = pod.injected.as_deref()?;
     spec.sidecars
         .iter()
-        .filter(|s| containers.iter().any(|c| **c == *s.name))
+        .filter(|s| containers.iter().any(|c| **c == *s.name) || &*s.name == SUPERVISOR_NAME)
         .find_map(|s| Some((&*s.name, s.blocked.as_deref()?)))
 }
 
@@ -735,7 +782,9 @@ async fn reconcile_subject(
     let (mut counts, step, running) = ctx.pods.with_namespaces(namespaces, |pods| {
         let counts = count(watcher, pods);
         let running = running_condition(watcher, pods, &counts);
-        (counts, keeps_revisions.then(|| plan_step(watcher, pods, ctx, namespaces, &counts, &rebuilt)), running)
+        let ended = ended_condition(watcher, pods, &counts);
+        let step = keeps_revisions.then(|| plan_step(watcher, pods, ctx, namespaces, &counts, &rebuilt));
+        (counts, step, (running, ended))
     });
     let mut conditions = watcher.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
     let mut revisions = None;
@@ -796,7 +845,9 @@ async fn reconcile_subject(
             publish(ctx, subject, watcher, EventType::Warning, "InjectionDrift", "Count", note).await;
         }
     }
-    set_running_condition(watcher, subject, ctx, running, conditions).await?;
+    let (running, ended) = running;
+    let conditions = set_kubelet_condition(watcher, subject, ctx, RUNNING_CONDITION, running, conditions).await?;
+    set_kubelet_condition(watcher, subject, ctx, ENDED_CONDITION, ended, conditions).await?;
     Ok(action)
 }
 
@@ -1025,27 +1076,31 @@ async fn set_rollout_condition(
     Ok(Some(conditions))
 }
 
-/// `SidecarsRunning` ([`running_condition`]) over `conditions` (the Watcher's, or those this
-/// reconcile wrote), written when it changes, with a Warning Event when containers stop
-/// starting or the first that cannot start changes.
-async fn set_running_condition(
+/// `SidecarsRunning` ([`running_condition`]) or `SidecarsEnded` ([`ended_condition`]) over
+/// `conditions` (the Watcher's, or those this reconcile wrote), written when it changes, with a
+/// Warning Event when it turns false or names another first pod; the conditions as they are
+/// then.
+async fn set_kubelet_condition(
     watcher: &Watcher,
     subject: &Subject,
     ctx: &PodsContext,
-    running: Option<(bool, String, String)>,
+    type_: &str,
+    condition_now: Option<(bool, String, String)>,
     mut conditions: Vec<watcher_api::Condition>,
-) -> Result<()> {
-    let Some((status, reason, message)) = running else { return Ok(()) };
-    let existing = conditions.iter().find(|c| c.type_ == RUNNING_CONDITION);
+) -> Result<Vec<watcher_api::Condition>> {
+    let Some((status, reason, message)) = condition_now else { return Ok(conditions) };
+    let existing = conditions.iter().find(|c| c.type_ == type_);
     if existing.is_some_and(|c| c.reason == reason && c.message == message) {
-        return Ok(());
+        return Ok(conditions);
     }
     if !status {
-        publish(ctx, subject, watcher, EventType::Warning, "SidecarCannotStart", "Count", message.clone()).await;
+        let event = if type_ == RUNNING_CONDITION { "SidecarCannotStart" } else { "SidecarCannotEnd" };
+        publish(ctx, subject, watcher, EventType::Warning, event, "Count", message.clone()).await;
     }
     let generation = watcher.metadata.generation;
-    set_condition(&mut conditions, condition(RUNNING_CONDITION, status, &reason, message, generation));
-    patch_status(subject, &watcher.name_any(), ctx, json!({"status": {"conditions": conditions}})).await
+    set_condition(&mut conditions, condition(type_, status, &reason, message, generation));
+    patch_status(subject, &watcher.name_any(), ctx, json!({"status": {"conditions": &conditions}})).await?;
+    Ok(conditions)
 }
 
 /// Publishes an Event about the Watcher or ClusterWatcher.

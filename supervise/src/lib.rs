@@ -264,13 +264,13 @@ mod tests {
 
     #[test]
     fn a_bad_command_line_says_what_is_wrong() {
-        let error = parse(&args(&["run", "--"])).unwrap_err();
+        let error = parse(&args(&["run", "--"])).expect_err("refused");
         assert!(error.0.contains("needs a command"), "{error}");
-        let error = parse(&args(&["run", "--grace-period", "soon", "--", "x"])).unwrap_err();
+        let error = parse(&args(&["run", "--grace-period", "soon", "--", "x"])).expect_err("refused");
         assert!(error.0.contains("\"soon\""), "{error}");
-        let error = parse(&args(&["run", "--grace-period", "301", "--", "x"])).unwrap_err();
+        let error = parse(&args(&["run", "--grace-period", "301", "--", "x"])).expect_err("refused");
         assert!(error.0.contains("at most 300"), "{error}");
-        let error = parse(&args(&["install"])).unwrap_err();
+        let error = parse(&args(&["install"])).expect_err("refused");
         assert!(error.to_string().contains("usage:"), "{error}");
     }
 }

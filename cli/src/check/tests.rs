@@ -212,6 +212,7 @@ async fn a_healthy_install_passes_every_check() {
             "pod security",
             "scope",
             "Service endpoints",
+            "pods that end",
             "Deployment",
             "leader Lease",
             "admission probe",
@@ -467,7 +468,7 @@ async fn a_server_without_cel_stores_no_rules_and_that_is_no_difference() {
 
 /// The fields added after the 1.24 capture: those that let the sidecar see the app, the canary
 /// that holds at admission and its revisions in the status.
-const APP_FIELDS: [&str; 13] = [
+const APP_FIELDS: [&str; 14] = [
     "spec.shareVolumes",
     "spec.appVolumeMounts",
     "spec.appContainers",
@@ -481,6 +482,7 @@ const APP_FIELDS: [&str; 13] = [
     "status.currentRevision",
     "status.stableRevision",
     "status.pods.cannotStart",
+    "status.pods.cannotEnd",
 ];
 
 /// What the Watcher CRD gained after the 1.24 capture: bounds (on what rules read, then on
@@ -525,7 +527,7 @@ async fn the_stored_1_24_crd_differs_only_by_the_bounds_added_since() {
     assert_eq!(
         message,
         "older than this binary: v1alpha1 lacks spec.appContainers, spec.appVolumeMounts, \
-         spec.automountServiceAccountToken, spec.initContainers, spec.podAnnotations and 8 more"
+         spec.automountServiceAccountToken, spec.initContainers, spec.podAnnotations and 9 more"
     );
 }
 
@@ -759,4 +761,29 @@ fn pod_security_lists_the_watchers_that_cannot_comply() {
     let mut report = Report::default();
     super::pod_security(&mut report, &everywhere, [("shop", &restricted), ("open", &none)], &exempt, Some(36));
     assert!(report.checks[0].message.starts_with("1 cannot comply"), "{}", report.checks[0].message);
+}
+
+/// The operator as `deploy/` installs it ends the sidecars of pods that are meant to end; one
+/// whose `--controllers` leaves out `pods` is warned about, naming what it runs.
+#[test]
+fn an_operator_without_the_pods_controller_is_warned_about() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let text = include_str!("../../../deploy/deployment.yaml");
+    let deployment: Deployment = serde_saphyr::from_str(text).expect("deploy/deployment.yaml");
+    let ok = super::pods_that_end(&deployment).expect("deploy/ runs every controller");
+    assert!(ok.contains("supervisor image watcher-supervise:0.1.0"), "{ok}");
+    let mut partial = deployment.clone();
+    let container = &mut partial.spec.as_mut().expect("spec").template.spec.as_mut().expect("pod").containers[0];
+    container.args.get_or_insert_default().push("--controllers=watcher,at".into());
+    let warned = super::pods_that_end(&partial).expect_err("no pods controller");
+    assert!(warned.contains("controllers watcher,at, not `pods`"), "{warned}");
+    let mut chart = deployment;
+    let container = &mut chart.spec.as_mut().expect("spec").template.spec.as_mut().expect("pod").containers[0];
+    let env = container.env.get_or_insert_default();
+    env.push(k8s_openapi::api::core::v1::EnvVar {
+        name: "WATCHER_CONTROLLERS".into(),
+        value: Some("watcher,pods".into()),
+        ..Default::default()
+    });
+    assert!(super::pods_that_end(&chart).is_ok());
 }

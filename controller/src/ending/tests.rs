@@ -24,6 +24,7 @@ fn ended_at(pod: &Pod) -> i64 {
 fn word(next: &Next) -> &'static str {
     match next {
         Next::Nothing => "nothing",
+        Next::Unmark => "unmark",
         Next::Wait => "wait",
         Next::End(_) => "end",
         Next::Ending { .. } => "ending",
@@ -153,6 +154,19 @@ fn a_pod_being_deleted_is_left_alone() {
         assert_eq!(next(pod, IMAGE, 0), Next::Nothing);
     }
     assert_eq!(life("job-1.36-onfailure-deleted"), ["wait", "nothing"]);
+}
+
+/// A pod marked as kept from ending that has ended after all (or is being deleted) is unmarked,
+/// once: then left alone.
+#[test]
+fn an_ended_pod_that_was_marked_is_unmarked() {
+    for file in ["job-1.24-succeeds", "job-1.36-fails", "job-1.36-onfailure-deleted"] {
+        let mut pod = versions(file).pop().expect("versions");
+        assert_eq!(next(&pod, IMAGE, 0), Next::Nothing, "{file}");
+        let annotations = pod.metadata.annotations.get_or_insert_default();
+        annotations.insert(SIDECARS_CANNOT_END_ANNOTATION.into(), "stubborn".into());
+        assert_eq!(next(&pod, IMAGE, 0), Next::Unmark, "{file}");
+    }
 }
 
 /// The patch tests each container's name before it switches the image, and records the time.

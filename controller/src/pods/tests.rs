@@ -1050,3 +1050,74 @@ async fn a_sidecar_the_kubelet_cannot_start_is_reported() {
     drop(shared);
     server.await.expect("started again");
 }
+
+/// A Job's pod kept from ending, as a real 1.36 node reported it: the operator switched its
+/// sidecar to the supervisor's image, which the sidecar's `imagePullPolicy: Always` could not
+/// pull, and marked the pod `watcher.dev/sidecars-cannot-end` past its grace period. The
+/// Watcher counts it (`cannotStart` for the pull, `cannotEnd`), its `SidecarsEnded` condition
+/// names the pod and the container, a Warning Event says it once; the metric has it.
+#[tokio::test]
+async fn a_pod_kept_from_ending_is_reported() {
+    let path = format!("{}/fixtures/ending/job-1.36-cannot-end.json", env!("CARGO_MANIFEST_DIR"));
+    let stored: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
+    let namespace = stored[0]["metadata"]["namespace"].as_str().expect("namespace").to_owned();
+    let pod_name = stored[0]["metadata"]["name"].as_str().expect("name").to_owned();
+    // The Watcher the pod was injected with (its spec as the capture's cluster stored it).
+    let watcher: Watcher = serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+        "metadata": {"name": "stubborn", "namespace": namespace, "uid": "w-uid", "generation": 2},
+        "spec": {"nativeSidecar": "Never", "container": {"name": "stubborn", "image": "busybox:1.36",
+                 "imagePullPolicy": "Always", "command": ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]}}}))
+    .expect("Watcher");
+    assert_eq!(
+        stored[0]["metadata"]["annotations"]["watcher.dev/injected"],
+        format!("stubborn@{}", watcher.spec.spec_hash()),
+        "the fixture was injected with this spec"
+    );
+    let status_path = format!("/apis/watcher.dev/v1alpha1/namespaces/{namespace}/watchers/stubborn/status");
+    let events_path = format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events");
+    let (ctx, mut api) = Context::test();
+    let shared = context_for_tests(ctx, stored_index(&stored, &watcher), Vec::new());
+    let echo = serde_json::to_value(&watcher).expect("JSON");
+    let server = tokio::spawn(async move {
+        let counts = api.expect(Method::PATCH, &status_path).await;
+        assert_eq!(
+            counts.body,
+            json!({"status": {"pods": {"matched": 1, "injected": 1, "upToDate": 1, "missing": 0,
+                                       "cannotStart": 1, "cannotEnd": 1}}})
+        );
+        counts.ok(&echo);
+        // First what the kubelet cannot start (the pull), then what cannot end.
+        let event = api.expect(Method::POST, &events_path).await;
+        assert_eq!(event.body["reason"], "SidecarCannotStart");
+        event.created();
+        let running = api.expect(Method::PATCH, &status_path).await;
+        running.ok(&echo);
+        let event = api.expect(Method::POST, &events_path).await;
+        assert_eq!(
+            (event.body["type"].as_str(), event.body["reason"].as_str()),
+            (Some("Warning"), Some("SidecarCannotEnd"))
+        );
+        event.created();
+        let condition = api.expect(Method::PATCH, &status_path).await;
+        let conditions = condition.body["status"]["conditions"].as_array().expect("conditions").clone();
+        let ended = conditions.iter().find(|c| c["type"] == "SidecarsEnded").expect("SidecarsEnded");
+        assert_eq!((ended["status"].as_str(), ended["reason"].as_str()), (Some("False"), Some("CannotEnd")));
+        let message = ended["message"].as_str().expect("message");
+        assert!(message.contains(&format!("pod {pod_name}, container stubborn")), "{message}");
+        assert!(conditions.iter().any(|c| c["type"] == "SidecarsRunning"), "the earlier condition kept");
+        condition.ok(&echo);
+        api.expect_no_more().await;
+    });
+    reconcile(Arc::new(watcher.clone()), shared.clone()).await.expect("reconciled");
+    drop(shared);
+    server.await.expect("counted, said, conditioned");
+
+    let mut reported = watcher;
+    reported.status = Some(
+        serde_json::from_value(json!({"pods": {"matched": 1, "injected": 1, "upToDate": 1,
+        "missing": 0, "cannotEnd": 1}}))
+        .expect("status"),
+    );
+    let text = exported(vec![reported]);
+    assert!(text.contains(r#"watcher="stubborn",state="cannot_end"} 1"#), "{text}");
+}
