@@ -180,3 +180,54 @@ async fn cleanup(client: &Client) {
     let configs = Api::<MutatingWebhookConfiguration>::all(client.clone());
     let _ = configs.delete("watcher-operator", &DeleteParams::default()).await;
 }
+
+/// `Ready` means that the webhook of the process that set it injects that Watcher: a
+/// Deployment of four replicas created the moment `kubectl wait` returns has all four pods
+/// injected, ten times in a row (each time a new Watcher, so each time a change the webhook's
+/// view of the Watchers must take before the pods come, several admissions at once).
+#[tokio::test]
+#[ignore = "needs a cluster: KUBECONFIG"]
+async fn pods_created_the_moment_a_watcher_is_ready_are_injected() {
+    let _one = exclusive().await;
+    let client = client().await;
+    install_crds(&client).await;
+    let operator_ns = TestNamespace::create(&client, "watcher-e2e-op").await;
+    let ns = TestNamespace::create(&client, "watcher-e2e-ready").await;
+    let n = ns.name.as_str();
+    let operator = Operator::start(&operator_ns.name).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), n);
+    for round in 0..10 {
+        let name = format!("ready-{round}");
+        common::kubectl_apply(
+            n,
+            &json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": name},
+                "spec": {"selector": {"matchLabels": {"app": name}},
+                         "container": {"name": name, "image": "busybox:1.36", "command": ["sleep", "3600"]}}}),
+        );
+        common::kubectl(&["wait", "-n", n, "--for=condition=Ready", &format!("watcher/{name}"), "--timeout=60s"]);
+        common::kubectl_apply(
+            n,
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+                "spec": {"replicas": 4, "selector": {"matchLabels": {"app": name}},
+                         "template": {"metadata": {"labels": {"app": name}},
+                                      "spec": {"containers": app()}}}}),
+        );
+        let created = wait_for(STEP, || async {
+            let list = pods.list(&ListParams::default().labels(&format!("app={name}"))).await.ok()?;
+            (list.items.len() == 4).then_some(list.items)
+        })
+        .await;
+        for pod in &created {
+            let carried = injected(pod).map(String::as_str).unwrap_or_default();
+            assert!(
+                carried.starts_with(&format!("{name}@")) && sidecar(pod, &name).is_some(),
+                "round {round}: pod {} was created after Watcher {name} was Ready, and not injected: {carried:?}",
+                pod.name_any()
+            );
+        }
+    }
+    operator.stop().await;
+    cleanup(&client).await;
+    ns.delete().await;
+    operator_ns.delete().await;
+}

@@ -85,6 +85,11 @@ pub const SIDECAR_UPDATED_ANNOTATION: &str = "watcher.dev/sidecar-updated";
 /// run: the webhook answers such a dry run (only a dry run) with a patch that adds
 /// [`PROBED_ANNOTATION`], proving that kube-apiserver reaches it and applies its patch.
 pub const PROBE_ANNOTATION: &str = "watcher.dev/probe";
+/// Annotation of the dry-run pods the operator creates after it writes new `matchConditions`:
+/// not one of the conditions' terms, so kube-apiserver sends such a pod only by the terms that
+/// select it by its labels; the webhook answers it as the `check` probe, with
+/// [`PROBED_ANNOTATION`]. A Watcher is `Ready` only once kube-apiserver sends such pods.
+pub const SCOPE_PROBE_ANNOTATION: &str = "watcher.dev/scope-probe";
 /// Added by the webhook to a dry-run probe pod: the webhook's version.
 pub const PROBED_ANNOTATION: &str = "watcher.dev/probed";
 /// Label the webhook puts on a pod that is meant to end (`restartPolicy` `Never` or `OnFailure`)

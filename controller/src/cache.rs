@@ -3,7 +3,7 @@
 //! not once per user.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::{Stream, StreamExt, future};
@@ -59,7 +59,8 @@ pub struct WatcherCache {
 /// ([`ClusterWatcher::unplaced`]), so an entry costs a pointer per ClusterWatcher, not a copy.
 #[derive(Default)]
 struct NamespaceIndex {
-    stale: AtomicBool,
+    /// Rebuilt on the first read after a change; readers during a rebuild wait for it.
+    fresh: crate::freshness::Freshness,
     /// Counts rebuilds: an entry of `effective` computed from the index as it was before a
     /// rebuild is not kept after it (a reader that raced a change would otherwise leave its
     /// namespace on the old ClusterWatchers until the next change).
@@ -145,7 +146,7 @@ impl WatcherCache {
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
         let sender = changes.clone();
         let cluster_sender = changes.clone();
-        let by_namespace = Arc::new(NamespaceIndex { stale: AtomicBool::new(true), ..NamespaceIndex::default() });
+        let by_namespace = Arc::new(NamespaceIndex::default());
         let index = by_namespace.clone();
         let cluster_index = by_namespace.clone();
         let cluster_fill =
@@ -172,7 +173,7 @@ impl WatcherCache {
                 // After the store took the event (an initial list takes effect when complete).
                 if matches!(event, Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone))
                 {
-                    index.stale.store(true, Ordering::Release);
+                    index.fresh.mark();
                 }
             })
             .touched_objects()
@@ -207,7 +208,7 @@ impl WatcherCache {
         operator_namespace: &str,
     ) -> (Self, broadcast::Sender<Change>) {
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
-        let by_namespace = Arc::new(NamespaceIndex { stale: AtomicBool::new(true), ..NamespaceIndex::default() });
+        let by_namespace = Arc::new(NamespaceIndex::default());
         let options = Arc::new(options_for(operator_namespace));
         let pod_security = Default::default();
         (Self { store, cluster, namespaces, options, pod_security, changes: changes.clone(), by_namespace }, changes)
@@ -216,7 +217,7 @@ impl WatcherCache {
     /// Marks the namespace index stale, for callers that fill the stores themselves (tests,
     /// benchmarks) after a first read.
     pub fn invalidate(&self) {
-        self.by_namespace.stale.store(true, Ordering::Release);
+        self.by_namespace.fresh.mark();
     }
 
     /// Changes from now on. A subscriber starts with a [`Change::Resync`], since everything
@@ -267,11 +268,8 @@ impl WatcherCache {
     /// The namespace index, rebuilt first if a change marked it stale.
     fn index(&self) -> &NamespaceIndex {
         let index = &self.by_namespace;
-        // A change marks the index stale after the store has it, so a rebuild that clears the
-        // mark always sees that change.
-        if index.stale.swap(false, Ordering::AcqRel) {
-            index.rebuild(self.store.state(), self.cluster.state());
-        }
+        // A change marks the index after the store has it, so a rebuild always sees it.
+        index.fresh.refresh(|| index.rebuild(self.store.state(), self.cluster.state()));
         index
     }
 
@@ -376,7 +374,7 @@ fn stale_on_spec_changes(
             Err(_) => false,
         };
         if changed {
-            index.stale.store(true, Ordering::Release);
+            index.fresh.mark();
         }
     }
 }
@@ -621,8 +619,9 @@ mod tests {
     fn a_status_write_leaves_the_namespaces_as_they_are() {
         let index = Arc::new(NamespaceIndex::default());
         let mut inspect = stale_on_spec_changes(index.clone());
-        let stale = || index.stale.swap(false, Ordering::AcqRel);
+        let stale = || index.fresh.take_marked();
         let listed = cluster_watcher("busybox:1.36", "payments", None);
+        assert!(stale(), "a new index is built at its first read");
         inspect(&Ok(watcher::Event::Init));
         inspect(&Ok(watcher::Event::InitApply(listed.clone())));
         assert!(!stale(), "not before the list is in");

@@ -9,6 +9,7 @@ pub mod cluster_watcher;
 mod context;
 pub mod ending;
 mod error;
+mod freshness;
 pub mod images;
 mod metrics;
 mod owned;

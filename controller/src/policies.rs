@@ -2,7 +2,6 @@
 //! labels their selectors read: the webhook rewrites images from here with no API call.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
@@ -34,7 +33,8 @@ pub struct PolicyCache {
 /// The compiled policies, in name order, rebuilt on the first read after a change.
 #[derive(Default)]
 struct Compiled {
-    stale: AtomicBool,
+    /// Rebuilt on the first read after a change; readers during a rebuild wait for it.
+    fresh: crate::freshness::Freshness,
     policies: RwLock<Vec<Arc<CompiledPolicy>>>,
 }
 
@@ -43,7 +43,7 @@ impl PolicyCache {
     pub fn new(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (policies, policy_writer) = reflector::store::<ImagePolicy>();
         let (namespaces, namespace_writer) = reflector::store::<NamespaceMeta>();
-        let compiled = Arc::new(Compiled { stale: AtomicBool::new(true), ..Compiled::default() });
+        let compiled = Arc::new(Compiled::default());
         let stale = compiled.clone();
         let changed = tokio::sync::watch::Sender::new(());
         let (policy_changed, namespace_changed) = (changed.clone(), changed.clone());
@@ -56,7 +56,7 @@ impl PolicyCache {
                 match event {
                     // After the store took it, so a rebuild that clears the mark sees the change.
                     Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
-                        stale.stale.store(true, Ordering::Release);
+                        stale.fresh.mark();
                         policy_changed.send_replace(());
                     }
                     Ok(_) => {}
@@ -87,7 +87,7 @@ impl PolicyCache {
 
     /// A cache over stores filled by the caller (tests, benchmarks).
     pub fn from_stores(policies: Store<ImagePolicy>, namespaces: Store<NamespaceMeta>) -> Self {
-        let compiled = Arc::new(Compiled { stale: AtomicBool::new(true), ..Compiled::default() });
+        let compiled = Arc::new(Compiled::default());
         Self {
             policies,
             namespaces,
@@ -104,12 +104,12 @@ impl PolicyCache {
 
     /// Every policy, compiled, in name order.
     pub fn compiled(&self) -> Vec<Arc<CompiledPolicy>> {
-        if self.compiled.stale.swap(false, Ordering::AcqRel) {
+        self.compiled.fresh.refresh(|| {
             let mut rebuilt: Vec<Arc<CompiledPolicy>> =
                 self.policies.state().iter().map(|p| Arc::new(p.compile())).collect();
             rebuilt.sort_by(|a, b| a.name.cmp(&b.name));
             *self.compiled.policies.write().unwrap_or_else(|p| p.into_inner()) = rebuilt;
-        }
+        });
         self.compiled.policies.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 

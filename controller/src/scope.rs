@@ -46,6 +46,11 @@ pub const SCOPE_ANNOTATION: &str = "watcher.dev/admission-scope";
 const DEBOUNCE: Duration = Duration::from_millis(200);
 /// The configuration is read again this often, in case someone replaced it.
 const RECHECK: Duration = Duration::from_secs(60);
+/// After new conditions are written, how long kube-apiserver may take to send what they select
+/// (it reads webhook configurations through an informer: milliseconds, more under load), and
+/// how often the operator asks.
+const APPLIED_WITHIN: Duration = Duration::from_secs(10);
+const APPLIED_POLL: Duration = Duration::from_millis(100);
 /// After a conflict (someone wrote between the read and the write), or an error.
 const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 const ERROR_RETRY: Duration = Duration::from_secs(10);
@@ -376,7 +381,14 @@ impl ScopeWriter {
                     Some(why) => warn!(%summary, "wrote the webhook's matchConditions: {why}"),
                 }
                 self.seen = seen;
-                self.publish(Registered::Scoped(scope), written);
+                let registered = Registered::Scoped(scope);
+                // Covered only once kube-apiserver sends what the new conditions select: `Ready`
+                // means a pod created now is injected.
+                let previous = self.state.borrow().clone();
+                if let Some((namespace, labels)) = newly_selected(&previous, &registered, &self.watchers.everywhere()) {
+                    await_applied(&self.client, &namespace, labels).await;
+                }
+                self.publish(registered, written);
                 Ok(Pass::Done)
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(Pass::Conflict),
@@ -396,6 +408,79 @@ impl ScopeWriter {
                 Ok(Pass::Done)
             }
             Err(error) => Err(error),
+        }
+    }
+}
+
+/// A pod that `current` sends and `previous` did not, by a Watcher's selector: its namespace and
+/// labels the selector matches (`None` when no Watcher with a selector is newly covered: the
+/// annotation terms are always there, and nothing waits on the rest).
+fn newly_selected(
+    previous: &Registered,
+    current: &Registered,
+    watchers: &[(String, Arc<Watcher>)],
+) -> Option<(String, std::collections::BTreeMap<String, String>)> {
+    watchers.iter().find_map(|(namespace, watcher)| {
+        let selector = watcher.spec.selector.as_ref()?;
+        if watcher.metadata.namespace.as_deref() != Some(namespace.as_str())
+            || covered_by(previous, watcher) == Some(true)
+            || covered_by(current, watcher) != Some(true)
+        {
+            return None;
+        }
+        let mut labels = selector.match_labels.clone().unwrap_or_default();
+        for expression in selector.match_expressions.iter().flatten() {
+            let value = match expression.operator.as_str() {
+                "In" => expression.values.iter().flatten().next().cloned(),
+                "Exists" => Some("probe".to_owned()),
+                _ => None, // NotIn, DoesNotExist: the key absent
+            };
+            if let Some(value) = value {
+                labels.insert(expression.key.clone(), value);
+            }
+        }
+        watcher.selects(&labels).then(|| (namespace.clone(), labels))
+    })
+}
+
+/// Waits (at most [`APPLIED_WITHIN`]) until kube-apiserver sends the webhook a pod of
+/// `namespace` with `labels`: a server-side dry run (never stored) of a pod that passes every
+/// Pod Security level, which the webhook answers with `watcher.dev/probed` once kube-apiserver
+/// applies the conditions just written. A probe that cannot be made (no access, another
+/// admission plugin's refusal) or that times out waits no longer, and says so.
+async fn await_applied(client: &Client, namespace: &str, labels: std::collections::BTreeMap<String, String>) {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    let probe: Pod = match serde_json::from_value(serde_json::json!({
+        "metadata": {"generateName": "watcher-scope-probe-", "labels": labels,
+                     "annotations": {watcher_api::SCOPE_PROBE_ANNOTATION: "true"}},
+        "spec": {
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "probe", "image": watcher_api::DEFAULT_SUPERVISOR_IMAGE,
+                            "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}, "limits": {"cpu": "1m", "memory": "1Mi"}},
+                            "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}],
+        },
+    })) {
+        Ok(probe) => probe,
+        Err(error) => return warn!(%error, "cannot build the scope probe pod"),
+    };
+    let params = PostParams { dry_run: true, field_manager: Some(FIELD_MANAGER.to_owned()) };
+    let start = std::time::Instant::now();
+    loop {
+        match pods.create(&params, &probe).await {
+            Ok(sent) if sent.annotations().contains_key(watcher_api::PROBED_ANNOTATION) => {
+                return info!(namespace, after = ?start.elapsed(), "kube-apiserver applies the new matchConditions");
+            }
+            Ok(_) if start.elapsed() < APPLIED_WITHIN => tokio::time::sleep(APPLIED_POLL).await,
+            Ok(_) => {
+                return warn!(
+                    namespace,
+                    "kube-apiserver did not send a probe pod within {APPLIED_WITHIN:?} of the new matchConditions"
+                );
+            }
+            Err(error) => {
+                return warn!(%error, namespace, "cannot probe whether kube-apiserver applies the new matchConditions");
+            }
         }
     }
 }

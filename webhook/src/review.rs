@@ -9,7 +9,7 @@ use kube::core::admission::Operation;
 use kube::runtime::reflector::Store;
 use serde::Serialize;
 use tracing::{debug, info, warn};
-use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION, Watcher};
+use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION, SCOPE_PROBE_ANNOTATION, Watcher};
 
 use crate::json::{self, Text, narrow};
 use crate::metrics::{AdmissionResult, PodSecurityOutcome};
@@ -206,11 +206,13 @@ impl<S: WatcherSource> Reviewer<S> {
     }
 }
 
-/// Marks a dry-run probe pod of `watcher-operator check` with the webhook's version, in the
+/// Marks a dry-run probe pod of `watcher-operator check`, or of the operator checking that
+/// kube-apiserver applies the `matchConditions` it wrote, with the webhook's version, in the
 /// same patch: the probe sees kube-apiserver apply it.
 fn answer_probe(pod: &PodView, injection: &mut Injection) {
     let annotations = pod.annotations();
-    if !annotations.contains_key(PROBE_ANNOTATION) || annotations.contains_key(PROBED_ANNOTATION) {
+    let probe = annotations.contains_key(PROBE_ANNOTATION) || annotations.contains_key(SCOPE_PROBE_ANNOTATION);
+    if !probe || annotations.contains_key(PROBED_ANNOTATION) {
         return;
     }
     // The probe annotation exists, so the annotations object does too.

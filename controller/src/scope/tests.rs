@@ -97,6 +97,21 @@ async fn conditions_are_written_once_per_change_and_never_in_a_steady_state() {
         let mut stored = body.clone();
         stored["metadata"]["resourceVersion"] = json!("42");
         respond(send, StatusCode::OK, &stored);
+        // Covered once kube-apiserver sends a pod the new condition selects: a dry run of one
+        // with the Watcher's labels, not sent yet (the pod as created), then sent (probed).
+        for sent in [false, true] {
+            let (request, send) = api.next_request().await.expect("the probe");
+            assert_eq!((request.method(), request.uri().path()), (&Method::POST, "/api/v1/namespaces/team-a/pods"));
+            assert_eq!(request.uri().query(), Some("&dryRun=All&fieldManager=watcher-operator"));
+            let bytes = request.into_body().collect_bytes().await.expect("body");
+            let mut probe: Value = serde_json::from_slice(&bytes).expect("JSON");
+            assert_eq!(probe["metadata"]["labels"], json!({"app": "web"}));
+            assert_eq!(probe["metadata"]["annotations"], json!({"watcher.dev/scope-probe": "true"}));
+            if sent {
+                probe["metadata"]["annotations"]["watcher.dev/probed"] = json!("0.1.0");
+            }
+            respond(send, StatusCode::CREATED, &probe);
+        }
         // The second pass: read, nothing to write.
         let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
         respond(send, StatusCode::OK, &stored);
