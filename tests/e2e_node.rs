@@ -193,7 +193,7 @@ async fn a_plain_sidecar_runs_in_a_restricted_namespace_on_a_node() {
 /// by the supervisor's 3 s grace period and the agent's 5 s linger.
 const ENDED_WITHIN: i64 = 10;
 
-/// The Watchers and workloads of [`pods_that_are_meant_to_end_end_with_their_sidecars`] in
+/// The Watchers and workloads of [`pods_that_are_meant_to_end_end_on_a_node`] in
 /// namespace `n`, their sidecars injected with `nativeSidecar: native`: README's agent with
 /// README's Job (deploy/samples/job.yaml as written), a busybox sidecar that ignores SIGTERM
 /// (a Job that succeeds, a Job that fails, a CronJob's run, an At), a sidecar that runs its
@@ -278,7 +278,7 @@ async fn ended_pods(client: &Client, n: &str) -> Vec<(String, String, Vec<Finish
 /// [`ENDED_WITHIN`] s of its app, as the kubelet's own timestamps say.
 #[tokio::test]
 #[ignore = "needs a cluster with a node: KUBECONFIG, and the images watcher-agent:0.1.0, watcher-supervise:0.1.0 and e2e-looper:0.1.0 on the node"]
-async fn pods_that_are_meant_to_end_end_with_their_sidecars() {
+async fn pods_that_are_meant_to_end_end_on_a_node() {
     let _one = exclusive().await;
     let client = client().await;
     require_node(&client).await;
