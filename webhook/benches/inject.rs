@@ -6,7 +6,9 @@
 //! kube-apiserver 1.36 stores it), reviewed in an unlabelled namespace and in a `restricted` one
 //! (the sidecar adapted), and the captured pod, which fails `restricted` by itself; then a pod
 //! created during a held rollout (`newPods: Stable`: the stable revision from the operator's
-//! revision cache) against the same pod when the rollout is not held.
+//! revision cache) against the same pod when the rollout is not held; then a Job's pod (as
+//! kube-apiserver stores it), whose sidecar runs under the supervisor: regular (before 1.29: also
+//! named for the operator to end) and native.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -259,6 +261,32 @@ fn main() {
         assert_eq!(adapted, label == "restricted pod, restricted namespace", "{label}: adapted only there");
         let t = measure(|| {
             let answer = reviewer.review(black_box(&body)).expect("answered");
+            black_box(answer.0.to_json().expect("encoded"));
+        });
+        println!("{:<44} {t:>10.2}", format!("review, {label}"));
+    }
+
+    // A Job's pod: the sidecar under the supervisor, its init container and volume added; as a
+    // regular container it is also named (label and annotation) for the operator to end.
+    let mut job = one.clone();
+    job["request"]["object"] =
+        serde_json::from_str(include_str!("../fixtures/ending/job-1.36-plain.json")).expect("fixture");
+    job["request"]["object"]["metadata"]["annotations"] = json!({"watcher.dev/inject": "log-watcher"});
+    job["request"]["namespace"] = json!("team-a");
+    job["request"]["object"]["metadata"]["namespace"] = json!("team-a");
+    let job = serde_json::to_vec(&job).expect("body");
+    for (label, native) in [("Job pod, regular sidecar", false), ("Job pod, native sidecar", true)] {
+        let options = InjectOptions { native_sidecars: native, ..options.clone() };
+        let reviewer = Reviewer::new(cached.clone(), options);
+        let (answer, _) = reviewer.review(&job).expect("answered");
+        let text = String::from_utf8(answer.to_json().expect("encoded")).expect("UTF-8");
+        let json: Value = serde_json::from_str(&text).expect("JSON");
+        let patch: k8s_openapi::ByteString = serde_json::from_value(json["response"]["patch"].clone()).expect("patch");
+        let patch = String::from_utf8(patch.0).expect("UTF-8");
+        assert!(patch.contains("/watcher-supervise/watcher-supervise"), "{label}: supervised: {patch}");
+        assert_eq!(patch.contains("end-sidecars"), !native, "{label}: named only as a regular container");
+        let t = measure(|| {
+            let answer = reviewer.review(black_box(&job)).expect("answered");
             black_box(answer.0.to_json().expect("encoded"));
         });
         println!("{:<44} {t:>10.2}", format!("review, {label}"));
