@@ -29,7 +29,7 @@ pub const IMAGE_BINARY: &str = "/usr/local/bin/watcher-supervise";
 /// The file name `install` writes into its directory.
 pub const INSTALLED_NAME: &str = "watcher-supervise";
 /// How often the supervisor looks at signals and at its command.
-const TICK: Duration = Duration::from_millis(50);
+const TICK: Duration = Duration::from_millis(100);
 /// Signals passed on to the command's process group; the first three also start its stop.
 const FORWARDED: [Signal; 6] = [Signal::TERM, Signal::INT, Signal::QUIT, Signal::HUP, Signal::USR1, Signal::USR2];
 const STOPPING: usize = 3;
