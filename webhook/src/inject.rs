@@ -528,6 +528,7 @@ impl PodPatch<'_> {
             self.insert_init_container(ending::init_container(image));
         }
         self.add_volume(SUPERVISOR_NAME, ending::volume());
+        self.add_volume(watcher_api::NO_TOKEN_VOLUME, ending::no_token_volume());
     }
 
     /// Sets the label `key` to `value`.

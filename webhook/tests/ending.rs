@@ -103,8 +103,12 @@ fn a_job_s_regular_sidecar_runs_under_the_supervisor_on(version: &str) {
     assert_eq!(init[0]["name"], "watcher-supervise", "before the pod's own init containers");
     assert_eq!(init[0]["image"], "watcher-supervise:0.1.0");
     assert_eq!(init[0]["command"], json!(["/usr/local/bin/watcher-supervise", "install", "/watcher-supervise"]));
+    // No API token for it: nothing for the ServiceAccount plugin to add, no reinvocation.
+    assert!(init[0]["volumeMounts"].as_array().expect("mounts").contains(&json!({"name": "watcher-dev-no-token",
+        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true})));
     let volumes = after["spec"]["volumes"].as_array().expect("volumes");
     assert!(volumes.contains(&json!({"name": "watcher-supervise", "emptyDir": {"sizeLimit": "16Mi"}})));
+    assert!(volumes.contains(&json!({"name": "watcher-dev-no-token", "emptyDir": {}})));
     assert_eq!(after["metadata"]["labels"][END_SIDECARS_LABEL], "true");
     assert_eq!(after["metadata"]["annotations"][END_SIDECARS_ANNOTATION], "stubborn");
     // Its own labels are kept: the Job still owns the pod.

@@ -12,7 +12,7 @@
 //! the kubelet's SIGTERM, as in a pod deletion, and then exits 0 the same way.
 
 use serde_json::{Value, json};
-use watcher_api::{END_SIDECARS_ANNOTATION, SUPERVISOR_DIR, SUPERVISOR_NAME};
+use watcher_api::{END_SIDECARS_ANNOTATION, NO_TOKEN_VOLUME, SERVICE_ACCOUNT_PATH, SUPERVISOR_DIR, SUPERVISOR_NAME};
 
 use crate::PodView;
 
@@ -71,6 +71,8 @@ pub(super) fn supervise(sidecar: &mut Value) -> Result<Supervised, String> {
 
 /// The init container that copies the supervisor into its volume: as restricted as Pod
 /// Security's `restricted` level asks, with a read-only root, whatever the namespace enforces;
+/// no API token (an empty read-only volume at the token's path, which the ServiceAccount
+/// plugin respects: nothing left for it to add, no reinvocation of the webhook for it);
 /// requests equal to limits, so that it neither changes a `Guaranteed` pod's QoS class nor
 /// lacks what a ResourceQuota on requests or limits asks of every container.
 pub(super) fn init_container(image: &str) -> Value {
@@ -79,7 +81,10 @@ pub(super) fn init_container(image: &str) -> Value {
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": [format!("/usr/local/bin/{SUPERVISOR_NAME}"), "install", SUPERVISOR_DIR],
-        "volumeMounts": [{"name": SUPERVISOR_NAME, "mountPath": SUPERVISOR_DIR}],
+        "volumeMounts": [
+            {"name": SUPERVISOR_NAME, "mountPath": SUPERVISOR_DIR},
+            {"name": NO_TOKEN_VOLUME, "mountPath": SERVICE_ACCOUNT_PATH, "readOnly": true},
+        ],
         "resources": {"requests": {"cpu": "20m", "memory": "16Mi"}, "limits": {"cpu": "20m", "memory": "16Mi"}},
         "securityContext": {
             "runAsUser": watcher_api::ADAPTED_RUN_AS_USER,
@@ -95,4 +100,9 @@ pub(super) fn init_container(image: &str) -> Value {
 /// The emptyDir the supervisor is copied into (its binary is about 1.2 MB).
 pub(super) fn volume() -> Value {
     json!({"name": SUPERVISOR_NAME, "emptyDir": {"sizeLimit": "16Mi"}})
+}
+
+/// The empty volume at the init container's token path (as for a Watcher without a token).
+pub(super) fn no_token_volume() -> Value {
+    json!({"name": NO_TOKEN_VOLUME, "emptyDir": {}})
 }
