@@ -274,19 +274,26 @@ fn main() {
     job["request"]["object"]["metadata"]["annotations"] = json!({"watcher.dev/inject": "log-watcher"});
     job["request"]["namespace"] = json!("team-a");
     job["request"]["object"]["metadata"]["namespace"] = json!("team-a");
-    let job = serde_json::to_vec(&job).expect("body");
-    for (label, native) in [("Job pod, regular sidecar", false), ("Job pod, native sidecar", true)] {
+    // The same pod with `restartPolicy: Always`, as a Deployment's: what the ending step costs.
+    let mut always = job.clone();
+    always["request"]["object"]["spec"]["restartPolicy"] = json!("Always");
+    let (job, always) = (serde_json::to_vec(&job).expect("body"), serde_json::to_vec(&always).expect("body"));
+    for (label, body, native, ends) in [
+        ("Job pod, regular sidecar", &job, false, true),
+        ("Job pod, native sidecar", &job, true, true),
+        ("Job pod as restartPolicy Always, regular", &always, false, false),
+    ] {
         let options = InjectOptions { native_sidecars: native, ..options.clone() };
         let reviewer = Reviewer::new(cached.clone(), options);
-        let (answer, _) = reviewer.review(&job).expect("answered");
+        let (answer, _) = reviewer.review(body).expect("answered");
         let text = String::from_utf8(answer.to_json().expect("encoded")).expect("UTF-8");
         let json: Value = serde_json::from_str(&text).expect("JSON");
         let patch: k8s_openapi::ByteString = serde_json::from_value(json["response"]["patch"].clone()).expect("patch");
         let patch = String::from_utf8(patch.0).expect("UTF-8");
-        assert!(patch.contains("/watcher-supervise/watcher-supervise"), "{label}: supervised: {patch}");
-        assert_eq!(patch.contains("end-sidecars"), !native, "{label}: named only as a regular container");
+        assert_eq!(patch.contains("/watcher-supervise/watcher-supervise"), ends, "{label}: supervised: {patch}");
+        assert_eq!(patch.contains("end-sidecars"), ends && !native, "{label}: named only as a regular container");
         let t = measure(|| {
-            let answer = reviewer.review(black_box(&job)).expect("answered");
+            let answer = reviewer.review(black_box(body)).expect("answered");
             black_box(answer.0.to_json().expect("encoded"));
         });
         println!("{:<44} {t:>10.2}", format!("review, {label}"));
