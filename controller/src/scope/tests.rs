@@ -368,3 +368,28 @@ async fn a_change_reconciles_only_the_watchers_whose_coverage_it_changed() {
     drop(state);
     assert_eq!(changes.next().await, None);
 }
+
+/// A probe that cannot be made (another admission plugin refuses the pod, or no access) holds
+/// nothing back: the Watcher is covered once the conditions are written, as before, and the
+/// operator says why it could not confirm.
+#[tokio::test]
+async fn a_probe_that_cannot_be_made_holds_nothing_back() {
+    let web = watcher("web", web_selector());
+    let (mut writer, status, mut api, _store) = writer(vec![web.clone()]);
+    let server = tokio::spawn(async move {
+        let (_, send) = expect(&mut api, Method::GET, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &installed_from_deploy());
+        let (body, send) = expect(&mut api, Method::PUT, CONFIG_PATH).await;
+        respond(send, StatusCode::OK, &body);
+        let (_, send) = expect(&mut api, Method::POST, "/api/v1/namespaces/team-a/pods").await;
+        let forbidden = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden",
+            "code": 403, "message": "pods \"watcher-scope-probe-\" is forbidden: violates PodSecurity"});
+        respond(send, StatusCode::FORBIDDEN, &forbidden);
+        api
+    });
+    assert!(matches!(writer.pass(true).await, Ok(Pass::Done)));
+    assert_eq!(status.covers(&web), Some(true));
+    let mut api = server.await.expect("scenario");
+    drop(writer);
+    assert!(api.next_request().await.is_none(), "one probe, not retried");
+}
