@@ -156,6 +156,17 @@ struct Open {
     read_failed: bool,
 }
 
+/// A file just opened, where reading it starts.
+struct Opened {
+    file: File,
+    key: (u64, u64),
+    path: PathBuf,
+    source: usize,
+    offset: u64,
+    head: Vec<u8>,
+    modified: SystemTime,
+}
+
 /// A file read and closed (or read before a restart): where it was read to.
 #[derive(Clone, Debug)]
 struct Known {
@@ -221,6 +232,9 @@ impl Follower {
     /// read now.
     pub fn poll(&mut self, sink: &mut impl Sink) -> bool {
         let now = Instant::now();
+        if !self.started && matches!(self.begin, Begin::Restart { .. }) {
+            self.recover_moved(sink);
+        }
         self.discover(sink);
         self.started = true;
         let more = self.read_all(sink, BUDGET_BYTES);
@@ -414,32 +428,95 @@ impl Follower {
             Some(offset) => (offset, "continued"),
             None => (self.first_offset(len, modified), "new"),
         };
+        tracing::info!(path = %path.display(), offset, how, "following");
+        self.start_reading(Opened { file, key, path: path.to_owned(), source, offset, head, modified }, true, sink);
+        Ok(true)
+    }
+
+    /// Reads `opened` from its offset on: `in_glob`, a file of a glob; else one rotated away,
+    /// read until it has been quiet for `AGENT_ROTATE_WAIT`.
+    fn start_reading(&mut self, opened: Opened, in_glob: bool, sink: &mut impl Sink) {
+        let Opened { file, key, path, source, offset, head, modified } = opened;
         // The bytes before the offset: what a copy of it would hold there.
         let tail = read_tail(&file, offset).unwrap_or_default();
         self.make_room(sink);
         self.counter += 1;
-        tracing::info!(path = %path.display(), offset, how, "following");
-        self.open.insert(
+        let fingerprint = fingerprint_of(&head);
+        let buffer = LineBuffer::new(self.options.max_line);
+        let (grew, order) = (Instant::now(), self.counter);
+        let open = Open {
+            file,
             key,
-            Open {
-                file,
-                key,
-                path: path.to_owned(),
-                source,
-                offset,
-                head,
-                fingerprint,
-                tail,
-                buffer: LineBuffer::new(self.options.max_line),
-                in_glob: true,
-                grew: Instant::now(),
-                modified,
-                order: self.counter,
-                read_failed: false,
-            },
-        );
+            path,
+            source,
+            offset,
+            head,
+            fingerprint,
+            tail,
+            buffer,
+            in_glob,
+            grew,
+            modified,
+            order,
+            read_failed: false,
+        };
+        self.open.insert(key, open);
         self.known.retain(|k| (k.mark.dev, k.mark.ino) != key);
-        Ok(true)
+    }
+
+    /// At a restart with checkpoints: a file read before that rotation moved while the agent
+    /// was down (renamed, or copied and truncated, in its own directory, in a glob or not) is
+    /// found by its inode (renamed) or by its fingerprint and the bytes before its offset (the
+    /// copy), and read from where it was left as a file rotated away, before the file now at its
+    /// path (read first: it is older). A file still at its path is the globs' to find.
+    fn recover_moved(&mut self, sink: &mut impl Sink) {
+        let marks: Vec<FileMark> = self.known.iter().map(|k| k.mark.clone()).collect();
+        for mark in marks {
+            let path = Path::new(&mark.path);
+            let Some(source) =
+                self.options.globs.iter().position(|g| glob::Pattern::new(g).is_ok_and(|p| p.matches_path(path)))
+            else {
+                continue;
+            };
+            let in_place = std::fs::metadata(path).is_ok_and(|m| {
+                (m.dev(), m.ino()) == (mark.dev, mark.ino)
+                    && m.len() >= mark.offset
+                    && File::open(path).is_ok_and(|f| read_tail(&f, mark.offset).is_some_and(|t| hash(&t) == mark.tail))
+            });
+            let Some(directory) = path.parent().filter(|_| !in_place) else { continue };
+            let Ok(entries) = std::fs::read_dir(directory) else { continue };
+            for entry in entries.flatten() {
+                let candidate = entry.path();
+                if let Some(opened) = self.moved_copy(&mark, &candidate, source) {
+                    tracing::info!(path = %candidate.display(), was = %mark.path, offset = mark.offset, "following, moved while stopped");
+                    self.start_reading(opened, false, sink);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// `candidate` opened at `mark`'s offset if it is the file of `mark` moved there (the same
+    /// inode, or the same fingerprint and bytes before the offset) and holds what was read.
+    fn moved_copy(&self, mark: &FileMark, candidate: &Path, source: usize) -> Option<Opened> {
+        if candidate == Path::new(&mark.path) {
+            return None;
+        }
+        let meta = std::fs::metadata(candidate).ok().filter(|m| m.is_file() && m.len() >= mark.offset)?;
+        let key = (meta.dev(), meta.ino());
+        if self.open.contains_key(&key) || self.ignored.contains(&key) {
+            return None;
+        }
+        let file = File::open(candidate).ok()?;
+        let mut head = vec![0; HEAD_BYTES];
+        let kept = read_fully_at(&file, &mut head, 0).ok()?;
+        head.truncate(kept);
+        let same = key == (mark.dev, mark.ino) || fingerprint_of(&head) == Some(mark.fingerprint);
+        if !same || is_compressed(&head) || read_tail(&file, mark.offset).is_none_or(|t| hash(&t) != mark.tail) {
+            return None;
+        }
+        let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        Some(Opened { file, key, path: candidate.to_owned(), source, offset: mark.offset, head, modified })
     }
 
     /// Where a file not open yet continues a file read before: one known (closed, or read
