@@ -167,12 +167,11 @@ fn stop_after_checkpoint(agent: &mut Agent, state: &std::path::Path, log: &std::
     assert_eq!(agent.exit_code(Duration::from_secs(30)), Some(0));
 }
 
-/// Logrotate ran while the agent was down: five lines written, `app.log` renamed to `app.log.1`
-/// (out of the glob), a new `app.log` with five more. At the restart the renamed file is found
-/// by its inode in its directory and its unread lines read, then the new file's: ten.
-#[test]
-fn a_restart_finds_the_file_rotation_renamed() {
-    let dir = dir("restart-renamed");
+/// An agent with checkpoints reads five lines of `app.log` and stops (SIGTERM); five more are
+/// written and `rotate` runs while it is down; five more go to `app.log`; the agent started
+/// again must count ten.
+fn restart_across(name: &str, rotate: impl FnOnce(&std::path::Path)) {
+    let dir = dir(name);
     let (logs, state) = (dir.join("logs"), dir.join("state"));
     fs::create_dir_all(&logs).expect("dir");
     let log = logs.join("app.log");
@@ -183,37 +182,34 @@ fn a_restart_finds_the_file_rotation_renamed() {
     agent.wait_value(&lines_of(&source), 5.0);
     stop_after_checkpoint(&mut agent, &state, &log);
     append(&log, &errors("down", 6, 10));
-    fs::rename(&log, logs.join("app.log.1")).expect("rename");
+    rotate(&logs);
     append(&log, &errors("new", 11, 15));
     let (again, _) = files_agent(&logs, "*.log", &vars);
     again.wait_value(&lines_of(&source), 10.0);
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(again.value(&matches_of("error", &source)), Some(10.0), "the renamed file's five, the new five");
+    assert_eq!(again.value(&matches_of("error", &source)), Some(10.0), "the rotated file's five, the new five");
 }
 
-/// Copytruncate ran while the agent was down: five lines written, `app.log` copied to
-/// `app.log.1` and truncated, five more written. At the restart the copy is found by its
-/// fingerprint and the bytes before the checkpoint's offset, and read from there: ten.
+/// Logrotate ran while the agent was down: `app.log` renamed to `app.log.1` (out of the glob)
+/// after five unread lines. At the restart the renamed file is found by its inode in its
+/// directory and its unread lines read, then the new file's: ten.
+#[test]
+fn a_restart_finds_the_file_rotation_renamed() {
+    restart_across("restart-renamed", |logs| {
+        fs::rename(logs.join("app.log"), logs.join("app.log.1")).expect("rename");
+    });
+}
+
+/// Copytruncate ran while the agent was down: `app.log` copied to `app.log.1` and truncated
+/// after five unread lines. At the restart the copy is found by its fingerprint and the bytes
+/// before the checkpoint's offset, and read from there: ten.
 #[test]
 fn a_restart_finds_the_copy_copytruncate_made() {
-    let dir = dir("restart-copytruncate");
-    let (logs, state) = (dir.join("logs"), dir.join("state"));
-    fs::create_dir_all(&logs).expect("dir");
-    let log = logs.join("app.log");
-    append(&log, "");
-    let vars = [("AGENT_STATE_DIR", state.display().to_string())];
-    let (mut agent, source) = files_agent(&logs, "*.log", &vars);
-    append(&log, &errors("before", 1, 5));
-    agent.wait_value(&lines_of(&source), 5.0);
-    stop_after_checkpoint(&mut agent, &state, &log);
-    append(&log, &errors("down", 6, 10));
-    fs::copy(&log, logs.join("app.log.1")).expect("copy");
-    OpenOptions::new().write(true).open(&log).expect("open").set_len(0).expect("truncate");
-    append(&log, &errors("new", 11, 15));
-    let (again, _) = files_agent(&logs, "*.log", &vars);
-    again.wait_value(&lines_of(&source), 10.0);
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(again.value(&matches_of("error", &source)), Some(10.0), "the copy's five, the new five");
+    restart_across("restart-copytruncate", |logs| {
+        let log = logs.join("app.log");
+        fs::copy(&log, logs.join("app.log.1")).expect("copy");
+        OpenOptions::new().write(true).open(&log).expect("open").set_len(0).expect("truncate");
+    });
 }
 
 /// The app's first lines: with `AGENT_STATE_DIR` and no checkpoint yet (the first start in the
