@@ -2,9 +2,10 @@
 //! `cargo bench` measures the release profile): lines per second on one core (the follower reading a file
 //! and every rule matched in one pass) for 1, 2 and 8 rules over realistic log lines (200 bytes,
 //! 1 in 50 matching), beside `grep -c` and, where `mtail` is installed (Debian's `mtail`), mtail
-//! running the same rules on the same file (`agent/benches/mtail-*`); then the resident memory
-//! of the `watcher-agent` binary (with checkpoints) and of mtail, each following 10 files. Numbers are printed,
-//! never asserted: BENCHMARKS.md has them.
+//! running the same rules on the same file (`agent/benches/mtail-*`); the same lines spread over
+//! 1,000 files (the agent with 128 descriptors, as `AGENT_MAX_OPEN_FILES` defaults); then the
+//! resident memory of the `watcher-agent` binary (with checkpoints) and of mtail, each following
+//! 10 files, then 1,000. Numbers are printed, never asserted: BENCHMARKS.md has them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -95,7 +96,7 @@ impl Sink for Counted<'_> {
 /// Lines per second through the follower and the rules, on this thread; and the matches. With
 /// `checkpoints`, where every file was read to is taken and written to a checkpoint after every
 /// poll (8 MiB), where the agent does it once a second: the most they can cost.
-fn agent_throughput(path: &Path, rules: &[RuleConfig], checkpoints: Option<&Path>) -> (f64, u64) {
+fn agent_throughput(glob: &str, rules: &[RuleConfig], checkpoints: Option<&Path>) -> (f64, u64) {
     let mut best = f64::MAX;
     let mut matched = 0;
     for _ in 0..3 {
@@ -105,7 +106,7 @@ fn agent_throughput(path: &Path, rules: &[RuleConfig], checkpoints: Option<&Path
         let compiled = Rules::new(rules).expect("rules");
         let mut counting = Counting::new(compiled, metrics.clone(), alerts, 1, 16_384);
         let options = FollowOptions {
-            globs: vec![path.display().to_string()],
+            globs: vec![glob.to_owned()],
             start: Start::Beginning,
             max_line: 16_384,
             rotate_wait: Duration::from_secs(5),
@@ -119,7 +120,7 @@ fn agent_throughput(path: &Path, rules: &[RuleConfig], checkpoints: Option<&Path
             counting.flush();
             if let Some(dir) = checkpoints {
                 let checkpoint =
-                    watcher_agent::checkpoint::Checkpoint { written: 0, files: follower.marks(), stream: None };
+                    watcher_agent::checkpoint::Checkpoint { files: follower.marks(), ..Default::default() };
                 watcher_agent::checkpoint::write(dir, &checkpoint).expect("checkpoint");
             }
             if !more {
@@ -158,21 +159,22 @@ fn rss_mib(pid: u32) -> Option<(f64, f64)> {
     Some((field("VmRSS:")?, field("RssAnon:")?))
 }
 
-/// Starts `command`, lets it follow 10 files while 20,000 lines are appended to each, and
-/// reads its resident memory once it caught up.
-fn rss_following(mut command: Command, dir: &Path) -> Option<(f64, f64)> {
+/// Starts `command`, lets it follow the `files` files of `dir` while 200,000 lines in all are
+/// appended to them, and reads its resident memory once it caught up.
+fn rss_following(mut command: Command, dir: &Path, files: usize) -> Option<(f64, f64)> {
     let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok()?;
     std::thread::sleep(Duration::from_secs(2));
+    let per_file = 50_000 / files;
     for round in 0..4 {
-        for f in 0..10 {
+        for f in 0..files {
             let mut file =
                 std::fs::OpenOptions::new().append(true).open(dir.join(format!("app-{f}.log"))).expect("open");
-            let text: String = (0..5_000).map(|i| line(round * 5_000 + i)).collect();
+            let text: String = (0..per_file).map(|i| line(round * per_file + i)).collect();
             file.write_all(text.as_bytes()).expect("append");
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(files.div_ceil(100) as u64 + 2));
     let rss = rss_mib(child.id());
     let _ = child.kill();
     let _ = child.wait();
@@ -190,13 +192,13 @@ fn main() {
     let mb = |lines_per_second: f64| lines_per_second * 200.0 / 1e6;
     let log_path = log.display().to_string();
     for count in [1, 2, 8] {
-        let (rate, matched) = agent_throughput(&log, &rules(count), None);
+        let (rate, matched) = agent_throughput(&log_path, &rules(count), None);
         assert_eq!(matched, (LINES / 50) as u64, "every ERROR line counted once");
         println!("{:<44} {rate:>14.0} {:>10.0}", format!("watcher-agent, {count} rule(s)"), mb(rate));
     }
     let state = dir.join("state");
     std::fs::create_dir_all(&state).expect("state directory");
-    let (rate, matched) = agent_throughput(&log, &rules(2), Some(&state));
+    let (rate, matched) = agent_throughput(&log_path, &rules(2), Some(&state));
     assert_eq!(matched, (LINES / 50) as u64, "every ERROR line counted once");
     println!("{:<44} {rate:>14.0} {:>10.0}", "watcher-agent, 2 rules, checkpoint every 8 MiB", mb(rate));
     if let Some(seconds) = time_command("grep", &["-c", "ERROR", &log_path]) {
@@ -204,44 +206,66 @@ fn main() {
         println!("{:<44} {rate:>14.0} {:>10.0}", "grep -c ERROR (for scale)", mb(rate));
     }
     let programs = concat!(env!("CARGO_MANIFEST_DIR"), "/benches");
+    mtail_throughput(programs, &log_path, "");
+
+    // The same lines in 1,000 files.
+    let thousand = dir.join("thousand");
+    std::fs::create_dir_all(&thousand).expect("dir");
+    for f in 0..1000 {
+        write_log(&thousand.join(format!("app-{f}.log")), LINES / 1000);
+    }
+    let thousand_glob = format!("{}/*.log", thousand.display());
+    let (rate, matched) = agent_throughput(&thousand_glob, &rules(2), None);
+    println!("{:<44} {rate:>14.0} {:>10.0}", "watcher-agent, 2 rules, 1,000 files", mb(rate));
+    if matched != (LINES / 50) as u64 {
+        println!("  but {matched} ERROR lines counted of {}", LINES / 50);
+    }
+    mtail_throughput(programs, &thousand_glob, ", 1,000 files");
+
+    // Memory: each following 10 files, then 1,000.
+    for files in [10, 1000] {
+        let followed = dir.join(format!("following-{files}"));
+        std::fs::create_dir_all(&followed).expect("dir");
+        for f in 0..files {
+            write_log(&followed.join(format!("app-{f}.log")), 10);
+        }
+        let glob = format!("{}/*.log", followed.display());
+        let mut agent = Command::new(env!("CARGO_BIN_EXE_watcher-agent"));
+        agent
+            .env_clear()
+            .env("AGENT_FILES", &glob)
+            .env("AGENT_RULE_ERROR", r"\bERROR\b")
+            .env("AGENT_RULE_TIMEOUT", "(?i)timeout")
+            .env("AGENT_LISTEN", "127.0.0.1:0")
+            .env("AGENT_EVENTS", "false")
+            .env("AGENT_STATE_DIR", dir.join(format!("agent-state-{files}")).display().to_string());
+        println!("{:<44} {:>14} {:>10}", format!("resident memory, following {files} files"), "MiB", "anon MiB");
+        match rss_following(agent, &followed, files) {
+            Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "watcher-agent, 2 rules"),
+            None => println!("watcher-agent: could not be measured"),
+        }
+        let mut mtail = Command::new("mtail");
+        mtail.args(["--progs", &format!("{programs}/mtail-2"), "--logs", &glob, "--port", "0", "--logtostderr"]);
+        match rss_following(mtail, &followed, files) {
+            Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "mtail, 2 rules"),
+            None => println!("mtail: not run (install Debian's mtail: apt-get install mtail)"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// mtail `--one_shot` over the files of `glob`, 2 and 8 rules (and `what` in the row's name).
+fn mtail_throughput(programs: &str, glob: &str, what: &str) {
+    let mb = |lines_per_second: f64| lines_per_second * 200.0 / 1e6;
     for count in [2, 8] {
         let progs = format!("{programs}/mtail-{count}");
-        let args = ["--one_shot", "--one_shot_format=prometheus", "--progs", &progs, "--logs", &log_path];
+        let args = ["--one_shot", "--one_shot_format=prometheus", "--progs", &progs, "--logs", glob];
         match time_command("mtail", &args) {
             Some(seconds) => {
                 let rate = LINES as f64 / seconds;
-                println!("{:<44} {rate:>14.0} {:>10.0}", format!("mtail --one_shot, {count} rules"), mb(rate));
+                println!("{:<44} {rate:>14.0} {:>10.0}", format!("mtail --one_shot, {count} rules{what}"), mb(rate));
             }
             None => println!("mtail, {count} rules: not run (install Debian's mtail: apt-get install mtail)"),
         }
     }
-
-    // Memory: each following 10 files.
-    let ten = dir.join("ten");
-    std::fs::create_dir_all(&ten).expect("dir");
-    for f in 0..10 {
-        write_log(&ten.join(format!("app-{f}.log")), 1000);
-    }
-    let glob = format!("{}/*.log", ten.display());
-    let mut agent = Command::new(env!("CARGO_BIN_EXE_watcher-agent"));
-    agent
-        .env_clear()
-        .env("AGENT_FILES", &glob)
-        .env("AGENT_RULE_ERROR", r"\bERROR\b")
-        .env("AGENT_RULE_TIMEOUT", "(?i)timeout")
-        .env("AGENT_LISTEN", "127.0.0.1:0")
-        .env("AGENT_EVENTS", "false")
-        .env("AGENT_STATE_DIR", dir.join("agent-state").display().to_string());
-    println!("{:<44} {:>14} {:>10}", "resident memory, following 10 files", "MiB", "anon MiB");
-    match rss_following(agent, &ten) {
-        Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "watcher-agent, 2 rules"),
-        None => println!("watcher-agent: could not be measured"),
-    }
-    let mut mtail = Command::new("mtail");
-    mtail.args(["--progs", &format!("{programs}/mtail-2"), "--logs", &glob, "--port", "0", "--logtostderr"]);
-    match rss_following(mtail, &ten) {
-        Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "mtail, 2 rules"),
-        None => println!("mtail: not run (install Debian's mtail: apt-get install mtail)"),
-    }
-    let _ = std::fs::remove_dir_all(&dir);
 }

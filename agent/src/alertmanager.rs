@@ -9,19 +9,23 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
+use http::header::{CONTENT_TYPE, HOST};
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::warn;
 
 use crate::alerts::AlertState;
 use crate::config::{AlertmanagerUrl, PodIdentity};
-use crate::events::timestamp;
 use crate::metrics::Metrics;
+use crate::text::timestamp;
 
 /// A firing alert is posted again this often.
-pub const REPOST_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const REPOST_EVERY: Duration = Duration::from_secs(30);
 /// How far ahead of a post a firing alert's `endsAt` is: three posts.
-pub const ENDS_AHEAD: Duration = Duration::from_secs(90);
+pub(crate) const ENDS_AHEAD: Duration = Duration::from_secs(90);
 /// A post that takes longer fails.
 const TIMEOUT: Duration = Duration::from_secs(5);
 /// Backoff between failed posts: from 1 s, doubling, to this.
@@ -30,21 +34,43 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// itself at its `endsAt` long before).
 const GIVE_UP: Duration = Duration::from_secs(10 * 60);
 
+/// Why a post got no answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PostError {
+    /// No connection to Alertmanager's address.
+    #[error("cannot connect to {address}: {source}")]
+    Connect {
+        /// `host:port`.
+        address: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The request cannot be made of the URL (a host or path HTTP refuses).
+    #[error("cannot make the request: {0}")]
+    Request(#[from] http::Error),
+    /// The HTTP exchange failed (the connection closed, not HTTP).
+    #[error("{0}")]
+    Http(#[from] hyper::Error),
+    /// No answer within [`TIMEOUT`].
+    #[error("no answer within {}s", TIMEOUT.as_secs())]
+    Timeout,
+}
+
 /// Where alerts go.
 #[derive(Clone, Debug)]
-pub struct Alertmanager {
+pub(crate) struct Alertmanager {
     url: AlertmanagerUrl,
 }
 
 impl Alertmanager {
     /// Alertmanager at `url`.
-    pub fn new(url: AlertmanagerUrl) -> Self {
+    pub(crate) fn new(url: AlertmanagerUrl) -> Self {
         Self { url }
     }
 
     /// The body of one alert of rule `alert` about `pod`: firing (`endsAt` ahead of `now`) or
     /// resolved (`endsAt` when it was).
-    pub fn alert(alert: &AlertState, pod: &PodIdentity, now: SystemTime) -> serde_json::Value {
+    pub(crate) fn alert(alert: &AlertState, pod: &PodIdentity, now: SystemTime) -> serde_json::Value {
         let ends = match alert.resolved_at {
             Some(at) if !alert.firing => at,
             _ => now + ENDS_AHEAD,
@@ -67,32 +93,31 @@ impl Alertmanager {
         })
     }
 
-    /// Posts `alerts` (a JSON array); the HTTP status, or why not.
-    pub async fn post(&self, alerts: &serde_json::Value) -> Result<u16, String> {
-        tokio::time::timeout(TIMEOUT, self.post_now(alerts)).await.map_err(|_| "no answer in time".to_owned())?
+    /// Posts `alerts` (a JSON array) on a connection of its own (a post every 30 s at most
+    /// keeps none open); the HTTP status, or why there is none.
+    pub(crate) async fn post(&self, alerts: &serde_json::Value) -> Result<StatusCode, PostError> {
+        tokio::time::timeout(TIMEOUT, self.post_now(alerts)).await.map_err(|_| PostError::Timeout)?
     }
 
-    async fn post_now(&self, body: &serde_json::Value) -> Result<u16, String> {
+    async fn post_now(&self, body: &serde_json::Value) -> Result<StatusCode, PostError> {
         let AlertmanagerUrl { host, port, path } = &self.url;
-        let payload = body.to_string();
-        let mut stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await.map_err(|e| e.to_string())?;
-        let request = format!(
-            "POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-             Connection: close\r\n\r\n{payload}",
-            payload.len()
-        );
-        stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
-        let mut head = Vec::with_capacity(256);
-        let mut buffer = [0_u8; 256];
-        while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 4096 {
-            let n = stream.read(&mut buffer).await.map_err(|e| e.to_string())?;
-            if n == 0 {
-                break;
-            }
-            head.extend_from_slice(&buffer[..n]);
-        }
-        let line = String::from_utf8_lossy(&head);
-        line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| format!("not HTTP: {line:.60}"))
+        let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+            .await
+            .map_err(|source| PostError::Connect { address: format!("{host}:{port}"), source })?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let request = Request::post(path.as_str())
+            .header(HOST, format!("{host}:{port}"))
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))?;
+        // The connection is driven while the answer is awaited; once it came (its body is never
+        // read) the request side is dropped, and the connection ends.
+        let answer = async move {
+            let response = sender.send_request(request).await;
+            drop(sender);
+            response.map(|response| response.status())
+        };
+        let (status, _ended) = tokio::join!(answer, connection);
+        Ok(status?)
     }
 }
 
@@ -106,7 +131,7 @@ struct Posted {
 }
 
 /// The alerts due to be posted, and what was.
-pub struct Poster {
+pub(crate) struct Poster {
     alertmanager: Alertmanager,
     pod: PodIdentity,
     posted: HashMap<String, Posted>,
@@ -116,13 +141,13 @@ pub struct Poster {
 
 impl Poster {
     /// Posts to `alertmanager` about `pod`.
-    pub fn new(alertmanager: Alertmanager, pod: PodIdentity) -> Self {
+    pub(crate) fn new(alertmanager: Alertmanager, pod: PodIdentity) -> Self {
         Self { alertmanager, pod, posted: HashMap::new(), retry_at: None, backoff: Duration::ZERO }
     }
 
     /// Posts, in one request, the alerts `alerts` make due at `now`: firings new or due again,
     /// resolutions not yet taken (every one when `closing`, backoff or not).
-    pub async fn sync(
+    pub(crate) async fn sync(
         &mut self,
         alerts: &[AlertState],
         now: Instant,
@@ -161,7 +186,7 @@ impl Poster {
         let body: Vec<serde_json::Value> = due.iter().map(|a| Alertmanager::alert(a, &self.pod, wall)).collect();
         let result = self.alertmanager.post(&serde_json::Value::Array(body)).await;
         match result {
-            Ok(200..=299) => {
+            Ok(status) if status.is_success() => {
                 metrics.sent("alertmanager", "sent");
                 self.backoff = Duration::ZERO;
                 self.retry_at = None;
@@ -181,7 +206,7 @@ impl Poster {
                 self.retry_at = Some(now + self.backoff);
                 let why = match failed {
                     Ok(status) => format!("HTTP {status}"),
-                    Err(error) => error,
+                    Err(error) => error.to_string(),
                 };
                 warn!(why, retry_in = ?self.backoff, "cannot post to Alertmanager; posting again");
             }
@@ -191,7 +216,7 @@ impl Poster {
 
 /// The Alertmanager task: posts what the alert loop publishes on `alerts` (and the reposts due)
 /// until the alert loop is gone, then what is left, for at most `deadline`.
-pub async fn run(
+pub(crate) async fn run(
     poster: Poster,
     alerts: tokio::sync::watch::Receiver<Vec<AlertState>>,
     metrics: std::sync::Arc<Metrics>,
@@ -216,6 +241,7 @@ impl crate::alerts::AlertSink for Task {
 #[cfg(test)]
 mod tests {
     use prometheus_client::registry::Registry;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
 
@@ -236,7 +262,8 @@ mod tests {
                     if let Some((head, body)) = text.split_once("\r\n\r\n") {
                         let length: usize = head
                             .lines()
-                            .find_map(|l| l.strip_prefix("Content-Length: "))
+                            .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")))
+                            .map(|(_, v)| v.trim())
                             .and_then(|v| v.parse().ok())
                             .expect("length");
                         if body.len() >= length {
@@ -318,7 +345,25 @@ mod tests {
         let url = AlertmanagerUrl::parse(&format!("http://127.0.0.1:{port}")).expect("url");
         let am = Alertmanager::new(url);
         let body = Alertmanager::alert(&firing(SystemTime::now()), &PodIdentity::default(), SystemTime::now());
-        assert!(am.post(&json!([body])).await.is_err());
+        assert!(matches!(am.post(&json!([body])).await, Err(PostError::Connect { .. })));
+    }
+
+    /// Alertmanager answers with a body and keeps the connection open: the post ends with the
+    /// answer, not at the timeout.
+    #[tokio::test]
+    async fn an_answer_on_a_kept_connection_ends_the_post() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = AlertmanagerUrl::parse(&format!("http://{}", listener.local_addr().expect("addr"))).expect("url");
+        let _held = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut buffer = [0_u8; 4096];
+            let _ = socket.read(&mut buffer).await.expect("read");
+            socket.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}").await.expect("write");
+            std::future::pending::<()>().await;
+            drop(socket);
+        });
+        let result = Alertmanager::new(url).post(&json!([])).await;
+        assert_eq!(result.ok(), Some(StatusCode::OK), "the answer, not the timeout");
     }
 
     /// A server that takes the connection and never answers: the post ends at its timeout.
@@ -332,6 +377,6 @@ mod tests {
             drop(socket);
         });
         let result = Alertmanager::new(url).post(&json!([])).await;
-        assert_eq!(result, Err("no answer in time".to_owned()));
+        assert!(matches!(result, Err(PostError::Timeout)), "{result:?}");
     }
 }

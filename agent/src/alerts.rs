@@ -264,7 +264,7 @@ impl AlertBook {
         if fired || alert.window.firing() {
             alert.occurrences = alert.occurrences.saturating_add(1);
             let threshold = alert.window.threshold();
-            let quoted = crate::events::truncate(&String::from_utf8_lossy(line), QUOTED_LINE);
+            let quoted = crate::text::truncate(&String::from_utf8_lossy(line), QUOTED_LINE);
             alert.note = format!(
                 "rule {} matched {} times within {threshold}; last line: {quoted}",
                 alert.name, threshold.count

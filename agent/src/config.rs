@@ -6,6 +6,14 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+mod variables;
+
+use variables::{
+    ALERTMANAGER_URL, EVENTS, FILES, IGNORE_OLDER, LISTEN, LOGS_CONTAINER, MAX_LINE_BYTES, MAX_OPEN_FILES, MAX_SERIES,
+    POLL, ROTATE_WAIT, SHUTDOWN_LINGER, START, STATE_DIR, STREAM_IDLE, Values,
+};
+pub use variables::{Kind, VARIABLES, Variable, markdown};
+
 /// Prefix of every variable the agent reads (besides the downward API's `POD_*`).
 pub const PREFIX: &str = "AGENT_";
 /// `AGENT_RULE_<NAME>=<regular expression>`: one rule.
@@ -17,79 +25,6 @@ pub const ALERT_PREFIX: &str = "AGENT_ALERT_";
 pub const MAX_RULES: usize = 64;
 /// At most this many file globs.
 pub const MAX_FILES: usize = 32;
-
-/// The variables the agent reads, with their default and meaning: `watcher-agent check` and
-/// docs/agent.md show this table.
-pub const VARIABLES: [(&str, &str, &str); 20] = [
-    ("AGENT_FILES", "(none)", "files to follow: globs, comma-separated (`/var/log/app/*.log,/data/*.err`)"),
-    (
-        "AGENT_LOGS_CONTAINER",
-        "(none)",
-        "a container of this pod whose stdout and stderr to follow through the API (`pods/log`)",
-    ),
-    (
-        "AGENT_RULE_<NAME>",
-        "(at least one)",
-        "a rule: a regular expression (Rust `regex` syntax) matched on each line; its named groups \
-         (`(?P<code>5\\d\\d)`) are labels of its counter",
-    ),
-    ("AGENT_ALERT_<NAME>", "(none)", "an alert for rule <NAME>: `<count>/<window>`, e.g. `5/1m`"),
-    (
-        "AGENT_STATE_DIR",
-        "(none)",
-        "a directory kept across restarts (an emptyDir): each file's offset and the log stream's last time, so \
-         nothing is lost or counted twice when the agent restarts",
-    ),
-    (
-        "AGENT_START",
-        "end",
-        "where to start in files present at start: `end` or `beginning` (with AGENT_STATE_DIR: from the beginning \
-         at the first start in the pod, from the checkpoints after)",
-    ),
-    (
-        "AGENT_STREAM_IDLE",
-        "2m",
-        "a log stream that sends nothing for this long is asked again (a half-open connection never ends by itself)",
-    ),
-    ("AGENT_ROTATE_WAIT", "5s", "a file rotated away (renamed, deleted) is read until it has not grown for this long"),
-    ("AGENT_IGNORE_OLDER", "off", "files that have not changed for this long are closed (opened again when they do)"),
-    ("AGENT_MAX_OPEN_FILES", "128", "files open at once at most (the least recently changed are closed first)"),
-    ("AGENT_MAX_SERIES", "100", "distinct label values of a rule's named groups at most; beyond, `other`"),
-    ("AGENT_LISTEN", "0.0.0.0:9102", "address of /metrics, /healthz and /readyz"),
-    ("AGENT_EVENTS", "true", "emit a Warning Event on the pod when an alert fires"),
-    (
-        "AGENT_ALERTMANAGER_URL",
-        "(none)",
-        "also post alerts, firing and resolved, to this Alertmanager (API v2, http://)",
-    ),
-    ("AGENT_POLL", "250ms", "how often files are looked at (10ms to 1m)"),
-    ("AGENT_MAX_LINE_BYTES", "16384", "longer lines are counted once, matched on their first bytes (256 to 1048576)"),
-    ("AGENT_SHUTDOWN_LINGER", "5s", "after SIGTERM, how long /metrics waits for a last scrape (0s to 20s)"),
-    ("AGENT_LOG", "info", "what the agent logs (`debug`, `warn`, or a tracing filter)"),
-    ("POD_NAME, POD_NAMESPACE, POD_UID", "(downward API)", "the pod the Events are about"),
-    ("*_SERVICE_HOST, *_SERVICE_PORT, *_PORT*", "(kubelet)", "the kubelet's Service variables: ignored"),
-];
-
-/// The fixed names among [`VARIABLES`] (without the rule and alert prefixes).
-const FIXED: [&str; 17] = [
-    "AGENT_FILES",
-    "AGENT_LOGS_CONTAINER",
-    "AGENT_STREAM_IDLE",
-    "AGENT_STATE_DIR",
-    "AGENT_START",
-    "AGENT_ROTATE_WAIT",
-    "AGENT_IGNORE_OLDER",
-    "AGENT_MAX_OPEN_FILES",
-    "AGENT_MAX_SERIES",
-    "AGENT_LISTEN",
-    "AGENT_EVENTS",
-    "AGENT_ALERTMANAGER_URL",
-    "AGENT_POLL",
-    "AGENT_MAX_LINE_BYTES",
-    "AGENT_SHUTDOWN_LINGER",
-    "AGENT_LOG",
-    "AGENT_RULE_<NAME>",
-];
 
 /// Where to start reading the files present when the agent starts (files that appear later
 /// are always read from their beginning).
@@ -240,164 +175,42 @@ impl Config {
         K: Into<std::ffi::OsString>,
         V: Into<std::ffi::OsString>,
     {
-        let mut own: Vec<(String, String)> = Vec::new();
-        for (key, value) in vars {
-            let (key, value) = (key.into(), value.into());
-            let Some(key) = key.to_str() else { continue };
-            if !key.starts_with(PREFIX) && !key.starts_with("POD_") {
-                continue;
-            }
-            let value = value.into_string().map_err(|_| error(key, "not valid UTF-8"))?;
-            if key.starts_with(PREFIX) && is_service_link(key, value.trim()) {
-                continue;
-            }
-            own.push((key.to_owned(), value.trim().to_owned()));
-        }
-        own.sort();
-        for (key, _) in own.iter().filter(|(k, _)| k.starts_with(PREFIX)) {
-            let known = FIXED.contains(&key.as_str()) || key.starts_with(RULE_PREFIX) || key.starts_with(ALERT_PREFIX);
-            if !known {
-                return Err(error(key, format!("unknown variable{}", closest(key))));
-            }
-        }
-        let get = |name: &str| own.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty());
-
-        let mut rules: Vec<RuleConfig> = Vec::new();
-        let mut keys: Vec<&str> = Vec::new();
-        for (key, value) in own.iter().filter(|(k, _)| k.starts_with(RULE_PREFIX)) {
-            let name = rule_name(key, RULE_PREFIX)?;
-            if let Some(other) = rules.iter().position(|r| r.name == name) {
-                return Err(error(
-                    key,
-                    format!("{} names the same rule ({name}): rule names are not case-sensitive", keys[other]),
-                ));
-            }
-            if value.is_empty() {
-                return Err(error(key, "empty: set a regular expression, e.g. \\bERROR\\b"));
-            }
-            let regex = match regex::bytes::Regex::new(value) {
-                Ok(regex) => regex,
-                Err(problem) => {
-                    return Err(error(key, format!("not a regular expression: {}", one_line(&problem.to_string()))));
-                }
-            };
-            let labels: Vec<String> = regex.capture_names().flatten().map(str::to_owned).collect();
-            for label in &labels {
-                if !is_label_name(label) || ["rule", "source"].contains(&label.as_str()) {
-                    return Err(error(
-                        key,
-                        format!(
-                            "the group name {label:?} is not a label name (letters, digits and _, not starting with \
-                             a digit nor __; not rule nor source)"
-                        ),
-                    ));
-                }
-            }
-            rules.push(RuleConfig { name, pattern: value.clone(), alert: None, labels });
-            keys.push(key);
-        }
-        for (key, value) in own.iter().filter(|(k, _)| k.starts_with(ALERT_PREFIX)) {
-            let name = rule_name(key, ALERT_PREFIX)?;
-            let threshold = parse_threshold(value).map_err(|problem| error(key, problem))?;
-            let Some(rule) = rules.iter_mut().find(|r| r.name == name) else {
-                let rule = format!("{RULE_PREFIX}{}", name.to_uppercase());
-                return Err(error(key, format!("no rule {name}: set {rule} too")));
-            };
-            if rule.alert.is_some() {
-                return Err(error(key, format!("a second alert for rule {name}: rule names are not case-sensitive")));
-            }
-            rule.alert = Some(threshold);
-        }
-        if rules.is_empty() {
-            return Err(error("AGENT_RULE_<NAME>", "no rule: set at least one, e.g. AGENT_RULE_ERROR=\\bERROR\\b"));
-        }
-        if rules.len() > MAX_RULES {
-            return Err(error("AGENT_RULE_<NAME>", format!("{} rules: at most {MAX_RULES}", rules.len())));
-        }
-
-        let files: Vec<String> = get("AGENT_FILES")
-            .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
-            .unwrap_or_default();
-        if files.len() > MAX_FILES {
-            return Err(error("AGENT_FILES", format!("{} globs: at most {MAX_FILES}", files.len())));
-        }
-        for file in &files {
-            if !file.starts_with('/') {
-                return Err(error("AGENT_FILES", format!("{file:?} is not an absolute path")));
-            }
-            if let Err(problem) = glob::Pattern::new(file) {
-                return Err(error("AGENT_FILES", format!("{file:?} is not a glob: {problem}")));
-            }
-        }
-        let logs_container = get("AGENT_LOGS_CONTAINER").map(str::to_owned);
-        if let Some(name) = &logs_container
-            && !is_dns1123_label(name)
-        {
-            return Err(error("AGENT_LOGS_CONTAINER", format!("{name:?} is not a container name")));
-        }
-        if files.is_empty() && logs_container.is_none() {
-            return Err(error(
-                "AGENT_FILES",
-                "nothing to follow: set AGENT_FILES (globs) or AGENT_LOGS_CONTAINER (the app container's name)",
-            ));
-        }
-
-        let start = match get("AGENT_START") {
-            None | Some("end") => Start::End,
-            Some("beginning") => Start::Beginning,
-            Some(other) => return Err(error("AGENT_START", format!("{other:?}: `end` or `beginning`"))),
+        let values = Values::from_vars(vars)?;
+        let rules = rules(&values)?;
+        let (files, logs_container) = sources(&values)?;
+        let get = |name: &str| values.get(name);
+        let start = match values.word(&START)? {
+            "beginning" => Start::Beginning,
+            _ => Start::End,
         };
-        let state_dir = get("AGENT_STATE_DIR").map(std::path::PathBuf::from);
+        let state_dir = get(STATE_DIR.name).map(std::path::PathBuf::from);
         if let Some(dir) = &state_dir
             && !dir.is_absolute()
         {
-            return Err(error("AGENT_STATE_DIR", format!("{:?} is not an absolute path", dir.display().to_string())));
+            return Err(error(STATE_DIR.name, format!("{:?} is not an absolute path", dir.display().to_string())));
         }
-        let stream_idle = parse_bounded_duration(
-            "AGENT_STREAM_IDLE",
-            get("AGENT_STREAM_IDLE"),
-            Duration::from_secs(120),
-            (1000, 3_600_000),
-        )?;
-        let rotate_wait = parse_bounded_duration(
-            "AGENT_ROTATE_WAIT",
-            get("AGENT_ROTATE_WAIT"),
-            Duration::from_secs(5),
-            (0, 3_600_000),
-        )?;
-        let ignore_older = match get("AGENT_IGNORE_OLDER") {
-            None | Some("off") => None,
-            value => {
-                Some(parse_bounded_duration("AGENT_IGNORE_OLDER", value, Duration::ZERO, (1000, 30 * 86_400_000))?)
-            }
-        };
-        let max_open_files = parse_count("AGENT_MAX_OPEN_FILES", get("AGENT_MAX_OPEN_FILES"), 128, (1, 4096))?;
-        let max_series = parse_count("AGENT_MAX_SERIES", get("AGENT_MAX_SERIES"), 100, (1, 10_000))?;
-        let listen = match get("AGENT_LISTEN") {
-            None => SocketAddr::from(([0, 0, 0, 0], 9102)),
-            Some(value) => value
-                .parse()
-                .map_err(|_| error("AGENT_LISTEN", format!("{value:?} is not an address such as 0.0.0.0:9102")))?,
-        };
-        let events = parse_bool("AGENT_EVENTS", get("AGENT_EVENTS"), true)?;
-        let alertmanager = match get("AGENT_ALERTMANAGER_URL") {
+        let stream_idle = values.required_duration(&STREAM_IDLE)?;
+        let rotate_wait = values.required_duration(&ROTATE_WAIT)?;
+        let ignore_older = values.duration(&IGNORE_OLDER)?;
+        let max_open_files = values.count(&MAX_OPEN_FILES)?;
+        let max_series = values.count(&MAX_SERIES)?;
+        let listen = get(LISTEN.name).unwrap_or(LISTEN.default);
+        let listen = listen
+            .parse()
+            .map_err(|_| error(LISTEN.name, format!("{listen:?} is not an address such as 0.0.0.0:9102")))?;
+        let events = values.bool(&EVENTS)?;
+        let alertmanager = match get(ALERTMANAGER_URL.name) {
             None => None,
             Some(url) => Some(AlertmanagerUrl::parse(url).ok_or_else(|| {
                 error(
-                    "AGENT_ALERTMANAGER_URL",
+                    ALERTMANAGER_URL.name,
                     format!("{url:?}: an http:// URL such as http://alertmanager.monitoring:9093"),
                 )
             })?),
         };
-        let poll = parse_bounded_duration("AGENT_POLL", get("AGENT_POLL"), Duration::from_millis(250), (10, 60_000))?;
-        let shutdown_linger = parse_bounded_duration(
-            "AGENT_SHUTDOWN_LINGER",
-            get("AGENT_SHUTDOWN_LINGER"),
-            Duration::from_secs(5),
-            (0, 20_000),
-        )?;
-        let max_line_bytes =
-            parse_count("AGENT_MAX_LINE_BYTES", get("AGENT_MAX_LINE_BYTES"), 16_384, (256, 1_048_576))?;
+        let poll = values.required_duration(&POLL)?;
+        let shutdown_linger = values.required_duration(&SHUTDOWN_LINGER)?;
+        let max_line_bytes = values.count(&MAX_LINE_BYTES)?;
         let pod = PodIdentity {
             name: get("POD_NAME").map(str::to_owned),
             namespace: get("POD_NAMESPACE").map(str::to_owned),
@@ -504,6 +317,98 @@ impl Config {
     }
 }
 
+/// The rules (`AGENT_RULE_<NAME>`) and their alerts (`AGENT_ALERT_<NAME>`).
+fn rules(values: &Values) -> Result<Vec<RuleConfig>, ConfigError> {
+    let mut rules: Vec<RuleConfig> = Vec::new();
+    let mut keys: Vec<&str> = Vec::new();
+    for (key, value) in values.own.iter().filter(|(k, _)| k.starts_with(RULE_PREFIX)) {
+        let name = rule_name(key, RULE_PREFIX)?;
+        if let Some(other) = rules.iter().position(|r| r.name == name) {
+            return Err(error(
+                key,
+                format!("{} names the same rule ({name}): rule names are not case-sensitive", keys[other]),
+            ));
+        }
+        if value.is_empty() {
+            return Err(error(key, "empty: set a regular expression, e.g. \\bERROR\\b"));
+        }
+        let regex = match regex::bytes::Regex::new(value) {
+            Ok(regex) => regex,
+            Err(problem) => {
+                return Err(error(key, format!("not a regular expression: {}", one_line(&problem.to_string()))));
+            }
+        };
+        let labels: Vec<String> = regex.capture_names().flatten().map(str::to_owned).collect();
+        for label in &labels {
+            if !is_label_name(label) || ["rule", "source"].contains(&label.as_str()) {
+                return Err(error(
+                    key,
+                    format!(
+                        "the group name {label:?} is not a label name (letters, digits and _, not starting with \
+                             a digit nor __; not rule nor source)"
+                    ),
+                ));
+            }
+        }
+        rules.push(RuleConfig { name, pattern: value.clone(), alert: None, labels });
+        keys.push(key);
+    }
+    for (key, value) in values.own.iter().filter(|(k, _)| k.starts_with(ALERT_PREFIX)) {
+        let name = rule_name(key, ALERT_PREFIX)?;
+        let threshold = parse_threshold(value).map_err(|problem| error(key, problem))?;
+        let Some(rule) = rules.iter_mut().find(|r| r.name == name) else {
+            let rule = format!("{RULE_PREFIX}{}", name.to_uppercase());
+            return Err(error(key, format!("no rule {name}: set {rule} too")));
+        };
+        if rule.alert.is_some() {
+            return Err(error(key, format!("a second alert for rule {name}: rule names are not case-sensitive")));
+        }
+        rule.alert = Some(threshold);
+    }
+    if rules.is_empty() {
+        return Err(error("AGENT_RULE_<NAME>", "no rule: set at least one, e.g. AGENT_RULE_ERROR=\\bERROR\\b"));
+    }
+    if rules.len() > MAX_RULES {
+        return Err(error("AGENT_RULE_<NAME>", format!("{} rules: at most {MAX_RULES}", rules.len())));
+    }
+
+    Ok(rules)
+}
+
+/// What to follow: file globs (`AGENT_FILES`) and a container's log stream
+/// (`AGENT_LOGS_CONTAINER`), at least one.
+fn sources(values: &Values) -> Result<(Vec<String>, Option<String>), ConfigError> {
+    let get = |name: &str| values.get(name);
+    let files: Vec<String> = get(FILES.name)
+        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default();
+    if files.len() > MAX_FILES {
+        return Err(error(FILES.name, format!("{} globs: at most {MAX_FILES}", files.len())));
+    }
+    for file in &files {
+        if !file.starts_with('/') {
+            return Err(error(FILES.name, format!("{file:?} is not an absolute path")));
+        }
+        if let Err(problem) = glob::Pattern::new(file) {
+            return Err(error(FILES.name, format!("{file:?} is not a glob: {problem}")));
+        }
+    }
+    let logs_container = get(LOGS_CONTAINER.name).map(str::to_owned);
+    if let Some(name) = &logs_container
+        && !is_dns1123_label(name)
+    {
+        return Err(error(LOGS_CONTAINER.name, format!("{name:?} is not a container name")));
+    }
+    if files.is_empty() && logs_container.is_none() {
+        return Err(error(
+            FILES.name,
+            "nothing to follow: set AGENT_FILES (globs) or AGENT_LOGS_CONTAINER (the app container's name)",
+        ));
+    }
+
+    Ok((files, logs_container))
+}
+
 /// `error` of `AGENT_RULE_ERROR`: names are letters, digits and `_`, starting with a letter.
 fn rule_name(key: &str, prefix: &str) -> Result<String, ConfigError> {
     let name = &key[prefix.len()..];
@@ -562,37 +467,10 @@ pub fn format_duration(duration: Duration) -> String {
     }
 }
 
-fn parse_bool(variable: &str, value: Option<&str>, default: bool) -> Result<bool, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some("true") => Ok(true),
-        Some("false") => Ok(false),
-        Some(other) => Err(error(variable, format!("{other:?}: `true` or `false`"))),
-    }
-}
-
-fn parse_bounded_duration(
-    variable: &str,
-    value: Option<&str>,
-    default: Duration,
-    (least, most): (u64, u64),
-) -> Result<Duration, ConfigError> {
-    let Some(value) = value else { return Ok(default) };
-    let range = format!(
-        "{} to {}",
-        format_duration(Duration::from_millis(least)),
-        format_duration(Duration::from_millis(most))
-    );
-    match parse_duration(value) {
-        Some(d) if (least..=most).contains(&u64::try_from(d.as_millis()).unwrap_or(u64::MAX)) => Ok(d),
-        Some(_) => Err(error(variable, format!("{value:?}: from {range}"))),
-        None => Err(error(variable, format!("{value:?} is not a duration (250ms, 30s, 5m)"))),
-    }
-}
-
 /// ` (did you mean AGENT_X?)` for the known variable closest to `key`, or nothing.
 fn closest(key: &str) -> String {
-    let mut candidates: Vec<String> = FIXED.iter().filter(|n| !n.contains('<')).map(|n| (*n).to_owned()).collect();
+    let fixed: Vec<&str> = VARIABLES.iter().filter(|v| v.is_fixed()).map(|v| v.name).collect();
+    let mut candidates: Vec<String> = fixed.iter().map(|n| (*n).to_owned()).collect();
     // `AGENT_RULES_ERROR`: the prefix misspelt, the rule's name kept.
     if let Some(rest) = key.strip_prefix(PREFIX)
         && let Some((head, name)) = rest.split_once('_')
@@ -611,7 +489,7 @@ fn closest(key: &str) -> String {
     let best = candidates.iter().map(|c| (distance(key, c), c)).min();
     match best {
         Some((d, name)) if d <= 4 => format!(" (did you mean {name}?)"),
-        _ => format!(" (known: {})", FIXED.join(", ")),
+        _ => format!(" (known: {}, AGENT_RULE_<NAME>, AGENT_ALERT_<NAME>)", fixed.join(", ")),
     }
 }
 
@@ -670,21 +548,6 @@ fn is_label_name(name: &str) -> bool {
     name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && !name.starts_with("__")
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-fn parse_count(
-    variable: &str,
-    value: Option<&str>,
-    default: usize,
-    (least, most): (usize, usize),
-) -> Result<usize, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some(text) => match text.parse::<usize>() {
-            Ok(n) if (least..=most).contains(&n) => Ok(n),
-            _ => Err(error(variable, format!("{text:?}: a number from {least} to {most}"))),
-        },
-    }
 }
 
 fn is_dns1123_label(name: &str) -> bool {

@@ -18,7 +18,7 @@
 //! again. The publisher runs in a task of its own ([`run`]): reading never waits for it.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event, EventSeries};
@@ -30,13 +30,14 @@ use tracing::{info, warn};
 use crate::alerts::AlertState;
 use crate::config::PodIdentity;
 use crate::metrics::Metrics;
+use crate::text::truncate;
 
 /// `reportingController` of the agent's Events.
-pub const REPORTING_CONTROLLER: &str = "watcher.dev/watcher-agent";
+pub(crate) const REPORTING_CONTROLLER: &str = "watcher.dev/watcher-agent";
 /// A series that keeps growing is written this often (client-go's `refreshTime`).
-pub const HEARTBEAT: Duration = Duration::from_secs(30 * 60);
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(30 * 60);
 /// A series without an occurrence this long is closed (client-go's `finishTime`).
-pub const FINISH: Duration = Duration::from_secs(6 * 60);
+pub(crate) const FINISH: Duration = Duration::from_secs(6 * 60);
 /// A call to kube-apiserver that takes longer fails.
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// kube-apiserver refuses a note longer than this.
@@ -45,7 +46,7 @@ const MAX_NOTE: usize = 1024;
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The Event of each rule, and where to send them.
-pub struct EventPublisher {
+pub(crate) struct EventPublisher {
     api: Api<Event>,
     regarding: ObjectReference,
     instance: String,
@@ -92,7 +93,7 @@ enum Outcome {
 
 impl EventPublisher {
     /// Events about `pod` (name and namespace known) through `client`.
-    pub fn new(client: kube::Client, pod: &PodIdentity) -> Option<Self> {
+    pub(crate) fn new(client: kube::Client, pod: &PodIdentity) -> Option<Self> {
         let (name, namespace) = (pod.name.clone()?, pod.namespace.clone()?);
         let regarding = ObjectReference {
             api_version: Some("v1".into()),
@@ -114,7 +115,7 @@ impl EventPublisher {
     /// Writes what `alerts` say happened, as of `now` (`wall` for the Events' times): creates,
     /// the second occurrence's patch, heartbeats and closings that are due; everything still
     /// unwritten when `closing` (the agent stops).
-    pub async fn sync(
+    pub(crate) async fn sync(
         &mut self,
         alerts: &[AlertState],
         now: Instant,
@@ -280,7 +281,7 @@ impl EventPublisher {
 }
 
 /// The name of an Event about pod `pod` at `nanos`: at most 253 characters.
-pub fn event_name(pod: &str, nanos: i128) -> String {
+pub(crate) fn event_name(pod: &str, nanos: i128) -> String {
     let suffix = format!(".{nanos:x}");
     let mut end = pod.len().min(253 - suffix.len());
     while !pod.is_char_boundary(end) {
@@ -310,7 +311,7 @@ fn outcome<T>(result: Result<Result<T, kube::Error>, tokio::time::error::Elapsed
 
 /// The Event task: writes what the alert loop publishes on `alerts` (and the heartbeats and
 /// closings due) until the alert loop is gone, then what is left, for at most `deadline`.
-pub async fn run(
+pub(crate) async fn run(
     publisher: EventPublisher,
     alerts: tokio::sync::watch::Receiver<Vec<AlertState>>,
     metrics: std::sync::Arc<Metrics>,
@@ -330,23 +331,6 @@ impl crate::alerts::AlertSink for Task {
     fn sync(&mut self, alerts: &[AlertState], closing: bool) -> impl Future<Output = ()> + Send {
         self.publisher.sync(alerts, Instant::now(), Timestamp::now(), closing, &self.metrics)
     }
-}
-
-/// `text` cut to at most `max` bytes at a character boundary, marked with `…` when cut.
-pub fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
-
-/// Seconds since the epoch as a time stamp (for tests and the Alertmanager sink).
-pub fn timestamp(at: SystemTime) -> Timestamp {
-    Timestamp::try_from(at).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
 #[cfg(test)]

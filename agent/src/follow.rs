@@ -14,9 +14,15 @@
 //!   is the copy, read from that offset to its end; then the truncated file from 0. Lines
 //!   written between the copy and the truncation are lost by logrotate itself (its
 //!   documentation says so); nothing else is;
-//! - files unchanged for `AGENT_IGNORE_OLDER` are closed, and at most `AGENT_MAX_OPEN_FILES` are
-//!   open (the least recently grown closed first); a closed file that changes is opened again
-//!   where it was left.
+//! - any number of files is followed, at most `AGENT_MAX_OPEN_FILES` of them open: a file
+//!   that changes while that many are open takes the descriptor of the least recently grown one
+//!   not opened in this look (a file waits for the next look where none is: the files waiting
+//!   longest are served first); files unchanged for `AGENT_IGNORE_OLDER` are closed. A closed
+//!   file is remembered by where it was read to (its mark) and opened again where it was left
+//!   when it changes, whichever reason closed it: grown, truncated (its copy looked for as
+//!   for an open file) or renamed (found in its directory by its inode). A file that is no
+//!   longer where it was remembered and not found is forgotten: what is remembered is bounded
+//!   by the files that exist.
 //!
 //! Where a new file starts: files present at the first look start at their end (`AGENT_START:
 //! end`) or beginning; with checkpoints, the first start in the pod reads them from the
@@ -28,13 +34,23 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::checkpoint::{FileMark, hash, seconds};
 use crate::config::Start;
-use crate::lines::{Line, LineBuffer, Piece};
+use crate::lines::{Line, LineBuffer};
+
+mod disk;
+mod moved;
+mod read;
+
+use moved::Left;
+
+use disk::{
+    Now, fingerprint_of, is_compressed, literal_prefix, mark_of, now_at, position_of, read_fully_at, read_tail,
+};
 
 /// Bytes of a file's beginning its fingerprint is made of, at most (up to its first newline).
 const HEAD_BYTES: usize = 256;
@@ -45,8 +61,9 @@ const CHUNK_BYTES: usize = 64 * 1024;
 /// Bytes read from one file in one poll: a file written faster than that is read on (the
 /// caller polls again at once) without starving the others.
 const BUDGET_BYTES: u64 = 8 * 1024 * 1024;
-/// Files remembered after they were closed (to continue them, or a copy of them).
-const KNOWN_FILES: usize = 1024;
+
+/// A file: its device and inode.
+type Key = (u64, u64);
 
 /// Why a source could not be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -114,7 +131,7 @@ pub struct FollowOptions {
     pub rotate_wait: Duration,
     /// Files unchanged for this long are closed.
     pub ignore_older: Option<Duration>,
-    /// Files open at once at most.
+    /// Files open at once at most (any number is followed).
     pub max_open: usize,
 }
 
@@ -153,6 +170,8 @@ struct Open {
     modified: SystemTime,
     /// Order of discovery: the older of two files is read first.
     order: u64,
+    /// The look it was opened in: not closed to make room in that look.
+    opened: u64,
     read_failed: bool,
 }
 
@@ -171,24 +190,48 @@ struct Opened {
 #[derive(Clone, Debug)]
 struct Known {
     mark: FileMark,
-    /// Its length when closed (a closed file that did not change stays closed).
-    len: u64,
-    /// When it was remembered (the oldest are forgotten first).
+    /// Bytes read when it was closed: it stays closed while its length is that and it was not
+    /// modified since.
+    read: u64,
+    /// Its modification time when last read (`None`: read before a restart, the mark's
+    /// seconds tell).
+    modified: Option<SystemTime>,
+    /// When it was remembered: of the files waiting for a descriptor, those closed first are
+    /// opened first.
     order: u64,
+    /// The glob that last matched it, while one does.
+    source: Option<usize>,
+    /// The look that last found it in a glob.
+    seen: u64,
+}
+
+/// A file a look found to read, that needs a descriptor.
+struct Wanted {
+    source: usize,
+    path: PathBuf,
+    key: Key,
+    /// Files closed earliest first (new files first of all).
+    waiting: u64,
+    len: u64,
+    modified: SystemTime,
 }
 
 /// The files of the configured globs, followed.
 pub struct Follower {
     options: FollowOptions,
-    open: HashMap<(u64, u64), Open>,
-    known: Vec<Known>,
+    open: HashMap<Key, Open>,
+    known: HashMap<Key, Known>,
     /// Files never read as text (compressed), by device and inode.
-    ignored: HashSet<(u64, u64)>,
+    ignored: HashSet<Key>,
     begin: Begin,
     started: bool,
     states: Vec<Option<SourceError>>,
     chunk: Vec<u8>,
     counter: u64,
+    /// Looks made.
+    looks: u64,
+    /// Where files present at the first look that waited for a descriptor start.
+    first_look: HashMap<Key, u64>,
 }
 
 impl Follower {
@@ -198,18 +241,20 @@ impl Follower {
         let mut follower = Self {
             options,
             open: HashMap::new(),
-            known: Vec::new(),
+            known: HashMap::new(),
             ignored: HashSet::new(),
             begin: begin.clone(),
             started: false,
             states,
             chunk: vec![0; CHUNK_BYTES],
             counter: 0,
+            looks: 0,
+            first_look: HashMap::new(),
         };
         if let Begin::Restart { files, .. } = begin {
             for mark in files {
-                let len = mark.offset;
-                follower.remember(mark, len);
+                let read = mark.offset;
+                follower.remember(mark, read, None, None);
             }
         }
         follower
@@ -227,28 +272,42 @@ impl Follower {
         paths
     }
 
-    /// One look: new files found, every open file read to its end (or to this poll's budget),
-    /// files rotated away for `AGENT_ROTATE_WAIT`, or idle, closed. `true`: there is more to
-    /// read now.
+    /// One look: new and changed files found, every open file read to its end (or to this
+    /// poll's budget), files rotated away for `AGENT_ROTATE_WAIT`, or idle, closed. `true`:
+    /// there is more to read now (past the budget, or files waiting for a descriptor).
     pub fn poll(&mut self, sink: &mut impl Sink) -> bool {
         let now = Instant::now();
         if !self.started && matches!(self.begin, Begin::Restart { .. }) {
             self.recover_moved(sink);
         }
-        self.discover(sink);
+        let waiting = self.discover(sink);
         self.started = true;
         let more = self.read_all(sink, BUDGET_BYTES);
         self.close_idle(sink, now);
         sink.open_files(self.open.len());
-        more
+        // Files waiting get a descriptor in the next look, but from files rotated away, which
+        // close on their own time.
+        more || (waiting && self.open.values().any(|o| o.in_glob))
+    }
+
+    /// Files followed: open, or closed and still matched by a glob.
+    pub fn followed(&self) -> usize {
+        self.open.len() + self.known.values().filter(|k| k.source.is_some()).count()
     }
 
     /// At shutdown: every open file read to its end; the last line of a file without its
     /// newline counted when `flush_partial` (without checkpoints: nothing will complete it),
     /// else left for the next start to read whole.
     pub fn finish(&mut self, sink: &mut impl Sink, flush_partial: bool) {
-        self.discover(sink);
-        while self.read_all(sink, u64::MAX) {}
+        // Every file that waits for a descriptor gets one in a look of its own.
+        let looks = self.followed() / self.options.max_open.max(1) + 2;
+        for _ in 0..looks {
+            let waiting = self.discover(sink);
+            while self.read_all(sink, u64::MAX) {}
+            if !waiting || !self.open.values().any(|o| o.in_glob) {
+                break;
+            }
+        }
         if flush_partial {
             for open in self.open.values_mut() {
                 let (source, written) = (open.source, open.modified);
@@ -262,30 +321,10 @@ impl Follower {
     pub fn marks(&self) -> Vec<FileMark> {
         let mut marks: Vec<FileMark> =
             self.open.values().map(|o| mark_of(o).unwrap_or_else(|| position_of(o))).collect();
-        let keys: HashSet<(u64, u64)> = marks.iter().map(|m| (m.dev, m.ino)).collect();
-        marks.extend(self.known.iter().filter(|k| !keys.contains(&(k.mark.dev, k.mark.ino))).map(|k| k.mark.clone()));
+        marks.extend(self.known.iter().filter(|(key, _)| !self.open.contains_key(key)).map(|(_, k)| k.mark.clone()));
+        // In a stable order: an unchanged checkpoint is not written again.
+        marks.sort_unstable_by_key(|m| (m.dev, m.ino));
         marks
-    }
-
-    fn read_all(&mut self, sink: &mut impl Sink, budget: u64) -> bool {
-        let mut order: Vec<((u64, u64), bool, u64)> =
-            self.open.iter().map(|(key, t)| (*key, t.in_glob, t.order)).collect();
-        // Files rotated away first: their end comes before the new file's beginning.
-        order.sort_by_key(|(_, in_glob, order)| (*in_glob, *order));
-        let mut more = false;
-        for (key, _, _) in order {
-            let Some(mut open) = self.open.remove(&key) else { continue };
-            let (read, full) = self.read_new(&mut open, sink, budget);
-            more |= full;
-            if read > 0 {
-                open.grew = Instant::now();
-            }
-            if self.ignored.contains(&key) {
-                continue; // found compressed: not read as text, never again
-            }
-            self.open.insert(key, open);
-        }
-        more
     }
 
     /// Closes the files rotated away that stopped growing, and those idle past
@@ -321,42 +360,49 @@ impl Follower {
             let (source, written) = (open.source, open.modified);
             open.buffer.flush(|line| sink.line(source, line, written));
         }
-        tracing::info!(path = %open.path.display(), offset = open.offset, reason, "closed");
+        if reason == "limit" {
+            tracing::debug!(path = %open.path.display(), offset = open.offset, reason, "closed");
+        } else {
+            tracing::info!(path = %open.path.display(), offset = open.offset, reason, "closed");
+        }
         sink.closed(reason);
         // Remembered even before it has a fingerprint (empty, or no whole first line yet): by its
-        // inode, so that it stays closed while it does not change.
-        let mark = mark_of(&open).unwrap_or_else(|| position_of(&open));
-        let len = open.file.metadata().map(|m| m.len()).unwrap_or(open.offset);
-        self.remember(mark, len);
-    }
-
-    fn remember(&mut self, mark: FileMark, len: u64) {
-        self.counter += 1;
-        self.known.retain(|k| (k.mark.dev, k.mark.ino) != (mark.dev, mark.ino));
-        if self.known.len() >= KNOWN_FILES {
-            // The oldest remembered goes.
-            if let Some(oldest) = self.known.iter().enumerate().min_by_key(|(_, k)| k.order).map(|(i, _)| i) {
-                self.known.swap_remove(oldest);
-            }
+        // inode, so that it stays closed while it does not change. Where it is now: a file
+        // rotated away may have been renamed again; a deleted one is forgotten.
+        let mut mark = mark_of(&open).unwrap_or_else(|| position_of(&open));
+        match now_at(&open.file) {
+            Some(Now::Deleted) => return,
+            Some(Now::At(path)) => mark.path = path.display().to_string(),
+            None => {}
         }
-        self.known.push(Known { mark, len, order: self.counter });
+        self.remember(mark, open.offset, Some(open.modified), open.in_glob.then_some(open.source));
     }
 
-    /// Expands each glob: files not open yet are opened (or left closed when unchanged since
-    /// they were); each glob's problem said once.
-    fn discover(&mut self, sink: &mut impl Sink) {
+    fn remember(&mut self, mark: FileMark, read: u64, modified: Option<SystemTime>, source: Option<usize>) {
+        self.counter += 1;
+        let key = (mark.dev, mark.ino);
+        self.known.insert(key, Known { mark, read, modified, order: self.counter, source, seen: self.looks });
+    }
+
+    /// Expands each glob: files changed since they were closed, and new ones, are opened, those
+    /// waiting longest first, while a descriptor can be had; files no longer where they were
+    /// are looked for or forgotten; each glob's problem said once. `true`: files wait for a
+    /// descriptor.
+    fn discover(&mut self, sink: &mut impl Sink) -> bool {
+        self.looks += 1;
         for open in self.open.values_mut() {
             open.in_glob = false;
         }
-        for source in 0..self.options.globs.len() {
-            let mut problem: Option<(SourceError, String)> = None;
-            let mut found = false;
+        let sources = self.options.globs.len();
+        let mut problems: Vec<Option<(SourceError, String)>> = vec![None; sources];
+        let mut found = vec![false; sources];
+        let mut wanted = Vec::new();
+        for source in 0..sources {
             let paths = match glob::glob(&self.options.globs[source]) {
                 Ok(paths) => paths,
                 Err(error) => {
                     // Checked at start: cannot happen with a valid configuration.
-                    problem = Some((SourceError::Io, error.to_string()));
-                    self.report(source, problem, sink);
+                    problems[source] = Some((SourceError::Io, error.to_string()));
                     continue;
                 }
             };
@@ -364,17 +410,39 @@ impl Follower {
                 let path = match entry {
                     Ok(path) => path,
                     Err(error) => {
-                        problem = Some((SourceError::of(error.error()), error.to_string()));
+                        problems[source] = Some((SourceError::of(error.error()), error.to_string()));
                         continue;
                     }
                 };
-                match self.follow(source, &path, sink) {
-                    Ok(true) => found = true,
-                    Ok(false) => {}
-                    Err(error) => problem = Some((SourceError::of(&error), format!("{}: {error}", path.display()))),
+                match self.look_at(source, path, &mut wanted) {
+                    Ok(is_file) => found[source] |= is_file,
+                    Err((path, error)) => {
+                        problems[source] = Some((SourceError::of(&error), format!("{}: {error}", path.display())));
+                    }
                 }
             }
-            if !found && problem.is_none() {
+        }
+        wanted.sort_by_key(|w: &Wanted| w.waiting);
+        let mut waiting = false;
+        for want in wanted {
+            if !self.make_room(sink) {
+                waiting = true;
+                if !self.started && !self.known.contains_key(&want.key) {
+                    // Present at the first look: starts where such a file starts, once it is opened.
+                    let offset = self.first_offset(want.len, want.modified);
+                    self.first_look.insert(want.key, offset);
+                }
+                continue;
+            }
+            let source = want.source;
+            if let Err((path, error)) = self.follow(want, sink) {
+                problems[source] = Some((SourceError::of(&error), format!("{}: {error}", path.display())));
+            }
+        }
+        waiting |= self.find_or_forget(sink);
+        for (source, problem) in problems.into_iter().enumerate() {
+            let mut problem = problem;
+            if !found[source] && problem.is_none() {
                 let prefix = literal_prefix(&self.options.globs[source]);
                 if let Err(error) = std::fs::metadata(&prefix) {
                     problem = Some((SourceError::of(&error), format!("{}: {error}", prefix.display())));
@@ -382,15 +450,23 @@ impl Follower {
             }
             self.report(source, problem, sink);
         }
+        waiting
     }
 
-    /// Follows the file at `path` if it is a regular file not open yet; `Ok(true)`: a file.
-    fn follow(&mut self, source: usize, path: &Path, sink: &mut impl Sink) -> io::Result<bool> {
-        let meta = match std::fs::metadata(path) {
+    /// Looks at `path`, matched by glob `source`: a regular file open already is marked in the
+    /// glob; one closed and unchanged since stays closed; any other is `wanted`. `Ok(true)`: a
+    /// file.
+    fn look_at(
+        &mut self,
+        source: usize,
+        path: PathBuf,
+        wanted: &mut Vec<Wanted>,
+    ) -> Result<bool, (PathBuf, io::Error)> {
+        let meta = match std::fs::metadata(&path) {
             Ok(meta) => meta,
             // Gone between the listing and now: the next look sees what replaced it.
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(error) => return Err(error),
+            Err(error) => return Err((path, error)),
         };
         if !meta.is_file() {
             return Ok(false);
@@ -399,7 +475,7 @@ impl Follower {
         if let Some(open) = self.open.get_mut(&key) {
             open.in_glob = true;
             if open.path != path {
-                open.path = path.to_owned();
+                open.path = path;
             }
             return Ok(true);
         }
@@ -407,39 +483,86 @@ impl Follower {
             return Ok(true);
         }
         let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-        // Closed and unchanged since: stays closed.
-        let closed = self.known.iter().find(|k| (k.mark.dev, k.mark.ino) == key);
-        if closed.is_some_and(|k| k.len == meta.len() && k.mark.modified >= seconds(modified)) {
-            return Ok(true);
+        let waiting = match self.known.get_mut(&key) {
+            Some(known) => {
+                known.seen = self.looks;
+                known.source = Some(source);
+                if known.mark.path != path.as_os_str().to_string_lossy() {
+                    known.mark.path = path.display().to_string();
+                }
+                // Closed and unchanged since: stays closed.
+                let unchanged = match known.modified {
+                    Some(then) => then == modified,
+                    None => known.mark.modified >= seconds(modified),
+                };
+                if known.read == meta.len() && unchanged {
+                    return Ok(true);
+                }
+                known.order
+            }
+            None => 0,
+        };
+        wanted.push(Wanted { source, path, key, waiting, len: meta.len(), modified });
+        Ok(true)
+    }
+
+    /// Opens the file `want` names, a descriptor free for it: where it was left if it was read
+    /// before (its copy read first if it was truncated since), else where a new file starts.
+    fn follow(&mut self, want: Wanted, sink: &mut impl Sink) -> Result<(), (PathBuf, io::Error)> {
+        let Wanted { source, path, key, .. } = want;
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err((path, error)),
+        };
+        let meta = file.metadata().map_err(|error| (path.clone(), error))?;
+        if (meta.dev(), meta.ino()) != key {
+            return Ok(()); // replaced since the look: the next one sees the new file
         }
-        let file = File::open(path)?;
         let mut head = vec![0; HEAD_BYTES];
-        let kept = read_fully_at(&file, &mut head, 0)?;
+        let kept = read_fully_at(&file, &mut head, 0).map_err(|error| (path.clone(), error))?;
         head.truncate(kept);
         if is_compressed(&head) {
             tracing::info!(path = %path.display(), "compressed: not read as text");
             sink.skipped("compressed");
             self.ignored.insert(key);
-            return Ok(true);
+            self.known.remove(&key);
+            return Ok(());
         }
         let fingerprint = fingerprint_of(&head);
-        let len = meta.len();
+        let (len, modified) = (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH));
         let (offset, how) = match self.continued(&file, key, fingerprint, len) {
             Some(offset) => (offset, "continued"),
-            None => (self.first_offset(len, modified), "new"),
+            None => match self.known.remove(&key) {
+                // Truncated while closed: what its copy holds past where it was left, then all of it.
+                Some(known) => {
+                    let mut buffer = LineBuffer::new(self.options.max_line);
+                    let found = self.read_copy(&Left::of(&known.mark), &mut buffer, source, sink);
+                    buffer.flush(|line| sink.line(source, line, modified));
+                    sink.truncated(source, found);
+                    (0, "truncated while closed")
+                }
+                None => match self.first_look.remove(&key) {
+                    Some(offset) if offset <= len => (offset, "new, present at the first look"),
+                    _ => (self.first_offset(len, modified), "new"),
+                },
+            },
         };
-        tracing::info!(path = %path.display(), offset, how, "following");
-        self.start_reading(Opened { file, key, path: path.to_owned(), source, offset, head, modified }, true, sink);
-        Ok(true)
+        if how == "continued" {
+            tracing::debug!(path = %path.display(), offset, how, "following");
+        } else {
+            tracing::info!(path = %path.display(), offset, how, "following");
+        }
+        self.start_reading(Opened { file, key, path, source, offset, head, modified }, true);
+        Ok(())
     }
 
-    /// Reads `opened` from its offset on: `in_glob`, a file of a glob; else one rotated away,
-    /// read until it has been quiet for `AGENT_ROTATE_WAIT`.
-    fn start_reading(&mut self, opened: Opened, in_glob: bool, sink: &mut impl Sink) {
+    /// Reads `opened` from its offset on (a descriptor was made room for): `in_glob`, a file of
+    /// a glob; else one rotated away, read until it has been quiet for `AGENT_ROTATE_WAIT`.
+    fn start_reading(&mut self, opened: Opened, in_glob: bool) {
         let Opened { file, key, path, source, offset, head, modified } = opened;
         // The bytes before the offset: what a copy of it would hold there.
         let tail = read_tail(&file, offset).unwrap_or_default();
-        self.make_room(sink);
         self.counter += 1;
         let fingerprint = fingerprint_of(&head);
         let buffer = LineBuffer::new(self.options.max_line);
@@ -458,65 +581,11 @@ impl Follower {
             grew,
             modified,
             order,
+            opened: self.looks,
             read_failed: false,
         };
         self.open.insert(key, open);
-        self.known.retain(|k| (k.mark.dev, k.mark.ino) != key);
-    }
-
-    /// At a restart with checkpoints: a file read before that rotation moved while the agent
-    /// was down (renamed, or copied and truncated, in its own directory, in a glob or not) is
-    /// found by its inode (renamed) or by its fingerprint and the bytes before its offset (the
-    /// copy), and read from where it was left as a file rotated away, before the file now at its
-    /// path (read first: it is older). A file still at its path is the globs' to find.
-    fn recover_moved(&mut self, sink: &mut impl Sink) {
-        let marks: Vec<FileMark> = self.known.iter().map(|k| k.mark.clone()).collect();
-        for mark in marks {
-            let path = Path::new(&mark.path);
-            let Some(source) =
-                self.options.globs.iter().position(|g| glob::Pattern::new(g).is_ok_and(|p| p.matches_path(path)))
-            else {
-                continue;
-            };
-            let in_place = std::fs::metadata(path).is_ok_and(|m| {
-                (m.dev(), m.ino()) == (mark.dev, mark.ino)
-                    && m.len() >= mark.offset
-                    && File::open(path).is_ok_and(|f| read_tail(&f, mark.offset).is_some_and(|t| hash(&t) == mark.tail))
-            });
-            let Some(directory) = path.parent().filter(|_| !in_place) else { continue };
-            let Ok(entries) = std::fs::read_dir(directory) else { continue };
-            for entry in entries.flatten() {
-                let candidate = entry.path();
-                if let Some(opened) = self.moved_copy(&mark, &candidate, source) {
-                    tracing::info!(path = %candidate.display(), was = %mark.path, offset = mark.offset, "following, moved while stopped");
-                    self.start_reading(opened, false, sink);
-                    break;
-                }
-            }
-        }
-    }
-
-    /// `candidate` opened at `mark`'s offset if it is the file of `mark` moved there (the same
-    /// inode, or the same fingerprint and bytes before the offset) and holds what was read.
-    fn moved_copy(&self, mark: &FileMark, candidate: &Path, source: usize) -> Option<Opened> {
-        if candidate == Path::new(&mark.path) {
-            return None;
-        }
-        let meta = std::fs::metadata(candidate).ok().filter(|m| m.is_file() && m.len() >= mark.offset)?;
-        let key = (meta.dev(), meta.ino());
-        if self.open.contains_key(&key) || self.ignored.contains(&key) {
-            return None;
-        }
-        let file = File::open(candidate).ok()?;
-        let mut head = vec![0; HEAD_BYTES];
-        let kept = read_fully_at(&file, &mut head, 0).ok()?;
-        head.truncate(kept);
-        let same = key == (mark.dev, mark.ino) || fingerprint_of(&head) == Some(mark.fingerprint);
-        if !same || is_compressed(&head) || read_tail(&file, mark.offset).is_none_or(|t| hash(&t) != mark.tail) {
-            return None;
-        }
-        let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-        Some(Opened { file, key, path: candidate.to_owned(), source, offset: mark.offset, head, modified })
+        self.known.remove(&key);
     }
 
     /// Where a file not open yet continues a file read before: one known (closed, or read
@@ -528,14 +597,14 @@ impl Follower {
     fn continued(&self, file: &File, key: (u64, u64), fingerprint: Option<u64>, len: u64) -> Option<u64> {
         let holds = |offset: u64, tail: u64| read_tail(file, offset).is_some_and(|t| hash(&t) == tail);
         // The same file, closed: where it was left, if it still holds what was read.
-        let same = self.known.iter().find(|k| (k.mark.dev, k.mark.ino) == key);
+        let same = self.known.get(&key);
         if let Some(known) = same.filter(|k| k.mark.offset <= len && holds(k.mark.offset, k.mark.tail)) {
             return Some(known.mark.offset);
         }
         let fingerprint = fingerprint?;
         let mut known: Vec<(u64, u64)> = self
             .known
-            .iter()
+            .values()
             .filter(|k| k.mark.fingerprint == fingerprint && k.mark.offset <= len)
             .map(|k| (k.mark.offset, k.mark.tail))
             .collect();
@@ -568,13 +637,19 @@ impl Follower {
         }
     }
 
-    /// Closes the least recently grown file of a glob while `AGENT_MAX_OPEN_FILES` are open.
-    fn make_room(&mut self, sink: &mut impl Sink) {
+    /// Makes room for one more open file while `AGENT_MAX_OPEN_FILES` are open: the least
+    /// recently grown file of a glob not opened in this look is closed (remembered where it was
+    /// read to). `false`: none can be (files opened in this look are read first; files rotated
+    /// away drain first).
+    fn make_room(&mut self, sink: &mut impl Sink) -> bool {
         while self.open.len() >= self.options.max_open {
-            let quietest = self.open.values().filter(|o| o.in_glob).min_by_key(|o| o.grew).map(|o| o.key);
-            let Some(key) = quietest else { return }; // only files rotated away: they drain first
+            let looks = self.looks;
+            let quietest =
+                self.open.values().filter(|o| o.in_glob && o.opened < looks).min_by_key(|o| o.grew).map(|o| o.key);
+            let Some(key) = quietest else { return false };
             self.close(key, "limit", false, sink);
         }
+        true
     }
 
     fn report(&mut self, source: usize, problem: Option<(SourceError, String)>, sink: &mut impl Sink) {
@@ -595,242 +670,6 @@ impl Follower {
             self.states[source] = now;
         }
     }
-
-    /// Reads what `open` has past its offset, up to `budget`: (bytes read, budget used up). A
-    /// file that shrank, or holds other bytes at its beginning, was truncated (or replaced):
-    /// its copy is read first, from where it was left.
-    fn read_new(&mut self, open: &mut Open, sink: &mut impl Sink, budget: u64) -> (u64, bool) {
-        let meta = match open.file.metadata() {
-            Ok(meta) => meta,
-            Err(error) => {
-                read_failed(open, &error, sink);
-                return (0, false);
-            }
-        };
-        open.modified = meta.modified().unwrap_or(open.modified);
-        if meta.len() < open.offset || head_changed(open) {
-            let found = self.read_copy(open, sink);
-            sink.truncated(open.source, found);
-            tracing::info!(path = %open.path.display(), copy_found = found, "truncated: reading from the beginning");
-            let (source, written) = (open.source, open.modified);
-            open.buffer.flush(|line| sink.line(source, line, written));
-            open.offset = 0;
-            open.head.clear();
-            open.fingerprint = None;
-            open.tail.clear();
-        }
-        let mut read = 0;
-        let chunk = &mut self.chunk;
-        while read < budget {
-            let n = match open.file.read_at(chunk, open.offset) {
-                Ok(0) => return (read, false),
-                Ok(n) => n,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                Err(error) => {
-                    read_failed(open, &error, sink);
-                    return (read, false);
-                }
-            };
-            let bytes = &chunk[..n];
-            if open.offset == 0 && open.head.is_empty() && is_compressed(bytes) {
-                tracing::info!(path = %open.path.display(), "compressed: not read as text");
-                sink.skipped("compressed");
-                self.ignored.insert(open.key);
-                return (read, false);
-            }
-            // The head grows only with bytes read from the beginning on.
-            if open.head.len() as u64 == open.offset && open.head.len() < HEAD_BYTES {
-                let room = HEAD_BYTES - open.head.len();
-                open.head.extend_from_slice(&bytes[..room.min(n)]);
-                open.fingerprint = fingerprint_of(&open.head);
-            }
-            keep_tail(&mut open.tail, bytes);
-            let (source, written) = (open.source, open.modified);
-            open.buffer.push_runs(bytes, |piece| give(sink, source, piece, written));
-            open.offset += n as u64;
-            read += n as u64;
-            open.read_failed = false;
-        }
-        (read, true)
-    }
-
-    /// The copy of a truncated file (copytruncate): in its directory, the file with its
-    /// fingerprint and its bytes before the offset read. What it holds past that offset is read
-    /// (up to where a glob that follows it started it). Whether it was found.
-    fn read_copy(&mut self, open: &mut Open, sink: &mut impl Sink) -> bool {
-        let Some(fingerprint) = open.fingerprint else { return false };
-        let tail = hash(&open.tail);
-        let directory = open.path.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
-        let Ok(entries) = std::fs::read_dir(&directory) else { return false };
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.metadata() else { continue };
-            let key = (meta.dev(), meta.ino());
-            if !meta.is_file() || key == open.key || meta.len() < open.offset || self.ignored.contains(&key) {
-                continue;
-            }
-            let Ok(file) = File::open(entry.path()) else { continue };
-            let mut head = vec![0; HEAD_BYTES];
-            let Ok(kept) = read_fully_at(&file, &mut head, 0) else { continue };
-            head.truncate(kept);
-            if fingerprint_of(&head) != Some(fingerprint)
-                || read_tail(&file, open.offset).map(|t| hash(&t)) != Some(tail)
-            {
-                continue;
-            }
-            // Followed already (a glob matches it): up to where it started; else to its end.
-            let followed = self.open.get(&key).map(|copy| copy.offset);
-            let end = followed.unwrap_or(meta.len());
-            let written = meta.modified().unwrap_or(open.modified);
-            let mut at = open.offset;
-            while at < end {
-                let want = usize::try_from(end - at).unwrap_or(usize::MAX).min(self.chunk.len());
-                let n = match file.read_at(&mut self.chunk[..want], at) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                let source = open.source;
-                open.buffer.push_runs(&self.chunk[..n], |piece| give(sink, source, piece, written));
-                at += n as u64;
-            }
-            tracing::info!(copy = %entry.path().display(), from = open.offset, to = at, "read the copy of a truncated file");
-            if followed.is_none() {
-                let mark = FileMark {
-                    path: entry.path().display().to_string(),
-                    dev: key.0,
-                    ino: key.1,
-                    fingerprint,
-                    offset: at,
-                    tail: read_tail(&file, at).map(|t| hash(&t)).unwrap_or_default(),
-                    modified: seconds(written),
-                };
-                self.remember(mark, at);
-            }
-            return true;
-        }
-        false
-    }
-}
-
-/// Hands `piece` of source `source` to `sink`.
-fn give(sink: &mut impl Sink, source: usize, piece: Piece<'_>, written: SystemTime) {
-    match piece {
-        Piece::Line(line) => sink.line(source, line, written),
-        Piece::Run(run) => sink.run(source, run, written),
-    }
-}
-
-/// Where `open` was read to, up to its last whole line (`None` before it has a fingerprint).
-fn mark_of(open: &Open) -> Option<FileMark> {
-    let offset = open.offset - open.buffer.pending().min(open.offset);
-    Some(FileMark {
-        path: open.path.display().to_string(),
-        dev: open.key.0,
-        ino: open.key.1,
-        fingerprint: open.fingerprint?,
-        offset,
-        tail: read_tail(&open.file, offset).map(|t| hash(&t))?,
-        modified: seconds(open.modified),
-    })
-}
-
-/// Where `open` was read to, before it has a fingerprint (fingerprint 0: none).
-fn position_of(open: &Open) -> FileMark {
-    let offset = open.offset - open.buffer.pending().min(open.offset);
-    FileMark {
-        path: open.path.display().to_string(),
-        dev: open.key.0,
-        ino: open.key.1,
-        fingerprint: 0,
-        offset,
-        tail: read_tail(&open.file, offset).map(|t| hash(&t)).unwrap_or_default(),
-        modified: seconds(open.modified),
-    }
-}
-
-/// The fingerprint of a file whose first bytes are `head`: its first line with its newline,
-/// or its first [`HEAD_BYTES`]; `None` while it has neither.
-fn fingerprint_of(head: &[u8]) -> Option<u64> {
-    match memchr::memchr(b'\n', head) {
-        Some(end) => Some(hash(&head[..=end])),
-        None if head.len() >= HEAD_BYTES => Some(hash(&head[..HEAD_BYTES])),
-        None => None,
-    }
-}
-
-/// Whether a file starting with `head` is compressed: gzip, zstd, bzip2, xz.
-fn is_compressed(head: &[u8]) -> bool {
-    const MAGIC: [&[u8]; 4] = [b"\x1f\x8b", b"\x28\xb5\x2f\xfd", b"BZh", b"\xfd7zXZ\x00"];
-    MAGIC.iter().any(|magic| head.starts_with(magic))
-}
-
-/// The bytes of `file` just before `offset`, up to [`TAIL_BYTES`] (`None` if they cannot be
-/// read whole).
-fn read_tail(file: &File, offset: u64) -> Option<Vec<u8>> {
-    let len = offset.min(TAIL_BYTES as u64) as usize;
-    let mut tail = vec![0; len];
-    let read = read_fully_at(file, &mut tail, offset - len as u64).ok()?;
-    (read == len).then_some(tail)
-}
-
-/// Keeps the last [`TAIL_BYTES`] of what was read.
-fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
-    if bytes.len() >= TAIL_BYTES {
-        tail.clear();
-        tail.extend_from_slice(&bytes[bytes.len() - TAIL_BYTES..]);
-    } else {
-        let over = (tail.len() + bytes.len()).saturating_sub(TAIL_BYTES);
-        tail.drain(..over);
-        tail.extend_from_slice(bytes);
-    }
-}
-
-fn read_fully_at(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<usize> {
-    let mut read = 0;
-    while read < buffer.len() {
-        match file.read_at(&mut buffer[read..], offset + read as u64) {
-            Ok(0) => break,
-            Ok(n) => read += n,
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(read)
-}
-
-/// Whether the first bytes of the file are no longer those read from it (another file at the
-/// same inode, or truncated and written past the old offset between two looks).
-fn head_changed(open: &Open) -> bool {
-    if open.head.is_empty() || open.offset == 0 {
-        return false;
-    }
-    let mut now = [0_u8; HEAD_BYTES];
-    match read_fully_at(&open.file, &mut now[..open.head.len()], 0) {
-        Ok(n) => now[..n] != open.head[..],
-        Err(_) => false,
-    }
-}
-
-fn read_failed(open: &mut Open, error: &io::Error, sink: &mut impl Sink) {
-    if !open.read_failed {
-        open.read_failed = true;
-        let detail = format!("{}: {error}", open.path.display());
-        tracing::warn!(detail, "cannot read");
-        sink.error(open.source, SourceError::of(error), &detail);
-    }
-}
-
-/// The part of `glob` before its first component with a pattern character: the directory that
-/// must exist for the glob to match anything (the whole path for a plain file name).
-fn literal_prefix(glob: &str) -> PathBuf {
-    let mut prefix = PathBuf::from("/");
-    for component in Path::new(glob).components().skip(1) {
-        let text = component.as_os_str().to_string_lossy();
-        if text.contains(['*', '?', '[']) {
-            break;
-        }
-        prefix.push(component);
-    }
-    prefix
 }
 
 #[cfg(test)]

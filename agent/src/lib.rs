@@ -4,16 +4,18 @@
 //! and, when a rule crosses its threshold, emits a Warning Event on the pod. Configured from its
 //! environment only ([`config`]), so a Watcher's `configData` is its configuration.
 
-pub mod alertmanager;
+mod alertmanager;
+// What the binary, the benches and the process tests use; the rest is the agent's own.
 pub mod alerts;
 pub mod checkpoint;
 pub mod config;
 pub mod counting;
-pub mod events;
+mod events;
 pub mod follow;
 pub mod lines;
-pub mod logs;
+mod logs;
 pub mod metrics;
 pub mod rules;
 pub mod run;
-pub mod server;
+mod server;
+mod text;

@@ -25,15 +25,15 @@ use crate::lines::{Line, LineBuffer};
 use crate::metrics::Metrics;
 
 /// A stream kube-apiserver does not begin to answer within this long is asked again.
-pub const ANSWER: Duration = Duration::from_secs(30);
+pub(crate) const ANSWER: Duration = Duration::from_secs(30);
 /// At shutdown, the stream is read until it ends, at most this long.
-pub const DRAIN: Duration = Duration::from_secs(3);
+pub(crate) const DRAIN: Duration = Duration::from_secs(3);
 /// Lines of the last second remembered, to skip them when a stream sends them again.
 const RECENT_LINES: usize = 20_000;
 
 /// Which lines of a stream are new.
 #[derive(Debug, Default)]
-pub struct Resume {
+pub(crate) struct Resume {
     /// The latest timestamp read.
     last: Option<Timestamp>,
     /// Lines read stamped in the second of `last` or later: (timestamp in ns, hash of the
@@ -44,17 +44,17 @@ pub struct Resume {
     /// Lines stamped before this are not read (`AGENT_START=end`: the agent's start).
     not_before: Option<Timestamp>,
     /// The container's restart count when last read.
-    pub restart_count: Option<i32>,
+    pub(crate) restart_count: Option<i32>,
 }
 
 impl Resume {
     /// Only lines stamped from `at` on.
-    pub fn from(at: Timestamp) -> Self {
+    pub(crate) fn from(at: Timestamp) -> Self {
         Self { not_before: Some(at), ..Self::default() }
     }
 
     /// As a checkpoint left it.
-    pub fn from_mark(mark: &StreamMark) -> Self {
+    pub(crate) fn from_mark(mark: &StreamMark) -> Self {
         let last = mark.last.as_deref().and_then(|t| t.parse().ok());
         let recent = mark
             .recent
@@ -68,7 +68,7 @@ impl Resume {
     }
 
     /// For a checkpoint.
-    pub fn mark(&self) -> StreamMark {
+    pub(crate) fn mark(&self) -> StreamMark {
         let recent = self
             .recent
             .iter()
@@ -82,14 +82,14 @@ impl Resume {
 
     /// A new stream starts: the `sinceTime` to ask from (the second of the last line read),
     /// and the lines read in that second are expected again.
-    pub fn restart(&mut self) -> Option<Timestamp> {
+    pub(crate) fn restart(&mut self) -> Option<Timestamp> {
         self.replay.clone_from(&self.recent);
         let last = self.last.or(self.not_before)?;
         Timestamp::from_second(last.as_second()).ok()
     }
 
     /// Whether the line stamped `at` with `text` is new (and remembers it).
-    pub fn accept(&mut self, at: Timestamp, text: &[u8]) -> bool {
+    pub(crate) fn accept(&mut self, at: Timestamp, text: &[u8]) -> bool {
         if self.not_before.is_some_and(|from| at < from) {
             return false;
         }
@@ -118,7 +118,7 @@ fn floor_second(at: Timestamp) -> i128 {
 }
 
 /// A line of a `timestamps=true` stream: its time and its text.
-pub fn split_timestamp(line: &[u8]) -> (Option<Timestamp>, &[u8]) {
+pub(crate) fn split_timestamp(line: &[u8]) -> (Option<Timestamp>, &[u8]) {
     let Some(space) = memchr::memchr(b' ', line) else { return (None, line) };
     let stamp = std::str::from_utf8(&line[..space]).ok().and_then(|s| s.parse::<Timestamp>().ok());
     match stamp {
@@ -129,11 +129,11 @@ pub fn split_timestamp(line: &[u8]) -> (Option<Timestamp>, &[u8]) {
 
 /// How a stream ended.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// Not allowed to read `pods/log`: do not ask again.
     Forbidden(String),
     /// Ended by the server (the container stopped, the connection closed), after `lines` lines.
-    Ended {
+    ByServer {
         /// Lines it sent.
         lines: u64,
     },
@@ -146,17 +146,17 @@ pub enum Ended {
 }
 
 /// What a stream reads into.
-pub struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     /// The lines' counting (the stream's own).
-    pub counting: &'a mut Counting,
+    pub(crate) counting: &'a mut Counting,
     /// The source index of the stream.
-    pub source: usize,
+    pub(crate) source: usize,
     /// Which lines are new.
-    pub resume: &'a Mutex<Resume>,
+    pub(crate) resume: &'a Mutex<Resume>,
     /// Lines are cut to this many bytes.
-    pub max_line: usize,
+    pub(crate) max_line: usize,
     /// A stream that sends no byte for this long is asked again (`AGENT_STREAM_IDLE`).
-    pub idle: Duration,
+    pub(crate) idle: Duration,
 }
 
 fn lock(resume: &Mutex<Resume>) -> MutexGuard<'_, Resume> {
@@ -166,7 +166,7 @@ fn lock(resume: &Mutex<Resume>) -> MutexGuard<'_, Resume> {
 /// One stream of `container`'s log (the previous container's, when `previous`), from where
 /// the resume state says, until it ends, goes idle, or `stop` (then read for at most
 /// [`DRAIN`]).
-pub async fn stream_once(
+pub(crate) async fn stream_once(
     pods: &Api<Pod>,
     pod: &str,
     container: &str,
@@ -225,7 +225,7 @@ pub async fn stream_once(
                 // connection's, sent again whole by the next stream.
                 buffer.discard();
                 counting.flush();
-                return Ended::Ended { lines };
+                return Ended::ByServer { lines };
             }
             Ok(Ok(n)) => {
                 buffer.push(&bytes[..n], |stamped| lines += read_line(stamped, source, counting, resume, max));
@@ -250,7 +250,7 @@ fn read_line(stamped: Line<'_>, source: usize, counting: &mut Counting, resume: 
 }
 
 /// Backoff between failed streams: 1 s, doubling to 30 s.
-pub fn backoff(previous: Duration) -> Duration {
+pub(crate) fn backoff(previous: Duration) -> Duration {
     (previous * 2).clamp(Duration::from_secs(1), Duration::from_secs(30))
 }
 
@@ -262,7 +262,7 @@ async fn restart_count(pods: &Api<Pod>, pod: &str, container: &str) -> Option<i3
 }
 
 /// The log stream of `container`, asked again after each end, until forbidden or `stop`.
-pub async fn follow(
+pub(crate) async fn follow(
     pods: Api<Pod>,
     pod: String,
     container: String,
@@ -308,14 +308,14 @@ pub async fn follow(
                 metrics.reconnected("shutdown");
                 return;
             }
-            Ended::Ended { lines } if lines > 0 => {
+            Ended::ByServer { lines } if lines > 0 => {
                 metrics.reconnected("ended");
                 delay = Duration::ZERO;
                 said_failing = false;
                 info!(lines, "the log stream ended; asking again from the last line read");
                 continue;
             }
-            Ended::Ended { .. } => {
+            Ended::ByServer { .. } => {
                 metrics.reconnected("ended");
                 delay = backoff(delay);
             }

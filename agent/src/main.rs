@@ -27,8 +27,8 @@ fn main() -> ExitCode {
         },
         Some("help" | "-h" | "--help") => {
             println!("{USAGE}");
-            for (name, default, meaning) in VARIABLES {
-                println!("  {name:<34} {default:<14} {meaning}");
+            for variable in &VARIABLES {
+                println!("  {:<34} {:<14} {}", variable.name, variable.default, variable.meaning());
             }
             ExitCode::SUCCESS
         }

@@ -308,7 +308,7 @@ fn match_labels(rule: &str, source: &str, names: &[String], values: &[String]) -
 
 /// A named group's value as a label value: text, at most [`VALUE_BYTES`].
 pub fn label_value(bytes: &[u8]) -> String {
-    crate::events::truncate(&String::from_utf8_lossy(bytes), VALUE_BYTES)
+    crate::text::truncate(&String::from_utf8_lossy(bytes), VALUE_BYTES)
 }
 
 /// `registry` as OpenMetrics text.

@@ -24,7 +24,7 @@ use crate::alerts::{AlertBook, AlertState};
 use crate::checkpoint::{self, Checkpoint, FileMark};
 use crate::config::{Config, Start};
 use crate::counting::{Counting, SharedAlerts, lock};
-use crate::events::{self, EventPublisher};
+use crate::events::EventPublisher;
 use crate::follow::{Begin, FollowOptions, Follower, Sink, SourceError};
 use crate::lines::Line;
 use crate::logs::{Reader, Resume};
@@ -311,13 +311,13 @@ fn read_checkpoint(dir: &Path, start: Start) -> Option<Checkpoint> {
             None
         }
         Err(error) => {
-            warn!(error, "the checkpoint cannot be read: files present start as AGENT_START says");
+            warn!(%error, "the checkpoint cannot be read: files present start as AGENT_START says");
             let now = SystemTime::now();
             let stream = (start == Start::End).then(|| checkpoint::StreamMark {
-                last: Some(events::timestamp(now).to_string()),
+                last: Some(crate::text::timestamp(now).to_string()),
                 ..Default::default()
             });
-            Some(Checkpoint { written: checkpoint::seconds(now), files: Vec::new(), stream })
+            Some(Checkpoint { written: checkpoint::seconds(now), stream, ..Checkpoint::default() })
         }
     }
 }
@@ -330,11 +330,12 @@ async fn save(dir: &Path, files: &Mutex<Vec<FileMark>>, resume: &Mutex<Resume>, 
     if unchanged {
         return;
     }
-    let checkpoint = Checkpoint { written: checkpoint::seconds(SystemTime::now()), files, stream };
+    let checkpoint =
+        Checkpoint { written: checkpoint::seconds(SystemTime::now()), files, stream, ..Checkpoint::default() };
     let (dir, saved) = (dir.to_owned(), checkpoint.clone());
     match tokio::task::spawn_blocking(move || checkpoint::write(&dir, &saved)).await {
         Ok(Ok(())) => *last = Some(checkpoint),
-        Ok(Err(error)) => warn!(error, "cannot write the checkpoint"),
+        Ok(Err(error)) => warn!(%error, "cannot write the checkpoint"),
         Err(error) => warn!(%error, "cannot write the checkpoint"),
     }
 }

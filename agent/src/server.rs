@@ -13,17 +13,17 @@ use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 
 /// What the endpoints read.
-pub struct Endpoints {
+pub(crate) struct Endpoints {
     /// The metrics.
-    pub registry: Registry,
+    pub(crate) registry: Registry,
     /// Set once the files were looked at.
-    pub ready: AtomicBool,
+    pub(crate) ready: AtomicBool,
     /// Notified after each scrape (shutdown waits for a last one).
-    pub scraped: Notify,
+    pub(crate) scraped: Notify,
 }
 
 /// The router of the agent's port.
-pub fn router(endpoints: Arc<Endpoints>) -> Router {
+pub(crate) fn router(endpoints: Arc<Endpoints>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))

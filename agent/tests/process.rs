@@ -349,6 +349,32 @@ fn idle_files_are_closed() {
     agent.wait_value(&lines_of(&source), 1.0);
 }
 
+/// More files than `AGENT_MAX_OPEN_FILES` (300 date-named files, the limit at 128), each written
+/// an ERROR line three times, 300 ms apart: every line counted, never more than 128 open.
+#[test]
+fn more_files_than_descriptors_lose_no_line() {
+    let dir = dir("many-files");
+    let name = |i: usize| dir.join(format!("job-2026-11-26-{i:03}.log"));
+    for i in 0..300 {
+        append(&name(i), "");
+    }
+    let (agent, source) = files_agent(&dir, "job-*.log", &[("AGENT_MAX_OPEN_FILES", "128".into())]);
+    wait_for("every file followed", || agent.value("watcher_agent_open_files").is_some());
+    let mut most_open = 0.0_f64;
+    for round in 1..=3 {
+        for i in 0..300 {
+            append(&name(i), &format!("ERROR job {i} round {round}\n"));
+        }
+        most_open = most_open.max(agent.value("watcher_agent_open_files").unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    agent.wait_value(&matches_of("error", &source), 900.0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(agent.value(&matches_of("error", &source)), Some(900.0), "nothing twice");
+    most_open = most_open.max(agent.value("watcher_agent_open_files").unwrap_or_default());
+    assert!(most_open <= 128.0, "{most_open} open, the limit 128");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The log stream, through the fake kube-apiserver.
 

@@ -199,3 +199,34 @@ fn checkpoint_and_rotation_variables() {
     let said = problem(&[("AGENT_FILES", "/x/*.log"), ("AGENT_RULE_ERROR", "ERROR"), ("AGENT_STATE_DIR", "state")]);
     assert_eq!(said, "AGENT_STATE_DIR: \"state\" is not an absolute path");
 }
+
+/// docs/agent.md's table of variables is the one the agent reads its variables through.
+#[test]
+fn the_docs_table_is_the_variables_table() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/agent.md");
+    let docs = std::fs::read_to_string(path).expect("docs/agent.md");
+    let table = markdown();
+    assert!(
+        docs.contains(&table),
+        "docs/agent.md: its table of variables is not agent/src/config/variables.rs's; it is:\n{table}"
+    );
+}
+
+/// Every default is a valid value of its variable: the configuration with none set is valid and
+/// has them.
+#[test]
+fn every_default_is_read_as_a_value_would_be() {
+    let config = config(&[("AGENT_FILES", "/var/log/*.log"), ("AGENT_RULE_ERROR", "ERROR")]).expect("valid");
+    assert_eq!(config.stream_idle, Duration::from_secs(120));
+    assert_eq!(config.rotate_wait, Duration::from_secs(5));
+    assert_eq!(config.ignore_older, None);
+    assert_eq!(config.max_open_files, 128);
+    assert_eq!(config.max_series, 100);
+    assert_eq!(config.shutdown_linger, Duration::from_secs(5));
+    let off = self::config(&[("AGENT_FILES", "/x/*.log"), ("AGENT_RULE_ERROR", "E"), ("AGENT_IGNORE_OLDER", "30m")]);
+    assert_eq!(off.expect("valid").ignore_older, Some(Duration::from_secs(1800)));
+    for variable in VARIABLES {
+        let meaning = variable.meaning();
+        assert!(!meaning.contains('\n') && !meaning.contains(" |"), "{}: one table cell", variable.name);
+    }
+}

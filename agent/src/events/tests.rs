@@ -208,7 +208,6 @@ fn names_are_dns_subdomains_whatever_the_pod() {
 
 #[test]
 fn notes_are_cut_at_a_character_boundary() {
-    assert_eq!(truncate("short", 10), "short");
     let cut = truncate(&"é".repeat(600), MAX_NOTE);
     assert!(cut.len() <= MAX_NOTE && cut.ends_with('…'), "{}", cut.len());
 }

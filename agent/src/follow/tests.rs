@@ -1,5 +1,6 @@
 //! Each file case on real files in a temporary directory, one `poll` at a time.
 
+use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -470,7 +471,10 @@ fn idle_files_are_closed_and_open_files_bounded() {
     let mut seen = Seen::default();
     follower.poll(&mut seen);
     assert_eq!(seen.open, 2, "at most two open");
-    assert!(seen.closed.contains(&"limit"), "{:?}", seen.closed);
+    assert!(seen.closed.is_empty(), "files opened in a look are read in it: {:?}", seen.closed);
+    follower.poll(&mut seen);
+    assert_eq!(seen.open, 2, "at most two open");
+    assert!(seen.closed.contains(&"limit"), "the third took a descriptor: {:?}", seen.closed);
     append(&dir.join("a.log"), "a 1\n");
     append(&dir.join("b.log"), "b 1\n");
     append(&dir.join("c.log"), "c 1\n");
@@ -496,4 +500,80 @@ fn idle_files_are_closed_and_open_files_bounded() {
     append(&dir.join("b.log"), "b 2\n");
     follower.poll(&mut seen);
     assert_eq!(seen.take(), ["b 2"]);
+}
+
+/// Any number of files followed, at most `max_open` open: 5,000 files with content before the
+/// first look (`AGENT_START: end`: skipped, also in files that wait for a descriptor), written
+/// three times: every line read once, never more than 128 open.
+#[test]
+fn thousands_of_files_are_followed_through_a_few_descriptors() {
+    let dir = dir("thousands");
+    let name = |i: usize| dir.join(format!("job-{i:04}.log"));
+    for i in 0..5000 {
+        append(&name(i), &format!("before {i}\n"));
+    }
+    let glob = vec![format!("{}/*.log", dir.display())];
+    let mut follower = Follower::new(FollowOptions { max_open: 128, ..options(glob, Start::End) }, Begin::Fresh);
+    let mut seen = Seen::default();
+    // Polls while there is more to read: the most files open meanwhile.
+    let poll = |follower: &mut Follower, seen: &mut Seen| {
+        let mut most = 0;
+        while follower.poll(seen) {
+            most = most.max(seen.open);
+        }
+        most.max(seen.open)
+    };
+    let mut most_open = poll(&mut follower, &mut seen);
+    for round in 1..=3 {
+        for i in 0..5000 {
+            append(&name(i), &format!("round {round} {i}\n"));
+        }
+        most_open = most_open.max(poll(&mut follower, &mut seen));
+    }
+    let lines = seen.take();
+    let unique: HashSet<&String> = lines.iter().collect();
+    assert_eq!((lines.len(), unique.len()), (15_000, 15_000), "every line once");
+    assert!(lines.iter().all(|l| l.starts_with("round")), "what was there before is skipped");
+    assert_eq!(most_open, 128);
+    assert_eq!(follower.followed(), 5000);
+    // Gone files are forgotten.
+    for i in 0..4500 {
+        fs::remove_file(name(i)).expect("delete");
+    }
+    poll(&mut follower, &mut seen);
+    assert_eq!(follower.followed(), 500);
+    assert_eq!(follower.marks().len(), 500, "remembered: the files that exist");
+}
+
+/// A file closed for the limit that grows and is then rotated while closed: renamed out of the
+/// glob, it is found by its inode and read from where it was left; copied and truncated, its
+/// copy is read, then the truncated file from its beginning.
+#[test]
+fn a_file_rotated_while_closed_loses_nothing() {
+    let dir = dir("rotated-closed");
+    let (renamed, truncated) = (dir.join("a.log"), dir.join("b.log"));
+    append(&renamed, "a 1\n");
+    append(&truncated, "b 1\n");
+    let glob = vec![format!("{}/*.log", dir.display())];
+    let mut follower = Follower::new(FollowOptions { max_open: 1, ..options(glob, Start::Beginning) }, Begin::Fresh);
+    let mut seen = Seen::default();
+    while follower.poll(&mut seen) {}
+    follower.poll(&mut seen);
+    let mut lines = seen.take();
+    lines.sort();
+    assert_eq!(lines, ["a 1", "b 1"]);
+    // Whichever is closed now: both rotated while one is.
+    append(&renamed, "a 2\n");
+    append(&truncated, "b 2\n");
+    fs::rename(&renamed, dir.join("a.log.1")).expect("rename");
+    append(&renamed, "a 3\n");
+    fs::copy(&truncated, dir.join("b.log.1")).expect("copy");
+    truncate(&truncated);
+    append(&truncated, "b 3\n");
+    for _ in 0..5 {
+        follower.poll(&mut seen);
+    }
+    let mut lines = seen.take();
+    lines.sort();
+    assert_eq!(lines, ["a 2", "a 3", "b 2", "b 3"]);
 }

@@ -99,8 +99,8 @@ async fn a_stream_asked_again_skips_only_what_it_sends_again() {
     let mut reader =
         Reader { counting: &mut counting, source: 0, resume: &resume, max_line: 1024, idle: Duration::from_secs(120) };
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
-    assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::Ended { lines: 5 });
-    assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::Ended { lines: 3 });
+    assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::ByServer { lines: 5 });
+    assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::ByServer { lines: 3 });
     let ended = stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await;
     assert!(matches!(&ended, Ended::Forbidden(m) if m.contains("cannot get resource \"pods/log\"")), "{ended:?}");
     drop(pods);

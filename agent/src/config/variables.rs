@@ -1,0 +1,376 @@
+//! The variables the agent reads, in one table: name, default, bounds and what it means.
+//! [`Config::from_vars`](super::Config::from_vars) reads every value through it (a default is
+//! written once, parsed as a value is), `watcher-agent help` prints it, and docs/agent.md's table
+//! is made from it ([`markdown`]; a test checks the two agree).
+
+use std::time::Duration;
+
+use super::{
+    ALERT_PREFIX, ConfigError, PREFIX, RULE_PREFIX, closest, error, format_duration, is_service_link, parse_duration,
+};
+
+/// How a variable's value is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Text, checked where it is used (globs, a path, a URL, a container's name).
+    Text,
+    /// One of these words.
+    Word(&'static [&'static str]),
+    /// `true` or `false`.
+    Bool,
+    /// A whole number from `min` to `max`.
+    Count {
+        /// The least.
+        min: usize,
+        /// The most.
+        max: usize,
+    },
+    /// A duration from `min` to `max` (`250ms`, `30s`, `5m`, `1h`).
+    Duration {
+        /// The shortest.
+        min: Duration,
+        /// The longest.
+        max: Duration,
+    },
+    /// A duration from `min` to `max`, or `off`.
+    DurationOrOff {
+        /// The shortest.
+        min: Duration,
+        /// The longest.
+        max: Duration,
+    },
+    /// Not one variable: a family (`AGENT_RULE_<NAME>`), or set by the kubelet.
+    Family,
+}
+
+/// One variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variable {
+    /// Its name (`AGENT_POLL`), or its pattern (`AGENT_RULE_<NAME>`).
+    pub name: &'static str,
+    /// Its default as it would be written (`250ms`), or in parentheses what stands for one
+    /// (`(none)`).
+    pub default: &'static str,
+    /// How its value is read.
+    pub kind: Kind,
+    /// What it does, one sentence (its bounds are added from `kind`).
+    pub doc: &'static str,
+}
+
+impl Variable {
+    /// `doc` with the bounds its kind sets: `how often files are looked at (10ms to 1m)`.
+    pub fn meaning(&self) -> String {
+        let range = |min: Duration, max: Duration| format!("{} to {}", format_duration(min), format_duration(max));
+        match self.kind {
+            Kind::Count { min, max } => format!("{} ({min} to {max})", self.doc),
+            Kind::Duration { min, max } => format!("{} ({})", self.doc, range(min, max)),
+            Kind::DurationOrOff { min, max } => format!("{} ({}, or `off`)", self.doc, range(min, max)),
+            // The words are the doc's to say, in a sentence.
+            Kind::Word(_) | Kind::Text | Kind::Bool | Kind::Family => self.doc.to_owned(),
+        }
+    }
+
+    /// Whether the agent reads this name (a family's members are matched by prefix).
+    pub fn is_fixed(&self) -> bool {
+        self.name.starts_with(super::PREFIX) && self.kind != Kind::Family
+    }
+}
+
+const fn seconds(seconds: u64) -> Duration {
+    Duration::from_secs(seconds)
+}
+
+/// `AGENT_FILES`.
+pub(super) const FILES: Variable = Variable {
+    name: "AGENT_FILES",
+    default: "(none)",
+    kind: Kind::Text,
+    doc: "files to follow: absolute globs, comma-separated (`/var/log/app/*.log,/data/*.err`), at most 32",
+};
+/// `AGENT_LOGS_CONTAINER`.
+pub(super) const LOGS_CONTAINER: Variable = Variable {
+    name: "AGENT_LOGS_CONTAINER",
+    default: "(none)",
+    kind: Kind::Text,
+    doc: "a container of this pod whose stdout and stderr to follow through the API (`pods/log`); needs \
+          `POD_NAME`, `POD_NAMESPACE` and the RBAC below",
+};
+/// `AGENT_RULE_<NAME>`.
+pub(super) const RULE: Variable = Variable {
+    name: "AGENT_RULE_<NAME>",
+    default: "(at least one)",
+    kind: Kind::Family,
+    doc: "a rule: a regular expression ([Rust `regex` syntax](https://docs.rs/regex/latest/regex/#syntax)) \
+          matched on each line; `<NAME>` is letters, digits and `_`, lowercased in metrics (`AGENT_RULE_SLOW_QUERY` \
+          is rule `slow_query`); at most 64. Its named groups are labels of its counter (below)",
+};
+/// `AGENT_ALERT_<NAME>`.
+pub(super) const ALERT: Variable = Variable {
+    name: "AGENT_ALERT_<NAME>",
+    default: "(none)",
+    kind: Kind::Family,
+    doc: "an alert for rule `<NAME>`: `<count>/<window>`, e.g. `5/1m` (count 1 to 100000, window 1s to 24h)",
+};
+/// `AGENT_STATE_DIR`.
+pub(super) const STATE_DIR: Variable = Variable {
+    name: "AGENT_STATE_DIR",
+    default: "(none)",
+    kind: Kind::Text,
+    doc: "a directory that outlives a restart of the agent (an `emptyDir` of the Watcher's `volume`): the \
+          checkpoints. Made if missing; one that cannot be written is said at start and the agent runs without \
+          checkpoints",
+};
+/// `AGENT_START`.
+pub(super) const START: Variable = Variable {
+    name: "AGENT_START",
+    default: "end",
+    kind: Kind::Word(&["end", "beginning"]),
+    doc: "where files present at start begin, without checkpoints: their `end` (only what is written from now \
+          on) or their `beginning`; the log stream likewise. With `AGENT_STATE_DIR`: from the beginning at the \
+          first start in the pod, from the checkpoints after. Files that appear later are always read from their \
+          beginning",
+};
+/// `AGENT_ROTATE_WAIT`.
+pub(super) const ROTATE_WAIT: Variable = Variable {
+    name: "AGENT_ROTATE_WAIT",
+    default: "5s",
+    kind: Kind::Duration { min: Duration::ZERO, max: seconds(3600) },
+    doc: "a file rotated away (renamed out of the globs, or deleted) is read until it has not grown for this \
+          long, then closed",
+};
+/// `AGENT_IGNORE_OLDER`.
+pub(super) const IGNORE_OLDER: Variable = Variable {
+    name: "AGENT_IGNORE_OLDER",
+    default: "off",
+    kind: Kind::DurationOrOff { min: seconds(1), max: seconds(30 * 86_400) },
+    doc: "files that have not changed for this long are closed, and opened again where they were left when they \
+          change",
+};
+/// `AGENT_MAX_OPEN_FILES`.
+pub(super) const MAX_OPEN_FILES: Variable = Variable {
+    name: "AGENT_MAX_OPEN_FILES",
+    default: "128",
+    kind: Kind::Count { min: 1, max: 4096 },
+    doc: "file descriptors the followed files hold at most; any number of files is followed, a closed one \
+          opened again where it was left when it changes",
+};
+/// `AGENT_MAX_SERIES`.
+pub(super) const MAX_SERIES: Variable = Variable {
+    name: "AGENT_MAX_SERIES",
+    default: "100",
+    kind: Kind::Count { min: 1, max: 10_000 },
+    doc: "distinct values of a rule's named groups at most; beyond, `other`",
+};
+/// `AGENT_STREAM_IDLE`.
+pub(super) const STREAM_IDLE: Variable = Variable {
+    name: "AGENT_STREAM_IDLE",
+    default: "2m",
+    kind: Kind::Duration { min: seconds(1), max: seconds(3600) },
+    doc: "a log stream that sends no byte for this long is asked again: a half-open connection never ends by \
+          itself",
+};
+/// `AGENT_LISTEN`.
+pub(super) const LISTEN: Variable = Variable {
+    name: "AGENT_LISTEN",
+    default: "0.0.0.0:9102",
+    kind: Kind::Text,
+    doc: "address of `/metrics`, `/healthz`, `/readyz`",
+};
+/// `AGENT_EVENTS`.
+pub(super) const EVENTS: Variable = Variable {
+    name: "AGENT_EVENTS",
+    default: "true",
+    kind: Kind::Bool,
+    doc: "alerts become Warning Events on the pod",
+};
+/// `AGENT_ALERTMANAGER_URL`.
+pub(super) const ALERTMANAGER_URL: Variable = Variable {
+    name: "AGENT_ALERTMANAGER_URL",
+    default: "(none)",
+    kind: Kind::Text,
+    doc: "also post alerts to this Alertmanager (API v2, `http://host:port[/prefix]`): firing, then resolved",
+};
+/// `AGENT_POLL`.
+pub(super) const POLL: Variable = Variable {
+    name: "AGENT_POLL",
+    default: "250ms",
+    kind: Kind::Duration { min: Duration::from_millis(10), max: seconds(60) },
+    doc: "how often files are looked at",
+};
+/// `AGENT_MAX_LINE_BYTES`.
+pub(super) const MAX_LINE_BYTES: Variable = Variable {
+    name: "AGENT_MAX_LINE_BYTES",
+    default: "16384",
+    kind: Kind::Count { min: 256, max: 1_048_576 },
+    doc: "a longer line is counted once and matched on its first bytes",
+};
+/// `AGENT_SHUTDOWN_LINGER`.
+pub(super) const SHUTDOWN_LINGER: Variable = Variable {
+    name: "AGENT_SHUTDOWN_LINGER",
+    default: "5s",
+    kind: Kind::Duration { min: Duration::ZERO, max: seconds(20) },
+    doc: "after SIGTERM, how long `/metrics` waits for a last scrape",
+};
+/// `AGENT_LOG`.
+pub(super) const LOG: Variable =
+    Variable { name: "AGENT_LOG", default: "info", kind: Kind::Text, doc: "log filter (`debug`, `warn`, ...)" };
+/// `POD_NAME`, `POD_NAMESPACE`, `POD_UID`.
+pub(super) const POD: Variable = Variable {
+    name: "POD_NAME, POD_NAMESPACE, POD_UID",
+    default: "(downward API)",
+    kind: Kind::Family,
+    doc: "the pod the Events are about",
+};
+
+/// Every variable, in the order docs/agent.md and `watcher-agent help` show them.
+pub const VARIABLES: [Variable; 20] = [
+    FILES,
+    LOGS_CONTAINER,
+    RULE,
+    ALERT,
+    STATE_DIR,
+    START,
+    ROTATE_WAIT,
+    IGNORE_OLDER,
+    MAX_OPEN_FILES,
+    MAX_SERIES,
+    STREAM_IDLE,
+    LISTEN,
+    EVENTS,
+    ALERTMANAGER_URL,
+    POLL,
+    MAX_LINE_BYTES,
+    SHUTDOWN_LINGER,
+    LOG,
+    POD,
+    Variable {
+        name: "*_SERVICE_HOST, *_SERVICE_PORT*, *_PORT*",
+        default: "(kubelet)",
+        kind: Kind::Family,
+        doc: "the kubelet's Service variables: ignored, also where their names start with `AGENT_`",
+    },
+];
+
+/// docs/agent.md's table of variables.
+pub fn markdown() -> String {
+    let mut table = String::from("| variable | default | meaning |\n|---|---|---|\n");
+    for variable in &VARIABLES {
+        let default = if variable.default.starts_with('(') {
+            variable.default.to_owned()
+        } else {
+            format!("`{}`", variable.default)
+        };
+        let names: Vec<String> = variable.name.split(", ").map(|name| format!("`{name}`")).collect();
+        table.push_str(&format!("| {} | {default} | {} |\n", names.join(", "), variable.meaning()));
+    }
+    table
+}
+
+/// The agent's own variables as the environment sets them, trimmed, sorted by name.
+pub(super) struct Values {
+    pub(super) own: Vec<(String, String)>,
+}
+
+impl Values {
+    /// The agent's own variables among `vars`: `AGENT_*` (but the kubelet's Service variables)
+    /// and `POD_*`, values trimmed (a YAML block scalar ends in a newline). A value that is not
+    /// UTF-8 is an error, and so is an `AGENT_` variable the agent does not know (naming the
+    /// closest one it knows).
+    pub(super) fn from_vars<I, K, V>(vars: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<std::ffi::OsString>,
+        V: Into<std::ffi::OsString>,
+    {
+        let mut own: Vec<(String, String)> = Vec::new();
+        for (key, value) in vars {
+            let (key, value) = (key.into(), value.into());
+            let Some(key) = key.to_str() else { continue };
+            if !key.starts_with(PREFIX) && !key.starts_with("POD_") {
+                continue;
+            }
+            let value = value.into_string().map_err(|_| error(key, "not valid UTF-8"))?;
+            if key.starts_with(PREFIX) && is_service_link(key, value.trim()) {
+                continue;
+            }
+            own.push((key.to_owned(), value.trim().to_owned()));
+        }
+        own.sort();
+        for (key, _) in own.iter().filter(|(k, _)| k.starts_with(PREFIX)) {
+            let known = VARIABLES.iter().any(|v| v.is_fixed() && v.name == key)
+                || key.starts_with(RULE_PREFIX)
+                || key.starts_with(ALERT_PREFIX);
+            if !known {
+                return Err(error(key, format!("unknown variable{}", closest(key))));
+            }
+        }
+        Ok(Self { own })
+    }
+
+    /// The value of `name`, when set and not empty.
+    pub(super) fn get(&self, name: &str) -> Option<&str> {
+        self.own.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
+    }
+
+    /// `variable`'s value, or its default.
+    fn value(&self, variable: &Variable) -> &str {
+        self.get(variable.name).unwrap_or(variable.default)
+    }
+
+    /// A [`Kind::Word`]: which of its words.
+    pub(super) fn word(&self, variable: &Variable) -> Result<&'static str, ConfigError> {
+        let Kind::Word(words) = variable.kind else { unreachable!("{} is not a word", variable.name) };
+        let value = self.value(variable);
+        let choices = words.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(" or ");
+        words
+            .iter()
+            .find(|w| **w == value)
+            .copied()
+            .ok_or_else(|| error(variable.name, format!("{value:?}: {choices}")))
+    }
+
+    /// A [`Kind::Bool`].
+    pub(super) fn bool(&self, variable: &Variable) -> Result<bool, ConfigError> {
+        match self.value(variable) {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            other => Err(error(variable.name, format!("{other:?}: `true` or `false`"))),
+        }
+    }
+
+    /// A [`Kind::Count`].
+    pub(super) fn count(&self, variable: &Variable) -> Result<usize, ConfigError> {
+        let Kind::Count { min, max } = variable.kind else { unreachable!("{} is not a count", variable.name) };
+        let value = self.value(variable);
+        match value.parse::<usize>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(error(variable.name, format!("{value:?}: a number from {min} to {max}"))),
+        }
+    }
+
+    /// A [`Kind::Duration`], or a [`Kind::DurationOrOff`] (`None`: off).
+    pub(super) fn duration(&self, variable: &Variable) -> Result<Option<Duration>, ConfigError> {
+        let (min, max, off) = match variable.kind {
+            Kind::Duration { min, max } => (min, max, false),
+            Kind::DurationOrOff { min, max } => (min, max, true),
+            _ => unreachable!("{} is not a duration", variable.name),
+        };
+        let value = self.value(variable);
+        if off && value == "off" {
+            return Ok(None);
+        }
+        match parse_duration(value) {
+            Some(d) if (min..=max).contains(&d) => Ok(Some(d)),
+            Some(_) => Err(error(
+                variable.name,
+                format!("{value:?}: from {} to {}", format_duration(min), format_duration(max)),
+            )),
+            None => Err(error(variable.name, format!("{value:?} is not a duration (250ms, 30s, 5m)"))),
+        }
+    }
+
+    /// A [`Kind::Duration`].
+    pub(super) fn required_duration(&self, variable: &Variable) -> Result<Duration, ConfigError> {
+        self.duration(variable).map(|d| d.unwrap_or_default())
+    }
+}
