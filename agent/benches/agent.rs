@@ -58,9 +58,11 @@ fn line(i: usize) -> String {
     line
 }
 
-fn write_log(path: &Path, lines: usize) {
+/// Lines `from..from + lines` into a new file at `path` (files of different `from` differ from
+/// their first line on: a file that starts as another is taken for its copy).
+fn write_log(path: &Path, from: usize, lines: usize) {
     let mut file = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
-    for i in 0..lines {
+    for i in from..from + lines {
         file.write_all(line(i).as_bytes()).expect("write");
     }
     file.flush().expect("flush");
@@ -185,7 +187,7 @@ fn main() {
     let dir: PathBuf = std::env::temp_dir().join(format!("watcher-agent-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("bench directory");
     let log = dir.join("app.log");
-    write_log(&log, LINES);
+    write_log(&log, 0, LINES);
     let bytes = std::fs::metadata(&log).map(|m| m.len()).unwrap_or_default();
     println!("{LINES} lines, {:.0} MB, 1 in 50 matching", bytes as f64 / 1e6);
     println!("{:<44} {:>14} {:>10}", "one core", "lines/s", "MB/s");
@@ -212,7 +214,7 @@ fn main() {
     let thousand = dir.join("thousand");
     std::fs::create_dir_all(&thousand).expect("dir");
     for f in 0..1000 {
-        write_log(&thousand.join(format!("app-{f}.log")), LINES / 1000);
+        write_log(&thousand.join(format!("app-{f}.log")), f * (LINES / 1000), LINES / 1000);
     }
     let thousand_glob = format!("{}/*.log", thousand.display());
     let (rate, matched) = agent_throughput(&thousand_glob, &rules(2), None);
@@ -227,7 +229,7 @@ fn main() {
         let followed = dir.join(format!("following-{files}"));
         std::fs::create_dir_all(&followed).expect("dir");
         for f in 0..files {
-            write_log(&followed.join(format!("app-{f}.log")), 10);
+            write_log(&followed.join(format!("app-{f}.log")), f * 10, 10);
         }
         let glob = format!("{}/*.log", followed.display());
         let mut agent = Command::new(env!("CARGO_BIN_EXE_watcher-agent"));
