@@ -436,7 +436,7 @@ fn stored_on_1_24() -> Cluster {
 
 /// Every `x-kubernetes-validations` dropped, as 1.24 drops them (the fixture shows it does).
 fn without_rules(value: &mut Value) {
-    super::strip_validation_rules(value);
+    super::crds::strip_validation_rules(value);
 }
 
 /// 1.24 stores the CRDs without their CEL rules: not a difference. The same CRDs on 1.25 or
@@ -507,9 +507,10 @@ async fn the_stored_1_24_crd_differs_only_by_the_bounds_added_since() {
     let mut ours = serde_json::to_value(watcher_api::crds().remove(0)).expect("JSON");
     without_rules(&mut ours);
     // Numbers compared by value, as `check` compares them (the server returns 1 for 1.0).
-    let schema = |crd: &mut Value| super::normalized(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].take());
+    let schema =
+        |crd: &mut Value| super::crds::normalized(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].take());
     let mut differences = Vec::new();
-    super::keyword_differences(&schema(&mut ours), &schema(&mut stored), "", &mut differences);
+    super::crds::keyword_differences(&schema(&mut ours), &schema(&mut stored), "", &mut differences);
     assert!(differences.iter().all(|d| added_since_1_24_capture(d)), "{differences:?}");
 
     // On 1.24 `check` names what the stored CRD lacks: the app fields, nothing else.
@@ -590,7 +591,7 @@ async fn failure_policy_fail_is_a_warning_unless_the_scope_narrows_it() {
 async fn pre_checks_the_version_the_api_and_permissions() {
     let report = Cluster::healthy().without(CONFIG).check(true).await;
     assert!(report.ok(), "{}", report.text());
-    assert_eq!(report.checks.iter().filter(|c| c.group == "permissions").count(), super::INSTALLED.len() + 2);
+    assert_eq!(report.checks.iter().filter(|c| c.group == "permissions").count(), super::cluster::INSTALLED.len() + 2);
     assert_eq!(
         line(&report, "no MutatingWebhookConfiguration in the way"),
         (Status::Passed, "MutatingWebhookConfiguration watcher-operator does not exist yet".into(), None)
@@ -701,7 +702,7 @@ fn pre_covers_every_kind_deploy_installs() {
         kinds.extend(docs.iter().filter_map(|d| d["kind"].as_str().map(str::to_owned)));
     }
     for kind in &kinds {
-        assert!(super::INSTALLED.iter().any(|(_, _, k, _)| k == kind), "--pre does not ask about {kind}");
+        assert!(super::cluster::INSTALLED.iter().any(|(_, _, k, _)| k == kind), "--pre does not ask about {kind}");
     }
 }
 
@@ -728,7 +729,13 @@ fn pod_security_lists_the_watchers_that_cannot_comply() {
     let none = BTreeMap::new();
     let mut report = Report::default();
     let unconfigured = watcher_webhook::pod_security::ClusterDefaults::default();
-    super::pod_security(&mut report, &everywhere, [("shop", &restricted), ("open", &none)], &unconfigured, Some(36));
+    super::pod_security::pod_security(
+        &mut report,
+        &everywhere,
+        [("shop", &restricted), ("open", &none)],
+        &unconfigured,
+        Some(36),
+    );
     let lines: Vec<(&str, Status, &str)> =
         report.checks.iter().map(|c| (c.name.as_str(), c.status, c.message.as_str())).collect();
     assert_eq!(lines.len(), 2, "{lines:?}");
@@ -753,13 +760,25 @@ fn pod_security_lists_the_watchers_that_cannot_comply() {
     // cannot comply in `open` too, unless the cluster exempts that namespace.
     let mut report = Report::default();
     let baseline = crate::pod_security_config::parse("defaults: {enforce: baseline}").expect("configuration");
-    super::pod_security(&mut report, &everywhere, [("shop", &restricted), ("open", &none)], &baseline, Some(36));
+    super::pod_security::pod_security(
+        &mut report,
+        &everywhere,
+        [("shop", &restricted), ("open", &none)],
+        &baseline,
+        Some(36),
+    );
     assert!(report.checks[0].message.starts_with("2 cannot comply"), "{}", report.checks[0].message);
     assert!(report.checks[0].message.contains("Watcher privileged in open (baseline:latest)"));
     let exempt = crate::pod_security_config::parse("defaults: {enforce: baseline}\nexemptions: {namespaces: [open]}")
         .expect("configuration");
     let mut report = Report::default();
-    super::pod_security(&mut report, &everywhere, [("shop", &restricted), ("open", &none)], &exempt, Some(36));
+    super::pod_security::pod_security(
+        &mut report,
+        &everywhere,
+        [("shop", &restricted), ("open", &none)],
+        &exempt,
+        Some(36),
+    );
     assert!(report.checks[0].message.starts_with("1 cannot comply"), "{}", report.checks[0].message);
 }
 
@@ -770,12 +789,12 @@ fn an_operator_without_the_pods_controller_is_warned_about() {
     use k8s_openapi::api::apps::v1::Deployment;
     let text = include_str!("../../../deploy/deployment.yaml");
     let deployment: Deployment = serde_saphyr::from_str(text).expect("deploy/deployment.yaml");
-    let ok = super::pods_that_end(&deployment).expect("deploy/ runs every controller");
+    let ok = super::operator::pods_that_end(&deployment).expect("deploy/ runs every controller");
     assert!(ok.contains("supervisor image watcher-supervise:0.1.0"), "{ok}");
     let mut partial = deployment.clone();
     let container = &mut partial.spec.as_mut().expect("spec").template.spec.as_mut().expect("pod").containers[0];
     container.args.get_or_insert_default().push("--controllers=watcher,at".into());
-    let warned = super::pods_that_end(&partial).expect_err("no pods controller");
+    let warned = super::operator::pods_that_end(&partial).expect_err("no pods controller");
     assert!(warned.contains("controllers watcher,at, not `pods`"), "{warned}");
     let mut chart = deployment;
     let container = &mut chart.spec.as_mut().expect("spec").template.spec.as_mut().expect("pod").containers[0];
@@ -785,5 +804,5 @@ fn an_operator_without_the_pods_controller_is_warned_about() {
         value: Some("watcher,pods".into()),
         ..Default::default()
     });
-    assert!(super::pods_that_end(&chart).is_ok());
+    assert!(super::operator::pods_that_end(&chart).is_ok());
 }

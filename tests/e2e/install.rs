@@ -3,9 +3,9 @@
 //! as cluster admin), so a missing RBAC rule fails here. Every controller does its job under it,
 //! with its default flags, and the webhook registration switches from the installed Service to
 //! a URL and back.
-//! Run on purpose: `cargo test --test e2e_install -- --ignored`.
+//! Run on purpose: `cargo test --test e2e install:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use common::{
     Operator, Registration, STEP, TestNamespace, client, create_injected_app, delete_cluster_wide_objects, exclusive,

@@ -5,9 +5,9 @@
 //! under `failurePolicy: Fail` the other pods are still created while the pods that ask are
 //! refused. Before 1.28 every pod is sent, as before. On every version, a required Watcher
 //! refuses a pod it cannot be injected into.
-//! Run on purpose: `cargo test --test e2e_scope -- --ignored`.
+//! Run on purpose: `cargo test --test e2e scope:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

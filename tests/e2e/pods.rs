@@ -2,9 +2,9 @@
 //! The operator registers its webhook by `--webhook-url https://127.0.0.1:<port>/mutate`, so the
 //! API server must reach this machine's loopback. No kubelet is assumed: evicted pods that are
 //! not on a node go at once, and their ReplicaSet recreates them through the webhook.
-//! Run on purpose: `cargo test --test e2e_pods -- --ignored`.
+//! Run on purpose: `cargo test --test e2e pods:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, wait_for};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;

@@ -2,9 +2,9 @@
 //! binary runs outside the cluster with the token of the chart's ServiceAccount (so the chart's
 //! RBAC is what it has): it reconciles a Watcher and injects a pod. `helm uninstall` then
 //! leaves the CRDs and the Watchers in place.
-//! Run on purpose, with `helm` on the PATH: `cargo test --test e2e_helm -- --ignored`.
+//! Run on purpose, with `helm` on the PATH: `cargo test --test e2e helm:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use common::{
     Operator, Registration, STEP, TestNamespace, client, create_injected_app, delete_cluster_wide_objects, exclusive,
@@ -44,7 +44,7 @@ async fn helm_install(client: &kube::Client, release_namespace: &str) {
 async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
     let _one = exclusive().await;
     let client = client().await;
-    // An earlier `kubectl apply -k deploy/` (e2e_install) may have left its cluster-wide
+    // An earlier `kubectl apply -k deploy/` (`install`) may have left its cluster-wide
     // objects, and Helm adopts nothing it did not create.
     delete_cluster_wide_objects();
     let release_ns = TestNamespace::create(&client, "watcher-e2e-helm").await;
@@ -98,7 +98,7 @@ async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
 async fn helm_install_follows_a_run_by_url_that_was_killed() {
     let _one = exclusive().await;
     let client = client().await;
-    // An earlier `kubectl apply -k deploy/` (e2e_install) may have left its cluster-wide
+    // An earlier `kubectl apply -k deploy/` (`install`) may have left its cluster-wide
     // objects, and Helm adopts nothing it did not create.
     delete_cluster_wide_objects();
     common::install_crds(&client).await;

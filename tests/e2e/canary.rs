@@ -5,9 +5,9 @@
 //! the hold released: every pod ends on the current image; `rollout status` reports each step.
 //! No kubelet is assumed: the test writes container statuses where the kubelet would. Runs on
 //! every server from 1.24 (the sidecar a regular container where native sidecars are not).
-//! Run on purpose: `cargo test --test e2e_canary -- --ignored`.
+//! Run on purpose: `cargo test --test e2e canary:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -1,9 +1,9 @@
 //! e2e: ImagePolicy against a real API server, applied with `kubectl` as a user does. Pods are
 //! rewritten at admission; with `workloads: true` a Deployment's template too, so its new
 //! ReplicaSet carries the mirror image; deleting the policy stops further rewrites.
-//! Run on purpose: `cargo test --test e2e_images -- --ignored`.
+//! Run on purpose: `cargo test --test e2e images:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use common::{
     Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, runs_cel,

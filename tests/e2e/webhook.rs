@@ -1,11 +1,11 @@
 //! e2e: the webhook against a real kube-apiserver. The operator runs outside the cluster and
 //! registers itself with `--webhook-url https://127.0.0.1:<port>/mutate` (self-managed
 //! certificates), so the API server must reach this machine's loopback.
-//! Run on purpose: `cargo test --test e2e_webhook -- --ignored`.
+//! Run on purpose: `cargo test --test e2e webhook:: -- --ignored`.
 //!
 //! One test function: the webhook configuration `watcher-operator` is cluster-wide.
 
-mod common;
+use crate::common;
 
 use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, wait_for, wait_ready};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;

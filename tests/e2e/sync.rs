@@ -1,8 +1,8 @@
 //! e2e: Secrets copied across namespaces by the `sync` controller (on by default), driven with
 //! `kubectl` as a user does: annotate, label namespaces, edit a copy, restart the operator.
-//! Run on purpose: `cargo test --test e2e_sync -- --ignored`.
+//! Run on purpose: `cargo test --test e2e sync:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_for, wait_until};
 use k8s_openapi::api::core::v1::Secret;

@@ -5,9 +5,9 @@
 //! `baseline` with a hostPath volume: left out, a plain Watcher beside it injected unchanged; a
 //! required Watcher that cannot comply refuses the pod; a pod failing the level by itself is
 //! refused by kube-apiserver as without the operator.
-//! Run on purpose: `cargo test --test e2e_pod_security -- --ignored`.
+//! Run on purpose: `cargo test --test e2e pod_security:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

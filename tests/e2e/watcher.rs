@@ -1,7 +1,7 @@
 //! e2e: a Watcher with config data becomes an owned ConfigMap that follows the Watcher.
-//! Run on purpose against a cluster: `cargo test --test e2e_watcher -- --ignored`.
+//! Run on purpose against a cluster: `cargo test --test e2e watcher:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_for};
 use k8s_openapi::api::core::v1::ConfigMap;

@@ -1,9 +1,9 @@
 //! e2e: validation at apply time. `kubectl apply` refuses what could never work, naming the
 //! field (CEL rules from Kubernetes 1.25, OpenAPI rules on every version); the samples apply;
 //! and a Watcher stored before its CRD had a rule never makes a pod fail admission.
-//! Run on purpose against a cluster: `cargo test --test e2e_validation -- --ignored`.
+//! Run on purpose against a cluster: `cargo test --test e2e validation:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use common::{
     Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, minor, runs_cel, try_kubectl_apply,

@@ -2,9 +2,9 @@
 //! the app" applied with `kubectl` as a user would, and every other option on pods created the
 //! same way; what kube-apiserver stores is read back (the ServiceAccount plugin's token mount
 //! included). No kubelet: nothing runs, the pods as stored are what is checked.
-//! Run on purpose: `cargo test --test e2e_app -- --ignored`.
+//! Run on purpose: `cargo test --test e2e app:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use common::{
     Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, wait_for, wait_ready,

@@ -3,9 +3,9 @@
 //! their statuses report the new image ready, the image changed right after the pods started
 //! (no revision of their spec need be kept); then an env change takes the Recreate path. No
 //! kubelet is assumed: the test writes container statuses where the kubelet would.
-//! Run on purpose: `cargo test --test e2e_inplace -- --ignored`.
+//! Run on purpose: `cargo test --test e2e inplace:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

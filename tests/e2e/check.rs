@@ -1,9 +1,9 @@
 //! e2e: `watcher-operator check` and `check-inject` against a real cluster, run as a user runs
 //! them: healthy (the lines it is about passed), then with the operator stopped and with the
 //! webhook configuration deleted (exit 1, the failing line named); `check-inject` on an injected, a not-asked and an
-//! excluded pod. Run on purpose: `cargo test --test e2e_check -- --ignored`.
+//! excluded pod. Run on purpose: `cargo test --test e2e check:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

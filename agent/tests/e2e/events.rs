@@ -2,7 +2,7 @@
 //! (KUBECONFIG): a rule over its threshold puts one Warning Event on the pod, and further matches
 //! grow that Event's series (the second occurrence at once, as client-go's events/v1 recorder
 //! writes); `kubectl get events` shows it once with a growing count.
-//! Run on purpose: `cargo test -p watcher-agent --test e2e_events -- --ignored`.
+//! Run on purpose: `cargo test -p watcher-agent --test e2e events:: -- --ignored`.
 
 use std::fs::OpenOptions;
 use std::io::Write;

@@ -3,9 +3,9 @@
 //! ServiceAccount token mounted into it). Four bare pods, created a second apart; no kubelet:
 //! the test writes container statuses where the kubelet would. `kubectl watcher rollout` is
 //! the binary itself, as the plugin runs it.
-//! Run on purpose: `cargo test --test e2e_rollout -- --ignored`.
+//! Run on purpose: `cargo test --test e2e rollout:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -4,9 +4,9 @@
 //! the ConfigMaps with it (a namespaced object owned by a cluster-scoped one). No kubelet: the
 //! pods as stored are what is checked. Every version: 1.24 has no matchConditions and no native
 //! sidecars, which changes where the sidecar is, not whether.
-//! Run on purpose: `cargo test --test e2e_cluster_watcher -- --ignored`.
+//! Run on purpose: `cargo test --test e2e cluster_watcher:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use common::{
     Operator, STEP, TestNamespace, client, create_injected_app, exclusive, install_crds, kubectl, kubectl_apply,

@@ -3,9 +3,9 @@
 //! Event. Needs a cluster with a Ready node and the image `watcher-agent:0.1.0` on it (on
 //! `../shared/k8s`: `node-up 1.36 PORT` and `node-image watcher-agent:0.1.0
 //! target/debug/watcher-agent --user 65532`; on kind: `kind load docker-image`).
-//! Run on purpose: `cargo test --test e2e_node -- --ignored`.
+//! Run on purpose: `cargo test --test e2e node:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,9 +1,9 @@
 //! e2e: At and PodSet against a real API server. No kubelet is assumed: where a pod must run or
 //! finish, the test patches its status as a kubelet would (the commands agree with the patched
 //! outcome, so a cluster with kubelets gives the same result).
-//! Run on purpose: `cargo test --test e2e_at_podset -- --ignored`.
+//! Run on purpose: `cargo test --test e2e at_podset:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
