@@ -17,9 +17,10 @@ use crate::rules::{Matched, Rules};
 /// The alerts, shared by the readers and the alert loop.
 pub type SharedAlerts = Arc<Mutex<AlertBook>>;
 
-/// Locks the alerts (a reader that panicked left nothing half-done that matters).
-pub fn lock(alerts: &Mutex<AlertBook>) -> MutexGuard<'_, AlertBook> {
-    alerts.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// Locks shared state: a holder that panicked left nothing half-done that matters (the agent
+/// aborts on a panic anyway; tests unwind).
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// One reader's counting.

@@ -10,7 +10,7 @@
 //! the right to read `pods/log`, it says so once and stops; the files are followed as before.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::AsyncReadExt;
@@ -20,7 +20,7 @@ use kube::api::{Api, LogParams};
 use tracing::{info, warn};
 
 use crate::checkpoint::{StreamMark, hash};
-use crate::counting::Counting;
+use crate::counting::{Counting, lock};
 use crate::lines::{Line, LineBuffer};
 use crate::metrics::Metrics;
 
@@ -157,10 +157,6 @@ pub(crate) struct Reader<'a> {
     pub(crate) max_line: usize,
     /// A stream that sends no byte for this long is asked again (`AGENT_STREAM_IDLE`).
     pub(crate) idle: Duration,
-}
-
-fn lock(resume: &Mutex<Resume>) -> MutexGuard<'_, Resume> {
-    resume.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// One stream of `container`'s log (the previous container's, when `previous`), from where

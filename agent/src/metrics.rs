@@ -15,6 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::config::RuleConfig;
+use crate::counting::lock;
 use crate::follow::SourceError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -241,7 +242,7 @@ impl Metrics {
             return;
         };
         let known = {
-            let mut seen = labelled.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut seen = lock(&labelled.seen);
             if seen.contains(values) {
                 true
             } else if seen.len() < self.max_series {

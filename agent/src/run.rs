@@ -324,8 +324,8 @@ fn read_checkpoint(dir: &Path, start: Start) -> Option<Checkpoint> {
 
 /// Writes the checkpoint if it changed.
 async fn save(dir: &Path, files: &Mutex<Vec<FileMark>>, resume: &Mutex<Resume>, last: &mut Option<Checkpoint>) {
-    let files = files.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-    let stream = Some(resume.lock().unwrap_or_else(std::sync::PoisonError::into_inner).mark());
+    let files = lock(files).clone();
+    let stream = Some(lock(resume).mark());
     let unchanged = last.as_ref().is_some_and(|l| l.files == files && l.stream == stream);
     if unchanged {
         return;
@@ -383,7 +383,7 @@ impl FilesThread {
     fn mark(&self) {
         if let Some(marks) = &self.marks {
             let now = self.follower.marks();
-            *marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = now;
+            *lock(marks) = now;
         }
     }
 }

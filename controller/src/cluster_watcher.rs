@@ -27,6 +27,7 @@ use watcher_api::{ClusterWatcher, ClusterWatcherStatus, FIELD_MANAGER, condition
 use crate::owned::{
     CLUSTER_WATCHER_LABEL, Recent, config_map_matches, config_map_of, create_params, newer_or_same, update_patch,
 };
+use crate::runtime::lock;
 use crate::scope::ScopeStatus;
 use crate::standing::{POD_SECURITY_CONDITION, grouped_pod_security_condition, levels_in};
 use crate::{Context, Error, Result, WatcherCache};
@@ -232,7 +233,7 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
 /// The namespaces where this process created `name`'s ConfigMap and the cache does not hold it
 /// yet (forgotten once it does).
 fn created_not_cached(ctx: &ClusterContext, name: &str) -> BTreeSet<String> {
-    let mut created = ctx.created.lock().unwrap_or_else(|p| p.into_inner());
+    let mut created = lock(&ctx.created);
     created.retain(|key, _| ctx.config_maps.get(key).is_none());
     created.iter().filter(|(_, owner)| *owner == name).filter_map(|(key, _)| key.namespace.clone()).collect()
 }
@@ -266,7 +267,7 @@ async fn write(ctx: &ClusterContext, cluster: &ClusterWatcher, plan: ConfigMapPl
         if created {
             info!(namespace, config_map = name, "created ConfigMap");
             let key = ObjectRef::new(&name).within(&namespace);
-            ctx.created.lock().unwrap_or_else(|p| p.into_inner()).insert(key, cluster.name_any());
+            lock(&ctx.created).insert(key, cluster.name_any());
         } else {
             conflicts.insert(namespace);
         }

@@ -8,6 +8,7 @@ use kube::Client;
 use kube::runtime::controller::Action;
 
 use crate::Metrics;
+use crate::runtime::lock;
 
 /// Shared state of the reconcilers.
 pub struct Context {
@@ -53,14 +54,14 @@ const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 impl Backoff {
     fn next(&self, key: String) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut failures = lock(&self.failures);
         let count = failures.entry(key).or_insert(0);
         *count = count.saturating_add(1);
         BACKOFF_BASE.saturating_mul(1 << (*count - 1).min(6)).min(BACKOFF_MAX)
     }
 
     fn reset(&self, key: &str) {
-        let mut failures = self.failures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut failures = lock(&self.failures);
         // Only the failing objects are kept, so a healthy cluster holds an empty map.
         failures.remove(key);
     }

@@ -6,6 +6,7 @@
 //! Watcher is `Ready`) could see it in the store and not in the view: the first rebuilds, the
 //! others answer from the old view.
 
+use crate::runtime::lock;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -37,7 +38,7 @@ impl Freshness {
         if self.built.load(Ordering::Acquire) >= self.marked.load(Ordering::Acquire) {
             return; // the common path: two loads
         }
-        let _one = self.rebuilding.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = lock(&self.rebuilding);
         let wanted = self.marked.load(Ordering::Acquire);
         if self.built.load(Ordering::Acquire) >= wanted {
             return; // rebuilt while this reader waited

@@ -15,6 +15,8 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 use watcher_api::{ClusterWatcher, FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL, config_map_name};
 
+use crate::runtime::lock;
+
 /// Label on every owned ConfigMap and revision: the Watcher (or ClusterWatcher) it belongs to.
 pub const WATCHER_LABEL: &str = "watcher.dev/watcher";
 
@@ -67,10 +69,6 @@ impl<K, V> Default for Recent<K, V> {
     fn default() -> Self {
         Self(Mutex::default())
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Whether the cache holds `written` or a later version of that object. resourceVersions of

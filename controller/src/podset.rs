@@ -27,6 +27,7 @@ use watcher_api::{
     condition, set_condition, stable_hash,
 };
 
+use crate::runtime::lock;
 use crate::{Context, Error, Result};
 
 const CONTROLLER: &str = "podset";
@@ -65,7 +66,7 @@ impl PodSetContext {
 
     /// Whether the cache shows what the last reconcile of `key` wrote (or it waited long enough).
     fn caught_up(&self, key: &str, owned: &[Pod]) -> bool {
-        let mut expectations = self.expectations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut expectations = lock(&self.expectations);
         let Some(expected) = expectations.get(key) else { return true };
         let present = |name: &String| owned.iter().any(|p| p.metadata.name.as_ref() == Some(name));
         let gone = |name: &String| {
@@ -250,7 +251,7 @@ pub async fn reconcile(podset: Arc<PodSet>, shared: Arc<PodSetContext>) -> Resul
         info!(created = plan.create, "created pods");
     }
     if !expected.created.is_empty() || !expected.deleted.is_empty() {
-        shared.expectations.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), expected);
+        lock(&shared.expectations).insert(key.clone(), expected);
     }
     for name in &plan.delete {
         let uid = owned.iter().find(|p| &p.name_any() == name).and_then(ResourceExt::uid);

@@ -8,8 +8,9 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use watcher_api::Watcher;
 
-use super::store::{CountedPod, Interner, PodIndex, SidecarLookup, containers_of, lock};
+use super::store::{CountedPod, Interner, PodIndex, SidecarLookup, containers_of};
 use super::{PodMeta, PodsContext};
+use crate::runtime::lock;
 use crate::{Context, WatcherCache};
 
 /// A context over `pods`, for tests that fill the index themselves.

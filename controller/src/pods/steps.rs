@@ -16,10 +16,11 @@ use watcher_api::{PodCounts, Watcher, injected_watchers};
 
 use super::rollout;
 use super::status::{publish, set_rollout_condition};
-use super::store::{CountedPod, lock};
+use super::store::CountedPod;
 use super::{EVICTION_RETRY, PodsContext, Subject};
 use crate::Result;
 use crate::revisions;
+use crate::runtime::lock;
 
 /// How often a rollout in flight is looked at again (pod status changes also wake it).
 pub(super) const IN_PLACE_RECHECK: Duration = Duration::from_secs(15);

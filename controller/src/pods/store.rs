@@ -15,6 +15,7 @@ use watcher_api::{
 use super::PodMeta;
 use super::RECREATING_OWNERS;
 use super::in_place::{Blocked, InjectedSpec, Sidecar};
+use crate::runtime::lock;
 
 /// The containers a Watcher (by namespace and name) adds to a pod, its sidecar first and then
 /// its init containers, so what the kubelet reports of them in injected pods can be kept.
@@ -334,8 +335,4 @@ impl PodIndex {
     pub(super) fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }

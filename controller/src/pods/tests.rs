@@ -178,7 +178,7 @@ fn shared_labels_and_annotations_are_forgotten_with_their_last_pod() {
         meta("a", "team-a", json!({"app": "web"}), json!({}), Some("ReplicaSet"), 1, false),
         meta("b", "team-a", json!({"app": "web"}), json!({}), Some("ReplicaSet"), 2, false),
     ]);
-    let interned = || super::store::lock(&index.interner.shared).len();
+    let interned = || crate::runtime::lock(&index.interner.shared).len();
     assert_eq!(interned(), 1, "two pods of one ReplicaSet, one copy");
     let updated = json!({"watcher.dev/sidecar-updated": "2026-11-21T10:00:00Z"});
     index.apply(Event::Apply(meta(
@@ -195,7 +195,7 @@ fn shared_labels_and_annotations_are_forgotten_with_their_last_pod() {
     assert_eq!(interned(), 1, "the old copy went with the last pod that had it");
     index.apply(Event::Delete(meta("a", "team-a", json!({}), json!({}), None, 1, false)));
     index.apply(Event::Delete(meta("b", "team-a", json!({}), json!({}), None, 2, false)));
-    assert_eq!((interned(), super::store::lock(&index.interner.namespaces).len()), (0, 0));
+    assert_eq!((interned(), crate::runtime::lock(&index.interner.namespaces).len()), (0, 0));
 }
 
 const STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/namespaces/team-a/watchers/log-watcher/status";
