@@ -67,23 +67,12 @@ impl InjectOptions {
 /// `restartPolicy: Always`, on by default since Kubernetes 1.29). `minor` may carry a vendor
 /// suffix such as `29+`.
 pub fn supports_native_sidecars(major: &str, minor: &str) -> bool {
-    version_at_least(major, minor, (1, 29))
+    crate::ServerVersion::parse(major, minor).is_some_and(crate::ServerVersion::native_sidecars)
 }
 
 /// The minor version of a Kubernetes 1.x server, as `/version` gives it (perhaps `29+`).
 pub fn server_minor(major: &str, minor: &str) -> Option<u32> {
-    let number = |s: &str| s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>().ok();
-    (number(major) == Some(1)).then(|| number(minor)).flatten()
-}
-
-/// Whether the server version `major`.`minor` (as `/version` gives them, `minor` perhaps with
-/// a vendor suffix such as `29+`) is at least `least`; an unreadable version is not.
-pub(crate) fn version_at_least(major: &str, minor: &str, least: (u32, u32)) -> bool {
-    let number = |s: &str| s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>().ok();
-    match (number(major), number(minor)) {
-        (Some(major), Some(minor)) => (major, minor) >= least,
-        _ => false,
-    }
+    crate::ServerVersion::parse(major, minor).and_then(crate::ServerVersion::minor_of_1)
 }
 
 /// The outcome of [`inject`].

@@ -13,6 +13,7 @@ mod review;
 mod rewrite;
 pub mod scope;
 mod server;
+mod version;
 
 pub use canary::RevisionSource;
 pub use decide::{Asked, Decision, Exclusion, Verdict, WebhookSelectors, decide, exclusion};
@@ -29,3 +30,4 @@ pub use review::{ReviewError, Reviewer, WatcherSource};
 pub use rewrite::{NamespaceAdmission, PolicySource, original_images, rewrite_images};
 pub use scope::{Scope, Sent};
 pub use server::{MAX_BODY_BYTES, router, serve_tls};
+pub use version::ServerVersion;

@@ -43,7 +43,7 @@ const ANNOTATIONS: &str = "object.metadata.annotations";
 /// Whether a kube-apiserver of this version evaluates webhook `matchConditions` (beta and on
 /// by default from 1.28, GA in 1.30).
 pub fn supports_match_conditions(major: &str, minor: &str) -> bool {
-    crate::inject::version_at_least(major, minor, (1, 28))
+    crate::ServerVersion::parse(major, minor).is_some_and(crate::ServerVersion::match_conditions)
 }
 
 /// One requirement of a label selector, as both evaluations read it.

@@ -145,16 +145,19 @@ async fn serves_patches_over_tls_and_picks_up_new_certificates() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let second_pem = write_cert(&ca, &dir);
     let second_der = CertificateDer::from_pem_slice(second_pem.as_bytes()).expect("PEM").to_vec();
+    // Bounds against a hang, however slow the machine: the watch polls every 20 ms.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let mut seen_new = false;
-    for _ in 0..200 {
+    while !seen_new && std::time::Instant::now() < deadline {
         let stream = connect(&connector, addr).await.expect("handshake during rotation");
-        if served_cert(&stream) == second_der {
-            seen_new = true;
-            break;
-        }
+        seen_new = served_cert(&stream) == second_der;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Requests on both connections after the rotation too.
+    let after = answered.load(Ordering::Relaxed);
+    while answered.load(Ordering::Relaxed) <= after && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     stop.store(true, Ordering::Release);
     load.await.expect("load task");
 

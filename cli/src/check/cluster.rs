@@ -6,7 +6,7 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessR
 use kube::Client;
 use kube::api::{Api, PostParams};
 use watcher_certs::registration::WEBHOOK_CONFIGURATION;
-use watcher_webhook::supports_native_sidecars;
+use watcher_webhook::{ServerVersion, supports_native_sidecars};
 
 use super::Report;
 use super::registration::helm_adoption;
@@ -31,9 +31,8 @@ pub(super) async fn cluster(
             return None;
         }
     };
-    let version = (number(&info.major), number(&info.minor));
-    match version {
-        (Some(1), Some(minor)) if minor < 24 => report.fail(
+    match ServerVersion::of(&info) {
+        Some(version) if version.major == 1 && !version.at_least(24) => report.fail(
             GROUP,
             "API server",
             format!("Kubernetes {} is older than 1.24, the oldest watcher-operator supports", info.git_version),
@@ -64,10 +63,6 @@ pub(super) async fn cluster(
         }
     }
     Some(info)
-}
-
-pub(super) fn number(s: &str) -> Option<u32> {
-    s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()
 }
 
 /// What an install creates (`deploy/`, the Helm chart): group, resource, namespaced.

@@ -5,7 +5,6 @@ use kube::api::Api;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::cluster::number;
 use super::{APPLY_CRDS, Report};
 
 /// `--pre`: CRDs installed already (by `watcher-operator crds | kubectl apply`): before 1.25,
@@ -112,7 +111,7 @@ pub(super) async fn crds(
 /// CEL feature on by default). 1.24 stores a CRD without them (`crd-watchers-stored-1.24.json`),
 /// which is not a difference from this binary's.
 pub(crate) fn stores_validation_rules(version: &k8s_openapi::apimachinery::pkg::version::Info) -> bool {
-    !matches!((number(&version.major), number(&version.minor)), (Some(1), Some(minor)) if minor < 25)
+    !watcher_webhook::ServerVersion::of(version).is_some_and(|v| v.major == 1 && !v.at_least(25))
 }
 
 /// Drops every `x-kubernetes-validations` of `value`, as a server without CEL stores a CRD.
