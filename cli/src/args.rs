@@ -25,6 +25,13 @@ pub struct Cli {
 pub enum Command {
     /// Serve the admission webhook and run the controllers (the default).
     Run(RunArgs),
+    #[command(flatten)]
+    Tool(Tool),
+}
+
+/// The commands that do their work and exit: every one but `run`.
+#[derive(Debug, Subcommand)]
+pub enum Tool {
     /// Print the CustomResourceDefinitions as YAML.
     Crds,
     /// Show a pod as the webhook would admit it (no cluster needed): prints the mutated pod(s)
@@ -400,7 +407,7 @@ pub enum Job {
     /// The webhook and the controllers, with these flags.
     Operator(Box<RunArgs>),
     /// A command that does its work and exits (see [`execute`]).
-    Command(Box<Command>),
+    Command(Box<Tool>),
 }
 
 /// How log lines are written.
@@ -441,7 +448,7 @@ impl Cli {
         match &self.command {
             Some(Command::Run(args)) => args.log_format,
             None => self.run.log_format,
-            Some(_) => LogFormat::Text,
+            Some(Command::Tool(_)) => LogFormat::Text,
         }
     }
 
@@ -449,7 +456,7 @@ impl Cli {
     /// findings, and the client's own error logs would repeat them.
     pub fn default_log_filter(&self) -> &'static str {
         match &self.command {
-            Some(Command::Check(_) | Command::CheckInject(_) | Command::Rollout(_)) => "off",
+            Some(Command::Tool(Tool::Check(_) | Tool::CheckInject(_) | Tool::Rollout(_))) => "off",
             _ => DEFAULT_FILTER,
         }
     }
@@ -459,22 +466,21 @@ impl Cli {
         match self.command {
             None => Job::Operator(Box::new(self.run)),
             Some(Command::Run(args)) => Job::Operator(Box::new(args)),
-            Some(command) => Job::Command(Box::new(command)),
+            Some(Command::Tool(tool)) => Job::Command(Box::new(tool)),
         }
     }
 }
 
-/// Runs `command` (any but `run`, which is the operator: [`Job::Operator`]); `Ok(false)`: it
-/// ran, and says something failed (exit code 1).
-pub async fn execute(command: Command) -> anyhow::Result<bool> {
+/// Runs `tool` (`run` is the operator: [`Job::Operator`]); `Ok(false)`: it ran, and says
+/// something failed (exit code 1).
+pub async fn execute(tool: Tool) -> anyhow::Result<bool> {
     {
-        match command {
-            Command::Run(_) => anyhow::bail!("`run` starts the operator: it is not run as a command"),
-            Command::Crds => {
+        match tool {
+            Tool::Crds => {
                 print!("{}", offline::crds_yaml()?);
                 Ok(true)
             }
-            Command::Check(args) => {
+            Tool::Check(args) => {
                 let client = args.cluster.client().await?;
                 let options = crate::check::CheckOptions {
                     namespace: args.namespace,
@@ -488,7 +494,7 @@ pub async fn execute(command: Command) -> anyhow::Result<bool> {
                 }
                 Ok(report.ok())
             }
-            Command::CheckInject(args) => {
+            Tool::CheckInject(args) => {
                 let client = args.cluster.client().await?;
                 let target = match (args.pod, args.filename) {
                     (Some(pod), _) => crate::check::inject::Target::Pod(pod),
@@ -508,7 +514,7 @@ pub async fn execute(command: Command) -> anyhow::Result<bool> {
                 }
                 Ok(true)
             }
-            Command::Rollout(command) => {
+            Tool::Rollout(command) => {
                 use crate::rollout;
                 match command {
                     RolloutCommand::Status(args) => {
@@ -534,7 +540,7 @@ pub async fn execute(command: Command) -> anyhow::Result<bool> {
                     }
                 }
             }
-            Command::Inject(args) => {
+            Tool::Inject(args) => {
                 let namespace = args.namespace.as_deref();
                 let labels = args.namespace_labels.unwrap_or_default();
                 let pod_security = args.pod_security_config.unwrap_or_default();
@@ -548,7 +554,7 @@ pub async fn execute(command: Command) -> anyhow::Result<bool> {
                 print!("{preview}");
                 Ok(true)
             }
-            Command::Certs(args) => {
+            Tool::Certs(args) => {
                 offline::write_certs(&args.service, &args.namespace, &args.hosts, &args.out_dir, args.days)
                     .map(|()| true)
             }
@@ -592,10 +598,13 @@ mod tests {
         assert!(!is_kubectl_plugin("/usr/local/bin/watcher-operator".as_ref()));
         let cli = Cli::try_parse_from(["kubectl-watcher", "check-inject", "app", "-n", "team-a", "--context", "kind"])
             .expect("kubectl's flags");
-        assert!(matches!(cli.command, Some(Command::CheckInject(_))));
+        assert!(matches!(cli.command, Some(Command::Tool(Tool::CheckInject(_)))));
         let cli = Cli::try_parse_from(["kubectl-watcher", "check", "--pre", "-o", "json", "--kubeconfig", "/k"])
             .expect("parses");
-        assert!(matches!(cli.command, Some(Command::Check(CheckArgs { pre: true, output: Output::Json, .. }))));
+        assert!(matches!(
+            cli.command,
+            Some(Command::Tool(Tool::Check(CheckArgs { pre: true, output: Output::Json, .. })))
+        ));
         assert!(Cli::try_parse_from(["kubectl-watcher", "check-inject"]).is_err(), "a pod or -f is needed");
         assert!(Cli::try_parse_from(["kubectl-watcher", "check-inject", "app", "-f", "pod.yaml"]).is_err(), "not both");
     }
@@ -720,7 +729,7 @@ mod tests {
             "b.yaml",
         ])
         .expect("parses");
-        let Some(Command::Inject(args)) = cli.command else { panic!("inject") };
+        let Some(Command::Tool(Tool::Inject(args))) = cli.command else { panic!("inject") };
         assert_eq!(args.watchers.len(), 2);
         assert!(Cli::try_parse_from(["watcher-operator", "certs"]).is_err(), "--out-dir is required");
     }

@@ -12,6 +12,6 @@ mod rollout;
 
 pub use args::{
     CertsArgs, CheckArgs, CheckInjectArgs, Cli, ClusterArgs, Command, ControllerName, DEFAULT_FILTER, InjectArgs, Job,
-    LogFormat, Output, RolloutArgs, RolloutCommand, RolloutStatusArgs, RolloutUndoArgs, RunArgs, causes, execute,
+    LogFormat, Output, RolloutArgs, RolloutCommand, RolloutStatusArgs, RolloutUndoArgs, RunArgs, Tool, causes, execute,
     run_args,
 };
