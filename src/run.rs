@@ -9,6 +9,7 @@ use futures::{FutureExt, future};
 use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tracing::{info, warn};
 use watcher_certs::registration::{Registrar, Registration};
 use watcher_certs::secret::{Lifetimes, SelfManaged};
@@ -38,6 +39,42 @@ const CERT_FILE_CHECK: Duration = Duration::from_secs(10);
 /// Where a pod finds its own namespace.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
+/// The replica's shutdown, as every task it starts waits for it.
+#[derive(Clone)]
+struct Shutdown(watch::Receiver<bool>);
+
+impl Shutdown {
+    /// Resolves once shutdown began.
+    fn wait(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut stop = self.0.clone();
+        async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        }
+    }
+
+    /// Runs `task` until it ends or shutdown begins; `ended`, if given, is logged when the
+    /// task ends first (a stream that should run for ever).
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static, ended: Option<&'static str>) -> JoinHandle<()> {
+        let shutdown = self.wait();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = task => if let Some(ended) = ended { warn!("{ended}") },
+                () = shutdown => {},
+            }
+        })
+    }
+}
+
+/// The caches every replica keeps, their tasks, and the signal that the controllers may start.
+struct Caches {
+    watchers: WatcherCache,
+    policies: PolicyCache,
+    revisions: RevisionCache,
+    tasks: Vec<JoinHandle<()>>,
+    /// True once the Watchers, ClusterWatchers, ImagePolicies and namespaces are listed.
+    ready: watch::Receiver<bool>,
+}
+
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
@@ -46,25 +83,93 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     info!(namespace, controllers = ?args.controllers, leader_election = args.leader_election, "starting");
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let shutdown = move || {
-        let mut rx = shutdown_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
+    let shutdown = Shutdown(shutdown_rx);
+    let mut readiness = Readiness::default();
+    let caches = start_caches(&args, &client, &namespace, &mut readiness, &shutdown);
+
+    // The webhook: every replica serves it, from the Watcher cache.
+    let tls_ready = readiness.gate("webhook-tls");
+    let (certs, cert_upkeep) = start_certificates(&args, &client, &namespace, shutdown.wait()).await?;
+    let (registry, metrics, webhook_metrics) = crate::telemetry::registry(&caches.watchers, certs.clone());
+    let listener = tokio::net::TcpListener::bind(args.webhook_addr)
+        .await
+        .with_context(|| format!("cannot listen on --webhook-addr {}", args.webhook_addr))?;
+    let (native_sidecars, server_minor) = server_version(&client).await;
+    let options = InjectOptions {
+        excluded_namespaces: vec![namespace.clone()],
+        native_sidecars,
+        server_minor,
+        supervisor_image: args.supervisor_image.clone(),
+    };
+    let reviewer = Reviewer::new(caches.watchers.clone(), options)
+        .with_policies(Arc::new(caches.policies.clone()))
+        .with_revisions(Arc::new(caches.revisions.clone()));
+    let app = router(reviewer, webhook_metrics);
+    let tls_config = Arc::new(server_config(certs.clone())?);
+    let (webhook_stop_tx, webhook_stop_rx) = watch::channel(false);
+    let webhook = tokio::spawn(serve_webhook(listener, tls_config, app, certs, tls_ready.clone(), webhook_stop_rx));
+
+    let admin = serve_admin(args.metrics_addr, registry, readiness, shutdown.wait()).await?;
+    let admin = tokio::spawn(admin);
+
+    let ctx = Arc::new(Context::new(client.clone(), metrics));
+    let sync_namespaces =
+        if args.sync_namespaces.is_empty() { vec![namespace.clone()] } else { args.sync_namespaces.clone() };
+    let registration = registration(&args, &namespace);
+    let controllers = tokio::spawn(run_controllers_while_leader(
+        client,
+        namespace,
+        args.controllers.clone(),
+        args.leader_election,
+        Controllers {
+            ctx,
+            registration,
+            cache: caches.watchers,
+            revisions: caches.revisions,
+            policies: caches.policies,
+            cache_ready: caches.ready,
+            sync_namespaces,
+            sync_secrets: args.sync_secrets,
+            supervisor_image: args.supervisor_image.clone(),
+        },
+        shutdown.wait(),
+    ));
+
+    shutdown_signal().await;
+    info!("shutting down: webhook unready, draining");
+    tls_ready.store(false, Ordering::Release);
+    tokio::time::sleep(ENDPOINT_DRAIN).await;
+    let _ = webhook_stop_tx.send(true);
+    let _ = webhook.await; // in-flight admissions finish first
+    let _ = shutdown_tx.send(true);
+    let cert_upkeep = async move {
+        if let Some(task) = cert_upkeep {
+            let _ = task.await;
         }
     };
+    let stopped = future::join4(future::join_all(caches.tasks), admin, controllers, cert_upkeep);
+    if tokio::time::timeout(SHUTDOWN_GRACE, stopped).await.is_err() {
+        warn!("work still in flight after {SHUTDOWN_GRACE:?}; exiting anyway");
+    }
+    Ok(())
+}
 
-    let mut readiness = Readiness::default();
-
-    // Every replica keeps the Watchers in memory, once: the webhook answers from this cache and
-    // the leader's controllers read it too.
+/// Starts the caches every replica keeps: the Watchers in memory, once (the webhook answers
+/// from them and the leader's controllers read them too); ImagePolicies and namespace labels
+/// (the Watcher cache reads the namespaces' labels for ClusterWatchers); the cluster's Pod
+/// Security admission configuration, one for admission and controllers (as configured, or
+/// learned from kube-apiserver once the namespaces are listed); the Watchers' revisions.
+fn start_caches(
+    args: &RunArgs,
+    client: &Client,
+    namespace: &str,
+    readiness: &mut Readiness,
+    shutdown: &Shutdown,
+) -> Caches {
     let cache_synced = readiness.gate("watcher-cache");
-    // ImagePolicies and namespace labels, likewise in every replica (the Watcher cache reads
-    // the namespaces' labels for ClusterWatchers).
     let policies_synced = readiness.gate("image-policy-cache");
     let (mut policy_cache, fill_policies) = PolicyCache::new(client.clone());
-    let (mut watcher_cache, fill) = WatcherCache::new(client.clone(), policy_cache.namespaces.clone(), &namespace);
-    // The cluster's Pod Security admission configuration, one for admission and controllers:
-    // as configured, or learned from kube-apiserver once the namespaces are listed.
+    let (mut watcher_cache, fill) = WatcherCache::new(client.clone(), policy_cache.namespaces.clone(), namespace);
     let pod_security = SharedDefaults::default();
     policy_cache.pod_security = pod_security.clone();
     watcher_cache.pod_security = pod_security.clone();
@@ -78,36 +183,20 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         None => {
             let namespaces = policy_cache.namespaces.clone();
-            let learn = learn_pod_security(client.clone(), namespaces, namespace.clone(), pod_security.clone());
-            let learn_shutdown = shutdown();
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = learn => {},
-                    () = learn_shutdown => {},
-                }
-            });
+            let learn = learn_pod_security(client.clone(), namespaces, namespace.to_owned(), pod_security.clone());
+            shutdown.spawn(learn, None);
         }
     }
-    let cache_shutdown = shutdown();
-    let cache = tokio::spawn(async move {
-        tokio::select! {
-            () = fill => warn!("the watcher cache stream ended"),
-            () = cache_shutdown => {},
-        }
-    });
-    let policies_shutdown = shutdown();
-    let policies_task = tokio::spawn(async move {
-        tokio::select! {
-            () = fill_policies => warn!("the image policy cache stream ended"),
-            () = policies_shutdown => {},
-        }
-    });
+    let mut tasks = vec![
+        shutdown.spawn(fill, Some("the watcher cache stream ended")),
+        shutdown.spawn(fill_policies, Some("the image policy cache stream ended")),
+    ];
     // The Watchers' revisions, likewise: admission injects a held rollout's stable revision
     // from them, so the webhook waits for their list too, for at most REVISIONS_WAIT (a list
     // that fails, say for want of RBAC, must not keep the webhook down: until the cache has a
     // revision, admission injects the current spec with a warning).
     let revisions_synced = readiness.gate("revision-cache");
-    let (revision_cache, fill_revisions) = RevisionCache::new(client.clone(), &namespace);
+    let (revision_cache, fill_revisions) = RevisionCache::new(client.clone(), namespace);
     let ready_revisions = revision_cache.store.clone();
     tokio::spawn(async move {
         match tokio::time::timeout(REVISIONS_WAIT, ready_revisions.wait_until_ready()).await {
@@ -120,18 +209,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         revisions_synced.store(true, Ordering::Release);
     });
-    let revisions_shutdown = shutdown();
-    let revisions_task = tokio::spawn(async move {
-        tokio::select! {
-            () = fill_revisions => warn!("the revision cache stream ended"),
-            () = revisions_shutdown => {},
-        }
-    });
+    tasks.push(shutdown.spawn(fill_revisions, Some("the revision cache stream ended")));
     let (ready_watchers, ready_cluster) = (watcher_cache.store.clone(), watcher_cache.cluster.clone());
     let (ready_policies, ready_namespaces) = (policy_cache.policies.clone(), policy_cache.namespaces.clone());
     // The only task that waits on these stores: kube's `Store::wait_until_ready` wakes just one
     // of several concurrent waiters, so the controllers (which read them) start after this.
-    let (cache_ready_tx, cache_ready) = watch::channel(false);
+    let (cache_ready_tx, ready) = watch::channel(false);
     tokio::spawn(async move {
         match futures::future::try_join(ready_watchers.wait_until_ready(), ready_cluster.wait_until_ready()).await {
             Ok(_) => {
@@ -149,88 +232,28 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             Err(error) => warn!(%error, "the image policy cache stopped before it synced"),
         }
     });
+    Caches { watchers: watcher_cache, policies: policy_cache, revisions: revision_cache, tasks, ready }
+}
 
-    // The webhook: every replica serves it, from the Watcher cache.
-    let tls_ready = readiness.gate("webhook-tls");
-    let (certs, cert_upkeep) = start_certificates(&args, &client, &namespace, shutdown()).await?;
-    let (registry, metrics, webhook_metrics) = crate::telemetry::registry(&watcher_cache, certs.clone());
-    let listener = tokio::net::TcpListener::bind(args.webhook_addr)
-        .await
-        .with_context(|| format!("cannot listen on --webhook-addr {}", args.webhook_addr))?;
-    let (native_sidecars, server_minor) = server_version(&client).await;
-    let options = InjectOptions {
-        excluded_namespaces: vec![namespace.clone()],
-        native_sidecars,
-        server_minor,
-        supervisor_image: args.supervisor_image.clone(),
-    };
-    let reviewer = Reviewer::new(watcher_cache.clone(), options)
-        .with_policies(Arc::new(policy_cache.clone()))
-        .with_revisions(Arc::new(revision_cache.clone()));
-    let app = router(reviewer, webhook_metrics);
-    let tls_config = Arc::new(server_config(certs.clone())?);
-    let (webhook_stop_tx, webhook_stop_rx) = watch::channel(false);
-    let webhook = tokio::spawn({
-        let tls_ready = tls_ready.clone();
-        async move {
-            let mut stop = webhook_stop_rx;
-            while !certs.is_loaded() {
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(50)) => {},
-                    _ = stop.wait_for(|stop| *stop) => return,
-                }
-            }
-            serve_tls(listener, tls_config, app, tls_ready, async move {
-                let _ = stop.wait_for(|stop| *stop).await;
-            })
-            .await;
+/// Serves the webhook once the certificate is loaded, until `stop`.
+async fn serve_webhook(
+    listener: tokio::net::TcpListener,
+    tls_config: Arc<rustls::ServerConfig>,
+    app: axum::Router,
+    certs: Arc<CertStore>,
+    tls_ready: Arc<std::sync::atomic::AtomicBool>,
+    mut stop: watch::Receiver<bool>,
+) {
+    while !certs.is_loaded() {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(50)) => {},
+            _ = stop.wait_for(|stop| *stop) => return,
         }
-    });
-
-    let admin = serve_admin(args.metrics_addr, registry, readiness, shutdown()).await?;
-    let admin = tokio::spawn(admin);
-
-    let ctx = Arc::new(Context::new(client.clone(), metrics));
-    let sync_namespaces =
-        if args.sync_namespaces.is_empty() { vec![namespace.clone()] } else { args.sync_namespaces.clone() };
-    let registration = registration(&args, &namespace);
-    let controllers = tokio::spawn(run_controllers_while_leader(
-        client,
-        namespace,
-        args.controllers.clone(),
-        args.leader_election,
-        Controllers {
-            ctx,
-            registration,
-            cache: watcher_cache,
-            revisions: revision_cache,
-            policies: policy_cache,
-            cache_ready,
-            sync_namespaces,
-            sync_secrets: args.sync_secrets,
-            supervisor_image: args.supervisor_image.clone(),
-        },
-        shutdown(),
-    ));
-
-    shutdown_signal().await;
-    info!("shutting down: webhook unready, draining");
-    tls_ready.store(false, Ordering::Release);
-    tokio::time::sleep(ENDPOINT_DRAIN).await;
-    let _ = webhook_stop_tx.send(true);
-    let _ = webhook.await; // in-flight admissions finish first
-    let _ = shutdown_tx.send(true);
-    let cert_upkeep = async move {
-        if let Some(task) = cert_upkeep {
-            let _ = task.await;
-        }
-    };
-    let caches = future::join3(cache, policies_task, revisions_task);
-    let stopped = future::join4(caches, admin, controllers, cert_upkeep);
-    if tokio::time::timeout(SHUTDOWN_GRACE, stopped).await.is_err() {
-        warn!("work still in flight after {SHUTDOWN_GRACE:?}; exiting anyway");
     }
-    Ok(())
+    serve_tls(listener, tls_config, app, tls_ready, async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+    })
+    .await;
 }
 
 /// Loads the serving certificate from files, or starts the self-managed certificates; the
