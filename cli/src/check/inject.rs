@@ -152,32 +152,6 @@ impl Scope<'_> {
     }
 }
 
-/// The cluster's Pod Security admission configuration as the operator judges by it: its
-/// configuration (ConfigMap `watcher-operator-pod-security`), else what kube-apiserver enforces
-/// in `namespace` when it sets no Pod Security label (dry-run pods there, as the operator
-/// learns it); none when neither can be read.
-async fn cluster_pod_security(
-    client: &kube::Client,
-    operator_namespace: &str,
-    namespace: &str,
-    labels: &BTreeMap<String, String>,
-) -> watcher_webhook::pod_security::ClusterDefaults {
-    let configured = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), operator_namespace)
-        .get_opt(super::POD_SECURITY_CONFIG_MAP)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|map| map.data?.remove(super::POD_SECURITY_CONFIG_KEY))
-        .and_then(|text: String| crate::pod_security_config::parse(&text).ok());
-    if let Some(configured) = configured {
-        return configured;
-    }
-    if labels.keys().any(|k| k.starts_with("pod-security.kubernetes.io/")) {
-        return Default::default();
-    }
-    watcher_controller::pod_security_probe::probe(client, namespace).await.map(|l| l.defaults).unwrap_or_default()
-}
-
 /// Where kube-apiserver sends a pod with `labels` and `annotations`, created in `namespace`,
 /// given the operator's conditions as registered (`None`: there is no configuration) and the
 /// scope the operator computes: the same code that writes the conditions.
@@ -198,126 +172,68 @@ pub(crate) fn sent_by(
     }
 }
 
+impl WatcherLine {
+    /// The line of Watcher `name`: `injected` or not, `up_to_date` where it is, and why.
+    fn new(name: String, injected: bool, up_to_date: Option<bool>, reason: &'static str, message: String) -> Self {
+        Self {
+            name,
+            injected,
+            up_to_date: if injected { up_to_date } else { None },
+            reason,
+            message,
+            sees: Vec::new(),
+            cluster: false,
+            pod_security: Vec::new(),
+            agent: Vec::new(),
+        }
+    }
+}
+
+/// The Watchers a pod carries (`watcher.dev/injected`: name and specHash) against those of its
+/// namespace now.
+struct Carried<'a> {
+    carried: Vec<(&'a str, &'a str)>,
+    watchers: &'a [&'a Watcher],
+}
+
+impl Carried<'_> {
+    /// The specHash the pod carries of Watcher `name`.
+    fn hash_of(&self, name: &str) -> Option<&str> {
+        self.carried.iter().find(|(n, _)| *n == name).map(|(_, h)| *h)
+    }
+
+    /// The specHash of Watcher `name` now.
+    fn current(&self, name: &str) -> Option<String> {
+        self.watchers.iter().find(|w| w.name_any() == name).map(|w| w.spec.spec_hash())
+    }
+
+    /// Whether the pod carries Watcher `name` as it is now (`None`: it does not carry it).
+    fn up_to_date(&self, name: &str) -> Option<bool> {
+        self.hash_of(name).map(|hash| self.current(name).as_deref() == Some(hash))
+    }
+}
+
 /// Explains `pod`: as it exists in the cluster (`existing`: what was done at its creation), or
 /// as a manifest (what admission would do now).
 pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Explanation {
     let namespace = scope.namespace;
     let excluded = exclusion(namespace, scope.namespace_labels, pod.labels(), scope.selectors, scope.options)
         .map(|reason| Excluded { reason, message: reason.message(namespace) });
-    let carried = injected_watchers(pod.annotations());
-    let hash_of = |name: &str| carried.iter().find(|(n, _)| *n == name).map(|(_, h)| *h);
-    let current = |name: &str| scope.watchers.iter().find(|w| w.name_any() == name).map(|w| w.spec.spec_hash());
-    let up_to_date = |name: &str| hash_of(name).map(|hash| current(name).as_deref() == Some(hash));
-
-    let mut lines = Vec::new();
-    if let Some(excluded) = &excluded {
-        for watcher in scope.watchers {
-            let name = watcher.name_any();
-            let injected = existing && hash_of(&name).is_some();
-            lines.push(WatcherLine {
-                up_to_date: if injected { up_to_date(&name) } else { None },
-                injected,
-                reason: "Excluded",
-                message: format!("not sent to the webhook: {}", excluded.message),
-                name,
-                sees: Vec::new(),
-                cluster: false,
-                pod_security: Vec::new(),
-                agent: Vec::new(),
-            });
-        }
-    } else {
-        let decisions = decide(pod, namespace, scope.watchers);
-        for decision in &decisions {
-            let how = match decision.asked {
-                Asked::Annotation => ("Annotation", "asked by annotation watcher.dev/inject"),
-                Asked::Selector => ("Selector", "selected by the Watcher's spec.selector"),
-            };
-            let line = |injected: bool, reason: &'static str, message: String| WatcherLine {
-                name: decision.name.clone(),
-                injected,
-                up_to_date: if injected { up_to_date(&decision.name) } else { None },
-                reason,
-                message,
-                sees: Vec::new(),
-                cluster: false,
-                pod_security: Vec::new(),
-                agent: Vec::new(),
-            };
-            lines.push(match &decision.verdict {
-                Verdict::Inject if existing => line(
-                    false,
-                    how.0,
-                    format!(
-                        "{}, but not injected: the webhook did not see the pod when it was created (down, \
-                         or the Watcher came later); `updatePolicy: Recreate` repairs pods a controller owns",
-                        how.1
-                    ),
-                ),
-                Verdict::Inject => line(true, how.0, format!("{}: injected at creation", how.1)),
-                Verdict::AlreadyInjected { hash } => {
-                    let state = match current(&decision.name) {
-                        Some(now) if now == *hash => "up to date".to_owned(),
-                        Some(now) => format!("outdated: injected with specHash {hash}, the Watcher's is {now}"),
-                        None => "the Watcher is gone".to_owned(),
-                    };
-                    line(true, how.0, format!("{}: injected, {state}", how.1))
+    let carried = Carried { carried: injected_watchers(pod.annotations()), watchers: scope.watchers };
+    let mut lines = match &excluded {
+        Some(excluded) => excluded_lines(existing, excluded, &carried),
+        None => {
+            let mut lines = asked_lines(pod, existing, scope, &carried);
+            hold_the_level(pod, scope, &mut lines);
+            see_the_app(pod, existing, scope, &mut lines);
+            for line in lines.iter_mut().filter(|l| l.injected) {
+                if let Some(watcher) = scope.watchers.iter().find(|w| w.name_any() == line.name) {
+                    line.agent = agent_lines(pod, existing, watcher);
                 }
-                Verdict::Collision { container } => line(
-                    false,
-                    "Collision",
-                    format!("{}, but the pod already has a container named {container}{}", how.1, refused(decision)),
-                ),
-                Verdict::Invalid { problems } => line(
-                    false,
-                    "Invalid",
-                    format!(
-                        "{}, but the pod would be invalid with it: {}{}",
-                        how.1,
-                        problems.join("; "),
-                        refused(decision)
-                    ),
-                ),
-                Verdict::Missing => line(
-                    false,
-                    "WatcherMissing",
-                    format!("asked by annotation, but there is no Watcher {} in namespace {namespace}", decision.name),
-                ),
-            });
-        }
-        for watcher in scope.watchers {
-            let name = watcher.name_any();
-            if decisions.iter().any(|d| d.name == name) {
-                continue;
             }
-            let injected = existing && hash_of(&name).is_some();
-            let message = match (&watcher.spec.selector, injected) {
-                (_, true) => "injected at creation, and no longer asked for".to_owned(),
-                (None, _) => format!("not asked: not named in watcher.dev/inject, and Watcher {name} has no selector"),
-                (Some(_), _) => {
-                    "not asked: not named in watcher.dev/inject, and its selector does not match".to_owned()
-                }
-            };
-            lines.push(WatcherLine {
-                up_to_date: if injected { up_to_date(&name) } else { None },
-                injected,
-                reason: "NotAsked",
-                message,
-                name,
-                sees: Vec::new(),
-                cluster: false,
-                pod_security: Vec::new(),
-                agent: Vec::new(),
-            });
+            lines
         }
-        hold_the_level(pod, scope, &mut lines);
-        see_the_app(pod, existing, scope, &mut lines);
-        for line in lines.iter_mut().filter(|l| l.injected) {
-            if let Some(watcher) = scope.watchers.iter().find(|w| w.name_any() == line.name) {
-                line.agent = agent_lines(pod, existing, watcher);
-            }
-        }
-    }
+    };
     lines.sort_by(|a, b| a.name.cmp(&b.name));
     for line in &mut lines {
         line.cluster = scope.watchers.iter().any(|w| w.name_any() == line.name && w.cluster_watcher().is_some());
@@ -342,6 +258,93 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
             .map(|l| ClusterLine { message: l.message.clone(), name: l.name.clone(), ..*l })
             .collect(),
         images,
+    }
+}
+
+/// A pod the webhook is not sent: every Watcher of the namespace, excluded.
+fn excluded_lines(existing: bool, excluded: &Excluded, carried: &Carried<'_>) -> Vec<WatcherLine> {
+    carried
+        .watchers
+        .iter()
+        .map(|watcher| {
+            let name = watcher.name_any();
+            let injected = existing && carried.hash_of(&name).is_some();
+            let message = format!("not sent to the webhook: {}", excluded.message);
+            WatcherLine::new(name.clone(), injected, carried.up_to_date(&name), "Excluded", message)
+        })
+        .collect()
+}
+
+/// A pod the webhook is sent: each Watcher asked for (by annotation or selector) as admission
+/// decides it, then those not asked.
+fn asked_lines(pod: &PodView, existing: bool, scope: &Scope<'_>, carried: &Carried<'_>) -> Vec<WatcherLine> {
+    let decisions = decide(pod, scope.namespace, scope.watchers);
+    let mut lines: Vec<WatcherLine> =
+        decisions.iter().map(|decision| decided_line(decision, existing, scope.namespace, carried)).collect();
+    for watcher in scope.watchers {
+        let name = watcher.name_any();
+        if decisions.iter().any(|d| d.name == name) {
+            continue;
+        }
+        let injected = existing && carried.hash_of(&name).is_some();
+        let message = match (&watcher.spec.selector, injected) {
+            (_, true) => "injected at creation, and no longer asked for".to_owned(),
+            (None, _) => format!("not asked: not named in watcher.dev/inject, and Watcher {name} has no selector"),
+            (Some(_), _) => "not asked: not named in watcher.dev/inject, and its selector does not match".to_owned(),
+        };
+        lines.push(WatcherLine::new(name.clone(), injected, carried.up_to_date(&name), "NotAsked", message));
+    }
+    lines
+}
+
+/// The line of one Watcher the pod asks for, as admission decided (or would decide) it.
+fn decided_line(
+    decision: &watcher_webhook::Decision<'_>,
+    existing: bool,
+    namespace: &str,
+    carried: &Carried<'_>,
+) -> WatcherLine {
+    let how = match decision.asked {
+        Asked::Annotation => ("Annotation", "asked by annotation watcher.dev/inject"),
+        Asked::Selector => ("Selector", "selected by the Watcher's spec.selector"),
+    };
+    let line = |injected: bool, reason: &'static str, message: String| {
+        WatcherLine::new(decision.name.clone(), injected, carried.up_to_date(&decision.name), reason, message)
+    };
+    match &decision.verdict {
+        Verdict::Inject if existing => line(
+            false,
+            how.0,
+            format!(
+                "{}, but not injected: the webhook did not see the pod when it was created (down, \
+                 or the Watcher came later); `updatePolicy: Recreate` repairs pods a controller owns",
+                how.1
+            ),
+        ),
+        Verdict::Inject => line(true, how.0, format!("{}: injected at creation", how.1)),
+        Verdict::AlreadyInjected { hash } => {
+            let state = match carried.current(&decision.name) {
+                Some(now) if now == *hash => "up to date".to_owned(),
+                Some(now) => format!("outdated: injected with specHash {hash}, the Watcher's is {now}"),
+                None => "the Watcher is gone".to_owned(),
+            };
+            line(true, how.0, format!("{}: injected, {state}", how.1))
+        }
+        Verdict::Collision { container } => line(
+            false,
+            "Collision",
+            format!("{}, but the pod already has a container named {container}{}", how.1, refused(decision)),
+        ),
+        Verdict::Invalid { problems } => line(
+            false,
+            "Invalid",
+            format!("{}, but the pod would be invalid with it: {}{}", how.1, problems.join("; "), refused(decision)),
+        ),
+        Verdict::Missing => line(
+            false,
+            "WatcherMissing",
+            format!("asked by annotation, but there is no Watcher {} in namespace {namespace}", decision.name),
+        ),
     }
 }
 
@@ -602,169 +605,8 @@ impl Explanation {
     }
 }
 
+mod read;
 #[cfg(test)]
 mod tests;
 
-/// What `check-inject` explains: a pod of the cluster, or a manifest.
-#[derive(Debug)]
-pub(crate) enum Target {
-    Pod(String),
-    Manifest(std::path::PathBuf),
-}
-
-/// Reads what admission reads (the namespace, its Watchers, the webhook configuration's
-/// selectors, the ImagePolicies) and explains `target`. An error: the pod or the manifest
-/// could not be read.
-pub(crate) async fn check_inject(
-    client: &kube::Client,
-    target: &Target,
-    namespace: Option<&str>,
-    operator_namespace: Option<&str>,
-) -> anyhow::Result<Explanation> {
-    use anyhow::Context as _;
-    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-    use k8s_openapi::api::core::v1::{Namespace, Pod};
-    use kube::api::{Api, ListParams};
-    use watcher_api::ImagePolicy;
-
-    let (pod, existing, namespace) = match target {
-        Target::Pod(name) => {
-            let namespace = namespace.unwrap_or(client.default_namespace()).to_owned();
-            let pod = Api::<Pod>::namespaced(client.clone(), &namespace)
-                .get_opt(name)
-                .await
-                .with_context(|| format!("cannot read pod {namespace}/{name}"))?
-                .with_context(|| format!("pod {name} not found in namespace {namespace}"))?;
-            let view: PodView = serde_json::from_value(serde_json::to_value(&pod)?).context("cannot read the pod")?;
-            (view, true, namespace)
-        }
-        Target::Manifest(path) => {
-            let (view, in_manifest) = read_manifest(path)?;
-            let namespace =
-                namespace.map(str::to_owned).or(in_manifest).unwrap_or_else(|| client.default_namespace().to_owned());
-            (view, false, namespace)
-        }
-    };
-    let labels = Api::<Namespace>::all(client.clone())
-        .get_opt(&namespace)
-        .await
-        .with_context(|| format!("cannot read namespace {namespace}"))?
-        .with_context(|| format!("namespace {namespace} not found"))?
-        .metadata
-        .labels
-        .unwrap_or_default();
-    let watchers = Api::<Watcher>::namespaced(client.clone(), &namespace)
-        .list(&ListParams::default())
-        .await
-        .with_context(|| format!("cannot list the Watchers of namespace {namespace} (are the CRDs installed?)"))?
-        .items;
-    let configuration = Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .get_opt(watcher_certs::registration::WEBHOOK_CONFIGURATION)
-        .await
-        .context("cannot read the webhook configuration")?;
-    let webhook = configuration.as_ref().and_then(|c| c.webhooks.as_ref()?.first().cloned());
-    if webhook.is_none() {
-        eprintln!(
-            "warning: MutatingWebhookConfiguration {} not found: no pod is injected until the operator is installed \
-             (`watcher-operator check` says more)",
-            watcher_certs::registration::WEBHOOK_CONFIGURATION
-        );
-    }
-    let selectors = webhook
-        .as_ref()
-        .map(|w| WebhookSelectors { namespace: w.namespace_selector.clone(), object: w.object_selector.clone() })
-        .unwrap_or_default();
-    let operator_namespace = operator_namespace
-        .map(str::to_owned)
-        .or_else(|| webhook.as_ref().and_then(|w| Some(w.client_config.service.as_ref()?.namespace.clone())))
-        .unwrap_or_else(|| "watcher-system".to_owned());
-    let compiled: Vec<Arc<CompiledPolicy>> = Api::<ImagePolicy>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("cannot list the ImagePolicies")?
-        .items
-        .iter()
-        .map(|p| Arc::new(p.compile()))
-        .collect();
-    let cluster_watchers: Vec<Arc<ClusterWatcher>> = Api::<ClusterWatcher>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("cannot list the ClusterWatchers (is their CRD installed?)")?
-        .items
-        .into_iter()
-        .map(Arc::new)
-        .collect();
-    let admission_options = InjectOptions {
-        excluded_namespaces: vec![operator_namespace.clone()],
-        native_sidecars: true,
-        server_minor: None,
-        ..Default::default()
-    };
-    let everywhere = watcher_webhook::cluster::everywhere(
-        &watchers.iter().cloned().map(Arc::new).collect::<Vec<_>>(),
-        &cluster_watchers,
-        [(namespace.as_str(), &labels)],
-        &admission_options,
-    );
-    let admission =
-        watcher_webhook::Scope::compute(&everywhere, &compiled, [(namespace.as_str(), &labels)], &operator_namespace);
-    let registered = configuration.as_ref().map(watcher_controller::scope::in_place);
-    let sent = sent_by(registered.as_ref(), &admission, &namespace, pod.labels(), pod.annotations());
-    let mut policies: Vec<Arc<CompiledPolicy>> =
-        compiled.into_iter().filter(|p| p.rules.is_ok() && p.selects(&labels)).collect();
-    policies.sort_by(|a, b| a.name.cmp(&b.name));
-    let native_sidecars = client
-        .apiserver_version()
-        .await
-        .is_ok_and(|info| watcher_webhook::supports_native_sidecars(&info.major, &info.minor));
-    let options = InjectOptions {
-        excluded_namespaces: vec![operator_namespace],
-        native_sidecars,
-        server_minor: None,
-        ..Default::default()
-    };
-    let own: Vec<Arc<Watcher>> = watchers.into_iter().map(Arc::new).collect();
-    let effective =
-        watcher_webhook::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster_watchers, &options);
-    let refs: Vec<&Watcher> = effective.iter().map(AsRef::as_ref).collect();
-    let pod_security = cluster_pod_security(client, &options.excluded_namespaces[0], &namespace, &labels).await;
-    let scope = Scope {
-        namespace: &namespace,
-        namespace_labels: &labels,
-        pod_security: &pod_security,
-        watchers: &refs,
-        cluster: cluster_lines(&namespace, &labels, &own, &cluster_watchers, &options),
-        selectors: &selectors,
-        policies: &policies,
-        options: &options,
-        sent,
-    };
-    Ok(explain(&pod, existing, &scope))
-}
-
-/// The one Pod of a manifest file (`-` is stdin), and the namespace it names.
-fn read_manifest(path: &std::path::Path) -> anyhow::Result<(PodView, Option<String>)> {
-    use anyhow::Context as _;
-    let text = if path.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?
-    };
-    let documents: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(&text).with_context(|| format!("{} is not valid YAML", path.display()))?;
-    let mut pods = documents.into_iter().filter(|d| !d.is_null());
-    let (Some(document), None) = (pods.next(), pods.next()) else {
-        anyhow::bail!("{} must hold exactly one Pod", path.display());
-    };
-    let kind = document["kind"].as_str().unwrap_or_default();
-    anyhow::ensure!(
-        kind == "Pod",
-        "{} holds a {}, not a Pod: check-inject explains pods",
-        path.display(),
-        if kind.is_empty() { "document without a kind" } else { kind }
-    );
-    let namespace = document["metadata"]["namespace"].as_str().map(str::to_owned);
-    let pod: PodView =
-        serde_json::from_value(document).with_context(|| format!("{} is not a valid Pod", path.display()))?;
-    Ok((pod, namespace))
-}
+pub(crate) use read::{Target, check_inject};

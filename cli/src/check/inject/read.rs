@@ -1,0 +1,201 @@
+//! What `check-inject` reads: the pod (of the cluster, or a manifest), its namespace, the
+//! Watchers, ImagePolicies and webhook configuration admission reads, the cluster's Pod
+//! Security defaults.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use watcher_api::{ClusterWatcher, CompiledPolicy, Watcher};
+use watcher_webhook::{InjectOptions, PodView, WebhookSelectors};
+
+use super::{Explanation, Scope, cluster_lines, explain, sent_by};
+
+/// The cluster's Pod Security admission configuration as the operator judges by it: its
+/// configuration (ConfigMap `watcher-operator-pod-security`), else what kube-apiserver enforces
+/// in `namespace` when it sets no Pod Security label (dry-run pods there, as the operator
+/// learns it); none when neither can be read.
+pub(super) async fn cluster_pod_security(
+    client: &kube::Client,
+    operator_namespace: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> watcher_webhook::pod_security::ClusterDefaults {
+    let configured = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), operator_namespace)
+        .get_opt(crate::check::POD_SECURITY_CONFIG_MAP)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|map| map.data?.remove(crate::check::POD_SECURITY_CONFIG_KEY))
+        .and_then(|text: String| crate::pod_security_config::parse(&text).ok());
+    if let Some(configured) = configured {
+        return configured;
+    }
+    if labels.keys().any(|k| k.starts_with("pod-security.kubernetes.io/")) {
+        return Default::default();
+    }
+    watcher_controller::pod_security_probe::probe(client, namespace).await.map(|l| l.defaults).unwrap_or_default()
+}
+
+/// What `check-inject` explains: a pod of the cluster, or a manifest.
+#[derive(Debug)]
+pub(crate) enum Target {
+    Pod(String),
+    Manifest(std::path::PathBuf),
+}
+
+/// Reads what admission reads (the namespace, its Watchers, the webhook configuration's
+/// selectors, the ImagePolicies) and explains `target`. An error: the pod or the manifest
+/// could not be read.
+pub(crate) async fn check_inject(
+    client: &kube::Client,
+    target: &Target,
+    namespace: Option<&str>,
+    operator_namespace: Option<&str>,
+) -> anyhow::Result<Explanation> {
+    use anyhow::Context as _;
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use kube::api::{Api, ListParams};
+    use watcher_api::ImagePolicy;
+
+    let (pod, existing, namespace) = match target {
+        Target::Pod(name) => {
+            let namespace = namespace.unwrap_or(client.default_namespace()).to_owned();
+            let pod = Api::<Pod>::namespaced(client.clone(), &namespace)
+                .get_opt(name)
+                .await
+                .with_context(|| format!("cannot read pod {namespace}/{name}"))?
+                .with_context(|| format!("pod {name} not found in namespace {namespace}"))?;
+            let view: PodView = serde_json::from_value(serde_json::to_value(&pod)?).context("cannot read the pod")?;
+            (view, true, namespace)
+        }
+        Target::Manifest(path) => {
+            let (view, in_manifest) = read_manifest(path)?;
+            let namespace =
+                namespace.map(str::to_owned).or(in_manifest).unwrap_or_else(|| client.default_namespace().to_owned());
+            (view, false, namespace)
+        }
+    };
+    let labels = Api::<Namespace>::all(client.clone())
+        .get_opt(&namespace)
+        .await
+        .with_context(|| format!("cannot read namespace {namespace}"))?
+        .with_context(|| format!("namespace {namespace} not found"))?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    let watchers = Api::<Watcher>::namespaced(client.clone(), &namespace)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("cannot list the Watchers of namespace {namespace} (are the CRDs installed?)"))?
+        .items;
+    let configuration = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get_opt(watcher_certs::registration::WEBHOOK_CONFIGURATION)
+        .await
+        .context("cannot read the webhook configuration")?;
+    let webhook = configuration.as_ref().and_then(|c| c.webhooks.as_ref()?.first().cloned());
+    if webhook.is_none() {
+        eprintln!(
+            "warning: MutatingWebhookConfiguration {} not found: no pod is injected until the operator is installed \
+             (`watcher-operator check` says more)",
+            watcher_certs::registration::WEBHOOK_CONFIGURATION
+        );
+    }
+    let selectors = webhook
+        .as_ref()
+        .map(|w| WebhookSelectors { namespace: w.namespace_selector.clone(), object: w.object_selector.clone() })
+        .unwrap_or_default();
+    let operator_namespace = operator_namespace
+        .map(str::to_owned)
+        .or_else(|| webhook.as_ref().and_then(|w| Some(w.client_config.service.as_ref()?.namespace.clone())))
+        .unwrap_or_else(|| "watcher-system".to_owned());
+    let compiled: Vec<Arc<CompiledPolicy>> = Api::<ImagePolicy>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("cannot list the ImagePolicies")?
+        .items
+        .iter()
+        .map(|p| Arc::new(p.compile()))
+        .collect();
+    let cluster_watchers: Vec<Arc<ClusterWatcher>> = Api::<ClusterWatcher>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("cannot list the ClusterWatchers (is their CRD installed?)")?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let admission_options = InjectOptions {
+        excluded_namespaces: vec![operator_namespace.clone()],
+        native_sidecars: true,
+        server_minor: None,
+        ..Default::default()
+    };
+    let everywhere = watcher_webhook::cluster::everywhere(
+        &watchers.iter().cloned().map(Arc::new).collect::<Vec<_>>(),
+        &cluster_watchers,
+        [(namespace.as_str(), &labels)],
+        &admission_options,
+    );
+    let admission =
+        watcher_webhook::Scope::compute(&everywhere, &compiled, [(namespace.as_str(), &labels)], &operator_namespace);
+    let registered = configuration.as_ref().map(watcher_controller::scope::in_place);
+    let sent = sent_by(registered.as_ref(), &admission, &namespace, pod.labels(), pod.annotations());
+    let mut policies: Vec<Arc<CompiledPolicy>> =
+        compiled.into_iter().filter(|p| p.rules.is_ok() && p.selects(&labels)).collect();
+    policies.sort_by(|a, b| a.name.cmp(&b.name));
+    let native_sidecars = client
+        .apiserver_version()
+        .await
+        .is_ok_and(|info| watcher_webhook::supports_native_sidecars(&info.major, &info.minor));
+    let options = InjectOptions {
+        excluded_namespaces: vec![operator_namespace],
+        native_sidecars,
+        server_minor: None,
+        ..Default::default()
+    };
+    let own: Vec<Arc<Watcher>> = watchers.into_iter().map(Arc::new).collect();
+    let effective =
+        watcher_webhook::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster_watchers, &options);
+    let refs: Vec<&Watcher> = effective.iter().map(AsRef::as_ref).collect();
+    let pod_security = cluster_pod_security(client, &options.excluded_namespaces[0], &namespace, &labels).await;
+    let scope = Scope {
+        namespace: &namespace,
+        namespace_labels: &labels,
+        pod_security: &pod_security,
+        watchers: &refs,
+        cluster: cluster_lines(&namespace, &labels, &own, &cluster_watchers, &options),
+        selectors: &selectors,
+        policies: &policies,
+        options: &options,
+        sent,
+    };
+    Ok(explain(&pod, existing, &scope))
+}
+
+/// The one Pod of a manifest file (`-` is stdin), and the namespace it names.
+pub(super) fn read_manifest(path: &std::path::Path) -> anyhow::Result<(PodView, Option<String>)> {
+    use anyhow::Context as _;
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?
+    };
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).with_context(|| format!("{} is not valid YAML", path.display()))?;
+    let mut pods = documents.into_iter().filter(|d| !d.is_null());
+    let (Some(document), None) = (pods.next(), pods.next()) else {
+        anyhow::bail!("{} must hold exactly one Pod", path.display());
+    };
+    let kind = document["kind"].as_str().unwrap_or_default();
+    anyhow::ensure!(
+        kind == "Pod",
+        "{} holds a {}, not a Pod: check-inject explains pods",
+        path.display(),
+        if kind.is_empty() { "document without a kind" } else { kind }
+    );
+    let namespace = document["metadata"]["namespace"].as_str().map(str::to_owned);
+    let pod: PodView =
+        serde_json::from_value(document).with_context(|| format!("{} is not a valid Pod", path.display()))?;
+    Ok((pod, namespace))
+}
