@@ -1,5 +1,7 @@
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::{Container, PodSecurityContext};
+
 use super::*;
 use crate::PodView;
 
