@@ -301,7 +301,7 @@ impl WatcherCache {
 
     /// The namespaces where `cluster` applies now, by name.
     pub fn namespaces_of(&self, cluster: &ClusterWatcher) -> Vec<String> {
-        use watcher_webhook::cluster::{Standing, standing};
+        use watcher_webhook::cluster::{ClusterStanding, standing};
         let mut names: Vec<String> = self
             .namespaces
             .state()
@@ -310,7 +310,7 @@ impl WatcherCache {
             .map(|ns| ns.name_any())
             .filter(|ns| {
                 let own = self.own_watchers(ns);
-                standing(cluster, ns, &self.namespace_labels(ns), &own, &self.options) == Standing::Applies
+                standing(cluster, ns, &self.namespace_labels(ns), &own, &self.options) == ClusterStanding::Applies
             })
             .collect();
         names.sort();

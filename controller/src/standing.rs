@@ -24,14 +24,14 @@ pub(crate) fn pod_security_condition(
     levels: &NamespaceLevels,
     generation: Option<i64>,
 ) -> Option<watcher_api::Condition> {
-    let standing = Standing::of(spec, levels)?;
+    let standing = SecurityStanding::of(spec, levels)?;
     let message = format!("namespace {namespace} enforces {}", standing.what);
     Some(condition(POD_SECURITY_CONDITION, standing.complies, standing.reason, message, generation))
 }
 
 /// How a Watcher's spec stands towards one namespace's Pod Security levels.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Standing {
+pub(crate) struct SecurityStanding {
     /// Whether pods get it where the level is enforced (as written, or adapted).
     pub(crate) complies: bool,
     /// `CannotComply`, `Adapted`, `Compliant`, or `NotEnforced` (only `warn` or `audit` set).
@@ -41,7 +41,7 @@ pub(crate) struct Standing {
     pub(crate) what: String,
 }
 
-impl Standing {
+impl SecurityStanding {
     /// `None` where the namespace sets no level that checks anything (the common case: nothing
     /// cloned, nothing evaluated).
     pub(crate) fn of(spec: &watcher_api::WatcherSpec, levels: &NamespaceLevels) -> Option<Self> {
@@ -101,8 +101,8 @@ pub(crate) fn grouped_pod_security_condition<'a>(
     namespaces: impl IntoIterator<Item = (&'a str, NamespaceLevels)>,
     generation: Option<i64>,
 ) -> Option<watcher_api::Condition> {
-    let mut judged: Vec<(NamespaceLevels, Option<Standing>)> = Vec::new();
-    let mut groups: Vec<(Standing, Vec<&str>)> = Vec::new();
+    let mut judged: Vec<(NamespaceLevels, Option<SecurityStanding>)> = Vec::new();
+    let mut groups: Vec<(SecurityStanding, Vec<&str>)> = Vec::new();
     for (namespace, levels) in namespaces {
         if levels == NamespaceLevels::default() {
             continue;
@@ -110,7 +110,7 @@ pub(crate) fn grouped_pod_security_condition<'a>(
         let standing = match judged.iter().find(|(l, _)| *l == levels) {
             Some((_, standing)) => standing.clone(),
             None => {
-                let standing = Standing::of(spec, &levels);
+                let standing = SecurityStanding::of(spec, &levels);
                 judged.push((levels, standing.clone()));
                 standing
             }

@@ -17,7 +17,7 @@ use crate::{Exclusion, InjectOptions, SYSTEM_NAMESPACES};
 
 /// How a ClusterWatcher stands towards one namespace.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Standing {
+pub enum ClusterStanding {
     /// It applies: its pods there are its own.
     Applies,
     /// A Watcher of the same name in the namespace takes it over.
@@ -29,7 +29,7 @@ pub enum Standing {
     NeverInjected(Exclusion),
 }
 
-impl Standing {
+impl ClusterStanding {
     /// A sentence for `check-inject` and the logs.
     pub fn describe(&self, name: &str, namespace: &str) -> String {
         match self {
@@ -70,12 +70,12 @@ pub fn standing<W: Borrow<Watcher>>(
     labels: &BTreeMap<String, String>,
     own: &[W],
     options: &InjectOptions,
-) -> Standing {
+) -> ClusterStanding {
     if let Some(why) = never_injected(namespace, labels, options) {
-        return Standing::NeverInjected(why);
+        return ClusterStanding::NeverInjected(why);
     }
     if !cluster.selects_namespace(labels) {
-        return Standing::NotSelected;
+        return ClusterStanding::NotSelected;
     }
     let name = cluster.metadata.name.as_deref();
     let taken = own.iter().map(Borrow::borrow).any(|w| {
@@ -83,7 +83,7 @@ pub fn standing<W: Borrow<Watcher>>(
             && w.metadata.namespace.as_deref() == Some(namespace)
             && w.cluster_watcher().is_none()
     });
-    if taken { Standing::TakenOver } else { Standing::Applies }
+    if taken { ClusterStanding::TakenOver } else { ClusterStanding::Applies }
 }
 
 /// The ClusterWatchers of `cluster` that apply in `namespace`, by name.
@@ -96,7 +96,7 @@ pub fn applying<'c, C: Borrow<ClusterWatcher>, W: Borrow<Watcher>>(
 ) -> Vec<&'c C> {
     let mut applying: Vec<&C> = cluster
         .iter()
-        .filter(|c| standing(C::borrow(c), namespace, labels, own, options) == Standing::Applies)
+        .filter(|c| standing(C::borrow(c), namespace, labels, own, options) == ClusterStanding::Applies)
         .collect();
     applying.sort_by(|a, b| C::borrow(a).metadata.name.cmp(&C::borrow(b).metadata.name));
     applying
@@ -131,7 +131,7 @@ pub fn everywhere<'a>(
         let theirs: Vec<&Watcher> =
             own.iter().map(AsRef::as_ref).filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).collect();
         for (cluster, shared) in cluster.iter().zip(&shared) {
-            if standing(cluster, namespace, labels, &theirs, options) == Standing::Applies {
+            if standing(cluster, namespace, labels, &theirs, options) == ClusterStanding::Applies {
                 all.push((namespace.to_owned(), shared.clone()));
             }
         }
@@ -183,15 +183,15 @@ mod tests {
         let team = labels(&[("team", "payments")]);
         let own = [watcher("log-agent", "team-b"), watcher("other", "team-a")];
         let cases = [
-            ("team-a", team.clone(), Standing::Applies),
-            ("team-b", team.clone(), Standing::TakenOver),
-            ("team-c", labels(&[("team", "search")]), Standing::NotSelected),
-            ("kube-system", team.clone(), Standing::NeverInjected(Exclusion::SystemNamespace)),
-            ("watcher-system", team.clone(), Standing::NeverInjected(Exclusion::OperatorNamespace)),
+            ("team-a", team.clone(), ClusterStanding::Applies),
+            ("team-b", team.clone(), ClusterStanding::TakenOver),
+            ("team-c", labels(&[("team", "search")]), ClusterStanding::NotSelected),
+            ("kube-system", team.clone(), ClusterStanding::NeverInjected(Exclusion::SystemNamespace)),
+            ("watcher-system", team.clone(), ClusterStanding::NeverInjected(Exclusion::OperatorNamespace)),
             (
                 "team-d",
                 labels(&[("team", "payments"), ("watcher.dev/injection", "disabled")]),
-                Standing::NeverInjected(Exclusion::DisabledLabel),
+                ClusterStanding::NeverInjected(Exclusion::DisabledLabel),
             ),
         ];
         for (namespace, labels, expected) in cases {
@@ -200,14 +200,14 @@ mod tests {
         // A Watcher of the same name elsewhere takes nothing over here.
         assert_eq!(
             standing(&payments, "team-a", &team, &[watcher("log-agent", "team-z")], &options()),
-            Standing::Applies
+            ClusterStanding::Applies
         );
         assert_eq!(
-            Standing::TakenOver.describe("log-agent", "team-b"),
+            ClusterStanding::TakenOver.describe("log-agent", "team-b"),
             "Watcher team-b/log-agent takes namespace team-b over from ClusterWatcher log-agent"
         );
         assert_eq!(
-            Standing::NeverInjected(Exclusion::DisabledLabel).describe("log-agent", "team-d"),
+            ClusterStanding::NeverInjected(Exclusion::DisabledLabel).describe("log-agent", "team-d"),
             "namespace team-d is labelled watcher.dev/injection=disabled",
             "as check-inject says it of the namespace"
         );

@@ -24,7 +24,7 @@ pub use inject::{
 pub use metrics::{AdmissionResult, Metrics, PodSecurityOutcome};
 pub use pod::{
     Annotations, ContainerView, DeviceView, EnvView, HandlerView, HostView, LifecycleView, MAX_ANNOTATION_BYTES,
-    MountView, Named, OsView, PodMeta, PodSpecView, PodView, PortView, VolumeView,
+    MountView, Named, OsView, PodMetaView, PodSpecView, PodView, PortView, VolumeView,
 };
 pub use review::{ReviewError, Reviewer, WatcherSource};
 pub use rewrite::{NamespaceAdmission, PolicySource, original_images, rewrite_images};

@@ -20,14 +20,14 @@ use crate::pod_security::{ContainerFacts, PodFacts};
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodView {
     /// Name, namespace, labels and annotations.
-    pub metadata: PodMeta,
+    pub metadata: PodMetaView,
     /// The names in the pod's lists; `None` for a pod without a spec.
     pub spec: Option<PodSpecView>,
 }
 
 /// The metadata `inject` reads.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct PodMeta {
+pub struct PodMetaView {
     /// Absent for pods made from `generateName`.
     pub name: Option<String>,
     /// The name prefix of pods made by controllers.
@@ -221,7 +221,7 @@ pub struct EnvView {
 }
 
 narrow!(PodView { metadata: "metadata", spec: "spec" });
-narrow!(PodMeta {
+narrow!(PodMetaView {
     name: "name",
     generate_name: "generateName",
     namespace: "namespace",

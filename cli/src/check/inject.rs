@@ -73,20 +73,20 @@ pub(crate) fn cluster_lines(
     cluster: &[Arc<ClusterWatcher>],
     options: &InjectOptions,
 ) -> Vec<ClusterLine> {
-    use watcher_webhook::cluster::{Standing, standing};
+    use watcher_webhook::cluster::{ClusterStanding, standing};
     let mut lines: Vec<ClusterLine> = cluster
         .iter()
         .map(|c| {
             let name = c.name_any();
             let standing = standing(c, namespace, labels, own, options);
             let reason = match standing {
-                Standing::Applies => "Applies",
-                Standing::TakenOver => "TakenOver",
-                Standing::NotSelected => "NotSelected",
-                Standing::NeverInjected(_) => "NeverInjected",
+                ClusterStanding::Applies => "Applies",
+                ClusterStanding::TakenOver => "TakenOver",
+                ClusterStanding::NotSelected => "NotSelected",
+                ClusterStanding::NeverInjected(_) => "NeverInjected",
             };
             let message = standing.describe(&name, namespace);
-            ClusterLine { applies: standing == Standing::Applies, reason, message, name }
+            ClusterLine { applies: standing == ClusterStanding::Applies, reason, message, name }
         })
         .collect();
     lines.sort_by(|a, b| a.name.cmp(&b.name));

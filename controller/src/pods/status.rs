@@ -19,18 +19,18 @@ use crate::Result;
 
 /// How a pod stands towards one Watcher.
 #[derive(Debug, Default, PartialEq)]
-pub(super) struct Standing {
+pub(super) struct PodStanding {
     pub(super) matched: bool,
     pub(super) injected: bool,
     pub(super) up_to_date: bool,
 }
 
-pub(super) fn standing(watcher: &Watcher, hash: &str, pod: &CountedPod) -> Standing {
+pub(super) fn standing(watcher: &Watcher, hash: &str, pod: &CountedPod) -> PodStanding {
     let name = watcher.name_any();
     let annotations = pod.annotations();
     let matched = requested_watchers(annotations).contains(&name.as_str()) || watcher.selects(pod.labels());
     let entry = injected_watchers(annotations).into_iter().find(|(n, _)| *n == name);
-    Standing { matched, injected: entry.is_some(), up_to_date: entry.is_some_and(|(_, h)| h == hash) }
+    PodStanding { matched, injected: entry.is_some(), up_to_date: entry.is_some_and(|(_, h)| h == hash) }
 }
 
 /// `status.pods` of `watcher` over `pods` (any namespace: only the Watcher's own count; pods
