@@ -4,6 +4,37 @@ pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+/// Condition types, as `kubectl wait --for=condition=...` and the printer columns name them.
+pub mod types {
+    /// Every kind's: the object is reconciled (a Watcher, ClusterWatcher, ImagePolicy, At,
+    /// PodSet).
+    pub const READY: &str = "Ready";
+    /// A Watcher's: how its spec stands towards the Pod Security levels where it applies.
+    pub const POD_SECURITY: &str = "PodSecurity";
+    /// A Watcher's: its sidecar rollout (`updatePolicy` Recreate or InPlace).
+    pub const SIDECARS_UPDATED: &str = "SidecarsUpdated";
+    /// A Watcher's: whether its sidecars run in the pods it injected.
+    pub const SIDECARS_RUNNING: &str = "SidecarsRunning";
+    /// A Watcher's: whether its sidecars end with the pods that are meant to end.
+    pub const SIDECARS_ENDED: &str = "SidecarsEnded";
+}
+
+/// Reasons of the `Ready` condition.
+pub mod reasons {
+    /// Reconciled as the spec asks.
+    pub const RECONCILED: &str = "Reconciled";
+    /// The spec cannot be reconciled as written.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A ConfigMap of the name the operator writes exists and is not the operator's.
+    pub const CONFIG_MAP_CONFLICT: &str = "ConfigMapConflict";
+    /// The webhook's admission scope does not cover the Watcher yet.
+    pub const ADMISSION_SCOPE_PENDING: &str = "AdmissionScopePending";
+    /// An ImagePolicy's rule does not compile.
+    pub const INVALID_RULE: &str = "InvalidRule";
+    /// An ImagePolicy's rules compile.
+    pub const VALID: &str = "Valid";
+}
+
 /// Puts `condition` into `conditions`, replacing the one of the same type.
 ///
 /// `lastTransitionTime` moves only when the status changes, so a reconcile that finds nothing

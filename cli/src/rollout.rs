@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use watcher_api::types;
 use watcher_api::{ClusterWatcher, UpdatePolicyType, Watcher, injected_watchers};
 use watcher_controller::revisions::{CLUSTER_WATCHER_LABEL, WATCHER_LABEL, injection_of, revision_name};
 
@@ -131,7 +132,7 @@ pub(crate) fn judge(watcher: &Watcher) -> (Option<Outcome>, String) {
     let condition = watcher
         .status
         .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "SidecarsUpdated"))
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == types::SIDECARS_UPDATED))
         .filter(|c| c.observed_generation == generation);
     let Some(condition) = condition else {
         return (None, format!("Waiting for the pod reconciler to observe {noun}..."));
@@ -201,7 +202,7 @@ pub(crate) async fn status(client: &Client, target: &Target, timeout: Option<Dur
 /// The Watcher's `SidecarsUpdated` message, for the timeout's line.
 fn progress(watcher: &Watcher) -> Option<&str> {
     let conditions = &watcher.status.as_ref()?.conditions;
-    conditions.iter().find(|c| c.type_ == "SidecarsUpdated").map(|c| c.message.as_str())
+    conditions.iter().find(|c| c.type_ == types::SIDECARS_UPDATED).map(|c| c.message.as_str())
 }
 
 /// `rollout pause` and `rollout resume`.

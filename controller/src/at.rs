@@ -27,6 +27,7 @@ use watcher_api::{
 };
 
 use crate::{Context, Error, Result};
+use watcher_api::types;
 
 const CONTROLLER: &str = "at";
 /// The container that runs the command.
@@ -190,7 +191,7 @@ fn set_phase(status: &mut AtStatus, phase: AtPhase, reason: &str, message: Strin
     status.message = Some(message.clone());
     let done = phase.is_finished();
     let ready = phase == AtPhase::Succeeded;
-    set_condition(&mut status.conditions, condition("Ready", ready, reason, message, generation));
+    set_condition(&mut status.conditions, condition(types::READY, ready, reason, message, generation));
     if !done {
         status.completion_time = None;
     }

@@ -31,6 +31,7 @@ use crate::runtime::lock;
 use crate::scope::ScopeStatus;
 use crate::standing::{POD_SECURITY_CONDITION, grouped_pod_security_condition, levels_in};
 use crate::{Context, Error, Result, WatcherCache};
+use watcher_api::{reasons, types};
 
 const CONTROLLER: &str = "watcher";
 /// A steady ClusterWatcher is looked at again this often, in case an event was missed.
@@ -200,9 +201,9 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
         None => status.conditions.retain(|c| c.type_ != POD_SECURITY_CONDITION),
     }
     if cluster.status.as_ref() != Some(&status) {
-        let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
-        let became_invalid = ready.filter(|c| c.reason == "InvalidSpec").is_some_and(|c| {
-            cluster.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready")) != Some(c)
+        let ready = status.conditions.iter().find(|c| c.type_ == types::READY);
+        let became_invalid = ready.filter(|c| c.reason == reasons::INVALID_SPEC).is_some_and(|c| {
+            cluster.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == types::READY)) != Some(c)
         });
         if let Some(invalid) = ready.filter(|_| became_invalid) {
             publish(&ctx, &cluster, EventType::Warning, "InvalidSpec", invalid.message.clone()).await;
@@ -320,7 +321,7 @@ pub fn desired_status(
     let problems = cluster.problems();
     let ready = if !problems.is_empty() {
         let message = format!("not injected: a pod would be invalid with it: {}", problems.join("; "));
-        condition("Ready", false, "InvalidSpec", message, generation)
+        condition(types::READY, false, reasons::INVALID_SPEC, message, generation)
     } else if !conflicts.is_empty() {
         let first: Vec<&str> = conflicts.iter().take(5).map(String::as_str).collect();
         let more = conflicts.len().saturating_sub(first.len());
@@ -330,13 +331,13 @@ pub fn desired_status(
             config_map_name(&cluster.name_any()),
             first.join(", ")
         );
-        condition("Ready", false, "ConfigMapConflict", message, generation)
+        condition(types::READY, false, reasons::CONFIG_MAP_CONFLICT, message, generation)
     } else if !covered {
         let message = "waiting for the webhook's matchConditions to send the pods that ask for this ClusterWatcher";
-        condition("Ready", false, "AdmissionScopePending", message, generation)
+        condition(types::READY, false, reasons::ADMISSION_SCOPE_PENDING, message, generation)
     } else {
         let message = format!("applies in {namespaces} namespace(s); its ConfigMaps are up to date");
-        condition("Ready", true, "Reconciled", message, generation)
+        condition(types::READY, true, reasons::RECONCILED, message, generation)
     };
     set_condition(&mut status.conditions, ready);
     status

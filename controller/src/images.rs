@@ -32,6 +32,7 @@ use watcher_api::{
 };
 
 use crate::{Context, PolicyCache, Result};
+use watcher_api::{reasons, types};
 
 const CONTROLLER: &str = "images";
 /// Workload changes are gathered this long before the policies are looked at again.
@@ -282,10 +283,14 @@ pub async fn reconcile(policy: Arc<ImagePolicy>, ctx: Arc<ImagesContext>) -> Res
     let mut status = policy.status.clone().unwrap_or_default();
     status.observed_generation = generation;
     let ready = match &compiled.rules {
-        Err(error) => {
-            condition("Ready", false, "InvalidRule", format!("{error}; the policy is not applied"), generation)
-        }
-        Ok(rules) => condition("Ready", true, "Valid", format!("{} rules apply", rules.len()), generation),
+        Err(error) => condition(
+            types::READY,
+            false,
+            reasons::INVALID_RULE,
+            format!("{error}; the policy is not applied"),
+            generation,
+        ),
+        Ok(rules) => condition(types::READY, true, reasons::VALID, format!("{} rules apply", rules.len()), generation),
     };
     set_condition(&mut status.conditions, ready);
     status.workloads = None;

@@ -18,6 +18,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use watcher_api::types;
 use watcher_api::{ClusterWatcher, PodCounts, Watcher};
 
 /// `{controller}` label.
@@ -364,7 +365,7 @@ pub const ROLLOUT_STATES: [&str; 5] = ["complete", "progressing", "partitioned",
 
 /// The state of `watcher`'s rollout, from its `SidecarsUpdated` condition.
 fn rollout_state(watcher: &Watcher) -> Option<&'static str> {
-    let condition = watcher.status.as_ref()?.conditions.iter().find(|c| c.type_ == "SidecarsUpdated")?;
+    let condition = watcher.status.as_ref()?.conditions.iter().find(|c| c.type_ == types::SIDECARS_UPDATED)?;
     if condition.status == "True" {
         return Some("complete");
     }

@@ -29,6 +29,7 @@ use watcher_api::{
 
 use crate::runtime::lock;
 use crate::{Context, Error, Result};
+use watcher_api::types;
 
 const CONTROLLER: &str = "podset";
 const CONTAINER: &str = "greeter";
@@ -114,7 +115,7 @@ pub fn template_hash(podset: &PodSet) -> String {
 
 fn is_ready(pod: &Pod) -> bool {
     let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+    conditions.into_iter().flatten().any(|c| c.type_ == types::READY && c.status == "True")
 }
 
 fn is_running(pod: &Pod) -> bool {
@@ -176,7 +177,7 @@ pub fn plan(podset: &PodSet, owned: &[Pod]) -> Plan {
     } else {
         ("RollingOut", format!("{} of {desired} pods run the current template", new.len()))
     };
-    set_condition(&mut status.conditions, condition("Ready", done, reason, message, podset.meta().generation));
+    set_condition(&mut status.conditions, condition(types::READY, done, reason, message, podset.meta().generation));
     Plan { create, delete, status }
 }
 

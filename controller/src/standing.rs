@@ -11,7 +11,7 @@ use watcher_webhook::pod_security::{ClusterDefaults, NamespaceLevels, Policy};
 use watcher_webhook::{Compliance, compliance};
 
 /// The condition that says how a Watcher stands towards its namespace's Pod Security levels.
-pub(crate) const POD_SECURITY_CONDITION: &str = "PodSecurity";
+pub(crate) const POD_SECURITY_CONDITION: &str = watcher_api::types::POD_SECURITY;
 
 /// How `spec` stands towards the Pod Security levels of `namespace` (`None` where it sets none):
 /// `True` when it complies with the enforced level, as written (`Compliant`) or once the

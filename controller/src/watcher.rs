@@ -29,6 +29,7 @@ use crate::owned::{Recent, caught_up, config_map_matches, config_map_of, create_
 use crate::scope::ScopeStatus;
 use crate::standing::{POD_SECURITY_CONDITION, levels_in, pod_security_condition};
 use crate::{Context, Error, Result};
+use watcher_api::{reasons, types};
 use watcher_webhook::pod_security::NamespaceLevels;
 
 const CONTROLLER: &str = "watcher";
@@ -245,7 +246,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
         None => status.conditions.retain(|c| c.type_ != POD_SECURITY_CONDITION),
     }
     if current.as_ref() != Some(&status) {
-        let invalid = ready_condition(&status).filter(|c| c.reason == "InvalidSpec");
+        let invalid = ready_condition(&status).filter(|c| c.reason == reasons::INVALID_SPEC);
         if let Some(invalid) = invalid {
             // Said where it can always be said: a status write is refused where kube-apiserver
             // validates the whole object on it (no ratcheting before 1.30).
@@ -277,7 +278,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
 }
 
 fn ready_condition(status: &WatcherStatus) -> Option<&watcher_api::Condition> {
-    status.conditions.iter().find(|c| c.type_ == "Ready")
+    status.conditions.iter().find(|c| c.type_ == types::READY)
 }
 
 async fn publish(ctx: &WatcherContext, watcher: &Watcher, type_: EventType, reason: &str, note: String) {
@@ -314,15 +315,15 @@ fn desired_status(
     let ready = match outcome {
         ConfigOutcome::None => {
             status.config_map_name = None;
-            condition("Ready", true, "Reconciled", "Watcher has no config data", generation)
+            condition(types::READY, true, reasons::RECONCILED, "Watcher has no config data", generation)
         }
         ConfigOutcome::Applied(name) => {
             status.config_map_name = Some(name.clone());
-            condition("Ready", true, "Reconciled", format!("ConfigMap {name} is up to date"), generation)
+            condition(types::READY, true, reasons::RECONCILED, format!("ConfigMap {name} is up to date"), generation)
         }
         ConfigOutcome::Conflict(message) => {
             status.config_map_name = None;
-            condition("Ready", false, "ConfigMapConflict", message.clone(), generation)
+            condition(types::READY, false, reasons::CONFIG_MAP_CONFLICT, message.clone(), generation)
         }
     };
     let problems = watcher.spec.problems();
@@ -332,10 +333,10 @@ fn desired_status(
         // Stored before the CRD had the rule, or on Kubernetes 1.24 (no CEL): the webhook never
         // injects it, and says so here.
         let message = format!("not injected: a pod would be invalid with it: {}", problems.join("; "));
-        condition("Ready", false, "InvalidSpec", message, generation)
+        condition(types::READY, false, reasons::INVALID_SPEC, message, generation)
     } else if !covered {
         let message = "waiting for the webhook's matchConditions to send the pods that ask for this Watcher";
-        condition("Ready", false, "AdmissionScopePending", message, generation)
+        condition(types::READY, false, reasons::ADMISSION_SCOPE_PENDING, message, generation)
     } else {
         ready
     };

@@ -16,6 +16,7 @@ use super::rollout;
 use super::store::{CountedPod, containers_of};
 use super::{PodsContext, Subject};
 use crate::Result;
+use watcher_api::types;
 
 /// How a pod stands towards one Watcher.
 #[derive(Debug, Default, PartialEq)]
@@ -95,7 +96,7 @@ pub(super) fn ended_condition(
 
 /// The condition that says whether the Watcher's sidecars end with their app in pods that are
 /// meant to end.
-pub(super) const ENDED_CONDITION: &str = "SidecarsEnded";
+pub(super) const ENDED_CONDITION: &str = types::SIDECARS_ENDED;
 
 /// The first of `containers` (or the supervisor's init container, which they need) that cannot
 /// start in `pod`, as the kubelet reports it: (its name, the kubelet's reason and message).
@@ -143,7 +144,7 @@ pub(super) fn running_condition(
 }
 
 /// The condition that says whether the Watcher's containers start in its pods.
-pub(super) const RUNNING_CONDITION: &str = "SidecarsRunning";
+pub(super) const RUNNING_CONDITION: &str = types::SIDECARS_RUNNING;
 
 /// Whether `pod` is in `watcher`'s namespace; a ClusterWatcher's (no namespace) takes every pod
 /// it is given: those of the namespaces where it applies.
@@ -209,7 +210,7 @@ pub(super) async fn set_rollout_condition(
 ) -> Result<Option<Vec<watcher_api::Condition>>> {
     let (status, reason, message) = rollout::condition(watcher, rollout);
     let mut conditions = watcher.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
-    let existing = conditions.iter().find(|c| c.type_ == "SidecarsUpdated");
+    let existing = conditions.iter().find(|c| c.type_ == types::SIDECARS_UPDATED);
     let generation = watcher.metadata.generation;
     if existing.is_some_and(|c| c.reason == reason && c.message == message && c.observed_generation == generation) {
         return Ok(None);
@@ -218,7 +219,7 @@ pub(super) async fn set_rollout_condition(
         let stuck = "SidecarUpdateStuck";
         publish(ctx, subject, watcher, EventType::Warning, stuck, "Update", message.clone()).await;
     }
-    set_condition(&mut conditions, condition("SidecarsUpdated", status, reason, message, generation));
+    set_condition(&mut conditions, condition(types::SIDECARS_UPDATED, status, reason, message, generation));
     patch_status(subject, &watcher.name_any(), ctx, json!({"status": {"conditions": conditions}})).await?;
     Ok(Some(conditions))
 }
