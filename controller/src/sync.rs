@@ -32,7 +32,7 @@ use tokio::sync::{broadcast, mpsc};
 use tracing::{info, warn};
 use watcher_api::{FIELD_MANAGER, SYNC_ANNOTATION, SYNCED_FROM_ANNOTATION, SYNCED_LABEL};
 
-pub use selector::parse_selector;
+pub use selector::{SelectorError, parse_selector};
 
 use crate::{Context, Error, Result};
 
@@ -191,7 +191,7 @@ pub struct Plan {
     /// Namespaces holding an object of that name that is not this source's copy: left alone.
     pub conflicts: Vec<String>,
     /// The annotation is not a label selector: nothing is changed until it is fixed.
-    pub invalid_selector: Option<String>,
+    pub invalid_selector: Option<SelectorError>,
 }
 
 impl Plan {
