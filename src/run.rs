@@ -341,7 +341,7 @@ async fn learn_pod_security(
             .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), kube::ResourceExt::labels(n.as_ref())));
         let outcome = match pod_security_probe::unlabelled_namespace(named, &own) {
             Some(namespace) => pod_security_probe::probe(&client, &namespace).await,
-            None => Err("every namespace sets a Pod Security label: nothing to probe".to_owned()),
+            None => Err(pod_security_probe::ProbeError::NoUnlabelledNamespace),
         };
         match outcome {
             Ok(learned) => {

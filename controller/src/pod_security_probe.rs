@@ -46,8 +46,32 @@ pub fn unlabelled_namespace<'a>(
         .map(str::to_owned)
 }
 
+/// Why the cluster's Pod Security defaults could not be learned.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// Every namespace sets a Pod Security label: no namespace shows the defaults.
+    #[error("every namespace sets a Pod Security label: nothing to probe")]
+    NoUnlabelledNamespace,
+    /// The dry run did not reach kube-apiserver, or its answer could not be read.
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+    /// The request could not be made.
+    #[error("{0}")]
+    Request(String),
+    /// Something other than Pod Security refused the dry-run pod (a webhook, a quota, RBAC).
+    #[error("the dry-run pod in namespace {namespace} was refused ({status}): {message}")]
+    Refused {
+        /// Where it was created.
+        namespace: String,
+        /// The HTTP status.
+        status: http::StatusCode,
+        /// What kube-apiserver said.
+        message: String,
+    },
+}
+
 /// Probes `namespace` (which must set no Pod Security label).
-pub async fn probe(client: &Client, namespace: &str) -> Result<Learned, String> {
+pub async fn probe(client: &Client, namespace: &str) -> Result<Learned, ProbeError> {
     let privileged = dry_run(client, namespace, json!({"privileged": true})).await?;
     let plain = dry_run(client, namespace, json!({})).await?;
     let mut defaults = BTreeMap::new();
@@ -83,21 +107,21 @@ struct Said {
 
 /// Creates the probe pod, with `context` as its container's securityContext, as a server-side
 /// dry run; a refusal by anything but Pod Security is an error (nothing learned).
-async fn dry_run(client: &Client, namespace: &str, context: serde_json::Value) -> Result<Said, String> {
+async fn dry_run(client: &Client, namespace: &str, context: serde_json::Value) -> Result<Said, ProbeError> {
     let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": PROBE_POD, "labels": {"app.kubernetes.io/name": "watcher-operator"}},
         "spec": {"containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.9", "securityContext": context}]}}))
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| ProbeError::Request(e.to_string()))?;
     let params = PostParams { dry_run: true, field_manager: Some(watcher_api::FIELD_MANAGER.to_owned()) };
     let url = Api::<Pod>::namespaced(client.clone(), namespace).resource_url().to_owned();
     let request = kube::core::Request::new(url)
-        .create(&params, serde_json::to_vec(&pod).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
-    let response = client.send(request.map(kube::client::Body::from)).await.map_err(|e| e.to_string())?;
+        .create(&params, serde_json::to_vec(&pod).map_err(|e| ProbeError::Request(e.to_string()))?)
+        .map_err(|e| ProbeError::Request(e.to_string()))?;
+    let response = client.send(request.map(kube::client::Body::from)).await?;
     let warnings: Vec<String> =
         response.headers().get_all("warning").iter().filter_map(|v| v.to_str().ok().map(str::to_owned)).collect();
     let status = response.status();
-    let body = response.into_body().collect_bytes().await.map_err(|e| e.to_string())?;
+    let body = response.into_body().collect_bytes().await.map_err(|e| ProbeError::Request(e.to_string()))?;
     let warned = warnings.iter().find_map(|w| quoted_policy(w, "would violate PodSecurity \\\""));
     if status.is_success() {
         return Ok(Said { refused: None, warned });
@@ -108,7 +132,7 @@ async fn dry_run(client: &Client, namespace: &str, context: serde_json::Value) -
         .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
     match quoted_policy(&message, "violates PodSecurity \"") {
         Some(policy) => Ok(Said { refused: Some(policy), warned }),
-        None => Err(format!("the dry-run pod in namespace {namespace} was refused ({status}): {message}")),
+        None => Err(ProbeError::Refused { namespace: namespace.to_owned(), status, message }),
     }
 }
 

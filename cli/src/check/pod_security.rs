@@ -36,7 +36,7 @@ pub(super) async fn pod_security_defaults<'a>(
         .and_then(|map| map.data?.remove(POD_SECURITY_CONFIG_KEY))
         .map(|text| crate::pod_security_config::parse(&text));
     let learned = match pod_security_probe::unlabelled_namespace(namespaces, namespace) {
-        Some(probed) => pod_security_probe::probe(client, &probed).await,
+        Some(probed) => pod_security_probe::probe(client, &probed).await.map_err(|error| error.to_string()),
         None => Err("every namespace sets a Pod Security label".to_owned()),
     };
     let mode = |d: &watcher_webhook::pod_security::ClusterDefaults, key: &str| {
