@@ -75,18 +75,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let endpoints =
         Arc::new(Endpoints { registry, ready: AtomicBool::new(false), scraped: tokio::sync::Notify::new() });
 
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|error| RunError::Listen { addr: config.listen, error })?;
-    info!(addr = %config.listen, "serving /metrics, /healthz and /readyz");
-    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(
-        axum::serve(listener, router(endpoints.clone()))
-            .with_graceful_shutdown(async move {
-                let _ = server_stopped.await;
-            })
-            .into_future(),
-    );
+    let (stop_server, server) = serve(config.listen, &endpoints).await?;
 
     let state_dir = config.state_dir.as_deref().and_then(usable_state_dir);
     let saved = state_dir.as_deref().map(|dir| read_checkpoint(dir, config.start));
@@ -98,68 +87,14 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         endpoints.ready.store(true, Ordering::Release);
         None
     } else {
-        let begin = match &saved {
-            None => Begin::Fresh,
-            Some(None) => Begin::FirstInPod,
-            Some(Some(saved)) => Begin::Restart {
-                files: saved.files.clone(),
-                since: SystemTime::UNIX_EPOCH + Duration::from_secs(saved.written),
-            },
-        };
-        let options = FollowOptions {
-            globs: config.files.clone(),
-            start: config.start,
-            max_line: config.max_line_bytes,
-            rotate_wait: config.rotate_wait,
-            ignore_older: config.ignore_older,
-            max_open: config.max_open_files,
-        };
-        let thread = FilesThread {
-            follower: Follower::new(options, begin),
-            counting: counting(),
-            metrics: metrics.clone(),
-            endpoints: endpoints.clone(),
-            marks: state_dir.is_some().then(|| file_marks.clone()),
-            poll: config.poll,
-        };
-        let (wake, woken) = mpsc::channel::<()>();
-        let handle = std::thread::Builder::new().name("files".into()).spawn(move || thread.run(&woken));
-        match handle {
-            Ok(handle) => Some((handle, wake)),
-            Err(error) => {
-                warn!(%error, "cannot start the files' thread: files are not followed");
-                endpoints.ready.store(true, Ordering::Release);
-                None
-            }
-        }
+        let marks = state_dir.is_some().then(|| file_marks.clone());
+        start_files(&config, saved.as_ref(), counting(), &metrics, &endpoints, marks)
     };
 
     // The API: the log stream, Events.
     let has_alert = config.rules.iter().any(|r| r.alert.is_some());
-    let needs_api = config.logs_container.is_some() || (config.events && has_alert);
-    let client = if needs_api {
-        match kube::Client::try_default().await {
-            Ok(client) => Some(client),
-            Err(error) => {
-                warn!(%error, "no access to the Kubernetes API: no Events, no log stream; files are followed");
-                if config.logs_container.is_some() {
-                    metrics.source_error(stdout_source, SourceError::Permission);
-                }
-                None
-            }
-        }
-    } else {
-        None
-    };
-    let resume = Arc::new(Mutex::new(match saved.as_ref().and_then(|s| s.as_ref()).and_then(|s| s.stream.as_ref()) {
-        Some(mark) => Resume::from_mark(mark),
-        // The first start in the pod with checkpoints: the container's log from its start.
-        None if saved.is_some() => Resume::default(),
-        None => match config.start {
-            Start::End => Resume::from(Timestamp::now()),
-            Start::Beginning => Resume::default(),
-        },
-    }));
+    let client = api_client(&config, has_alert, &metrics, stdout_source).await;
+    let resume = Arc::new(Mutex::new(resume_from(saved.as_ref(), config.start)));
     let stream = match (&client, &config.logs_container, &config.pod.name, &config.pod.namespace) {
         (Some(client), Some(container), Some(pod), Some(namespace)) => {
             let pods = kube::Api::namespaced(client.clone(), namespace);
@@ -176,27 +111,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
     // The sinks.
     let (publish, published) = tokio::sync::watch::channel(initial_states(&config));
-    let mut sinks = Vec::new();
-    if let (Some(client), true, true) = (&client, config.events, has_alert) {
-        match EventPublisher::new(client.clone(), &config.pod) {
-            Some(publisher) => {
-                let task = crate::events::run(publisher, published.clone(), metrics.clone(), SINK_DEADLINE);
-                sinks.push(tokio::spawn(task));
-            }
-            None => {
-                warn!("POD_NAME or POD_NAMESPACE unset: alerts are not said as Events (set them from the downward API)")
-            }
-        }
-    }
-    if let (Some(url), true) = (&config.alertmanager, has_alert) {
-        let poster = Poster::new(Alertmanager::new(url.clone()), config.pod.clone());
-        sinks.push(tokio::spawn(crate::alertmanager::run(poster, published.clone(), metrics.clone(), SINK_DEADLINE)));
-    }
-    drop(published);
+    let sinks = start_sinks(&config, client.as_ref(), has_alert, published, &metrics);
 
     // The alert loop, until SIGTERM.
     let mut states = initial_states(&config);
-    let mut last_checkpoint: Option<Checkpoint> = None;
+    let mut checkpoints = state_dir.map(|dir| Checkpoints { dir, files: file_marks, resume, last: None });
     let mut ticks = tokio::time::interval(ALERT_TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let shutdown = shutdown_signal();
@@ -206,8 +125,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             () = &mut shutdown => break,
             _ = ticks.tick() => {
                 look(&alerts, &mut states, &metrics, &publish);
-                if let Some(dir) = &state_dir {
-                    save(dir, &file_marks, &resume, &mut last_checkpoint).await;
+                if let Some(checkpoints) = &mut checkpoints {
+                    checkpoints.save().await;
                 }
             }
         }
@@ -229,8 +148,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     for sink in sinks {
         let _ = tokio::time::timeout(SINK_DEADLINE + Duration::from_secs(1), sink).await;
     }
-    if let Some(dir) = &state_dir {
-        save(dir, &file_marks, &resume, &mut last_checkpoint).await;
+    if let Some(checkpoints) = &mut checkpoints {
+        checkpoints.save().await;
     }
     if !config.shutdown_linger.is_zero() {
         let _ = tokio::time::timeout(config.shutdown_linger, endpoints.scraped.notified()).await;
@@ -239,6 +158,129 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let _ = server.await;
     info!("stopped");
     Ok(())
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until told to stop.
+async fn serve(
+    addr: std::net::SocketAddr,
+    endpoints: &Arc<Endpoints>,
+) -> Result<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>), RunError> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|error| RunError::Listen { addr, error })?;
+    info!(%addr, "serving /metrics, /healthz and /readyz");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(
+        axum::serve(listener, router(endpoints.clone()))
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .into_future(),
+    );
+    Ok((stop, server))
+}
+
+/// The files' thread, following `config.files` from where `saved` (the checkpoint, with
+/// `AGENT_STATE_DIR`) says; `None` where it cannot start (said, and the agent serves without).
+fn start_files(
+    config: &Config,
+    saved: Option<&Option<Checkpoint>>,
+    counting: Counting,
+    metrics: &Arc<Metrics>,
+    endpoints: &Arc<Endpoints>,
+    marks: Option<Arc<Mutex<Vec<FileMark>>>>,
+) -> Option<(std::thread::JoinHandle<()>, mpsc::Sender<()>)> {
+    let begin = match saved {
+        None => Begin::Fresh,
+        Some(None) => Begin::FirstInPod,
+        Some(Some(saved)) => Begin::Restart {
+            files: saved.files.clone(),
+            since: SystemTime::UNIX_EPOCH + Duration::from_secs(saved.written),
+        },
+    };
+    let options = FollowOptions {
+        globs: config.files.clone(),
+        start: config.start,
+        max_line: config.max_line_bytes,
+        rotate_wait: config.rotate_wait,
+        ignore_older: config.ignore_older,
+        max_open: config.max_open_files,
+    };
+    let thread = FilesThread {
+        follower: Follower::new(options, begin),
+        counting,
+        metrics: metrics.clone(),
+        endpoints: endpoints.clone(),
+        marks,
+        poll: config.poll,
+    };
+    let (wake, woken) = mpsc::channel::<()>();
+    match std::thread::Builder::new().name("files".into()).spawn(move || thread.run(&woken)) {
+        Ok(handle) => Some((handle, wake)),
+        Err(error) => {
+            warn!(%error, "cannot start the files' thread: files are not followed");
+            endpoints.ready.store(true, Ordering::Release);
+            None
+        }
+    }
+}
+
+/// A client of the Kubernetes API, where the log stream or Events need one; without access,
+/// said (and the log stream counted as a permission error): files are followed anyway.
+async fn api_client(config: &Config, has_alert: bool, metrics: &Metrics, stdout_source: usize) -> Option<kube::Client> {
+    let needs_api = config.logs_container.is_some() || (config.events && has_alert);
+    if !needs_api {
+        return None;
+    }
+    match kube::Client::try_default().await {
+        Ok(client) => Some(client),
+        Err(error) => {
+            warn!(%error, "no access to the Kubernetes API: no Events, no log stream; files are followed");
+            if config.logs_container.is_some() {
+                metrics.source_error(stdout_source, SourceError::Permission);
+            }
+            None
+        }
+    }
+}
+
+/// Where the log stream starts: the checkpoint's mark; with checkpoints and none yet (the first
+/// start in the pod), the container's log from its start; without, as `AGENT_START` says.
+fn resume_from(saved: Option<&Option<Checkpoint>>, start: Start) -> Resume {
+    match saved.and_then(|s| s.as_ref()).and_then(|s| s.stream.as_ref()) {
+        Some(mark) => Resume::from_mark(mark),
+        None if saved.is_some() => Resume::default(),
+        None => match start {
+            Start::End => Resume::from(Timestamp::now()),
+            Start::Beginning => Resume::default(),
+        },
+    }
+}
+
+/// The alert sinks' tasks: Events on the pod and Alertmanager, where configured and a rule has
+/// an alert, each reading where the alerts stand from `published`.
+fn start_sinks(
+    config: &Config,
+    client: Option<&kube::Client>,
+    has_alert: bool,
+    published: tokio::sync::watch::Receiver<Vec<AlertState>>,
+    metrics: &Arc<Metrics>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut sinks = Vec::new();
+    if let (Some(client), true, true) = (client, config.events, has_alert) {
+        match EventPublisher::new(client.clone(), &config.pod) {
+            Some(publisher) => {
+                let task = crate::events::run(publisher, published.clone(), metrics.clone(), SINK_DEADLINE);
+                sinks.push(tokio::spawn(task));
+            }
+            None => {
+                warn!("POD_NAME or POD_NAMESPACE unset: alerts are not said as Events (set them from the downward API)")
+            }
+        }
+    }
+    if let (Some(url), true) = (&config.alertmanager, has_alert) {
+        let poster = Poster::new(Alertmanager::new(url.clone()), config.pod.clone());
+        sinks.push(tokio::spawn(crate::alertmanager::run(poster, published, metrics.clone(), SINK_DEADLINE)));
+    }
+    sinks
 }
 
 /// Every rule's alert, none fired.
@@ -322,21 +364,34 @@ fn read_checkpoint(dir: &Path, start: Start) -> Option<Checkpoint> {
     }
 }
 
-/// Writes the checkpoint if it changed.
-async fn save(dir: &Path, files: &Mutex<Vec<FileMark>>, resume: &Mutex<Resume>, last: &mut Option<Checkpoint>) {
-    let files = lock(files).clone();
-    let stream = Some(lock(resume).mark());
-    let unchanged = last.as_ref().is_some_and(|l| l.files == files && l.stream == stream);
-    if unchanged {
-        return;
-    }
-    let checkpoint =
-        Checkpoint { written: checkpoint::seconds(SystemTime::now()), files, stream, ..Checkpoint::default() };
-    let (dir, saved) = (dir.to_owned(), checkpoint.clone());
-    match tokio::task::spawn_blocking(move || checkpoint::write(&dir, &saved)).await {
-        Ok(Ok(())) => *last = Some(checkpoint),
-        Ok(Err(error)) => warn!(%error, "cannot write the checkpoint"),
-        Err(error) => warn!(%error, "cannot write the checkpoint"),
+/// Where the readers are, written to `AGENT_STATE_DIR`.
+struct Checkpoints {
+    dir: PathBuf,
+    /// Where the files were read to (the files' thread puts them there).
+    files: Arc<Mutex<Vec<FileMark>>>,
+    /// Where the log stream was read to.
+    resume: Arc<Mutex<Resume>>,
+    /// The last checkpoint written.
+    last: Option<Checkpoint>,
+}
+
+impl Checkpoints {
+    /// Writes the checkpoint if it changed.
+    async fn save(&mut self) {
+        let files = lock(&self.files).clone();
+        let stream = Some(lock(&self.resume).mark());
+        let unchanged = self.last.as_ref().is_some_and(|l| l.files == files && l.stream == stream);
+        if unchanged {
+            return;
+        }
+        let checkpoint =
+            Checkpoint { written: checkpoint::seconds(SystemTime::now()), files, stream, ..Checkpoint::default() };
+        let (dir, saved) = (self.dir.clone(), checkpoint.clone());
+        match tokio::task::spawn_blocking(move || checkpoint::write(&dir, &saved)).await {
+            Ok(Ok(())) => self.last = Some(checkpoint),
+            Ok(Err(error)) => warn!(%error, "cannot write the checkpoint"),
+            Err(error) => warn!(%error, "cannot write the checkpoint"),
+        }
     }
 }
 
