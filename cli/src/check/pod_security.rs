@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use kube::api::Api;
 use kube::{Client, ResourceExt};
+use watcher_controller::pod_security_probe;
+use watcher_webhook::pod_security::ClusterDefaults;
 
 use super::Report;
 
@@ -24,10 +26,7 @@ pub(super) async fn pod_security_defaults<'a>(
     report: &mut Report,
     namespace: &str,
     namespaces: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, String>)>,
-) -> watcher_webhook::pod_security::ClusterDefaults {
-    use watcher_controller::pod_security_probe;
-    const GROUP: &str = "admission";
-    const NAME: &str = "pod security defaults";
+) -> ClusterDefaults {
     let configured = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), namespace)
         .get_opt(POD_SECURITY_CONFIG_MAP)
         .await
@@ -39,14 +38,31 @@ pub(super) async fn pod_security_defaults<'a>(
         Some(probed) => pod_security_probe::probe(client, &probed).await.map_err(|error| error.to_string()),
         None => Err("every namespace sets a Pod Security label".to_owned()),
     };
-    let mode = |d: &watcher_webhook::pod_security::ClusterDefaults, key: &str| {
-        let level = d.defaults.get(key).map_or("privileged", String::as_str);
-        let version = d.defaults.get(&format!("{key}-version")).map_or("latest", String::as_str);
-        format!("{level}:{version}")
-    };
-    let seen = |d: &watcher_webhook::pod_security::ClusterDefaults| {
-        format!("enforce {}, warn {}", mode(d, "enforce"), mode(d, "warn"))
-    };
+    judge_defaults(report, configured, learned)
+}
+
+/// The mode `key` (`enforce`, `warn`) of `defaults`: `level:version`.
+fn mode(defaults: &ClusterDefaults, key: &str) -> String {
+    let level = defaults.defaults.get(key).map_or("privileged", String::as_str);
+    let version = defaults.defaults.get(&format!("{key}-version")).map_or("latest", String::as_str);
+    format!("{level}:{version}")
+}
+
+/// `enforce L:V, warn L:V`.
+fn seen(defaults: &ClusterDefaults) -> String {
+    format!("enforce {}, warn {}", mode(defaults, "enforce"), mode(defaults, "warn"))
+}
+
+/// The check of the defaults the operator has (`configured`: the chart's ConfigMap, if any)
+/// against what kube-apiserver enforces (`learned` by a dry-run probe); the defaults admission
+/// and the Pod Security checks go by.
+fn judge_defaults(
+    report: &mut Report,
+    configured: Option<Result<ClusterDefaults, String>>,
+    learned: Result<pod_security_probe::Learned, String>,
+) -> ClusterDefaults {
+    const GROUP: &str = "admission";
+    const NAME: &str = "pod security defaults";
     match (configured, learned) {
         (Some(Err(error)), _) => {
             report.fail(
