@@ -157,113 +157,11 @@ pub fn inject_at_level<W: Borrow<Watcher>>(
     // Evaluated only where a level is enforced and a Watcher is to be injected.
     let enforced = levels.enforced().is_some() && decisions.iter().any(|d| d.verdict == Verdict::Inject);
     let guard = if enforced { security::Guard::of(pod, levels, options.server_minor) } else { None };
-    let mut patch = PodPatch::new(pod);
-    // The pod's containers that Watchers injected (never app containers), found when needed.
-    let mut injected_names: Option<Vec<&str>> = None;
-    let mut entries: Vec<(String, String)> =
-        injected_watchers(pod.annotations()).iter().map(|(n, h)| ((*n).to_owned(), (*h).to_owned())).collect();
-    let mut without_image: Vec<(String, String)> =
-        injected_watchers_without_image(pod.annotations()).map(|(n, h)| (n.to_owned(), h.to_owned())).collect();
-    // A pod meant to end: the regular sidecars it gets are named, to be ended with its app.
-    let ends = ending::meant_to_end(pod);
-    let mut to_end = if ends { ending::already_named(pod) } else { Vec::new() };
-    let ended_before = to_end.len();
-    let mut supervised = false;
+    let mut admission = Admission::new(pod, namespace, watchers, options, guard, injection);
     for decision in &decisions {
-        let name = &decision.name;
-        let watcher = match (&decision.verdict, decision.watcher) {
-            (Verdict::Inject, Some(watcher)) => watcher,
-            (Verdict::Missing, _) => {
-                injection.warnings.push(format!("Watcher {name} not found in namespace {namespace}"));
-                continue;
-            }
-            (Verdict::Collision { container }, watcher) => {
-                let why = format!("the pod already has a container named {container}");
-                injection.not_injected(name, watcher, &why);
-                continue;
-            }
-            (Verdict::Invalid { problems }, watcher) => {
-                let why = format!("the pod would be invalid with it: {}", problems.join("; "));
-                injection.not_injected(name, watcher, &why);
-                continue;
-            }
-            // Reinvocation, or a pod copied from an injected one: nothing to do.
-            (Verdict::AlreadyInjected { .. } | Verdict::Inject, _) => continue,
-        };
-        let native = match watcher.spec.native_sidecar {
-            NativeSidecar::Always => {
-                if !options.native_sidecars {
-                    injection.warnings.push(format!(
-                        "Watcher {name} asks for a native sidecar, which this API server does not support \
-                         (Kubernetes 1.29 or later)"
-                    ));
-                }
-                true
-            }
-            NativeSidecar::Auto => options.native_sidecars,
-            NativeSidecar::Never => false,
-        };
-        let mut adapted = match guard.as_ref().map(|guard| (guard, guard.admit(watcher, pod))) {
-            None => security::Adapted::default(),
-            Some((guard, Err(failures))) => {
-                injection.pod_security.push(guard.report(watcher, Err(&failures)));
-                injection.not_injected(name, Some(watcher), &guard.why(&failures));
-                continue;
-            }
-            Some((guard, Ok(adapted))) => {
-                if !adapted.is_empty() {
-                    injection.pod_security.push(guard.report(watcher, Ok(&adapted)));
-                }
-                adapted
-            }
-        };
-        if let Err(why) = security::startable(watcher, pod, &mut adapted) {
-            injection.not_injected(name, Some(watcher), &why);
-            continue;
-        }
-        let mut container = sidecar(watcher, native);
-        adapted.sidecar.apply_to_json(&mut container);
-        if !watcher.spec.app.is_empty() {
-            let injected = injected_names.get_or_insert_with(|| injected_containers(pod, namespace, watchers));
-            let report = app::see_the_app(
-                &mut patch,
-                watcher,
-                injected,
-                &mut container,
-                &mut injection.warnings,
-                false,
-                &adapted.init,
-            );
-            injection.app.push(report);
-        }
-        if ends {
-            // A native sidecar is stopped by the kubelet once the app has ended (SIGTERM, then
-            // SIGKILL after the pod's grace period): under the supervisor it stops within
-            // seconds. A regular one is also named, for the operator to end.
-            match ending::supervise(&mut container) {
-                Ok(how) => {
-                    supervised |= how == ending::Supervised::Wrapped;
-                    if !native {
-                        to_end.push(watcher.spec.container.name.clone());
-                    }
-                }
-                Err(why) => injection.warnings.push(format!(
-                    "Watcher {name}: its sidecar cannot be ended with the pod's app containers, so the pod may \
-                     never end: {why}"
-                )),
-            }
-        }
-        patch.add_container(container, native);
-        if let Some(volume) = &watcher.spec.volume {
-            patch.add_volume(&volume.name, to_value(volume.as_ref()));
-        }
-        if let Some(secret) = &watcher.spec.image_pull_secrets {
-            patch.add_pull_secret(&secret.name, to_value(secret));
-        }
-        entries.push((name.clone(), watcher.spec.spec_hash()));
-        without_image.push((name.clone(), watcher.spec.spec_hash_without_image()));
-        injection.injected.push(name.clone());
+        admission.decide(decision);
     }
+    let mut injection = admission.injection;
     if decisions.is_empty() {
         injection.skipped = Some("the pod asks for no Watcher".into());
         return injection;
@@ -272,24 +170,196 @@ pub fn inject_at_level<W: Borrow<Watcher>>(
         injection.skipped = Some("no requested Watcher exists".into());
         return injection;
     }
-
     if injection.injected.is_empty() {
         injection.skipped = Some("every Watcher the pod asks for is injected or cannot be".into());
         return injection;
     }
-    if supervised {
+    let mut patch = admission.patch;
+    if admission.supervised {
         patch.add_supervisor(&options.supervisor_image);
     }
-    let value = injected_annotation_value(entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
-    let imageless = injected_annotation_value(without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
+    let value = injected_annotation_value(admission.entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
+    let imageless = injected_annotation_value(admission.without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
     let mut annotations = vec![(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless)];
-    if to_end.len() > ended_before {
+    if admission.to_end.len() > admission.ended_before {
         patch.add_label(END_SIDECARS_LABEL, "true");
-        annotations.push((END_SIDECARS_ANNOTATION, to_end.join(",")));
+        annotations.push((END_SIDECARS_ANNOTATION, admission.to_end.join(",")));
     }
     patch.set_annotations(annotations);
     injection.patch = patch.ops;
     injection
+}
+
+/// One admission under way: the patch, and what the pod carries and will carry.
+struct Admission<'a, W> {
+    pod: &'a PodView,
+    namespace: &'a str,
+    watchers: &'a [W],
+    options: &'a InjectOptions,
+    guard: Option<security::Guard<'a>>,
+    injection: Injection,
+    patch: PodPatch<'a>,
+    /// The pod's containers that Watchers injected (never app containers), found when needed.
+    injected_names: Option<Vec<&'a str>>,
+    /// `watcher.dev/injected`: the Watchers and their specHash.
+    entries: Vec<(String, String)>,
+    /// The same, by the specHash without the image.
+    without_image: Vec<(String, String)>,
+    /// A pod meant to end: the regular sidecars it gets are named, to be ended with its app.
+    ends: bool,
+    to_end: Vec<String>,
+    ended_before: usize,
+    /// A sidecar runs under the supervisor: its init container goes in.
+    supervised: bool,
+}
+
+impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
+    fn new(
+        pod: &'a PodView,
+        namespace: &'a str,
+        watchers: &'a [W],
+        options: &'a InjectOptions,
+        guard: Option<security::Guard<'a>>,
+        injection: Injection,
+    ) -> Self {
+        let entries =
+            injected_watchers(pod.annotations()).iter().map(|(n, h)| ((*n).to_owned(), (*h).to_owned())).collect();
+        let without_image =
+            injected_watchers_without_image(pod.annotations()).map(|(n, h)| (n.to_owned(), h.to_owned()));
+        let ends = ending::meant_to_end(pod);
+        let to_end = if ends { ending::already_named(pod) } else { Vec::new() };
+        Self {
+            pod,
+            namespace,
+            watchers,
+            options,
+            guard,
+            injection,
+            patch: PodPatch::new(pod),
+            injected_names: None,
+            entries,
+            without_image: without_image.collect(),
+            ends,
+            ended_before: to_end.len(),
+            to_end,
+            supervised: false,
+        }
+    }
+
+    /// Injects the Watcher of `decision` where it is to be and can be; says why not where it
+    /// cannot.
+    fn decide(&mut self, decision: &crate::decide::Decision<'a>) {
+        let name = &decision.name;
+        let watcher = match (&decision.verdict, decision.watcher) {
+            (Verdict::Inject, Some(watcher)) => watcher,
+            (Verdict::Missing, _) => {
+                self.injection.warnings.push(format!("Watcher {name} not found in namespace {}", self.namespace));
+                return;
+            }
+            (Verdict::Collision { container }, watcher) => {
+                let why = format!("the pod already has a container named {container}");
+                self.injection.not_injected(name, watcher, &why);
+                return;
+            }
+            (Verdict::Invalid { problems }, watcher) => {
+                let why = format!("the pod would be invalid with it: {}", problems.join("; "));
+                self.injection.not_injected(name, watcher, &why);
+                return;
+            }
+            // Reinvocation, or a pod copied from an injected one: nothing to do.
+            (Verdict::AlreadyInjected { .. } | Verdict::Inject, _) => return,
+        };
+        let native = native_sidecar(name, watcher, self.options, &mut self.injection.warnings);
+        let Some(adapted) = self.adapted(name, watcher) else { return };
+        let mut container = sidecar(watcher, native);
+        adapted.sidecar.apply_to_json(&mut container);
+        if !watcher.spec.app.is_empty() {
+            let (pod, namespace, watchers) = (self.pod, self.namespace, self.watchers);
+            let injected = self.injected_names.get_or_insert_with(|| injected_containers(pod, namespace, watchers));
+            let report = app::see_the_app(
+                &mut self.patch,
+                watcher,
+                injected,
+                &mut container,
+                &mut self.injection.warnings,
+                false,
+                &adapted.init,
+            );
+            self.injection.app.push(report);
+        }
+        if self.ends {
+            self.supervise(name, watcher, &mut container, native);
+        }
+        self.patch.add_container(container, native);
+        if let Some(volume) = &watcher.spec.volume {
+            self.patch.add_volume(&volume.name, to_value(volume.as_ref()));
+        }
+        if let Some(secret) = &watcher.spec.image_pull_secrets {
+            self.patch.add_pull_secret(&secret.name, to_value(secret));
+        }
+        self.entries.push((name.clone(), watcher.spec.spec_hash()));
+        self.without_image.push((name.clone(), watcher.spec.spec_hash_without_image()));
+        self.injection.injected.push(name.clone());
+    }
+
+    /// What `watcher`'s containers get for the enforced Pod Security level and to start; `None`
+    /// (said) where they cannot pass or start.
+    fn adapted(&mut self, name: &str, watcher: &Watcher) -> Option<security::Adapted> {
+        let mut adapted = match self.guard.as_ref().map(|guard| (guard, guard.admit(watcher, self.pod))) {
+            None => security::Adapted::default(),
+            Some((guard, Err(failures))) => {
+                self.injection.pod_security.push(guard.report(watcher, Err(&failures)));
+                self.injection.not_injected(name, Some(watcher), &guard.why(&failures));
+                return None;
+            }
+            Some((guard, Ok(adapted))) => {
+                if !adapted.is_empty() {
+                    self.injection.pod_security.push(guard.report(watcher, Ok(&adapted)));
+                }
+                adapted
+            }
+        };
+        if let Err(why) = security::startable(watcher, self.pod, &mut adapted) {
+            self.injection.not_injected(name, Some(watcher), &why);
+            return None;
+        }
+        Some(adapted)
+    }
+
+    /// In a pod meant to end: a native sidecar is stopped by the kubelet once the app has ended
+    /// (SIGTERM, then SIGKILL after the pod's grace period): under the supervisor it stops
+    /// within seconds. A regular one is also named, for the operator to end.
+    fn supervise(&mut self, name: &str, watcher: &Watcher, container: &mut Value, native: bool) {
+        match ending::supervise(container) {
+            Ok(how) => {
+                self.supervised |= how == ending::Supervised::Wrapped;
+                if !native {
+                    self.to_end.push(watcher.spec.container.name.clone());
+                }
+            }
+            Err(why) => self.injection.warnings.push(format!(
+                "Watcher {name}: its sidecar cannot be ended with the pod's app containers, so the pod may never end: {why}"
+            )),
+        }
+    }
+}
+
+/// Whether `watcher`'s sidecar is a native one on this server; said where it asks for one the
+/// server does not run.
+fn native_sidecar(name: &str, watcher: &Watcher, options: &InjectOptions, warnings: &mut Vec<String>) -> bool {
+    match watcher.spec.native_sidecar {
+        NativeSidecar::Always => {
+            if !options.native_sidecars {
+                warnings.push(format!(
+                    "Watcher {name} asks for a native sidecar, which this API server does not support \
+                     (Kubernetes 1.29 or later)"
+                ));
+            }
+            true
+        }
+        NativeSidecar::Auto => options.native_sidecars,
+        NativeSidecar::Never => false,
+    }
 }
 
 /// What `watcher` lets its sidecar see of the app in `pod`, a pod that already exists (injected
