@@ -127,39 +127,10 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, revisions: crate::Revis
     // its namespace; a revision's, by its owner.
     let (pods_tx, pods_rx) = futures::channel::mpsc::unbounded::<ObjectRef<Watcher>>();
     let (cluster_tx, cluster_rx) = futures::channel::mpsc::unbounded::<ObjectRef<ClusterWatcher>>();
-    let watchers = cache.clone();
-    let (revision_tx, revision_rx) = (pods_tx.clone(), cluster_tx.clone());
+    let triggers = Triggers { watchers: pods_tx, clusters: cluster_tx };
     let fan_out = futures::future::join(
-        pod_events.for_each(move |pod| {
-            if let Ok(pod) = pod {
-                for watcher in watchers.in_namespace(&pod.namespace().unwrap_or_default()).iter() {
-                    match watcher.cluster_watcher() {
-                        Some(owner) => drop(cluster_tx.unbounded_send(ObjectRef::new(&owner.name))),
-                        None => drop(pods_tx.unbounded_send(ObjectRef::from(watcher.as_ref()))),
-                    }
-                }
-            }
-            futures::future::ready(())
-        }),
-        revision_events.for_each(move |change| {
-            match change {
-                crate::RevisionChange::Revision(revision) => {
-                    for owner in revision.owner_references().iter().filter(|o| o.controller == Some(true)) {
-                        if owner.kind == watcher_api::CLUSTER_WATCHER_KIND {
-                            drop(revision_rx.unbounded_send(ObjectRef::new(&owner.name)));
-                        } else {
-                            let namespace = revision.namespace().unwrap_or_default();
-                            drop(revision_tx.unbounded_send(ObjectRef::new(&owner.name).within(&namespace)));
-                        }
-                    }
-                }
-                crate::RevisionChange::Resync => {
-                    drop(missed_tx.unbounded_send(()));
-                    drop(cluster_missed_tx.unbounded_send(()));
-                }
-            }
-            futures::future::ready(())
-        }),
+        pods_to_owners(pod_events, cache.clone(), triggers.clone()),
+        revisions_to_owners(revision_events, triggers, (missed_tx, cluster_missed_tx)),
     );
     let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
     let watchers = Controller::for_shared_stream(triggers, cache.store.clone())
@@ -184,6 +155,64 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, revisions: crate::Revis
         .run(reconcile_cluster, cluster_error_policy, shared)
         .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) });
     futures::join!(fan_out, watchers, clusters);
+}
+
+/// Where a reconcile of a Watcher or a ClusterWatcher is asked for.
+#[derive(Clone)]
+struct Triggers {
+    watchers: futures::channel::mpsc::UnboundedSender<ObjectRef<Watcher>>,
+    clusters: futures::channel::mpsc::UnboundedSender<ObjectRef<ClusterWatcher>>,
+}
+
+/// Each changed pod asks for a reconcile of the Watchers of its namespace (of a ClusterWatcher
+/// where the Watcher is one's).
+async fn pods_to_owners(
+    pods: impl futures::Stream<Item = Result<PodMeta, watcher::Error>>,
+    cache: WatcherCache,
+    triggers: Triggers,
+) {
+    pods.for_each(move |pod| {
+        if let Ok(pod) = pod {
+            for watcher in cache.in_namespace(&pod.namespace().unwrap_or_default()).iter() {
+                match watcher.cluster_watcher() {
+                    Some(owner) => drop(triggers.clusters.unbounded_send(ObjectRef::new(&owner.name))),
+                    None => drop(triggers.watchers.unbounded_send(ObjectRef::from(watcher.as_ref()))),
+                }
+            }
+        }
+        futures::future::ready(())
+    })
+    .await;
+}
+
+/// Each changed revision asks for a reconcile of its owner; changes missed (a lagging
+/// subscriber) ask for every Watcher and ClusterWatcher (`missed`).
+async fn revisions_to_owners(
+    changes: impl futures::Stream<Item = crate::RevisionChange>,
+    triggers: Triggers,
+    missed: (futures::channel::mpsc::UnboundedSender<()>, futures::channel::mpsc::UnboundedSender<()>),
+) {
+    changes
+        .for_each(move |change| {
+            match change {
+                crate::RevisionChange::Revision(revision) => {
+                    for owner in revision.owner_references().iter().filter(|o| o.controller == Some(true)) {
+                        if owner.kind == watcher_api::CLUSTER_WATCHER_KIND {
+                            drop(triggers.clusters.unbounded_send(ObjectRef::new(&owner.name)));
+                        } else {
+                            let namespace = revision.namespace().unwrap_or_default();
+                            drop(triggers.watchers.unbounded_send(ObjectRef::new(&owner.name).within(&namespace)));
+                        }
+                    }
+                }
+                crate::RevisionChange::Resync => {
+                    drop(missed.0.unbounded_send(()));
+                    drop(missed.1.unbounded_send(()));
+                }
+            }
+            futures::future::ready(())
+        })
+        .await;
 }
 
 /// The pods' watch events. The initial list is streamed where kube-apiserver serves it so
