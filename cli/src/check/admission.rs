@@ -20,7 +20,6 @@ pub(super) async fn admission_scope(
     info: &k8s_openapi::apimachinery::pkg::version::Info,
     configuration: &MutatingWebhookConfiguration,
 ) {
-    use watcher_controller::scope::{SCOPE_ANNOTATION, in_place, within_limits};
     const GROUP: &str = "admission";
     let all = ListParams::default();
     let read = async {
@@ -55,31 +54,54 @@ pub(super) async fn admission_scope(
     let scope = watcher_webhook::Scope::compute(&everywhere, &policies, named(), namespace);
     let summary = scope.summary();
     if !watcher_webhook::scope::supports_match_conditions(&info.major, &info.minor) {
+        return without_match_conditions(report, info, summary.required);
+    }
+    in_place_conditions(report, configuration, &scope, &summary);
+}
+
+/// A server without webhook `matchConditions` (before 1.28): every pod of a served namespace is
+/// sent, and required Watchers hold only while the webhook answers.
+fn without_match_conditions(
+    report: &mut Report,
+    info: &k8s_openapi::apimachinery::pkg::version::Info,
+    required: usize,
+) {
+    const GROUP: &str = "admission";
+    report.warn(
+        GROUP,
+        "scope",
+        format!(
+            "Kubernetes {} has no webhook matchConditions (1.28 or later): every pod of a served namespace is sent \
+             to the webhook, whatever it asks for",
+            info.git_version
+        ),
+        "fine with failurePolicy: Ignore; on 1.28 or later the operator narrows it to the pods it could change",
+    );
+    if required > 0 {
         report.warn(
             GROUP,
-            "scope",
+            "required Watchers",
             format!(
-                "Kubernetes {} has no webhook matchConditions (1.28 or later): every pod of a served namespace is sent \
-                 to the webhook, whatever it asks for",
-                info.git_version
+                "{} required, enforced only while the webhook answers: while it is unreachable their pods are admitted \
+                 without them (required.watcher.dev needs matchConditions, Kubernetes 1.28 or later)",
+                required
             ),
-            "fine with failurePolicy: Ignore; on 1.28 or later the operator narrows it to the pods it could change",
+            "upgrade to Kubernetes 1.28 or later, or set the webhook's failurePolicy: Fail (every pod of a served \
+             namespace is then refused while it is unreachable)",
         );
-        if summary.required > 0 {
-            report.warn(
-                GROUP,
-                "required Watchers",
-                format!(
-                    "{} required, enforced only while the webhook answers: while it is unreachable their pods are admitted \
-                     without them (required.watcher.dev needs matchConditions, Kubernetes 1.28 or later)",
-                    summary.required
-                ),
-                "upgrade to Kubernetes 1.28 or later, or set the webhook's failurePolicy: Fail (every pod of a served \
-                 namespace is then refused while it is unreachable)",
-            );
-        }
-        return;
     }
+}
+
+/// The `matchConditions` in place against those the scope needs, and the required Watchers'
+/// webhook.
+fn in_place_conditions(
+    report: &mut Report,
+    configuration: &MutatingWebhookConfiguration,
+    scope: &watcher_webhook::Scope,
+    summary: &watcher_webhook::scope::Summary,
+) {
+    use watcher_controller::scope::{SCOPE_ANNOTATION, in_place, within_limits};
+    const GROUP: &str = "admission";
     let (wanted, _) = within_limits(scope.conditions());
     let registered = in_place(configuration);
     let reason = configuration.annotations().get(SCOPE_ANNOTATION);
