@@ -53,29 +53,11 @@ pub(crate) async fn check_inject(
     operator_namespace: Option<&str>,
 ) -> anyhow::Result<Explanation> {
     use anyhow::Context as _;
-    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use k8s_openapi::api::core::v1::Namespace;
     use kube::api::{Api, ListParams};
     use watcher_api::ImagePolicy;
 
-    let (pod, existing, namespace) = match target {
-        Target::Pod(name) => {
-            let namespace = namespace.unwrap_or(client.default_namespace()).to_owned();
-            let pod = Api::<Pod>::namespaced(client.clone(), &namespace)
-                .get_opt(name)
-                .await
-                .with_context(|| format!("cannot read pod {namespace}/{name}"))?
-                .with_context(|| format!("pod {name} not found in namespace {namespace}"))?;
-            let view: PodView = serde_json::from_value(serde_json::to_value(&pod)?).context("cannot read the pod")?;
-            (view, true, namespace)
-        }
-        Target::Manifest(path) => {
-            let (view, in_manifest) = read_manifest(path)?;
-            let namespace =
-                namespace.map(str::to_owned).or(in_manifest).unwrap_or_else(|| client.default_namespace().to_owned());
-            (view, false, namespace)
-        }
-    };
+    let (pod, existing, namespace) = read_target(client, target, namespace).await?;
     let labels = Api::<Namespace>::all(client.clone())
         .get_opt(&namespace)
         .await
@@ -89,26 +71,7 @@ pub(crate) async fn check_inject(
         .await
         .with_context(|| format!("cannot list the Watchers of namespace {namespace} (are the CRDs installed?)"))?
         .items;
-    let configuration = Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .get_opt(watcher_certs::registration::WEBHOOK_CONFIGURATION)
-        .await
-        .context("cannot read the webhook configuration")?;
-    let webhook = configuration.as_ref().and_then(|c| c.webhooks.as_ref()?.first().cloned());
-    if webhook.is_none() {
-        eprintln!(
-            "warning: MutatingWebhookConfiguration {} not found: no pod is injected until the operator is installed \
-             (`watcher-operator check` says more)",
-            watcher_certs::registration::WEBHOOK_CONFIGURATION
-        );
-    }
-    let selectors = webhook
-        .as_ref()
-        .map(|w| WebhookSelectors { namespace: w.namespace_selector.clone(), object: w.object_selector.clone() })
-        .unwrap_or_default();
-    let operator_namespace = operator_namespace
-        .map(str::to_owned)
-        .or_else(|| webhook.as_ref().and_then(|w| Some(w.client_config.service.as_ref()?.namespace.clone())))
-        .unwrap_or_else(|| "watcher-system".to_owned());
+    let (configuration, selectors, operator_namespace) = read_registration(client, operator_namespace).await?;
     let compiled: Vec<Arc<CompiledPolicy>> = Api::<ImagePolicy>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -171,6 +134,72 @@ pub(crate) async fn check_inject(
         sent,
     };
     Ok(explain(&pod, existing, &scope))
+}
+
+/// The pod `target` names (`true`: it exists in the cluster) and its namespace: `namespace`,
+/// else the manifest's, else the kubeconfig context's.
+async fn read_target(
+    client: &kube::Client,
+    target: &Target,
+    namespace: Option<&str>,
+) -> anyhow::Result<(PodView, bool, String)> {
+    use anyhow::Context as _;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::Api;
+    match target {
+        Target::Pod(name) => {
+            let namespace = namespace.unwrap_or(client.default_namespace()).to_owned();
+            let pod = Api::<Pod>::namespaced(client.clone(), &namespace)
+                .get_opt(name)
+                .await
+                .with_context(|| format!("cannot read pod {namespace}/{name}"))?
+                .with_context(|| format!("pod {name} not found in namespace {namespace}"))?;
+            let view: PodView = serde_json::from_value(serde_json::to_value(&pod)?).context("cannot read the pod")?;
+            Ok((view, true, namespace))
+        }
+        Target::Manifest(path) => {
+            let (view, in_manifest) = read_manifest(path)?;
+            let namespace =
+                namespace.map(str::to_owned).or(in_manifest).unwrap_or_else(|| client.default_namespace().to_owned());
+            Ok((view, false, namespace))
+        }
+    }
+}
+
+/// The webhook configuration, its selectors and the operator's namespace (`operator_namespace`,
+/// else the registration's Service's, else `watcher-system`); a warning where it is missing.
+async fn read_registration(
+    client: &kube::Client,
+    operator_namespace: Option<&str>,
+) -> anyhow::Result<(
+    Option<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>,
+    WebhookSelectors,
+    String,
+)> {
+    use anyhow::Context as _;
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use kube::api::Api;
+    let configuration = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get_opt(watcher_certs::registration::WEBHOOK_CONFIGURATION)
+        .await
+        .context("cannot read the webhook configuration")?;
+    let webhook = configuration.as_ref().and_then(|c| c.webhooks.as_ref()?.first().cloned());
+    if webhook.is_none() {
+        eprintln!(
+            "warning: MutatingWebhookConfiguration {} not found: no pod is injected until the operator is installed \
+             (`watcher-operator check` says more)",
+            watcher_certs::registration::WEBHOOK_CONFIGURATION
+        );
+    }
+    let selectors = webhook
+        .as_ref()
+        .map(|w| WebhookSelectors { namespace: w.namespace_selector.clone(), object: w.object_selector.clone() })
+        .unwrap_or_default();
+    let operator_namespace = operator_namespace
+        .map(str::to_owned)
+        .or_else(|| webhook.as_ref().and_then(|w| Some(w.client_config.service.as_ref()?.namespace.clone())))
+        .unwrap_or_else(|| "watcher-system".to_owned());
+    Ok((configuration, selectors, operator_namespace))
 }
 
 /// The one Pod of a manifest file (`-` is stdin), and the namespace it names.
