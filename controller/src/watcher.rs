@@ -169,61 +169,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
     let Some(covered) = ctx.scope.covers(&watcher) else { return Ok(Action::requeue(SCOPE_PENDING_RETRY)) };
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
     let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
-    let name = config_map_name(&watcher.name_any());
-    let api = Api::<ConfigMap>::namespaced(ctx.ctx.client.clone(), &namespace);
-    let key = ObjectRef::new(&name).within(&namespace);
-    let cached = ctx.config_map(&key);
-    let remember = |written: ConfigMap| ctx.written.insert(key.clone(), written);
-    let conflict = || {
-        ConfigOutcome::Conflict(format!(
-            "ConfigMap {name} exists and is not owned by this Watcher; delete or rename it"
-        ))
-    };
-
-    let outcome = match (desired_config_map(&watcher), cached) {
-        (Some(_), Some(existing)) if !crate::is_controlled_by(existing.as_ref(), watcher.as_ref()) => conflict(),
-        (Some(desired), Some(existing)) => {
-            if !config_map_matches(&existing, &desired) {
-                let patch = Patch::Merge(update_patch(&existing, &desired));
-                // A write that fails (the ConfigMap deleted meanwhile, or changed) forgets what
-                // was written: the next reconcile reads the cache again.
-                let patched = api.patch(&name, &PatchParams::default(), &patch).await.inspect_err(|_| {
-                    ctx.written.remove(&key);
-                })?;
-                remember(patched);
-                info!(config_map = name, "updated ConfigMap");
-            }
-            ConfigOutcome::Applied(name)
-        }
-        (Some(desired), None) => match api.create(&create_params(), &desired).await {
-            Ok(created) => {
-                remember(created);
-                info!(config_map = name, "created ConfigMap");
-                ConfigOutcome::Applied(name)
-            }
-            // Not in the cache, not written by this process, but there: someone else's (never
-            // overwritten), or ours from before a restart that the cache has not listed.
-            Err(kube::Error::Api(status)) if status.code == 409 => match api.get_opt(&name).await? {
-                Some(existing) if crate::is_controlled_by(&existing, watcher.as_ref()) => ConfigOutcome::Applied(name),
-                _ => conflict(),
-            },
-            Err(error) => return Err(error.into()),
-        },
-        (None, Some(existing)) if crate::is_controlled_by(existing.as_ref(), watcher.as_ref()) => {
-            let params = DeleteParams {
-                preconditions: Some(Preconditions { uid: existing.uid(), resource_version: None }),
-                ..DeleteParams::default()
-            };
-            ctx.written.remove(&key);
-            match api.delete(&name, &params).await {
-                Ok(_) => info!(config_map = name, "deleted ConfigMap: no config data left"),
-                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-                Err(error) => return Err(error.into()),
-            }
-            ConfigOutcome::None
-        }
-        (None, _) => ConfigOutcome::None,
-    };
+    let outcome = apply_config_map(&watcher, &ctx, &namespace).await?;
 
     // The spec's revision before the status says Ready: a rollout that starts right after the
     // pods were created still finds the spec they carry.
@@ -275,6 +221,67 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
     }
     ctx.ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
     Ok(Action::requeue(requeue))
+}
+
+/// The Watcher's ConfigMap as its `configData` says: created, updated or deleted; a ConfigMap of
+/// that name the Watcher does not own is a conflict, never overwritten.
+async fn apply_config_map(watcher: &Watcher, ctx: &WatcherContext, namespace: &str) -> Result<ConfigOutcome> {
+    let name = config_map_name(&watcher.name_any());
+    let api = Api::<ConfigMap>::namespaced(ctx.ctx.client.clone(), namespace);
+    let key = ObjectRef::new(&name).within(namespace);
+    let cached = ctx.config_map(&key);
+    let remember = |written: ConfigMap| ctx.written.insert(key.clone(), written);
+    let conflict = || {
+        ConfigOutcome::Conflict(format!(
+            "ConfigMap {name} exists and is not owned by this Watcher; delete or rename it"
+        ))
+    };
+
+    let outcome = match (desired_config_map(watcher), cached) {
+        (Some(_), Some(existing)) if !crate::is_controlled_by(existing.as_ref(), watcher) => conflict(),
+        (Some(desired), Some(existing)) => {
+            if !config_map_matches(&existing, &desired) {
+                let patch = Patch::Merge(update_patch(&existing, &desired));
+                // A write that fails (the ConfigMap deleted meanwhile, or changed) forgets what
+                // was written: the next reconcile reads the cache again.
+                let patched = api.patch(&name, &PatchParams::default(), &patch).await.inspect_err(|_| {
+                    ctx.written.remove(&key);
+                })?;
+                remember(patched);
+                info!(config_map = name, "updated ConfigMap");
+            }
+            ConfigOutcome::Applied(name)
+        }
+        (Some(desired), None) => match api.create(&create_params(), &desired).await {
+            Ok(created) => {
+                remember(created);
+                info!(config_map = name, "created ConfigMap");
+                ConfigOutcome::Applied(name)
+            }
+            // Not in the cache, not written by this process, but there: someone else's (never
+            // overwritten), or ours from before a restart that the cache has not listed.
+            Err(kube::Error::Api(status)) if status.code == 409 => match api.get_opt(&name).await? {
+                Some(existing) if crate::is_controlled_by(&existing, watcher) => ConfigOutcome::Applied(name),
+                _ => conflict(),
+            },
+            Err(error) => return Err(error.into()),
+        },
+        (None, Some(existing)) if crate::is_controlled_by(existing.as_ref(), watcher) => {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions { uid: existing.uid(), resource_version: None }),
+                ..DeleteParams::default()
+            };
+            ctx.written.remove(&key);
+            match api.delete(&name, &params).await {
+                Ok(_) => info!(config_map = name, "deleted ConfigMap: no config data left"),
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+                Err(error) => return Err(error.into()),
+            }
+            ConfigOutcome::None
+        }
+        (None, _) => ConfigOutcome::None,
+    };
+    Ok(outcome)
 }
 
 fn ready_condition(status: &WatcherStatus) -> Option<&watcher_api::Condition> {
