@@ -328,26 +328,8 @@ impl ScopeWriter {
             return Ok(Pass::Done);
         };
         if !self.registration.is_form_of(&inject.client_config) {
-            // Another operator's registration stands, and it writes the conditions; they cover
-            // this operator's Watchers once they are what this operator computes.
             let other = Form::of(&inject.client_config).to_string();
-            if self.yielded_to.as_ref() != Some(&other) {
-                info!(
-                    "the webhook is registered by {other}, not by {}: that operator keeps its matchConditions",
-                    self.registration
-                );
-                self.yielded_to = Some(other);
-            }
-            let registered = in_place(&existing);
-            if registered.scope.is_none() && registered.required.is_none() {
-                // Every pod of a served namespace is sent: nothing to wait for.
-                self.publish(
-                    Registered::EveryPod("the other operator's registration has no matchConditions".into()),
-                    ScopeState::Fallback("other_operator"),
-                );
-            } else if registered == conditions {
-                self.publish(Registered::Scoped(scope), written);
-            }
+            self.yield_to(other, &existing, &conditions, scope, written);
             return Ok(Pass::Done);
         }
         self.yielded_to = None;
@@ -364,15 +346,7 @@ impl ScopeWriter {
                 // kept, the required webhook above all, and write no conditions again.
                 let why = "kube-apiserver dropped the webhook's matchConditions (feature gate AdmissionWebhookMatchConditions off?): \
                            every pod of a served namespace is sent";
-                warn!("{why}");
-                let mut fallback = written;
-                if apply(&mut fallback, &Conditions::default(), Some(why)) {
-                    api.replace(WEBHOOK_CONFIGURATION, &params, &fallback).await?;
-                }
-                self.refused = Some((conditions, why.to_owned()));
-                self.seen = Some((Conditions::default(), Some(why.to_owned())));
-                self.publish(Registered::EveryPod(why.to_owned()), ScopeState::Fallback("dropped"));
-                Ok(Pass::Done)
+                self.fall_back(&api, &params, written, conditions, why.to_owned(), "dropped").await
             }
             Ok(_) => {
                 let summary = scope.summary();
@@ -397,18 +371,61 @@ impl ScopeWriter {
                     "kube-apiserver refused the matchConditions ({}): every pod of a served namespace is sent",
                     status.message
                 );
-                warn!("{why}");
-                let mut fallback = existing;
-                if apply(&mut fallback, &Conditions::default(), Some(&why)) {
-                    api.replace(WEBHOOK_CONFIGURATION, &params, &fallback).await?;
-                }
-                self.refused = Some((conditions, why.clone()));
-                self.seen = Some((Conditions::default(), Some(why.clone())));
-                self.publish(Registered::EveryPod(why), ScopeState::Fallback("refused"));
-                Ok(Pass::Done)
+                self.fall_back(&api, &params, existing, conditions, why, "refused").await
             }
             Err(error) => Err(error),
         }
+    }
+
+    /// Another operator's registration stands (`other`), and it writes the conditions; they
+    /// cover this operator's Watchers once they are what this operator computes.
+    fn yield_to(
+        &mut self,
+        other: String,
+        existing: &MutatingWebhookConfiguration,
+        conditions: &Conditions,
+        scope: Arc<Scope>,
+        written: ScopeState,
+    ) {
+        if self.yielded_to.as_ref() != Some(&other) {
+            info!(
+                "the webhook is registered by {other}, not by {}: that operator keeps its matchConditions",
+                self.registration
+            );
+            self.yielded_to = Some(other);
+        }
+        let registered = in_place(existing);
+        if registered.scope.is_none() && registered.required.is_none() {
+            // Every pod of a served namespace is sent: nothing to wait for.
+            self.publish(
+                Registered::EveryPod("the other operator's registration has no matchConditions".into()),
+                ScopeState::Fallback("other_operator"),
+            );
+        } else if registered == *conditions {
+            self.publish(Registered::Scoped(scope), written);
+        }
+    }
+
+    /// kube-apiserver would not keep `conditions` (`why`, said): they are taken back from `base`
+    /// (what it kept, the required webhook above all), every pod of a served namespace is sent,
+    /// and they are not written again until they change.
+    async fn fall_back(
+        &mut self,
+        api: &Api<MutatingWebhookConfiguration>,
+        params: &PostParams,
+        mut base: MutatingWebhookConfiguration,
+        conditions: Conditions,
+        why: String,
+        state: &'static str,
+    ) -> kube::Result<Pass> {
+        warn!("{why}");
+        if apply(&mut base, &Conditions::default(), Some(&why)) {
+            api.replace(WEBHOOK_CONFIGURATION, params, &base).await?;
+        }
+        self.refused = Some((conditions, why.clone()));
+        self.seen = Some((Conditions::default(), Some(why.clone())));
+        self.publish(Registered::EveryPod(why), ScopeState::Fallback(state));
+        Ok(Pass::Done)
     }
 }
 
