@@ -276,15 +276,9 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
         if !watcher.spec.app.is_empty() {
             let (pod, namespace, watchers) = (self.pod, self.namespace, self.watchers);
             let injected = self.injected_names.get_or_insert_with(|| injected_containers(pod, namespace, watchers));
-            let report = app::see_the_app(
-                &mut self.patch,
-                watcher,
-                injected,
-                &mut container,
-                &mut self.injection.warnings,
-                false,
-                &adapted.init,
-            );
+            let seeing =
+                app::Seeing { watcher, injected, init_adaptations: &adapted.init, moment: app::Moment::Admission };
+            let report = app::see_the_app(&mut self.patch, seeing, &mut container, &mut self.injection.warnings);
             self.injection.app.push(report);
         }
         if self.ends {
@@ -368,7 +362,8 @@ pub fn app_report<W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watcher: &
     let mut patch = PodPatch::new(pod);
     let injected = injected_containers(pod, namespace, watchers);
     let mut container = sidecar(watcher, false);
-    app::see_the_app(&mut patch, watcher, &injected, &mut container, &mut Vec::new(), true, &[])
+    let seeing = app::Seeing { watcher, injected: &injected, init_adaptations: &[], moment: app::Moment::Existing };
+    app::see_the_app(&mut patch, seeing, &mut container, &mut Vec::new())
 }
 
 /// The names of the containers of `pod` that Watchers injected, as its `watcher.dev/injected`

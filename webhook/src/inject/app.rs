@@ -35,18 +35,36 @@ pub(super) fn normal(path: &str) -> &str {
     }
 }
 
-/// Adds to `sidecar` (the Watcher's container as it goes into the pod) and to `patch` what
-/// `watcher`'s `AppAccess` asks for. `injected` are the names of the pod's containers that a
-/// Watcher injected: they are never app containers.
+/// When the step runs: at admission, or on a pod that exists (`check-inject`: what it carries
+/// now is already there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Moment {
+    /// The pod is being admitted.
+    Admission,
+    /// The pod exists.
+    Existing,
+}
+
+/// The Watcher whose sidecar is to see the app, and what the step must know of the pod.
+pub(super) struct Seeing<'a, 'b> {
+    pub(super) watcher: &'a Watcher,
+    /// The names of the pod's containers that a Watcher injected: never app containers.
+    pub(super) injected: &'b [&'b str],
+    /// What the namespace's enforced Pod Security level sets in the init containers it adds.
+    pub(super) init_adaptations: &'b [crate::pod_security::Adaptation],
+    pub(super) moment: Moment,
+}
+
+/// Adds to `sidecar` (the Watcher's container as it goes into the pod) and to `patch` what the
+/// Watcher's `AppAccess` asks for.
 pub(super) fn see_the_app<'a>(
     patch: &mut PodPatch<'a>,
-    watcher: &'a Watcher,
-    injected: &[&str],
+    seeing: Seeing<'a, '_>,
     sidecar: &mut Value,
     warnings: &mut Vec<String>,
-    existing: bool,
-    init_adaptations: &[crate::pod_security::Adaptation],
 ) -> AppReport {
+    let Seeing { watcher, injected, init_adaptations, moment } = seeing;
+    let existing = moment == Moment::Existing;
     let name = watcher.metadata.name.clone().unwrap_or_default();
     let access = &watcher.spec.app;
     let mut step = Step { patch, watcher, access, warnings, lines: Vec::new(), name: &name, existing };
