@@ -137,14 +137,7 @@ fn a_restarted_agent_counts_what_was_written_while_it_was_down() {
     let (mut agent, source) = files_agent(&logs, "*.log", &vars);
     append(&log, &errors("before", 1, 5));
     agent.wait_value(&lines_of(&source), 5.0);
-    let size = fs::metadata(&log).expect("log").len();
-    wait_for("the checkpoint", || {
-        let saved: Value = fs::read(state.join("watcher-agent.checkpoint.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or(Value::Null);
-        saved["files"][0]["offset"] == size
-    });
+    wait_for_checkpoint(&state, &log);
     agent.kill();
     append(&log, &errors("down", 6, 15));
     let (again, _) = files_agent(&logs, "*.log", &vars);
@@ -153,8 +146,8 @@ fn a_restarted_agent_counts_what_was_written_while_it_was_down() {
     assert_eq!(again.value(&matches_of("error", &source)), Some(10.0), "written while down: once");
 }
 
-/// Stops the agent with SIGTERM once its checkpoint says `log` was read to its end.
-fn stop_after_checkpoint(agent: &mut Agent, state: &std::path::Path, log: &std::path::Path) {
+/// Waits until the checkpoint in `state` says `log` was read to its end.
+fn wait_for_checkpoint(state: &std::path::Path, log: &std::path::Path) {
     let size = fs::metadata(log).expect("log").len();
     wait_for("the checkpoint", || {
         let saved: Value = fs::read(state.join("watcher-agent.checkpoint.json"))
@@ -163,6 +156,11 @@ fn stop_after_checkpoint(agent: &mut Agent, state: &std::path::Path, log: &std::
             .unwrap_or(Value::Null);
         saved["files"][0]["offset"] == size
     });
+}
+
+/// Stops the agent with SIGTERM once its checkpoint says `log` was read to its end.
+fn stop_after_checkpoint(agent: &mut Agent, state: &std::path::Path, log: &std::path::Path) {
+    wait_for_checkpoint(state, log);
     agent.terminate();
     assert_eq!(agent.exit_code(Duration::from_secs(30)), Some(0));
 }
