@@ -28,7 +28,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-const FIXTURE: &str = include_str!("../webhook/fixtures/admission-review/pod-create-named-annotated.json");
+const FIXTURE: &str = include_str!("../admission/fixtures/admission-review/pod-create-named-annotated.json");
 const UID: &str = "39a859b2-1366-467b-80f2-70a009723439";
 const HOST: &str = "watcher-operator.watcher-system.svc";
 const SATURATION_CONNECTIONS: usize = 32;

@@ -11,13 +11,15 @@ use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
+use watcher_admission::pod_security::SharedDefaults;
+use watcher_admission::{InjectOptions, server_minor, supports_native_sidecars};
+use watcher_cache::{PolicyCache, RevisionCache, WatcherCache};
 use watcher_certs::registration::{Registrar, Registration};
 use watcher_certs::secret::{Lifetimes, SelfManaged};
 use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
 use watcher_controller::scope::ScopeWriter;
-use watcher_controller::{Context, PolicyCache, RevisionCache, WatcherCache, pod_security_probe};
-use watcher_webhook::pod_security::SharedDefaults;
-use watcher_webhook::{InjectOptions, Reviewer, router, serve_tls, server_minor, supports_native_sidecars};
+use watcher_controller::{Context, pod_security_probe};
+use watcher_webhook::{Reviewer, router, serve_tls};
 
 use crate::telemetry::{Readiness, serve_admin};
 use watcher_cli::{ControllerName, RunArgs};
@@ -326,7 +328,7 @@ const POD_SECURITY_RELEARN: Duration = Duration::from_secs(60 * 60);
 /// [`POD_SECURITY_RELEARN`]; what cannot be learned is said once and left as it is.
 async fn learn_pod_security(
     client: Client,
-    namespaces: kube::runtime::reflector::Store<watcher_controller::sync::NamespaceMeta>,
+    namespaces: kube::runtime::reflector::Store<watcher_cache::NamespaceMeta>,
     own: String,
     shared: SharedDefaults,
 ) {

@@ -42,7 +42,7 @@ impl prometheus_client::collector::Collector for CertificateCollector {
 /// Every metric of the process, registered in one registry: the controllers' (with the
 /// per-Watcher gauges read from `watchers`), the webhook's, and the certificates' from `certs`.
 pub(crate) fn registry(
-    watchers: &watcher_controller::WatcherCache,
+    watchers: &watcher_cache::WatcherCache,
     certs: Arc<watcher_certs::CertStore>,
 ) -> (Registry, watcher_controller::Metrics, watcher_webhook::Metrics) {
     let mut registry = Registry::default();
@@ -189,17 +189,15 @@ mod tests {
     /// The names a PromQL query may read of what `/metrics` exports: a gauge by its name, a
     /// counter with `_total`, a histogram's `_bucket`, `_sum` and `_count`.
     fn exported_names() -> std::collections::BTreeSet<String> {
-        let (registry, controllers, webhook) = registry(
-            &watcher_controller::WatcherCache::from_store(kube::runtime::reflector::store().0).0,
-            Arc::default(),
-        );
+        let (registry, controllers, webhook) =
+            registry(&watcher_cache::WatcherCache::from_store(kube::runtime::reflector::store().0).0, Arc::default());
         // A family shows in the text once it has a series: one each.
         webhook.observe(watcher_webhook::AdmissionResult::injected, 0.001);
         drop(controllers.reconcile("watcher"));
         controllers.error("watcher", &watcher_controller::Error::MissingNamespace("w".into()));
         controllers.sync_conflicts("Secret", 1);
         controllers.set_scope(watcher_controller::ScopeState::Applied);
-        let mut observe = watcher_controller::observe_watch::<()>("pods");
+        let mut observe = watcher_cache::watch::observe_watch::<()>("pods");
         observe(&Ok(kube::runtime::watcher::Event::Init));
         observe(&Err(kube::runtime::watcher::Error::NoResourceVersion));
         let mut text = String::new();
@@ -233,10 +231,8 @@ mod tests {
     /// dashboard shows 0 and `rate()` sees the first error of each.
     #[test]
     fn known_series_are_exported_at_zero_from_the_start() {
-        let (registry, _, _) = registry(
-            &watcher_controller::WatcherCache::from_store(kube::runtime::reflector::store().0).0,
-            Arc::default(),
-        );
+        let (registry, _, _) =
+            registry(&watcher_cache::WatcherCache::from_store(kube::runtime::reflector::store().0).0, Arc::default());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
         let mut wanted = Vec::new();
@@ -321,10 +317,8 @@ mod tests {
     #[test]
     fn certificate_expiry_is_exported_once_known() {
         let store = Arc::new(watcher_certs::CertStore::default());
-        let (registry, _, _) = registry(
-            &watcher_controller::WatcherCache::from_store(kube::runtime::reflector::store().0).0,
-            store.clone(),
-        );
+        let (registry, _, _) =
+            registry(&watcher_cache::WatcherCache::from_store(kube::runtime::reflector::store().0).0, store.clone());
         let exported = |registry: &Registry| {
             let mut text = String::new();
             prometheus_client::encoding::text::encode(&mut text, registry).expect("encodes");

@@ -171,12 +171,12 @@ fn cluster_role_grants(chart: &[Value]) -> std::collections::BTreeSet<(String, S
 /// The cluster-wide API calls of the operator, by who makes them (`""`: every replica), as the
 /// code makes them: `(who, apiGroup, resources, verbs)`.
 const CALLS: &[(&str, &str, &[&str], &[&str])] = &[
-    // The webhook's caches (controller/src/cache.rs, policies.rs), in every replica.
+    // The webhook's caches (cache/src/watchers.rs, policies.rs), in every replica.
     ("", "watcher.dev", &["watchers", "clusterwatchers", "imagepolicies"], &["get", "list", "watch"]),
     ("", "", &["namespaces"], &["list", "watch"]),
     // The Pod Security defaults (controller/src/pod_security_probe.rs): dry-run pods.
     ("", "", &["pods"], &["create"]),
-    // The revision cache (controller/src/revision_cache.rs): a held rollout's stable revision.
+    // The revision cache (cache/src/revisions.rs): a held rollout's stable revision.
     ("", "apps", &["controllerrevisions"], &["get", "list", "watch"]),
     // Events (controller/src/context.rs), the self-managed registration (certs/src/registration.rs)
     // and the admission scope (controller/src/scope.rs: get, update).

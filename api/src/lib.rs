@@ -12,6 +12,7 @@ mod condition;
 pub mod image;
 mod image_policy;
 mod podset;
+pub mod revision;
 pub mod validation;
 mod watcher;
 

@@ -222,7 +222,7 @@ pub struct InjectArgs {
     /// The cluster's Pod Security admission configuration (as for `run`): the level of a
     /// namespace whose `--namespace-labels` set none.
     #[arg(long, env = "WATCHER_POD_SECURITY_CONFIG", value_name = "FILE", value_parser = parse_pod_security_config)]
-    pod_security_config: Option<watcher_webhook::pod_security::ClusterDefaults>,
+    pod_security_config: Option<watcher_admission::pod_security::ClusterDefaults>,
 }
 
 /// Flags of `watcher-operator certs`.
@@ -308,7 +308,7 @@ pub struct RunArgs {
     /// Without it the defaults are learned from kube-apiserver at start and every hour
     /// (dry-run pods in a namespace without labels); exemptions cannot be seen so.
     #[arg(long, env = "WATCHER_POD_SECURITY_CONFIG", value_name = "FILE", value_parser = parse_pod_security_config)]
-    pub pod_security_config: Option<watcher_webhook::pod_security::ClusterDefaults>,
+    pub pod_security_config: Option<watcher_admission::pod_security::ClusterDefaults>,
 
     /// The image of `watcher-supervise`: in pods that are meant to end (restartPolicy `Never` or
     /// `OnFailure`) with a sidecar that is a regular container, its init container copies the
@@ -327,7 +327,7 @@ fn parse_image(value: &str) -> Result<String, String> {
     Ok(value.to_owned())
 }
 
-fn parse_pod_security_config(value: &str) -> Result<watcher_webhook::pod_security::ClusterDefaults, String> {
+fn parse_pod_security_config(value: &str) -> Result<watcher_admission::pod_security::ClusterDefaults, String> {
     crate::pod_security_config::read(std::path::Path::new(value))
 }
 

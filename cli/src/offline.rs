@@ -9,10 +9,10 @@ use anyhow::{Context as _, bail};
 use std::sync::Arc;
 
 use kube::ResourceExt;
+use watcher_admission::pod_security::NamespaceLevels;
+use watcher_admission::{InjectOptions, PodView, inject_at_level, rewrite_images};
 use watcher_api::{CLUSTER_WATCHER_KIND, ClusterWatcher, CompiledPolicy, ImagePolicy, Watcher};
 use watcher_certs::{Authority, service_hosts};
-use watcher_webhook::pod_security::NamespaceLevels;
-use watcher_webhook::{InjectOptions, PodView, inject_at_level, rewrite_images};
 
 /// Every CRD as one multi-document YAML stream: exactly the content of `deploy/crds/crds.yaml`.
 pub(crate) fn crds_yaml() -> anyhow::Result<String> {
@@ -81,7 +81,7 @@ pub(crate) fn inject_preview(
         labels.insert("kubernetes.io/metadata.name".to_owned(), namespace.clone());
         let policies: Vec<Arc<CompiledPolicy>> = policies.iter().filter(|p| p.selects(&labels)).cloned().collect();
         let in_namespace =
-            watcher_webhook::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster, &options);
+            watcher_admission::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster, &options);
         let refs: Vec<&Watcher> = in_namespace.iter().map(AsRef::as_ref).collect();
         let levels = NamespaceLevels::of_namespace(&namespace, |key| labels.get(key).map(String::as_str), pod_security);
         let mut injection = inject_at_level(&pod, &namespace, &refs, &options, &levels);
@@ -119,7 +119,7 @@ pub(crate) struct Namespace<'a> {
     pub(crate) name: Option<&'a str>,
     pub(crate) labels: &'a BTreeMap<String, String>,
     /// The cluster's Pod Security admission configuration (`--pod-security-config`).
-    pub(crate) pod_security: &'a watcher_webhook::pod_security::ClusterDefaults,
+    pub(crate) pod_security: &'a watcher_admission::pod_security::ClusterDefaults,
 }
 
 /// The ImagePolicies of `paths`, compiled, in name order. Without namespace labels, a policy
@@ -226,8 +226,8 @@ mod tests {
     static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
     fn unlabelled(name: Option<&str>) -> Namespace<'_> {
-        static NO_DEFAULTS: watcher_webhook::pod_security::ClusterDefaults =
-            watcher_webhook::pod_security::ClusterDefaults::NONE;
+        static NO_DEFAULTS: watcher_admission::pod_security::ClusterDefaults =
+            watcher_admission::pod_security::ClusterDefaults::NONE;
         Namespace { name, labels: &NO_LABELS, pod_security: &NO_DEFAULTS }
     }
 
@@ -331,7 +331,7 @@ mod tests {
              ---\napiVersion: watcher.dev/v1alpha1\nkind: ImagePolicy\nmetadata: {name: search-pins}\n\
              spec: {namespaceSelector: {matchLabels: {team: search}}, rewrites: [{from: 'busybox:1.36', to: 'busybox:1.37'}]}\n",
         );
-        let none = watcher_webhook::pod_security::ClusterDefaults::default();
+        let none = watcher_admission::pod_security::ClusterDefaults::default();
         let labelled = Namespace { name: Some("team-a"), labels: &payments, pod_security: &none };
         let out = inject_preview(&pod, &[sample.to_owned()], &[policies], labelled, false).expect("preview");
         assert_eq!(injected(&out), ["app", "log-agent"], "its namespaceSelector matches");

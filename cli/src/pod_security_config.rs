@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use serde_json::Value;
-use watcher_webhook::pod_security::ClusterDefaults;
+use watcher_admission::pod_security::ClusterDefaults;
 
 /// Reads and checks the configuration at `path`; the error names the file and what is wrong.
 pub fn read(path: &Path) -> Result<ClusterDefaults, String> {

@@ -30,7 +30,9 @@ use crate::owned::{
 use crate::runtime::lock;
 use crate::scope::ScopeStatus;
 use crate::standing::{POD_SECURITY_CONDITION, grouped_pod_security_condition, levels_in};
-use crate::{Context, Error, Result, WatcherCache};
+use watcher_cache::WatcherCache;
+
+use crate::{Context, Error, Result};
 use watcher_api::{reasons, types};
 
 const CONTROLLER: &str = "watcher";
@@ -52,7 +54,7 @@ pub struct ClusterContext {
     pub(crate) listed: Arc<AtomicBool>,
     pub(crate) scope: ScopeStatus,
     /// The revisions: each spec's is written when it is first seen.
-    pub(crate) revisions: crate::RevisionCache,
+    pub(crate) revisions: watcher_cache::RevisionCache,
     recorder: Recorder,
     /// ConfigMaps created since the cache last caught up: not created again meanwhile.
     created: Mutex<std::collections::HashMap<ObjectRef<ConfigMap>, String>>,
@@ -69,7 +71,7 @@ impl ClusterContext {
         config_maps: Store<ConfigMap>,
         listed: Arc<AtomicBool>,
         scope: ScopeStatus,
-        revisions: crate::RevisionCache,
+        revisions: watcher_cache::RevisionCache,
     ) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
         let recorder = Recorder::new(ctx.client.clone(), reporter);
@@ -368,11 +370,11 @@ pub(crate) async fn run(
     use kube::runtime::controller::Controller;
     let cache = shared.cache.clone();
     let store = cache.cluster.clone();
-    let (changes, resyncs) = crate::cache::split_cluster(cache.subscribe(), store.clone());
-    let namespaces = crate::cache::changed(namespace_changes);
+    let (changes, resyncs) = watcher_cache::split_cluster(cache.subscribe(), store.clone());
+    let namespaces = watcher_cache::changed(namespace_changes);
     let scope = shared.scope.clone();
     let changes = scope.gate(changes);
-    let defaults = crate::cache::changed(cache.pod_security.subscribe());
+    let defaults = watcher_cache::changed(cache.pod_security.subscribe());
     let all = futures::stream::select_all([
         scope.gate(resyncs).boxed(),
         scope.gate(namespaces).boxed(),

@@ -31,7 +31,9 @@ use watcher_api::{
     set_condition,
 };
 
-use crate::{Context, PolicyCache, Result};
+use watcher_cache::PolicyCache;
+
+use crate::{Context, Result};
 use watcher_api::{reasons, types};
 
 const CONTROLLER: &str = "images";

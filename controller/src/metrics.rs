@@ -4,12 +4,11 @@
 //! and watch errors and lists per resource.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -42,12 +41,6 @@ pub(crate) struct ErrorLabels {
 pub(crate) struct KindLabels {
     /// `Secret` or `ConfigMap`.
     pub(crate) kind: &'static str,
-}
-
-/// `{resource}` label: the plural of a watched resource.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct ResourceLabels {
-    pub(crate) resource: String,
 }
 
 /// `{state, reason}` labels of the admission scope.
@@ -103,39 +96,6 @@ pub const WATCHED_RESOURCES: [&str; 10] = [
     "daemonsets",
 ];
 
-/// Watch errors and lists per resource: one set for the process, since every watch of every
-/// cache counts into it (those of the webhook's caches too), whoever holds the registry.
-struct Watches {
-    errors: Family<ResourceLabels, Counter>,
-    lists: Family<ResourceLabels, Counter>,
-}
-
-static WATCHES: LazyLock<Watches> = LazyLock::new(|| Watches { errors: Family::default(), lists: Family::default() });
-
-/// Counts the events of a watch of `resource`: an error (the watch restarts with a backoff), or
-/// the start of a list (the first, and each relist after a watch expired or failed). For
-/// `inspect` on a watcher stream.
-pub fn observe_watch<K>(resource: impl Into<String>) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) {
-    let labels = ResourceLabels { resource: resource.into() };
-    move |event| {
-        match event {
-            Err(_) => WATCHES.errors.get_or_create(&labels).inc(),
-            Ok(watcher::Event::Init) => WATCHES.lists.get_or_create(&labels).inc(),
-            Ok(_) => 0,
-        };
-    }
-}
-
-/// Watch errors counted so far for `resource` (the process-wide counter).
-pub fn watch_errors_of(resource: &str) -> u64 {
-    WATCHES.errors.get_or_create(&ResourceLabels { resource: resource.to_owned() }).get()
-}
-
-/// Lists counted so far for `resource`.
-pub fn watch_lists_of(resource: &str) -> u64 {
-    WATCHES.lists.get_or_create(&ResourceLabels { resource: resource.to_owned() }).get()
-}
-
 /// The reconcile metrics of every controller.
 #[derive(Clone)]
 pub struct Metrics {
@@ -178,11 +138,6 @@ impl Metrics {
                 drop(metrics.errors.get_or_create(&ErrorLabels { controller, error }));
             }
         }
-        for resource in WATCHED_RESOURCES {
-            let labels = ResourceLabels { resource: resource.to_owned() };
-            drop(WATCHES.errors.get_or_create(&labels));
-            drop(WATCHES.lists.get_or_create(&labels));
-        }
         registry.register("watcher_reconcile", "Reconciles run", metrics.reconciles.clone());
         registry.register(
             "watcher_sidecar_in_place_updates",
@@ -207,16 +162,7 @@ impl Metrics {
              exported by the replica running the controllers",
             metrics.scope.clone(),
         );
-        registry.register(
-            "watcher_watch_errors",
-            "Watch errors by resource; each restarts the watch with a backoff",
-            WATCHES.errors.clone(),
-        );
-        registry.register(
-            "watcher_watch_lists",
-            "Lists of a watched resource: the first, and each relist after a watch expired or failed",
-            WATCHES.lists.clone(),
-        );
+        watcher_cache::watch::register(registry, &WATCHED_RESOURCES);
         metrics
     }
 
@@ -496,25 +442,5 @@ mod tests {
         metrics.set_leader(false);
         assert_eq!(metrics.scope(), None, "the lease lost: the next leader says it");
         assert!(!text(&registry).lines().any(|l| l.starts_with("watcher_admission_scope{")));
-    }
-
-    /// A watch's errors and lists count per resource: each `Init` a list, each error a restart.
-    #[test]
-    fn watch_errors_and_lists_count_per_resource() {
-        let mut observe = observe_watch::<()>("metrics-test-resource");
-        let (errors, lists) = (watch_errors_of("metrics-test-resource"), watch_lists_of("metrics-test-resource"));
-        observe(&Ok(watcher::Event::Init));
-        observe(&Ok(watcher::Event::InitDone));
-        observe(&Err(watcher::Error::NoResourceVersion));
-        observe(&Ok(watcher::Event::Init));
-        assert_eq!(watch_errors_of("metrics-test-resource") - errors, 1);
-        assert_eq!(watch_lists_of("metrics-test-resource") - lists, 2);
-        let mut registry = Registry::default();
-        let _ = Metrics::register(&mut registry);
-        assert!(
-            text(&registry)
-                .lines()
-                .any(|l| l.starts_with(r#"watcher_watch_lists_total{resource="metrics-test-resource"}"#))
-        );
     }
 }

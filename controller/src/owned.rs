@@ -17,11 +17,7 @@ use watcher_api::{ClusterWatcher, FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL, c
 
 use crate::runtime::lock;
 
-/// Label on every owned ConfigMap and revision: the Watcher (or ClusterWatcher) it belongs to.
-pub const WATCHER_LABEL: &str = "watcher.dev/watcher";
-
-/// Label on every ConfigMap a ClusterWatcher owns: its name.
-pub const CLUSTER_WATCHER_LABEL: &str = "watcher.dev/cluster-watcher";
+pub use watcher_api::revision::{CLUSTER_WATCHER_LABEL, WATCHER_LABEL};
 
 /// What the controller wrote, until its cache holds it: a cache trails a write by milliseconds
 /// to seconds, so an entry older than [`FORGET_AFTER`] (its object deleted meanwhile, say) is

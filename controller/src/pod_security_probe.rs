@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use watcher_webhook::pod_security::ClusterDefaults;
+use watcher_admission::pod_security::ClusterDefaults;
 
 /// The dry-run pods' name.
 pub const PROBE_POD: &str = "watcher-operator-pod-security-probe";

@@ -32,7 +32,9 @@ use tracing::{info, instrument, warn};
 use watcher_api::{ClusterWatcher, UpdatePolicyType, Watcher};
 
 use crate::revisions;
-use crate::{Context, Error, PolicyCache, Result, WatcherCache};
+use watcher_cache::{PolicyCache, WatcherCache};
+
+use crate::{Context, Error, Result};
 #[cfg(test)]
 use fixtures::{context_for_tests, context_with_cache};
 use status::{
@@ -66,7 +68,7 @@ pub struct PodsContext {
     /// ImagePolicies: an image updated in place is rewritten as admission would.
     policies: Option<PolicyCache>,
     /// The Watchers' ControllerRevisions: the replica's revision cache.
-    revisions: crate::RevisionCache,
+    revisions: watcher_cache::RevisionCache,
     /// Specs pods carry whose revision was rebuilt, or could not be (`<uid>/<hash>`): tried
     /// once per process.
     rebuilt: Mutex<HashSet<String>>,
@@ -74,7 +76,12 @@ pub struct PodsContext {
 
 /// Runs the pod reconciler until shutdown, on the Watchers and revisions of the shared
 /// caches; `policies` rewrite the images it updates in place.
-pub async fn run(ctx: Arc<Context>, cache: WatcherCache, revisions: crate::RevisionCache, policies: PolicyCache) {
+pub async fn run(
+    ctx: Arc<Context>,
+    cache: WatcherCache,
+    revisions: watcher_cache::RevisionCache,
+    policies: PolicyCache,
+) {
     let client = ctx.client.clone();
     let lookup: SidecarLookup = {
         let cache = cache.clone();
@@ -87,7 +94,7 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, revisions: crate::Revis
     let (synced_tx, synced_rx) = futures::channel::mpsc::unbounded();
     let (cluster_synced_tx, synced_cluster) = futures::channel::mpsc::unbounded();
     let pod_events = pod_events(Api::<PodMeta>::all(client.clone()))
-        .inspect(crate::observe_watch("pods"))
+        .inspect(watcher_cache::watch::observe_watch("pods"))
         .default_backoff()
         .filter_map({
             let pods = pods.clone();
@@ -132,7 +139,7 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, revisions: crate::Revis
         pods_to_owners(pod_events, cache.clone(), triggers.clone()),
         revisions_to_owners(revision_events, triggers, (missed_tx, cluster_missed_tx)),
     );
-    let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
+    let (triggers, resyncs) = watcher_cache::split(cache.subscribe(), cache.store.clone());
     let watchers = Controller::for_shared_stream(triggers, cache.store.clone())
         .reconcile_all_on(futures::stream::select_all([resyncs.boxed(), synced_rx.boxed(), missed_rx.boxed()]))
         .reconcile_on(pods_rx)
@@ -140,8 +147,8 @@ pub async fn run(ctx: Arc<Context>, cache: WatcherCache, revisions: crate::Revis
         .shutdown_on_signal()
         .run(reconcile, error_policy, shared.clone())
         .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) });
-    let (changes, resyncs) = crate::cache::split_cluster(cache.subscribe(), cache.cluster.clone());
-    let namespaces = crate::cache::changed(namespace_changes);
+    let (changes, resyncs) = watcher_cache::split_cluster(cache.subscribe(), cache.cluster.clone());
+    let namespaces = watcher_cache::changed(namespace_changes);
     let clusters = Controller::for_shared_stream(changes, cache.cluster.clone())
         .reconcile_all_on(futures::stream::select_all([
             resyncs.boxed(),
@@ -188,14 +195,14 @@ async fn pods_to_owners(
 /// Each changed revision asks for a reconcile of its owner; changes missed (a lagging
 /// subscriber) ask for every Watcher and ClusterWatcher (`missed`).
 async fn revisions_to_owners(
-    changes: impl futures::Stream<Item = crate::RevisionChange>,
+    changes: impl futures::Stream<Item = watcher_cache::RevisionChange>,
     triggers: Triggers,
     missed: (futures::channel::mpsc::UnboundedSender<()>, futures::channel::mpsc::UnboundedSender<()>),
 ) {
     changes
         .for_each(move |change| {
             match change {
-                crate::RevisionChange::Revision(revision) => {
+                watcher_cache::RevisionChange::Revision(revision) => {
                     for owner in revision.owner_references().iter().filter(|o| o.controller == Some(true)) {
                         if owner.kind == watcher_api::CLUSTER_WATCHER_KIND {
                             drop(triggers.clusters.unbounded_send(ObjectRef::new(&owner.name)));
@@ -205,7 +212,7 @@ async fn revisions_to_owners(
                         }
                     }
                 }
-                crate::RevisionChange::Resync => {
+                watcher_cache::RevisionChange::Resync => {
                     drop(missed.0.unbounded_send(()));
                     drop(missed.1.unbounded_send(()));
                 }

@@ -11,27 +11,26 @@
 //! too where it comes first, prunes the history, and rebuilds from an injected pod the revision
 //! of a spec that was injected and replaced before any controller saw it ([`rebuild`]).
 //!
-//! The revisions are read from the replica's revision cache ([`crate::RevisionCache`], labelled
+//! The revisions are read from the replica's revision cache ([`watcher_cache::RevisionCache`], labelled
 //! `app.kubernetes.io/managed-by=watcher-operator`): no read per pod or per reconcile.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Resource, ResourceExt};
 use tracing::info;
-use watcher_api::{
-    FIELD_MANAGER, InjectionSpec, MANAGED_BY, MANAGED_BY_LABEL, NewPods, UpdatePolicyType, Watcher, WatcherSpec,
-};
+use watcher_api::{FIELD_MANAGER, InjectionSpec, NewPods, UpdatePolicyType, Watcher, WatcherSpec};
 
 use crate::Result;
 
 pub mod rebuild;
 
-pub use crate::owned::{CLUSTER_WATCHER_LABEL, WATCHER_LABEL};
+pub use watcher_api::revision::{
+    CLUSTER_WATCHER_LABEL, WATCHER_LABEL, desired_revision, injection_of, revision_name, revision_of,
+};
+
 /// Revisions kept per Watcher besides those pods still carry (which are never pruned).
 pub const HISTORY: usize = 10;
 
@@ -52,64 +51,13 @@ pub fn first_sight(watcher: &Watcher, namespace: &str, mine: &[&ControllerRevisi
     plan_revisions(watcher, namespace, mine, &BTreeSet::new(), "").create
 }
 
-/// The name of the revision of `watcher` with `hash`.
-pub fn revision_name(watcher: &str, hash: &str) -> String {
-    format!("{watcher}-{hash}")
-}
-
-/// A revision of `watcher`'s current spec, numbered `number`, in `namespace`: a Watcher's own,
-/// or for a ClusterWatcher (a Watcher of no namespace, see
-/// [`watcher_api::ClusterWatcher::across_namespaces`]) the operator's, owned by the
-/// ClusterWatcher and labelled with its name.
-pub fn desired_revision(watcher: &Watcher, namespace: &str, number: i64) -> Option<ControllerRevision> {
-    revision_of(watcher, &watcher.spec.injection(), namespace, number)
-}
-
 /// Annotation on a revision rebuilt from a pod: the pod (`<namespace>/<name>`).
 pub const REBUILT_FROM_ANNOTATION: &str = "watcher.dev/rebuilt-from";
-
-/// A revision of `watcher` keeping `injection` (a spec of `watcher`, perhaps an older one),
-/// numbered `number`, in `namespace` (see [`desired_revision`]).
-pub fn revision_of(
-    watcher: &Watcher,
-    injection: &InjectionSpec,
-    namespace: &str,
-    number: i64,
-) -> Option<ControllerRevision> {
-    let owner = match watcher.cluster_watcher() {
-        Some(cluster) => cluster.clone(),
-        None => watcher.controller_owner_ref(&())?,
-    };
-    let name = watcher.name_any();
-    let mut labels: std::collections::BTreeMap<String, String> =
-        [(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()), (WATCHER_LABEL.to_owned(), name.clone())].into();
-    if watcher.cluster_watcher().is_some() {
-        labels.insert(CLUSTER_WATCHER_LABEL.to_owned(), name.clone());
-    }
-    Some(ControllerRevision {
-        metadata: ObjectMeta {
-            name: Some(revision_name(&name, &injection.hash())),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(labels),
-            owner_references: Some(vec![owner]),
-            ..ObjectMeta::default()
-        },
-        data: Some(RawExtension(serde_json::to_value(injection).unwrap_or_default())),
-        revision: number,
-    })
-}
 
 /// The number of a revision rebuilt for a spec older than every kept one: before the oldest
 /// (kube-apiserver takes no negative number).
 pub fn rebuilt_number(mine: &[&ControllerRevision]) -> i64 {
     mine.iter().map(|r| r.revision).min().map_or(1, |oldest| (oldest - 1).max(0))
-}
-
-/// The spec a revision keeps, or `None` when it cannot be read (then the pods that carry it
-/// go the `Recreate` way).
-pub fn injection_of(revision: &ControllerRevision) -> Option<InjectionSpec> {
-    let data = revision.data.as_ref()?;
-    serde_json::from_value(data.0.clone()).ok()
 }
 
 /// The revisions of `watcher` among `all` (any Watcher's), by number: labelled with its name
@@ -213,7 +161,11 @@ pub fn plan_revisions(
 
 /// Writes the revision of `watcher`'s current spec where it is first seen ([`first_sight`]):
 /// in its namespace, a ClusterWatcher's (a Watcher of no namespace) in the operator's.
-pub(crate) async fn record(client: &kube::Client, cache: &crate::RevisionCache, watcher: &Watcher) -> Result<()> {
+pub(crate) async fn record(
+    client: &kube::Client,
+    cache: &watcher_cache::RevisionCache,
+    watcher: &Watcher,
+) -> Result<()> {
     let namespace = watcher.namespace().unwrap_or_else(|| cache.operator_namespace().to_owned());
     let all = cache.store.state();
     let mine = revisions_of(watcher, &all);

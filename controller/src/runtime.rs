@@ -1,9 +1,10 @@
 //! What every controller repeats, once: its settings, the cached watches it reads, logging
 //! what its run yields, the backoff key of an object, ownership, and locking shared state.
 
-use std::sync::{Mutex, MutexGuard};
+use watcher_cache::watch::log_watch_error;
 
-use crate::{log_watch_error, observe_watch};
+pub(crate) use watcher_cache::lock;
+pub(crate) use watcher_cache::watch::cached_watch;
 
 /// Settings shared by every controller: a bounded number of reconciles in flight, so a burst
 /// (a fresh start with thousands of objects) costs neither thousands of connections nor memory.
@@ -64,44 +65,6 @@ impl<K> NamespacedObject for K where
 {
 }
 
-/// A watch of `api` kept in a store (each object passed through `strip` first, managedFields
-/// always dropped), the stream of changed objects for a controller's `owns_stream` or
-/// `watches_stream`, and a flag that turns true once the initial list is in (before it, the
-/// store would say "absent" of objects that exist).
-pub(crate) fn cached_watch<K>(
-    api: kube::Api<K>,
-    config: kube::runtime::watcher::Config,
-    mut strip: impl FnMut(&mut K) + Send + 'static,
-) -> (
-    kube::runtime::reflector::Store<K>,
-    impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static,
-    std::sync::Arc<std::sync::atomic::AtomicBool>,
-)
-where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
-    use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, reflector, watcher};
-    let (store, writer) = reflector::store::<K>();
-    let listed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = listed.clone();
-    let stream = watcher(api, config.any_semantic())
-        .inspect(observe_watch(K::plural(&()).into_owned()))
-        .default_backoff()
-        .modify(move |object| {
-            object.meta_mut().managed_fields = None;
-            strip(object);
-        })
-        .reflect(writer)
-        .inspect(move |event| {
-            if matches!(event, Ok(watcher::Event::InitDone)) {
-                flag.store(true, std::sync::atomic::Ordering::Release);
-            }
-        })
-        .touched_objects();
-    (store, stream, listed)
-}
-
 /// How soon a reconcile that came before its cache's initial list tries again (the list of a
 /// few thousand objects takes milliseconds to a second).
 pub(crate) const UNLISTED_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
@@ -115,10 +78,4 @@ pub(crate) fn object_key<K: kube::ResourceExt>(controller: &str, object: &K) -> 
 pub(crate) fn is_controlled_by<O: kube::ResourceExt, K: kube::Resource>(object: &O, owner: &K) -> bool {
     let uid = owner.meta().uid.as_deref();
     object.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
-}
-
-/// Locks `mutex`: a holder that panicked left nothing half-done that the reader cares about
-/// (every guarded value is written whole).
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

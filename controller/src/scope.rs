@@ -1,7 +1,7 @@
 //! Keeps the `matchConditions` of the webhook configuration in step with the caches, so that
 //! kube-apiserver (1.28 or later) sends the webhook only the pods it could change, and the pods
 //! that ask for a required Watcher to a second webhook that fails closed. What the conditions
-//! say is [`watcher_webhook::scope`]; this module writes them.
+//! say is [`watcher_admission::scope`]; this module writes them.
 //!
 //! The leader writes, and only when the computed conditions differ from those in place (they
 //! are deterministic, so a steady cluster sees no write), with a full update carrying the
@@ -26,14 +26,16 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 use tracing::{info, warn};
-use watcher_api::{FIELD_MANAGER, Watcher};
-use watcher_certs::registration::{Form, Registration, WEBHOOK_CONFIGURATION};
-use watcher_webhook::scope::{
+use watcher_admission::scope::{
     CONDITION_PREFIX, Conditions, MAX_EXPRESSION_LEN, NOT_REQUIRED_CONDITION, REQUIRED_CONDITION, SCOPE_CONDITION,
     Scope, supports_match_conditions,
 };
+use watcher_api::{FIELD_MANAGER, Watcher};
+use watcher_certs::registration::{Form, Registration, WEBHOOK_CONFIGURATION};
 
-use crate::{PolicyCache, ScopeState, WatcherCache};
+use watcher_cache::{PolicyCache, WatcherCache};
+
+use crate::ScopeState;
 
 /// The webhook every pod in scope goes to (as installed).
 pub const INJECT_WEBHOOK: &str = "inject.watcher.dev";

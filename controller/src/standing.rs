@@ -6,9 +6,9 @@ use std::collections::HashMap;
 
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
+use watcher_admission::pod_security::{ClusterDefaults, NamespaceLevels, Policy};
+use watcher_admission::{Compliance, compliance};
 use watcher_api::{Watcher, condition};
-use watcher_webhook::pod_security::{ClusterDefaults, NamespaceLevels, Policy};
-use watcher_webhook::{Compliance, compliance};
 
 /// The condition that says how a Watcher stands towards its namespace's Pod Security levels.
 pub(crate) const POD_SECURITY_CONDITION: &str = watcher_api::types::POD_SECURITY;

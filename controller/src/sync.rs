@@ -19,10 +19,10 @@ use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::core::{PartialObjectMeta, SelectorExt};
+use kube::core::SelectorExt;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::scheduler::{ScheduleRequest, debounced_scheduler};
@@ -46,8 +46,7 @@ const CONFLICT_RETRY: Duration = Duration::from_secs(300);
 /// Writes in flight for one source.
 const WRITES_IN_FLIGHT: usize = 16;
 
-/// A namespace as the sync controller holds it.
-pub type NamespaceMeta = PartialObjectMeta<Namespace>;
+pub use watcher_cache::NamespaceMeta;
 
 /// A kind that can be synced: the payload a copy must hold, besides its metadata.
 pub trait Synced: crate::NamespacedObject {
@@ -295,7 +294,7 @@ pub async fn run(ctx: Arc<Context>, source_namespaces: Vec<String>, secrets: boo
     let (changed, _) = broadcast::channel::<()>(16);
     let notify = changed.clone();
     let namespaces = watcher(Api::<NamespaceMeta>::all(ctx.client.clone()), watcher::Config::default().any_semantic())
-        .inspect(crate::observe_watch("namespaces"))
+        .inspect(watcher_cache::watch::observe_watch("namespaces"))
         .default_backoff()
         .modify(|ns| ns.managed_fields_mut().clear())
         .reflect(writer)
@@ -305,7 +304,7 @@ pub async fn run(ctx: Arc<Context>, source_namespaces: Vec<String>, secrets: boo
                     let _ = notify.send(());
                 }
                 Ok(_) => {}
-                Err(error) => crate::log_watch_error("namespaces", false, &error),
+                Err(error) => watcher_cache::watch::log_watch_error("namespaces", false, &error),
             }
             futures::future::ready(())
         });
@@ -390,7 +389,7 @@ async fn run_kind<K: Synced>(
                 // A source's own key; a copy names its source.
                 Ok(object) if is_source => enqueue(SourceKey::of(&object)),
                 Ok(copy) => SourceKey::from_copy(&copy).into_iter().for_each(&enqueue),
-                Err(error) => crate::log_watch_error("sync sources or copies", false, &error),
+                Err(error) => watcher_cache::watch::log_watch_error("sync sources or copies", false, &error),
             }
             futures::future::ready(())
         })));

@@ -29,8 +29,8 @@ use crate::owned::{Recent, caught_up, config_map_matches, config_map_of, create_
 use crate::scope::ScopeStatus;
 use crate::standing::{POD_SECURITY_CONDITION, levels_in, pod_security_condition};
 use crate::{Context, Error, Result};
+use watcher_admission::pod_security::NamespaceLevels;
 use watcher_api::{reasons, types};
-use watcher_webhook::pod_security::NamespaceLevels;
 
 const CONTROLLER: &str = "watcher";
 /// A steady Watcher is looked at again this often, in case an event was missed.
@@ -59,9 +59,9 @@ pub struct WatcherContext {
     /// The namespaces' labels (their Pod Security levels).
     namespaces: Store<crate::sync::NamespaceMeta>,
     /// The cluster's Pod Security admission configuration.
-    pod_security: std::sync::OnceLock<watcher_webhook::pod_security::SharedDefaults>,
+    pod_security: std::sync::OnceLock<watcher_admission::pod_security::SharedDefaults>,
     /// The Watchers' revisions: each spec's is written when it is first seen.
-    revisions: crate::RevisionCache,
+    revisions: watcher_cache::RevisionCache,
 }
 
 impl WatcherContext {
@@ -71,7 +71,7 @@ impl WatcherContext {
         listed: Arc<AtomicBool>,
         scope: ScopeStatus,
         namespaces: Store<crate::sync::NamespaceMeta>,
-        revisions: crate::RevisionCache,
+        revisions: watcher_cache::RevisionCache,
     ) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
         let recorder = Recorder::new(ctx.client.clone(), reporter);
@@ -89,7 +89,7 @@ impl WatcherContext {
         scope: ScopeStatus,
         namespaces: Store<crate::sync::NamespaceMeta>,
     ) -> Arc<Self> {
-        let revisions = crate::RevisionCache::holding(Vec::new(), "watcher-system");
+        let revisions = watcher_cache::RevisionCache::holding(Vec::new(), "watcher-system");
         Arc::new(Self::with(ctx, config_maps, Arc::new(AtomicBool::new(true)), scope, namespaces, revisions))
     }
 
@@ -98,7 +98,7 @@ impl WatcherContext {
     pub(crate) fn with_revisions(
         ctx: Arc<Context>,
         config_maps: Store<ConfigMap>,
-        revisions: crate::RevisionCache,
+        revisions: watcher_cache::RevisionCache,
     ) -> Arc<Self> {
         let (listed, scope, namespaces) =
             (Arc::new(AtomicBool::new(true)), ScopeStatus::every_pod(), kube::runtime::reflector::store().0);
@@ -107,7 +107,7 @@ impl WatcherContext {
 
     /// Judges Pod Security under the cluster's configuration as `shared` holds it (from the
     /// start: set once).
-    pub(crate) fn follow_pod_security(&self, shared: watcher_webhook::pod_security::SharedDefaults) {
+    pub(crate) fn follow_pod_security(&self, shared: watcher_admission::pod_security::SharedDefaults) {
         let _ = self.pod_security.set(shared);
     }
 

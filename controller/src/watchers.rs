@@ -18,7 +18,9 @@ use crate::owned::{WATCHER_LABEL, owner_of};
 use crate::scope::ScopeStatus;
 use crate::standing::relabelled;
 use crate::watcher::{WatcherContext, error_policy, reconcile};
-use crate::{Context, WatcherCache};
+use watcher_cache::WatcherCache;
+
+use crate::Context;
 
 const CONTROLLER: &str = "watcher";
 
@@ -34,7 +36,7 @@ const CONTROLLER: &str = "watcher";
 pub async fn run(
     ctx: Arc<Context>,
     cache: WatcherCache,
-    revisions: crate::RevisionCache,
+    revisions: watcher_cache::RevisionCache,
     scope: ScopeStatus,
     namespace_changes: tokio::sync::watch::Receiver<()>,
 ) {
@@ -54,11 +56,11 @@ pub async fn run(
                     let _ = to_cluster.unbounded_send(cluster);
                 }
             }
-            Err(error) => crate::log_watch_error("ConfigMaps", false, &error),
+            Err(error) => watcher_cache::watch::log_watch_error("ConfigMaps", false, &error),
         }
         futures::future::ready(())
     });
-    let (triggers, resyncs) = crate::cache::split(cache.subscribe(), cache.store.clone());
+    let (triggers, resyncs) = watcher_cache::split(cache.subscribe(), cache.store.clone());
     // Nothing is reconciled before the scope is known (each Watcher would only wait), then
     // everything once, and again each Watcher whose coverage what is registered changes.
     let triggers = scope.gate(triggers);
@@ -80,7 +82,7 @@ pub async fn run(
     // again.
     let defaults_changes = cache.pod_security.subscribe();
     let watchers = Controller::for_shared_stream(triggers, cache.store.clone())
-        .reconcile_all_on(futures::stream::select(resyncs, crate::cache::changed(defaults_changes)))
+        .reconcile_all_on(futures::stream::select(resyncs, watcher_cache::changed(defaults_changes)))
         .reconcile_on(futures::stream::select_all([coverage.boxed(), for_watchers.boxed(), relabelled.boxed()]))
         .with_config(crate::controller_config())
         .shutdown_on_signal()
@@ -99,7 +101,7 @@ fn relabelled_watchers(
     namespace_changes: tokio::sync::watch::Receiver<()>,
 ) -> impl futures::Stream<Item = ObjectRef<Watcher>> + Send + 'static {
     let mut known = HashMap::new();
-    crate::cache::changed(namespace_changes).flat_map(move |()| {
+    watcher_cache::changed(namespace_changes).flat_map(move |()| {
         let changed = relabelled(&mut known, &cache.namespaces);
         let watchers: Vec<ObjectRef<Watcher>> = if changed.is_empty() {
             Vec::new()

@@ -9,7 +9,8 @@ use k8s_openapi::ByteString;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use watcher_api::Watcher;
-use watcher_webhook::{InjectOptions, Reviewer};
+use watcher_admission::InjectOptions;
+use watcher_webhook::Reviewer;
 
 static REVIEWER: LazyLock<Reviewer<Vec<Arc<Watcher>>>> = LazyLock::new(|| {
     let watchers = ["log-watcher", "app", "metrics"].map(|name| {

@@ -15,11 +15,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
+use watcher_admission::pod_security::ENFORCE_LABEL;
+use watcher_admission::{InjectOptions, NamespaceAdmission, PodView, PolicySource, inject, rewrite_images};
 use watcher_api::{CompiledPolicy, ImagePolicy, Watcher};
-use watcher_webhook::pod_security::ENFORCE_LABEL;
-use watcher_webhook::{InjectOptions, NamespaceAdmission, PodView, PolicySource, Reviewer, inject, rewrite_images};
+use watcher_webhook::Reviewer;
 
-const FIXTURE: &str = include_str!("../fixtures/admission-review/pod-create-named-annotated.json");
+const FIXTURE: &str = include_str!("../../admission/fixtures/admission-review/pod-create-named-annotated.json");
 
 fn watcher(name: &str) -> Watcher {
     serde_json::from_value(json!({
@@ -78,7 +79,7 @@ impl PolicySource for Labels {
 /// The captured review carrying argo-cd's redis pod (passes `restricted` by itself), asking for
 /// `log-watcher`.
 fn restricted_pod_review(one: &Value) -> Value {
-    let text = include_str!("../fixtures/real-workloads/argo-cd-1.36-plain.json");
+    let text = include_str!("../../admission/fixtures/real-workloads/argo-cd-1.36-plain.json");
     let list: Value = serde_json::from_str(text).expect("fixture");
     let redis = list["items"]
         .as_array()
@@ -128,7 +129,7 @@ fn main() {
         for watcher in &watchers {
             writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(watcher.as_ref().clone()));
         }
-        watcher_controller::WatcherCache::from_store(store).0
+        watcher_cache::WatcherCache::from_store(store).0
     };
 
     let one: Value = serde_json::from_str(FIXTURE).expect("fixture");
@@ -145,7 +146,7 @@ fn main() {
     println!("{:<44} {:>10}", "benchmark (median of 15 batches)", "µs/call");
     {
         use kube::runtime::reflector;
-        use watcher_webhook::WatcherSource;
+        use watcher_admission::WatcherSource;
         let (store, mut writer) = reflector::store::<Watcher>();
         for i in 0..1000 {
             let mut w = watcher(&format!("w-{i}"));
@@ -156,7 +157,7 @@ fn main() {
             black_box(store.watchers_in(black_box("team-3")));
         });
         println!("{:<44} {t:>10.2}", "Watchers of a namespace, 1,000: store filter");
-        let (cache, _) = watcher_controller::WatcherCache::from_store(store);
+        let (cache, _) = watcher_cache::WatcherCache::from_store(store);
         let t = measure(|| {
             black_box(cache.in_namespace(black_box("team-3")));
         });
@@ -172,7 +173,7 @@ fn main() {
             .expect("ClusterWatcher");
             cluster_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(cluster));
         }
-        let (namespaces, mut namespace_writer) = reflector::store::<watcher_controller::sync::NamespaceMeta>();
+        let (namespaces, mut namespace_writer) = reflector::store::<watcher_cache::NamespaceMeta>();
         for i in 0..1000 {
             let namespace = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": format!("team-{i}"),
@@ -181,7 +182,7 @@ fn main() {
             namespace_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(namespace));
         }
         let (cache, _) =
-            watcher_controller::WatcherCache::from_stores(cache.store.clone(), clusters, namespaces, "watcher-system");
+            watcher_cache::WatcherCache::from_stores(cache.store.clone(), clusters, namespaces, "watcher-system");
         assert_eq!(cache.in_namespace("team-3").len(), 100 + 10);
         let t = measure(|| {
             black_box(cache.in_namespace(black_box("team-3")));
@@ -270,7 +271,7 @@ fn main() {
     // regular container it is also named (label and annotation) for the operator to end.
     let mut job = one.clone();
     job["request"]["object"] =
-        serde_json::from_str(include_str!("../fixtures/ending/job-1.36-plain.json")).expect("fixture");
+        serde_json::from_str(include_str!("../../admission/fixtures/ending/job-1.36-plain.json")).expect("fixture");
     job["request"]["object"]["metadata"]["annotations"] = json!({"watcher.dev/inject": "log-watcher"});
     job["request"]["namespace"] = json!("team-a");
     job["request"]["object"]["metadata"]["namespace"] = json!("team-a");
@@ -305,10 +306,10 @@ fn main() {
     let mut stable = watcher("log-watcher");
     stable.metadata.uid = Some("w-uid".into());
     stable.metadata.generation = Some(2); // as the API server gives every Watcher
-    let mut revision = watcher_controller::revisions::desired_revision(&stable, "team-a", 1).expect("revision");
+    let mut revision = watcher_api::revision::desired_revision(&stable, "team-a", 1).expect("revision");
     revision.metadata.uid = Some("rev-1".into());
     let stable_name = revision.metadata.name.clone().expect("name");
-    let revisions = watcher_controller::RevisionCache::holding(vec![revision], "watcher-system");
+    let revisions = watcher_cache::RevisionCache::holding(vec![revision], "watcher-system");
     let body = serde_json::to_vec(&one).expect("body");
     for (label, held) in [("rollout not held, current spec", false), ("held rollout, stable revision", true)] {
         let mut current = stable.clone();
@@ -324,7 +325,7 @@ fn main() {
         for watcher in &all {
             writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(watcher.as_ref().clone()));
         }
-        let cache = watcher_controller::WatcherCache::from_store(store).0;
+        let cache = watcher_cache::WatcherCache::from_store(store).0;
         let reviewer = Reviewer::new(cache, options.clone()).with_revisions(Arc::new(revisions.clone()));
         let (answer, _) = reviewer.review(&body).expect("answered");
         let text = String::from_utf8(answer.to_json().expect("encoded")).expect("UTF-8");

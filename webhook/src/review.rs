@@ -6,16 +6,18 @@ use std::sync::Arc;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use kube::core::admission::Operation;
-use kube::runtime::reflector::Store;
 use serde::Serialize;
 use tracing::{debug, info, warn};
-use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION, SCOPE_PROBE_ANNOTATION, Watcher};
+use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION, SCOPE_PROBE_ANNOTATION};
 
-use crate::json::{self, Text, narrow};
-use crate::metrics::{AdmissionResult, PodSecurityOutcome};
+use watcher_admission::json::{self, Text};
+use watcher_admission::{
+    InjectOptions, Injection, PodView, PolicySource, RevisionSource, WatcherSource, inject_at_level, narrow,
+    rewrite_images,
+};
 use watcher_api::{INJECTION_DISABLED, INJECTION_LABEL};
 
-use crate::{InjectOptions, Injection, PodView, PolicySource, RevisionSource, inject_at_level, rewrite_images};
+use crate::metrics::{AdmissionResult, PodSecurityOutcome};
 
 /// A request that cannot be answered with an AdmissionReview (HTTP 400): there is no uid to echo.
 #[derive(Debug, thiserror::Error)]
@@ -29,20 +31,6 @@ pub enum ReviewError {
     /// The body holds bytes that are not UTF-8, so it is not JSON.
     #[error("not an AdmissionReview: the body is not UTF-8 ({0})")]
     NotUtf8(std::str::Utf8Error),
-}
-
-/// Where the webhook finds the Watchers of a namespace.
-pub trait WatcherSource: Send + Sync {
-    /// The Watchers of `namespace`.
-    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]>;
-}
-
-/// Filters the whole store on every call: fine for tests and small clusters. The operator reads
-/// the shared cache's namespace index instead.
-impl WatcherSource for Store<Watcher> {
-    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
-        self.state().into_iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).collect()
-    }
 }
 
 /// An `admission.k8s.io/v1` AdmissionReview, as far as the webhook reads it. Strings the
@@ -106,13 +94,6 @@ narrow!(Kind<'de> { group: "group", version: "version", kind: "kind" });
 narrow!(Head<'de> { request: "request" });
 narrow!(RequestHead<'de> { uid: "uid", kind: "kind", namespace: "namespace" });
 
-/// A fixed set of Watchers (tests, fuzzing, the offline preview).
-impl WatcherSource for Vec<Arc<Watcher>> {
-    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
-        self.iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).cloned().collect()
-    }
-}
-
 /// Answers AdmissionReviews from the Watchers in `source`, the ImagePolicies in `policies`
 /// and the Watchers' stable revisions in `revisions`.
 pub struct Reviewer<S> {
@@ -142,7 +123,7 @@ impl<S: WatcherSource> Reviewer<S> {
     /// The answer to one AdmissionReview body, and how it ended.
     pub fn review(&self, body: &[u8]) -> Result<(Answer, AdmissionResult), ReviewError> {
         // One pass: the narrow decode checks every field it does not read in full (see
-        // `crate::json`), so a body it accepts is JSON. UTF-8 is checked first (a vectorised
+        // `watcher_admission::json`), so a body it accepts is JSON. UTF-8 is checked first (a vectorised
         // scan), which lets the parse skip it per string and names the problem exactly.
         let text = std::str::from_utf8(body).map_err(ReviewError::NotUtf8)?;
         let mut request = match json::from_str::<Review>(text) {
@@ -178,12 +159,12 @@ impl<S: WatcherSource> Reviewer<S> {
             Injection { skipped: Some(why), ..Injection::default() }
         } else {
             let watchers = self.source.watchers_in(namespace);
-            let held = crate::canary::for_pod(&watchers, pod.labels(), &*self.revisions);
+            let held = watcher_admission::canary::for_pod(&watchers, pod.labels(), &*self.revisions);
             // A user or RuntimeClass the cluster's Pod Security admission exempts: no level.
             let username = request.user_info.as_ref().and_then(|u| u.username.as_deref());
             let runtime_class = pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref());
             let exempt = self.policies.pod_security_exempt(username, runtime_class);
-            let none = crate::pod_security::NamespaceLevels::default();
+            let none = watcher_admission::pod_security::NamespaceLevels::default();
             let levels = if exempt { &none } else { &labelled.pod_security };
             let mut injection = if held.stable.is_empty() {
                 inject_at_level(pod, namespace, &watchers, &self.options, levels)

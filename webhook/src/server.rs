@@ -21,7 +21,9 @@ use tower::ServiceBuilder;
 use tracing::{debug, info, warn};
 
 use crate::metrics::{AdmissionResult, Metrics};
-use crate::review::{Reviewer, WatcherSource};
+use watcher_admission::WatcherSource;
+
+use crate::review::Reviewer;
 
 /// Largest AdmissionReview accepted: kube-apiserver caps objects near 1.5 MiB, twice that is
 /// generous and still bounded.

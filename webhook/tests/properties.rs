@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use watcher_admission::{InjectOptions, PodView, inject};
 use watcher_api::Watcher;
-use watcher_webhook::{InjectOptions, PodView, Reviewer, inject};
+use watcher_webhook::Reviewer;
 
-const FIXTURE: &str = include_str!("../fixtures/admission-review/pod-create-named-annotated.json");
+const FIXTURE: &str = include_str!("../../admission/fixtures/admission-review/pod-create-named-annotated.json");
 const NAMES: [&str; 4] = ["log-watcher", "metrics", "app", "sidecar"];
 
 fn watcher(name: &str, container: &str, volume: Option<&str>, selector: bool, native: &str) -> Watcher {

@@ -16,13 +16,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
+use watcher_admission::InjectOptions;
 use watcher_api::Watcher;
 use watcher_certs::{Authority, CertFiles, CertStore, server_config};
-use watcher_webhook::{InjectOptions, Metrics, Reviewer, router, serve_tls};
+use watcher_webhook::{Metrics, Reviewer, router, serve_tls};
 
 const HOST: &str = "watcher-operator.watcher-system.svc";
 const DAY: Duration = Duration::from_secs(24 * 3600);
-const BODY: &str = include_str!("../fixtures/admission-review/pod-create-named-annotated.json");
+const BODY: &str = include_str!("../../admission/fixtures/admission-review/pod-create-named-annotated.json");
 
 fn write_cert(ca: &Authority, dir: &Path) -> String {
     let issued = ca.issue(&[HOST.to_owned(), "127.0.0.1".to_owned()], DAY).expect("issued");

@@ -41,19 +41,19 @@ pub(super) async fn admission_scope(
     let policies: Vec<watcher_api::CompiledPolicy> = policies.items.iter().map(|p| p.compile()).collect();
     let own: Vec<Arc<watcher_api::Watcher>> = watchers.items.into_iter().map(Arc::new).collect();
     let cluster: Vec<Arc<watcher_api::ClusterWatcher>> = cluster.items.into_iter().map(Arc::new).collect();
-    let options = watcher_webhook::InjectOptions {
+    let options = watcher_admission::InjectOptions {
         excluded_namespaces: vec![namespace.to_owned()],
         native_sidecars: true,
         server_minor: None,
         ..Default::default()
     };
     let named = || namespaces.items.iter().map(|ns| (ns.metadata.name.as_deref().unwrap_or_default(), ns.labels()));
-    let everywhere = watcher_webhook::cluster::everywhere(&own, &cluster, named(), &options);
+    let everywhere = watcher_admission::cluster::everywhere(&own, &cluster, named(), &options);
     let defaults = pod_security_defaults(client, report, namespace, named()).await;
-    pod_security(report, &everywhere, named(), &defaults, watcher_webhook::server_minor(&info.major, &info.minor));
-    let scope = watcher_webhook::Scope::compute(&everywhere, &policies, named(), namespace);
+    pod_security(report, &everywhere, named(), &defaults, watcher_admission::server_minor(&info.major, &info.minor));
+    let scope = watcher_admission::Scope::compute(&everywhere, &policies, named(), namespace);
     let summary = scope.summary();
-    if !watcher_webhook::scope::supports_match_conditions(&info.major, &info.minor) {
+    if !watcher_admission::scope::supports_match_conditions(&info.major, &info.minor) {
         return without_match_conditions(report, info, summary.required);
     }
     in_place_conditions(report, configuration, &scope, &summary);
@@ -97,8 +97,8 @@ fn without_match_conditions(
 fn in_place_conditions(
     report: &mut Report,
     configuration: &MutatingWebhookConfiguration,
-    scope: &watcher_webhook::Scope,
-    summary: &watcher_webhook::scope::Summary,
+    scope: &watcher_admission::Scope,
+    summary: &watcher_admission::scope::Summary,
 ) {
     use watcher_controller::scope::{SCOPE_ANNOTATION, in_place, within_limits};
     const GROUP: &str = "admission";

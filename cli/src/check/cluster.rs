@@ -5,8 +5,8 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use kube::Client;
 use kube::api::{Api, PostParams};
+use watcher_admission::{ServerVersion, supports_native_sidecars};
 use watcher_certs::registration::WEBHOOK_CONFIGURATION;
-use watcher_webhook::{ServerVersion, supports_native_sidecars};
 
 use super::Report;
 use super::registration::helm_adoption;

@@ -111,7 +111,7 @@ pub(super) async fn crds(
 /// CEL feature on by default). 1.24 stores a CRD without them (`crd-watchers-stored-1.24.json`),
 /// which is not a difference from this binary's.
 pub(crate) fn stores_validation_rules(version: &k8s_openapi::apimachinery::pkg::version::Info) -> bool {
-    !watcher_webhook::ServerVersion::of(version).is_some_and(|v| v.major == 1 && !v.at_least(25))
+    !watcher_admission::ServerVersion::of(version).is_some_and(|v| v.major == 1 && !v.at_least(25))
 }
 
 /// Drops every `x-kubernetes-validations` of `value`, as a server without CEL stores a CRD.

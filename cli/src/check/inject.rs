@@ -1,6 +1,6 @@
 //! `watcher-operator check-inject`: why a pod is, or would be, injected or not. The answer comes
-//! from the webhook's own decision code ([`watcher_webhook::decide`], [`watcher_webhook::exclusion`],
-//! [`watcher_webhook::inject`], [`watcher_webhook::rewrite_images`]) run on what the cluster
+//! from the webhook's own decision code ([`watcher_admission::decide`], [`watcher_admission::exclusion`],
+//! [`watcher_admission::inject`], [`watcher_admission::rewrite_images`]) run on what the cluster
 //! holds, so it cannot disagree with admission.
 
 use std::collections::BTreeMap;
@@ -9,13 +9,13 @@ use std::sync::Arc;
 use json_patch::PatchOperation;
 use kube::ResourceExt;
 use serde::Serialize;
-use watcher_api::{ClusterWatcher, CompiledPolicy, ORIGINAL_IMAGES_ANNOTATION, Watcher, image, injected_watchers};
-use watcher_webhook::pod_security::NamespaceLevels;
-use watcher_webhook::scope::Conditions;
-use watcher_webhook::{
+use watcher_admission::pod_security::NamespaceLevels;
+use watcher_admission::scope::Conditions;
+use watcher_admission::{
     Asked, Exclusion, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, app_report, decide, exclusion,
     inject_at_level, original_images, rewrite_images,
 };
+use watcher_api::{ClusterWatcher, CompiledPolicy, ORIGINAL_IMAGES_ANNOTATION, Watcher, image, injected_watchers};
 
 /// Why the namespace or the pod is kept from the webhook.
 #[derive(Debug, PartialEq, Eq, Serialize)]
@@ -73,7 +73,7 @@ pub(crate) fn cluster_lines(
     cluster: &[Arc<ClusterWatcher>],
     options: &InjectOptions,
 ) -> Vec<ClusterLine> {
-    use watcher_webhook::cluster::{ClusterStanding, standing};
+    use watcher_admission::cluster::{ClusterStanding, standing};
     let mut lines: Vec<ClusterLine> = cluster
         .iter()
         .map(|c| {
@@ -125,9 +125,9 @@ pub(crate) struct Scope<'a> {
     pub(crate) namespace: &'a str,
     pub(crate) namespace_labels: &'a BTreeMap<String, String>,
     /// The cluster's Pod Security admission configuration, as the operator judges by it.
-    pub(crate) pod_security: &'a watcher_webhook::pod_security::ClusterDefaults,
+    pub(crate) pod_security: &'a watcher_admission::pod_security::ClusterDefaults,
     /// The Watchers that apply in the namespace: its own, then the ClusterWatchers' that
-    /// apply there ([`watcher_webhook::cluster::watchers_in_namespace`]).
+    /// apply there ([`watcher_admission::cluster::watchers_in_namespace`]).
     pub(crate) watchers: &'a [&'a Watcher],
     /// How each ClusterWatcher stands towards the namespace ([`cluster_lines`]).
     pub(crate) cluster: Vec<ClusterLine>,
@@ -157,7 +157,7 @@ impl Scope<'_> {
 /// scope the operator computes: the same code that writes the conditions.
 pub(crate) fn sent_by(
     registered: Option<&Conditions>,
-    admission: &watcher_webhook::Scope,
+    admission: &watcher_admission::Scope,
     namespace: &str,
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
@@ -299,7 +299,7 @@ fn asked_lines(pod: &PodView, existing: bool, scope: &Scope<'_>, carried: &Carri
 
 /// The line of one Watcher the pod asks for, as admission decided (or would decide) it.
 fn decided_line(
-    decision: &watcher_webhook::Decision<'_>,
+    decision: &watcher_admission::Decision<'_>,
     existing: bool,
     namespace: &str,
     carried: &Carried<'_>,
@@ -486,7 +486,7 @@ fn hold_the_level(pod: &PodView, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
 }
 
 /// What a Watcher that cannot be injected means for the pod when it is required.
-fn refused(decision: &watcher_webhook::Decision<'_>) -> &'static str {
+fn refused(decision: &watcher_admission::Decision<'_>) -> &'static str {
     match decision.watcher {
         Some(watcher) if watcher.spec.is_required() => {
             "; the Watcher is required (failurePolicy: Fail): the pod is refused"

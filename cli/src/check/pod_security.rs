@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use kube::api::Api;
 use kube::{Client, ResourceExt};
+use watcher_admission::pod_security::ClusterDefaults;
 use watcher_controller::pod_security_probe;
-use watcher_webhook::pod_security::ClusterDefaults;
 
 use super::Report;
 
@@ -144,10 +144,10 @@ pub(crate) fn pod_security<'a>(
     report: &mut Report,
     everywhere: &[(String, Arc<watcher_api::Watcher>)],
     namespaces: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, String>)>,
-    defaults: &watcher_webhook::pod_security::ClusterDefaults,
+    defaults: &watcher_admission::pod_security::ClusterDefaults,
     server: Option<u32>,
 ) {
-    use watcher_webhook::pod_security::NamespaceLevels;
+    use watcher_admission::pod_security::NamespaceLevels;
     const GROUP: &str = "admission";
     let levels: BTreeMap<&str, NamespaceLevels> = namespaces
         .into_iter()
@@ -160,14 +160,14 @@ pub(crate) fn pod_security<'a>(
         let Some(policy) = levels.get(namespace.as_str()).and_then(NamespaceLevels::enforced) else { continue };
         let kind = if watcher.cluster_watcher().is_some() { "ClusterWatcher" } else { "Watcher" };
         let name = format!("{kind} {} in {namespace} ({policy})", watcher.name_any());
-        match watcher_webhook::compliance(watcher, policy, server) {
-            watcher_webhook::Compliance::CannotComply(checks) => refused.push(format!("{name}: {checks}")),
-            watcher_webhook::Compliance::Adapted(fields) => {
+        match watcher_admission::compliance(watcher, policy, server) {
+            watcher_admission::Compliance::CannotComply(checks) => refused.push(format!("{name}: {checks}")),
+            watcher_admission::Compliance::Adapted(fields) => {
                 if fields.iter().any(|f| f.contains("runAsUser")) {
                     non_root.push(name);
                 }
             }
-            watcher_webhook::Compliance::AsWritten => {}
+            watcher_admission::Compliance::AsWritten => {}
         }
     }
     if refused.is_empty() {

@@ -4,8 +4,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use watcher_admission::{InjectOptions, exclusion};
 use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION};
-use watcher_webhook::{InjectOptions, exclusion};
 
 use super::registration::Registered;
 use super::{CheckOptions, Report, Status};

@@ -6,9 +6,9 @@ use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, MutatingWebho
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::{Client, ResourceExt};
+use watcher_admission::WebhookSelectors;
 use watcher_certs::registration::{CREATED_BY_RUN_ANNOTATION, WEBHOOK_CONFIGURATION};
 use watcher_certs::secret::SECRET_NAME;
-use watcher_webhook::WebhookSelectors;
 
 use super::{OPERATOR_NAME, Report};
 
@@ -129,7 +129,7 @@ pub(super) fn selectors(webhook: &MutatingWebhook) -> WebhookSelectors {
 
 pub(super) fn failure_policy(report: &mut Report, webhook: &MutatingWebhook) {
     const GROUP: &str = "registration";
-    let scoped = webhook.match_conditions.iter().flatten().any(|c| c.name == watcher_webhook::scope::SCOPE_CONDITION);
+    let scoped = webhook.match_conditions.iter().flatten().any(|c| c.name == watcher_admission::scope::SCOPE_CONDITION);
     match webhook.failure_policy.as_deref().unwrap_or("Fail") {
         "Ignore" => {
             report.pass(GROUP, "failure policy", "Ignore: pods are created, uninjected, while the webhook is down")

@@ -70,7 +70,7 @@ impl Cluster {
         let watcher: watcher_api::Watcher = serde_json::from_value(watcher).expect("Watcher");
         let labels =
             std::collections::BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), "team-a".to_owned())]);
-        let scope = watcher_webhook::Scope::compute(
+        let scope = watcher_admission::Scope::compute(
             [&watcher],
             &[] as &[watcher_api::CompiledPolicy],
             [("team-a", &labels)],
@@ -728,7 +728,7 @@ fn pod_security_lists_the_watchers_that_cannot_comply() {
     let restricted = BTreeMap::from([("pod-security.kubernetes.io/enforce".to_owned(), "restricted".to_owned())]);
     let none = BTreeMap::new();
     let mut report = Report::default();
-    let unconfigured = watcher_webhook::pod_security::ClusterDefaults::default();
+    let unconfigured = watcher_admission::pod_security::ClusterDefaults::default();
     super::pod_security::pod_security(
         &mut report,
         &everywhere,

@@ -17,7 +17,9 @@ use super::{ClusterContext, desired_config_map, plan_config_maps, reconcile};
 use crate::fixtures::ApiServerVerifier;
 use crate::scope::ScopeStatus;
 use crate::sync::NamespaceMeta;
-use crate::{Context, WatcherCache};
+use watcher_cache::WatcherCache;
+
+use crate::Context;
 
 const UID: &str = "c0ffee00-0000-4000-8000-000000000001";
 const STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/clusterwatchers/log-agent/status";
@@ -71,7 +73,7 @@ fn cluster(ctx: Arc<Context>, namespaces: &[NamespaceMeta], config_maps: Vec<Con
         config_map_writer.apply_watcher_event(&Event::Apply(config_map));
     }
     let listed = Arc::new(AtomicBool::new(true));
-    let revisions = crate::RevisionCache::holding(Vec::new(), "watcher-system");
+    let revisions = watcher_cache::RevisionCache::holding(Vec::new(), "watcher-system");
     let ctx = Arc::new(ClusterContext::new(ctx, cache, config_map_store, listed, ScopeStatus::every_pod(), revisions));
     Cluster { namespaces: namespace_writer, watchers, config_maps: config_map_writer, ctx }
 }

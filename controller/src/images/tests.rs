@@ -10,7 +10,9 @@ use watcher_api::ImagePolicy;
 use watcher_api::image::Rule;
 
 use super::{Recorded, TemplateRewrite, context_for_tests, plan_template, reconcile, template_matches, template_patch};
-use crate::{Context, PolicyCache};
+use watcher_cache::PolicyCache;
+
+use crate::Context;
 
 fn rules(pairs: &[(&str, &str)]) -> Vec<Rule> {
     pairs.iter().map(|(from, to)| Rule::compile(from, to).expect("valid")).collect()

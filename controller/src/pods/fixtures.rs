@@ -11,7 +11,9 @@ use watcher_api::Watcher;
 use super::store::{CountedPod, Interner, PodIndex, SidecarLookup, containers_of};
 use super::{PodMeta, PodsContext};
 use crate::runtime::lock;
-use crate::{Context, WatcherCache};
+use watcher_cache::WatcherCache;
+
+use crate::Context;
 
 /// A context over `pods`, for tests that fill the index themselves.
 pub(super) fn context_for_tests(
@@ -32,7 +34,7 @@ pub(super) fn context_with_cache(
 ) -> Arc<PodsContext> {
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: None };
     let recorder = Recorder::new(ctx.client.clone(), reporter);
-    let revisions = crate::RevisionCache::holding(revisions, cache.operator_namespace());
+    let revisions = watcher_cache::RevisionCache::holding(revisions, cache.operator_namespace());
     let rebuilt = Mutex::default();
     Arc::new(PodsContext { ctx, cache, pods: Arc::new(pods), recorder, policies: None, revisions, rebuilt })
 }

@@ -849,7 +849,8 @@ async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_parti
     }
     let (clusters, mut cluster_writer) = reflector::store();
     cluster_writer.apply_watcher_event(&Event::Apply(cluster.clone()));
-    let (cache, _) = crate::WatcherCache::from_stores(reflector::store().0, clusters, namespaces, "watcher-system");
+    let (cache, _) =
+        watcher_cache::WatcherCache::from_stores(reflector::store().0, clusters, namespaces, "watcher-system");
 
     let old = json!({"watcher.dev/injected": "log-watcher@0ld0ld00"});
     let pods = [

@@ -321,7 +321,7 @@ async fn gated_streams_wait_for_the_scope_and_changes_start_after_it() {
     assert_eq!(gated.next().await, None);
     assert_eq!(changes.next().now_or_never(), None, "becoming known is not a change");
 
-    state.send_replace(Registered::Scoped(Arc::new(watcher_webhook::Scope::default())));
+    state.send_replace(Registered::Scoped(Arc::new(watcher_admission::Scope::default())));
     assert_eq!(changes.next().await, Some(()));
     drop(state);
     assert_eq!(changes.next().await, None, "the writer gone: no more changes");

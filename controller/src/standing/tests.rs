@@ -8,7 +8,7 @@ use watcher_api::Watcher;
 /// cannot), and what `warn` and `audit` would say; nothing where no level is set.
 #[test]
 fn the_pod_security_condition_says_how_the_watcher_stands() {
-    use watcher_webhook::pod_security::NamespaceLevels;
+    use watcher_admission::pod_security::NamespaceLevels;
     let levels = |pairs: &[(&str, &str)]| {
         NamespaceLevels::from_labels(&pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect())
     };
@@ -52,7 +52,7 @@ fn the_pod_security_condition_says_how_the_watcher_stands() {
 /// all gives no condition.
 #[test]
 fn the_grouped_condition_names_five_namespaces_per_standing() {
-    use watcher_webhook::pod_security::NamespaceLevels;
+    use watcher_admission::pod_security::NamespaceLevels;
     let enforce = |level: &str| {
         NamespaceLevels::from_labels(&[("pod-security.kubernetes.io/enforce".to_owned(), level.to_owned())].into())
     };

@@ -339,7 +339,7 @@ async fn ready_waits_for_the_admission_scope() {
     let action = reconcile(Arc::new(watcher(spec.clone(), None)), pending).await.expect("reconciled");
     assert_eq!(action, Action::requeue(super::SCOPE_PENDING_RETRY));
 
-    let stale = ScopeStatus::fixed(Registered::Scoped(Arc::new(watcher_webhook::Scope::default())));
+    let stale = ScopeStatus::fixed(Registered::Scoped(Arc::new(watcher_admission::Scope::default())));
     let shared = WatcherContext::new(ctx.clone(), reflector::store().0, stale, reflector::store().0);
     let server = tokio::spawn(async move {
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
@@ -418,7 +418,7 @@ async fn the_revision_of_a_new_spec_is_written_before_ready() {
         status.ok(&echo);
         api.expect_no_more().await;
     });
-    let revisions = crate::RevisionCache::holding(Vec::new(), "watcher-system");
+    let revisions = watcher_cache::RevisionCache::holding(Vec::new(), "watcher-system");
     let shared = WatcherContext::with_revisions(ctx.clone(), reflector::store().0, revisions);
     reconcile(Arc::new(new.clone()), shared).await.expect("reconciled");
     drop(ctx);
@@ -433,7 +433,7 @@ async fn the_revision_of_a_new_spec_is_written_before_ready() {
     let shared = WatcherContext::with_revisions(
         ctx.clone(),
         reflector::store().0,
-        crate::RevisionCache::holding(vec![kept], "x"),
+        watcher_cache::RevisionCache::holding(vec![kept], "x"),
     );
     reconcile(Arc::new(new), shared).await.expect("reconciled");
     drop(ctx);

@@ -14,9 +14,11 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 use watcher_api::Watcher;
 
-use crate::{AdmissionResult, InjectOptions, Metrics, Reviewer, router};
+use watcher_admission::InjectOptions;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/admission-review/");
+use crate::{AdmissionResult, Metrics, Reviewer, router};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../admission/fixtures/admission-review/");
 
 fn fixture(name: &str) -> Value {
     let text = std::fs::read_to_string(format!("{FIXTURES}{name}")).expect("fixture exists");
@@ -387,7 +389,7 @@ fn reviewer_is_shareable() {
 #[tokio::test]
 async fn image_policies_follow_their_namespace_selector(#[case] labels: Value, #[case] rewritten: bool) {
     struct Namespaces(std::collections::BTreeMap<String, String>, Vec<Arc<watcher_api::CompiledPolicy>>);
-    impl crate::PolicySource for Namespaces {
+    impl watcher_admission::PolicySource for Namespaces {
         fn policies_for(&self, _: &str) -> Vec<Arc<watcher_api::CompiledPolicy>> {
             self.1.iter().filter(|p| p.selects(&self.0)).cloned().collect()
         }
@@ -565,12 +567,12 @@ async fn a_mount_of_the_pods_own_volume_is_injected() {
 #[tokio::test]
 async fn an_opted_out_namespace_is_never_injected_whatever_the_selectors() {
     struct OptedOut(Vec<Arc<watcher_api::CompiledPolicy>>);
-    impl crate::PolicySource for OptedOut {
+    impl watcher_admission::PolicySource for OptedOut {
         fn policies_for(&self, _: &str) -> Vec<Arc<watcher_api::CompiledPolicy>> {
             self.0.clone()
         }
-        fn namespace(&self, namespace: &str) -> crate::NamespaceAdmission {
-            crate::NamespaceAdmission { injection_disabled: namespace == "team-a", ..Default::default() }
+        fn namespace(&self, namespace: &str) -> watcher_admission::NamespaceAdmission {
+            watcher_admission::NamespaceAdmission { injection_disabled: namespace == "team-a", ..Default::default() }
         }
     }
     let policy: watcher_api::ImagePolicy = serde_json::from_value(json!({
@@ -680,13 +682,15 @@ async fn the_sidecar_sees_the_app_through_the_router(#[case] name: &str) {
 /// A namespace that enforces a Pod Security level, for the router.
 struct Enforcing(&'static str);
 
-impl crate::PolicySource for Enforcing {
+impl watcher_admission::PolicySource for Enforcing {
     fn policies_for(&self, _: &str) -> Vec<Arc<watcher_api::CompiledPolicy>> {
         Vec::new()
     }
 
-    fn namespace(&self, _: &str) -> crate::NamespaceAdmission {
-        crate::NamespaceAdmission::from_lookup(|key| (key == crate::pod_security::ENFORCE_LABEL).then_some(self.0))
+    fn namespace(&self, _: &str) -> watcher_admission::NamespaceAdmission {
+        watcher_admission::NamespaceAdmission::from_lookup(|key| {
+            (key == watcher_admission::pod_security::ENFORCE_LABEL).then_some(self.0)
+        })
     }
 }
 
@@ -695,7 +699,7 @@ impl crate::PolicySource for Enforcing {
 fn restricted_review() -> Value {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/fixtures/real-workloads/argo-cd-1.36-plain.json"
+        "/../admission/fixtures/real-workloads/argo-cd-1.36-plain.json"
     ))
     .expect("fixture");
     let list: Value = serde_json::from_str(&text).expect("JSON");

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use watcher_admission::{InjectOptions, PodView, WebhookSelectors};
 use watcher_api::{ClusterWatcher, CompiledPolicy, Watcher};
-use watcher_webhook::{InjectOptions, PodView, WebhookSelectors};
 
 use super::{Explanation, Scope, cluster_lines, explain, sent_by};
 
@@ -19,7 +19,7 @@ pub(super) async fn cluster_pod_security(
     operator_namespace: &str,
     namespace: &str,
     labels: &BTreeMap<String, String>,
-) -> watcher_webhook::pod_security::ClusterDefaults {
+) -> watcher_admission::pod_security::ClusterDefaults {
     let configured = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), operator_namespace)
         .get_opt(crate::check::POD_SECURITY_CONFIG_MAP)
         .await
@@ -94,14 +94,14 @@ pub(crate) async fn check_inject(
         server_minor: None,
         ..Default::default()
     };
-    let everywhere = watcher_webhook::cluster::everywhere(
+    let everywhere = watcher_admission::cluster::everywhere(
         &watchers.iter().cloned().map(Arc::new).collect::<Vec<_>>(),
         &cluster_watchers,
         [(namespace.as_str(), &labels)],
         &admission_options,
     );
     let admission =
-        watcher_webhook::Scope::compute(&everywhere, &compiled, [(namespace.as_str(), &labels)], &operator_namespace);
+        watcher_admission::Scope::compute(&everywhere, &compiled, [(namespace.as_str(), &labels)], &operator_namespace);
     let registered = configuration.as_ref().map(watcher_controller::scope::in_place);
     let sent = sent_by(registered.as_ref(), &admission, &namespace, pod.labels(), pod.annotations());
     let mut policies: Vec<Arc<CompiledPolicy>> =
@@ -110,7 +110,7 @@ pub(crate) async fn check_inject(
     let native_sidecars = client
         .apiserver_version()
         .await
-        .is_ok_and(|info| watcher_webhook::supports_native_sidecars(&info.major, &info.minor));
+        .is_ok_and(|info| watcher_admission::supports_native_sidecars(&info.major, &info.minor));
     let options = InjectOptions {
         excluded_namespaces: vec![operator_namespace],
         native_sidecars,
@@ -119,7 +119,7 @@ pub(crate) async fn check_inject(
     };
     let own: Vec<Arc<Watcher>> = watchers.into_iter().map(Arc::new).collect();
     let effective =
-        watcher_webhook::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster_watchers, &options);
+        watcher_admission::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster_watchers, &options);
     let refs: Vec<&Watcher> = effective.iter().map(AsRef::as_ref).collect();
     let pod_security = cluster_pod_security(client, &options.excluded_namespaces[0], &namespace, &labels).await;
     let scope = Scope {

@@ -3,11 +3,12 @@ use std::sync::Arc;
 
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
+use watcher_admission::{InjectOptions, PodView, WebhookSelectors};
 use watcher_api::{ClusterWatcher, CompiledPolicy, ImagePolicy, Watcher};
-use watcher_webhook::{InjectOptions, PodView, Reviewer, WebhookSelectors};
+use watcher_webhook::Reviewer;
 
 use super::{Explanation, Scope, cluster_lines, explain, sent_by};
-use watcher_webhook::Sent;
+use watcher_admission::Sent;
 
 fn watcher(name: &str, container: &str, image: &str, selector: Option<Value>) -> Watcher {
     let mut spec = json!({"container": {"name": container, "image": image}});
@@ -73,11 +74,11 @@ fn explain_with(
     let own: Vec<Arc<Watcher>> = watchers.iter().cloned().map(Arc::new).collect();
     let cluster: Vec<Arc<ClusterWatcher>> = cluster.iter().cloned().map(Arc::new).collect();
     let effective =
-        watcher_webhook::cluster::watchers_in_namespace(namespace, &namespace_labels, &own, &cluster, &options());
+        watcher_admission::cluster::watchers_in_namespace(namespace, &namespace_labels, &own, &cluster, &options());
     let refs: Vec<&Watcher> = effective.iter().map(AsRef::as_ref).collect();
     let policies = [policy()];
     // The conditions registered as the operator computes them.
-    let admission = watcher_webhook::Scope::compute(
+    let admission = watcher_admission::Scope::compute(
         refs.iter().copied(),
         &policies,
         [(namespace, &namespace_labels)],
@@ -87,7 +88,7 @@ fn explain_with(
     let scope = Scope {
         namespace,
         namespace_labels: &namespace_labels,
-        pod_security: &watcher_webhook::pod_security::ClusterDefaults::default(),
+        pod_security: &watcher_admission::pod_security::ClusterDefaults::default(),
         watchers: &refs,
         cluster: cluster_lines(namespace, &namespace_labels, &own, &cluster, &options()),
         selectors: &deploy_selectors(),
@@ -260,7 +261,7 @@ fn the_json_has_the_documented_shape() {
 /// what the webhook does with it (Watchers injected, images rewritten).
 #[test]
 fn check_inject_and_the_webhook_decide_alike_on_the_real_fixtures() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../webhook/fixtures/admission-review");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../admission/fixtures/admission-review");
     let watchers = [
         watcher("log-watcher", "log-watcher", "busybox:1.36", None),
         watcher("metrics", "metrics", "quay.io/m:1", Some(json!({"matchLabels": {"app": "web"}}))),
@@ -338,14 +339,14 @@ fn sent_follows_the_registered_conditions() {
     audit.spec.failure_policy = watcher_api::FailurePolicy::Fail;
     let watchers = [watcher("metrics", "metrics", "quay.io/m:1", Some(json!({"matchLabels": {"app": "web"}}))), audit];
     let namespace_labels = labels(&[("kubernetes.io/metadata.name", "team-a")]);
-    let admission = watcher_webhook::Scope::compute(
+    let admission = watcher_admission::Scope::compute(
         &watchers,
         &[] as &[Arc<CompiledPolicy>],
         [("team-a", &namespace_labels)],
         "watcher-system",
     );
     let scoped = admission.conditions();
-    let every_pod = watcher_webhook::scope::Conditions::default();
+    let every_pod = watcher_admission::scope::Conditions::default();
     let none = BTreeMap::new();
     let cases = [
         (Some(&scoped), labels(&[("app", "web")]), Sent::Inject),
@@ -375,7 +376,7 @@ fn what_the_sidecar_sees_is_explained_for_a_manifest_and_the_pod_it_became() {
     }))
     .expect("spec");
     let review: Value = serde_json::from_str(include_str!(
-        "../../../../webhook/fixtures/admission-review/pod-create-named-annotated.json"
+        "../../../../admission/fixtures/admission-review/pod-create-named-annotated.json"
     ))
     .expect("fixture");
     let mut manifest = review["request"]["object"].clone();
@@ -398,7 +399,7 @@ fn what_the_sidecar_sees_is_explained_for_a_manifest_and_the_pod_it_became() {
     // The pod admission made of it, as stored: the same lines, the annotation now on it.
     let refs: Vec<&Watcher> = watchers.iter().collect();
     let view: PodView = serde_json::from_value(manifest.clone()).expect("pod");
-    let injection = watcher_webhook::inject(&view, "team-a", &refs, &options());
+    let injection = watcher_admission::inject(&view, "team-a", &refs, &options());
     let mut stored = manifest;
     json_patch::patch(&mut stored, &injection.patch).expect("applies");
     let existing = explain_in("team-a", &[], stored, true, &watchers);

@@ -4,9 +4,9 @@
 //! without native sidecars; and pods that are not meant to end, left as before.
 
 use serde_json::{Value, json};
+use watcher_admission::pod_security::{Level, NamespaceLevels, Policy, evaluate};
+use watcher_admission::{InjectOptions, Injection, PodView, inject, inject_at_level};
 use watcher_api::{END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, Watcher};
-use watcher_webhook::pod_security::{Level, NamespaceLevels, Policy, evaluate};
-use watcher_webhook::{InjectOptions, Injection, PodView, inject, inject_at_level};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/");
 

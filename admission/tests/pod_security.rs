@@ -7,9 +7,9 @@
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use watcher_admission::pod_security::{Level, NamespaceLevels, Policy, evaluate};
+use watcher_admission::{InjectOptions, PodView, inject_at_level};
 use watcher_api::Watcher;
-use watcher_webhook::pod_security::{Level, NamespaceLevels, Policy, evaluate};
-use watcher_webhook::{InjectOptions, PodView, inject_at_level};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/real-workloads/");
 

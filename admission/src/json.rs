@@ -18,7 +18,7 @@ use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IntoDeserializ
 const MAX_DEPTH: usize = 127;
 
 /// Decodes `T` from the JSON text `text`, checking all of it.
-pub(crate) fn from_str<'de, T: Deserialize<'de>>(text: &'de str) -> Result<T, Error> {
+pub fn from_str<'de, T: Deserialize<'de>>(text: &'de str) -> Result<T, Error> {
     let mut reader = Reader { text, bytes: text.as_bytes(), pos: 0, depth: 0 };
     let value = T::deserialize(&mut reader).map_err(|error| reader.locate(error))?;
     match reader.peek() {
@@ -29,7 +29,7 @@ pub(crate) fn from_str<'de, T: Deserialize<'de>>(text: &'de str) -> Result<T, Er
 
 /// Why a text is not the JSON expected, and where (as serde_json says it).
 #[derive(Debug)]
-pub(crate) struct Error {
+pub struct Error {
     message: String,
     at: Option<(usize, usize)>,
 }
@@ -522,7 +522,7 @@ impl<'de> MapAccess<'de> for Entries<'_, 'de> {
 /// Any JSON value, checked in full and dropped. Read by [`from_str`], it is skipped without
 /// allocating; read by another deserializer (from a `serde_json::Value`, say) it is that
 /// deserializer's way of ignoring a value.
-pub(crate) struct Valid;
+pub struct Valid;
 
 impl<'de> Deserialize<'de> for Valid {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -536,7 +536,7 @@ const LENGTH: &str = "$watcher::json::Length";
 /// The length in bytes of a string value (unescaped), or 0 for `null`. Read by [`from_str`],
 /// the string is checked and stepped over, never copied.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Length(pub(crate) usize);
+pub struct Length(pub usize);
 
 impl<'de> Deserialize<'de> for Length {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -568,7 +568,7 @@ impl<'de> Deserialize<'de> for Length {
 
 /// A string (an object key, say): borrowed from the body unless it holds an escape.
 #[derive(Debug, Default)]
-pub(crate) struct Text<'de>(pub(crate) Cow<'de, str>);
+pub struct Text<'de>(pub Cow<'de, str>);
 
 impl std::ops::Deref for Text<'_> {
     type Target = str;
@@ -604,6 +604,7 @@ impl<'de> Deserialize<'de> for Text<'de> {
 /// (left at `Default` when absent; a repeated key is an error, as with serde's derive), with
 /// the function after `=>` when one is named, and every other key's value is skipped as
 /// [`Valid`]. A struct that borrows from the body names its lifetime `'de`.
+#[macro_export]
 macro_rules! narrow {
     ($ty:ident $(<$de:lifetime>)? { $($field:ident: $key:literal $(=> $read:path)?),+ $(,)? }) => {
         impl<'de> serde::Deserialize<'de> for $ty $(<$de>)? {
@@ -625,7 +626,7 @@ macro_rules! narrow {
                                         return Err(serde::de::Error::duplicate_field($key));
                                     }
                                     seen |= bit;
-                                    value.$field = narrow!(@read map $($read)?);
+                                    value.$field = $crate::narrow!(@read map $($read)?);
                                     continue;
                                 }
                                 bit <<= 1;
@@ -643,7 +644,7 @@ macro_rules! narrow {
     (@read $map:ident) => { $map.next_value()? };
     (@read $map:ident $read:path) => { $read(&mut $map)? };
 }
-pub(crate) use narrow;
+pub use narrow;
 
 #[cfg(test)]
 mod tests {

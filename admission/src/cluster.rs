@@ -11,9 +11,31 @@ use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use kube::runtime::reflector::Store;
 use watcher_api::{ClusterWatcher, INJECTION_DISABLED, INJECTION_LABEL, Watcher};
 
 use crate::{Exclusion, InjectOptions, SYSTEM_NAMESPACES};
+
+/// Where the webhook finds the Watchers of a namespace.
+pub trait WatcherSource: Send + Sync {
+    /// The Watchers of `namespace`.
+    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]>;
+}
+
+/// Filters the whole store on every call: fine for tests and small clusters. The operator reads
+/// the shared cache's namespace index instead.
+impl WatcherSource for Store<Watcher> {
+    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
+        self.state().into_iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).collect()
+    }
+}
+
+/// A fixed set of Watchers (tests, fuzzing, the offline preview).
+impl WatcherSource for Vec<Arc<Watcher>> {
+    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
+        self.iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).cloned().collect()
+    }
+}
 
 /// How a ClusterWatcher stands towards one namespace.
 #[derive(Clone, Debug, PartialEq, Eq)]

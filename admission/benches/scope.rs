@@ -1,4 +1,4 @@
-//! `cargo bench -p watcher-webhook --bench scope`: the admission scope of 1,000 Watchers in
+//! `cargo bench -p watcher-admission --bench scope`: the admission scope of 1,000 Watchers in
 //! 1,000 namespaces: the time to compute it from the caches, the time to render its CEL
 //! conditions, and their size against kube-apiserver's limit, for the shapes clusters have:
 //! one selector shared by every namespace, a one-label selector of its own in each, and a
@@ -10,9 +10,9 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use serde_json::{Value, json};
+use watcher_admission::Scope;
+use watcher_admission::scope::MAX_EXPRESSION_LEN;
 use watcher_api::{CompiledPolicy, ImagePolicy, Watcher};
-use watcher_webhook::Scope;
-use watcher_webhook::scope::MAX_EXPRESSION_LEN;
 
 const NAMESPACES: usize = 1000;
 

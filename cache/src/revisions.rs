@@ -13,10 +13,10 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::broadcast;
+use watcher_admission::RevisionSource;
 use watcher_api::{InjectionSpec, MANAGED_BY, MANAGED_BY_LABEL, Watcher};
-use watcher_webhook::RevisionSource;
 
-use crate::revisions::{WATCHER_LABEL, injection_of};
+use watcher_api::revision::{WATCHER_LABEL, injection_of};
 
 /// Changes buffered per subscriber; one that falls further behind hears [`RevisionChange::Resync`].
 const CHANGE_BUFFER: usize = 1024;
@@ -58,7 +58,7 @@ impl RevisionCache {
     /// cache is used; it retries with backoff on errors).
     pub fn new(client: Client, operator_namespace: &str) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let labels = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
-        let (store, events, listed) = crate::cached_watch(
+        let (store, events, listed) = crate::watch::cached_watch(
             Api::<ControllerRevision>::all(client),
             watcher::Config::default().labels(&labels),
             |_| {},
@@ -69,7 +69,7 @@ impl RevisionCache {
             match revision {
                 // No subscriber (not the leader) is fine: nothing waits.
                 Ok(revision) => drop(sender.send(RevisionChange::Revision(Arc::new(revision)))),
-                Err(error) => crate::log_watch_error("ControllerRevisions", true, &error),
+                Err(error) => crate::watch::log_watch_error("ControllerRevisions", true, &error),
             }
             future::ready(())
         });
@@ -148,7 +148,7 @@ impl RevisionSource for RevisionCache {
     /// depends on (a Watcher's spec changes its generation; a revision's data never changes).
     /// A Watcher without uid or generation (never one from the API server) is built each time.
     fn at_revision(&self, watcher: &Watcher, name: &str, spec: &InjectionSpec) -> Arc<Watcher> {
-        let build = || Arc::new(watcher_webhook::canary::at_revision(watcher, spec));
+        let build = || Arc::new(watcher_admission::canary::at_revision(watcher, spec));
         let (Some(uid), Some(generation)) = (watcher.metadata.uid.as_deref(), watcher.metadata.generation) else {
             return build();
         };
@@ -168,9 +168,23 @@ impl RevisionSource for RevisionCache {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+    use watcher_api::revision::desired_revision;
+
     use super::*;
-    use crate::pods::in_place::tests::fixture_watcher;
-    use crate::revisions::desired_revision;
+
+    /// The Watcher of the controller's stored-pod fixtures, in `namespace`, with `image`.
+    fn fixture_watcher(namespace: &str, image: &str) -> Watcher {
+        serde_json::from_value(json!({
+            "apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+            "metadata": {"name": "log-watcher", "namespace": namespace, "uid": "w-uid"},
+            "spec": {"container": {"name": "log-watcher", "image": image,
+                                   "volumeMounts": [{"name": "logs", "mountPath": "/var/log/app"}]},
+                     "volume": {"name": "logs", "emptyDir": {}}, "configData": {"LEVEL": "debug"},
+                     "updatePolicy": {"type": "InPlace", "maxUnavailable": 1}},
+        }))
+        .expect("Watcher")
+    }
 
     fn revision_of(watcher: &Watcher) -> ControllerRevision {
         let mut revision = desired_revision(watcher, "team-a", 1).expect("revision");
@@ -218,93 +232,5 @@ mod tests {
         current.metadata.generation = None;
         let unkept = cache.at_revision(&current, &name, &spec);
         assert!(!Arc::ptr_eq(&unkept, &cache.at_revision(&current, &name, &spec)), "no generation: built each time");
-    }
-}
-
-/// Admission through the cache, on the AdmissionReview kube-apiserver 1.36 sent for a
-/// ReplicaSet's pod: while the rollout is held with `newPods: Stable`, the pod comes in on the
-/// stable revision and carries its hash, so the rollout counts it as any outdated pod; in the
-/// canary group, and once the hold is released, on the current spec.
-#[cfg(test)]
-mod admission {
-    use std::sync::Arc;
-
-    use k8s_openapi::ByteString;
-    use serde_json::{Value, json};
-    use watcher_api::Watcher;
-    use watcher_webhook::{InjectOptions, Reviewer};
-
-    use super::RevisionCache;
-    use crate::revisions::desired_revision;
-
-    const REVIEW: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../webhook/fixtures/admission-review/pod-create-from-replicaset-generatename.json"
-    );
-
-    fn watcher(image: &str, update_policy: Value, stable: Option<&str>) -> Watcher {
-        serde_json::from_value(json!({
-            "apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
-            "metadata": {"name": "log-watcher", "namespace": "team-a", "uid": "w-uid"},
-            "spec": {"container": {"name": "log-watcher", "image": image}, "selector": {"matchLabels": {"app": "web"}},
-                     "updatePolicy": update_policy},
-            "status": {"stableRevision": stable},
-        }))
-        .expect("valid Watcher")
-    }
-
-    /// The sidecar's image, the hash the pod carries, and the warnings.
-    fn admit(watcher: Watcher, cache: &RevisionCache, body: &str) -> (String, String, Vec<String>) {
-        let options = InjectOptions { native_sidecars: true, ..InjectOptions::default() };
-        let reviewer = Reviewer::new(vec![Arc::new(watcher)], options).with_revisions(Arc::new(cache.clone()));
-        let (answer, _) = reviewer.review(body.as_bytes()).expect("a review");
-        let review: Value = serde_json::from_slice(&answer.to_json().expect("JSON")).expect("JSON");
-        let patch: ByteString = serde_json::from_value(review["response"]["patch"].clone()).expect("a patch");
-        let patch: json_patch::Patch = serde_json::from_slice(&patch.0).expect("JSON patch");
-        let request: Value = serde_json::from_str(body).expect("JSON");
-        let mut pod = request["request"]["object"].clone();
-        json_patch::patch(&mut pod, &patch).expect("applies to the real pod");
-        let sidecar = pod["spec"]["initContainers"].as_array().expect("sidecar").last().expect("sidecar").clone();
-        let injected = pod["metadata"]["annotations"]["watcher.dev/injected"].as_str().unwrap_or_default().to_owned();
-        let warnings = review["response"]["warnings"].as_array().cloned().unwrap_or_default();
-        let warnings = warnings.iter().map(|w| w.as_str().unwrap_or_default().to_owned()).collect();
-        (sidecar["image"].as_str().unwrap_or_default().to_owned(), injected, warnings)
-    }
-
-    #[test]
-    fn a_pod_created_during_a_held_rollout_gets_the_stable_revision() {
-        let body = std::fs::read_to_string(REVIEW).expect("fixture");
-        let stable = watcher("busybox:1.36", json!({}), None);
-        let mut revision = desired_revision(&stable, "team-a", 1).expect("revision");
-        revision.metadata.uid = Some("rev-1".into());
-        let name = revision.metadata.name.clone().expect("name");
-        let cache = RevisionCache::holding(vec![revision], "watcher-system");
-        let stable_hash = format!("log-watcher@{}", stable.spec.spec_hash());
-
-        let held = json!({"type": "Recreate", "partition": 2, "newPods": "Stable"});
-        let (image, injected, warnings) = admit(watcher("busybox:1.37", held, Some(&name)), &cache, &body);
-        assert_eq!((image.as_str(), injected.as_str()), ("busybox:1.36", stable_hash.as_str()));
-        assert!(warnings.is_empty(), "{warnings:?}");
-
-        // The pod is `app: web`: in a canary group of that label, it gets the current spec.
-        let group = json!({"newPods": "Stable", "selector": {"matchLabels": {"app": "web"}}});
-        let current = watcher("busybox:1.37", group.clone(), Some(&name));
-        let current_hash = format!("log-watcher@{}", current.spec.spec_hash());
-        assert_eq!(admit(current, &cache, &body).0, "busybox:1.37");
-
-        // Released: the current spec again.
-        let released = json!({"type": "Recreate", "newPods": "Stable"});
-        let (image, injected, _) = admit(watcher("busybox:1.37", released, Some(&name)), &cache, &body);
-        assert_eq!((image.as_str(), injected.as_str()), ("busybox:1.37", current_hash.as_str()));
-
-        // A stable revision the cache does not hold: the current spec, and a warning; never refused.
-        let required = json!({"partition": 1, "newPods": "Stable"});
-        let mut missing = watcher("busybox:1.37", required, Some("log-watcher-gone"));
-        missing.spec.failure_policy = watcher_api::FailurePolicy::Fail;
-        let (image, _, warnings) = admit(missing, &cache, &body);
-        assert_eq!(image, "busybox:1.37");
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        let warning = &warnings[0];
-        assert!(warning.contains("log-watcher-gone") && warning.contains("not in the operator's cache"), "{warning}");
     }
 }

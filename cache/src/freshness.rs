@@ -6,9 +6,10 @@
 //! Watcher is `Ready`) could see it in the store and not in the view: the first rebuilds, the
 //! others answer from the old view.
 
-use crate::runtime::lock;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::lock;
 
 /// Changes marked, and the last one a rebuild included.
 #[derive(Debug)]

@@ -10,7 +10,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use watcher_api::{CompiledPolicy, ImagePolicy};
 
-use crate::sync::NamespaceMeta;
+use crate::NamespaceMeta;
+use crate::freshness::Freshness;
+use crate::watch::{log_watch_error, observe_watch};
 
 /// The label kube-apiserver puts on every namespace: its name.
 pub(crate) const NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -27,14 +29,14 @@ pub struct PolicyCache {
     changed: tokio::sync::watch::Sender<()>,
     /// The cluster's Pod Security admission configuration (levels of unlabelled namespaces,
     /// exemptions), as configured or learned.
-    pub pod_security: watcher_webhook::pod_security::SharedDefaults,
+    pub pod_security: watcher_admission::pod_security::SharedDefaults,
 }
 
 /// The compiled policies, in name order, rebuilt on the first read after a change.
 #[derive(Default)]
 struct Compiled {
     /// Rebuilt on the first read after a change; readers during a rebuild wait for it.
-    fresh: crate::freshness::Freshness,
+    fresh: Freshness,
     policies: RwLock<Vec<Arc<CompiledPolicy>>>,
 }
 
@@ -48,7 +50,7 @@ impl PolicyCache {
         let changed = tokio::sync::watch::Sender::new(());
         let (policy_changed, namespace_changed) = (changed.clone(), changed.clone());
         let policy_fill = watcher(Api::<ImagePolicy>::all(client.clone()), watcher::Config::default().any_semantic())
-            .inspect(crate::observe_watch("imagepolicies"))
+            .inspect(observe_watch("imagepolicies"))
             .default_backoff()
             .modify(|policy| policy.managed_fields_mut().clear())
             .reflect(policy_writer)
@@ -60,12 +62,12 @@ impl PolicyCache {
                         policy_changed.send_replace(());
                     }
                     Ok(_) => {}
-                    Err(error) => crate::log_watch_error("ImagePolicies", true, &error),
+                    Err(error) => log_watch_error("ImagePolicies", true, &error),
                 }
                 futures::future::ready(())
             });
         let namespace_fill = watcher(Api::<NamespaceMeta>::all(client), watcher::Config::default().any_semantic())
-            .inspect(crate::observe_watch("namespaces"))
+            .inspect(observe_watch("namespaces"))
             .default_backoff()
             .modify(|namespace| namespace.managed_fields_mut().clear())
             .reflect(namespace_writer)
@@ -75,7 +77,7 @@ impl PolicyCache {
                         namespace_changed.send_replace(());
                     }
                     Ok(_) => {}
-                    Err(error) => crate::log_watch_error("namespaces", false, &error),
+                    Err(error) => log_watch_error("namespaces", false, &error),
                 }
                 futures::future::ready(())
             });
@@ -134,18 +136,18 @@ impl PolicyCache {
 }
 
 /// The webhook reads ImagePolicies from this cache.
-impl watcher_webhook::PolicySource for PolicyCache {
+impl watcher_admission::PolicySource for PolicyCache {
     fn policies_for(&self, namespace: &str) -> Vec<Arc<CompiledPolicy>> {
         PolicyCache::policies_for(self, namespace)
     }
 
     /// One lookup in the namespace cache for both: the opt-out label and the Pod Security levels.
-    fn namespace(&self, namespace: &str) -> watcher_webhook::NamespaceAdmission {
+    fn namespace(&self, namespace: &str) -> watcher_admission::NamespaceAdmission {
         let cluster = self.pod_security.get();
         let meta = self.namespaces.get(&ObjectRef::new(namespace));
         let labels = meta.as_ref().map(|m| m.labels());
         let get = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
-        watcher_webhook::NamespaceAdmission::of_namespace(namespace, get, &cluster)
+        watcher_admission::NamespaceAdmission::of_namespace(namespace, get, &cluster)
     }
 
     fn pod_security_exempt(&self, username: Option<&str>, runtime_class: Option<&str>) -> bool {
@@ -189,7 +191,7 @@ mod tests {
 
     #[test]
     fn the_opt_out_label_is_read_from_the_namespace_cache() {
-        use watcher_webhook::PolicySource;
+        use watcher_admission::PolicySource;
         let (namespaces, mut ns_writer) = reflector::store::<NamespaceMeta>();
         for (name, labels) in [
             ("off", serde_json::json!({"watcher.dev/injection": "disabled"})),

@@ -6,8 +6,8 @@
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use watcher_admission::{InjectOptions, PodView, inject};
 use watcher_api::{SERVICE_ACCOUNT_PATH, Watcher};
-use watcher_webhook::{InjectOptions, PodView, inject};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/");
 const WORKLOADS: [&str; 4] = [

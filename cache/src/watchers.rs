@@ -11,10 +11,12 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::broadcast;
+use watcher_admission::InjectOptions;
 use watcher_api::{ClusterWatcher, Watcher};
-use watcher_webhook::InjectOptions;
 
-use crate::sync::NamespaceMeta;
+use crate::NamespaceMeta;
+use crate::freshness::Freshness;
+use crate::watch::{log_watch_error, observe_watch};
 
 /// Changes buffered per subscriber; a subscriber that falls further behind catches up with a
 /// full resync instead of blocking the cache.
@@ -43,7 +45,7 @@ pub struct WatcherCache {
     /// The namespaces never injected besides the system ones: the operator's own.
     pub options: Arc<InjectOptions>,
     /// The cluster's Pod Security admission configuration (shared with the [`crate::PolicyCache`]).
-    pub pod_security: watcher_webhook::pod_security::SharedDefaults,
+    pub pod_security: watcher_admission::pod_security::SharedDefaults,
     changes: broadcast::Sender<Change>,
     by_namespace: Arc<NamespaceIndex>,
 }
@@ -60,7 +62,7 @@ pub struct WatcherCache {
 #[derive(Default)]
 struct NamespaceIndex {
     /// Rebuilt on the first read after a change; readers during a rebuild wait for it.
-    fresh: crate::freshness::Freshness,
+    fresh: Freshness,
     /// Counts rebuilds: an entry of `effective` computed from the index as it was before a
     /// rebuild is not kept after it (a reader that raced a change would otherwise leave its
     /// namespace on the old ClusterWatchers until the next change).
@@ -151,7 +153,7 @@ impl WatcherCache {
         let cluster_index = by_namespace.clone();
         let cluster_fill =
             watcher(Api::<ClusterWatcher>::all(client.clone()), watcher::Config::default().any_semantic())
-                .inspect(crate::observe_watch("clusterwatchers"))
+                .inspect(observe_watch("clusterwatchers"))
                 .default_backoff()
                 .modify(|cluster| cluster.managed_fields_mut().clear())
                 .reflect(cluster_writer)
@@ -160,12 +162,12 @@ impl WatcherCache {
                 .for_each(move |touched| {
                     match touched {
                         Ok(cluster) => drop(cluster_sender.send(Change::ClusterWatcher(ObjectRef::from(&cluster)))),
-                        Err(error) => crate::log_watch_error("ClusterWatchers", true, &error),
+                        Err(error) => log_watch_error("ClusterWatchers", true, &error),
                     }
                     future::ready(())
                 });
         let fill = watcher(Api::<Watcher>::all(client), watcher::Config::default().any_semantic())
-            .inspect(crate::observe_watch("watchers"))
+            .inspect(observe_watch("watchers"))
             .default_backoff()
             .modify(|watcher| watcher.managed_fields_mut().clear())
             .reflect(writer)
@@ -182,7 +184,7 @@ impl WatcherCache {
                     // No subscriber (not the leader) is fine: nothing waits.
                     Ok(watcher) => drop(sender.send(Change::Watcher(ObjectRef::from(&watcher)))),
                     // Retried with backoff; until it works the webhook stays unready.
-                    Err(error) => crate::log_watch_error("Watchers", true, &error),
+                    Err(error) => log_watch_error("Watchers", true, &error),
                 }
                 future::ready(())
             });
@@ -234,7 +236,7 @@ impl WatcherCache {
     }
 
     /// The Watchers that apply in `namespace`: its own, then the ClusterWatchers that apply
-    /// there (see [`watcher_webhook::cluster`]), each as its one shared Watcher of no namespace
+    /// there (see [`watcher_admission::cluster`]), each as its one shared Watcher of no namespace
     /// ([`ClusterWatcher::unplaced`]), by name.
     pub fn in_namespace(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
         let index = self.index();
@@ -258,7 +260,7 @@ impl WatcherCache {
         if let Some(watchers) = index.remembered(namespace, labels) {
             return watchers;
         }
-        let applying = watcher_webhook::cluster::applying(namespace, labels, &own, &clusters, &self.options);
+        let applying = watcher_admission::cluster::applying(namespace, labels, &own, &clusters, &self.options);
         let watchers: Arc<[Arc<Watcher>]> =
             own.iter().cloned().chain(applying.into_iter().map(|shared| shared.watcher.clone())).collect();
         index.remember(epoch, namespace, labels.clone(), watchers.clone());
@@ -301,7 +303,7 @@ impl WatcherCache {
 
     /// The namespaces where `cluster` applies now, by name.
     pub fn namespaces_of(&self, cluster: &ClusterWatcher) -> Vec<String> {
-        use watcher_webhook::cluster::{ClusterStanding, standing};
+        use watcher_admission::cluster::{ClusterStanding, standing};
         let mut names: Vec<String> = self
             .namespaces
             .state()
@@ -386,7 +388,7 @@ fn options_for(operator_namespace: &str) -> InjectOptions {
 }
 
 /// The webhook reads Watchers from the namespace index.
-impl watcher_webhook::WatcherSource for WatcherCache {
+impl watcher_admission::WatcherSource for WatcherCache {
     fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
         self.in_namespace(namespace)
     }
@@ -394,7 +396,7 @@ impl watcher_webhook::WatcherSource for WatcherCache {
 
 /// Splits a change feed into what a controller takes: the changed Watchers (looked up in
 /// `store`; deleted ones drop out) and the moments to reconcile everything.
-pub(crate) fn split(
+pub fn split(
     changes: impl Stream<Item = Change> + Send + 'static,
     store: Store<Watcher>,
 ) -> (impl Stream<Item = Arc<Watcher>> + Send + 'static, impl Stream<Item = ()> + Send + 'static) {
@@ -406,7 +408,7 @@ pub(crate) fn split(
 
 /// [`split`] for the ClusterWatchers: the changed ones (a change of a Watcher of the same name
 /// too: it takes a namespace over or hands it back) and the moments to reconcile them all.
-pub(crate) fn split_cluster(
+pub fn split_cluster(
     changes: impl Stream<Item = Change> + Send + 'static,
     store: Store<ClusterWatcher>,
 ) -> (impl Stream<Item = Arc<ClusterWatcher>> + Send + 'static, impl Stream<Item = ()> + Send + 'static) {
@@ -438,7 +440,7 @@ fn split_by<K: Send + Sync + 'static>(
 }
 
 /// A stream that yields each time `receiver` is marked changed.
-pub(crate) fn changed<T: Send + Sync + 'static>(
+pub fn changed<T: Send + Sync + 'static>(
     receiver: tokio::sync::watch::Receiver<T>,
 ) -> impl Stream<Item = ()> + Send + 'static {
     futures::stream::unfold(receiver, |mut rx| async move {

@@ -1,0 +1,30 @@
+//! The caches the webhook answers from and the controllers read: the Watchers and
+//! ClusterWatchers by namespace ([`WatcherCache`]), the Watchers' revisions
+//! ([`RevisionCache`]), the compiled ImagePolicies and the namespaces' labels
+//! ([`PolicyCache`]). Each is filled by a watch of its own ([`watch`]) and read without a call
+//! to the API server; both the webhook and the controllers depend on this crate, neither on the
+//! other's.
+
+mod freshness;
+mod policies;
+mod revisions;
+pub mod watch;
+mod watchers;
+
+use std::sync::{Mutex, MutexGuard};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::core::PartialObjectMeta;
+
+pub use policies::PolicyCache;
+pub use revisions::{RevisionCache, RevisionChange};
+pub use watchers::{Change, WatcherCache, changed, split, split_cluster};
+
+/// A namespace as the caches keep it: its metadata (name and labels), not its spec or status.
+pub type NamespaceMeta = PartialObjectMeta<Namespace>;
+
+/// Locks `mutex`: a holder that panicked left nothing half-done that the reader cares about
+/// (every guarded value is written whole).
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
