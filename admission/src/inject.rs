@@ -24,7 +24,7 @@ use watcher_api::{
 };
 
 use crate::decide::{Verdict, decide};
-use crate::pod_security::NamespaceLevels;
+use crate::pod_security::{Adaptation, NamespaceLevels};
 
 /// Namespaces that are never injected, whatever the pods in them ask for.
 pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
@@ -271,8 +271,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
         };
         let native = native_sidecar(name, watcher, self.options, &mut self.injection.warnings);
         let Some(adapted) = self.adapted(name, watcher) else { return };
-        let mut container = sidecar(watcher, native);
-        adapted.sidecar.apply_to_json(&mut container);
+        let mut container = sidecar(watcher, native, &adapted.sidecar);
         if !watcher.spec.app.is_empty() {
             let (pod, namespace, watchers) = (self.pod, self.namespace, self.watchers);
             let injected = self.injected_names.get_or_insert_with(|| injected_containers(pod, namespace, watchers));
@@ -361,7 +360,7 @@ fn native_sidecar(name: &str, watcher: &Watcher, options: &InjectOptions, warnin
 pub fn app_report<W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watcher: &Watcher, watchers: &[W]) -> AppReport {
     let mut patch = PodPatch::new(pod);
     let injected = injected_containers(pod, namespace, watchers);
-    let mut container = sidecar(watcher, false);
+    let mut container = sidecar(watcher, false, &Adaptation::default());
     let seeing = app::Seeing { watcher, injected: &injected, init_adaptations: &[], moment: app::Moment::Existing };
     app::see_the_app(&mut patch, seeing, &mut container, &mut Vec::new())
 }
@@ -380,8 +379,8 @@ fn injected_containers<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, w
 
 /// The Watcher's container as it goes into the pod, as JSON: serialised from the Watcher
 /// as it is, then given the ConfigMap and the restart policy of a native sidecar.
-fn sidecar(watcher: &Watcher, native: bool) -> Value {
-    let mut container = to_value(&watcher.spec.container);
+fn sidecar(watcher: &Watcher, native: bool, adaptation: &Adaptation) -> Value {
+    let mut container = adaptation.written(&watcher.spec.container);
     if let Value::Object(fields) = &mut container {
         if watcher.spec.has_config() {
             let source = EnvFromSource {

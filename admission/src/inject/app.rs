@@ -8,8 +8,9 @@ use k8s_openapi::api::core::v1::Container;
 use serde_json::{Value, json};
 use watcher_api::{AppAccess, NO_TOKEN_VOLUME, SERVICE_ACCOUNT_PATH, ShareVolumes, Watcher};
 
-use super::{PodPatch, to_value};
+use super::PodPatch;
 use crate::pod::{ContainerView, MAX_ANNOTATION_BYTES};
+use crate::pod_security::Adaptation;
 
 /// Room kept under kube-apiserver's 256 KiB for the annotations the webhook writes itself
 /// (`watcher.dev/injected`, `watcher.dev/injected-without-image`, `watcher.dev/original-images`).
@@ -51,7 +52,7 @@ pub(super) struct Seeing<'a, 'b> {
     /// The names of the pod's containers that a Watcher injected: never app containers.
     pub(super) injected: &'b [&'b str],
     /// What the namespace's enforced Pod Security level sets in the init containers it adds.
-    pub(super) init_adaptations: &'b [crate::pod_security::Adaptation],
+    pub(super) init_adaptations: &'b [Adaptation],
     pub(super) moment: Moment,
 }
 
@@ -105,10 +106,7 @@ pub(super) fn see_the_app<'a>(
         step.no_token(sidecar);
     }
     for (i, init) in access.init_containers.iter().enumerate() {
-        let mut value = to_value(init);
-        if let Some(adaptation) = init_adaptations.get(i) {
-            adaptation.apply_to_json(&mut value);
-        }
+        let mut value = init_adaptations.get(i).unwrap_or(&Adaptation::default()).written(init);
         if no_token {
             mount_no_token(&mut value, init);
         }

@@ -1,7 +1,7 @@
 //! Keeping a pod that passes its namespace's level passing once the Watchers' containers are
 //! added: what is set in them, on the typed pod or on its JSON.
 
-use k8s_openapi::api::core::v1::{Capabilities, SeccompProfile, SecurityContext};
+use k8s_openapi::api::core::v1::{Capabilities, Container, SeccompProfile, SecurityContext};
 
 use super::facts::PodFacts;
 use super::{Level, Policy};
@@ -103,37 +103,14 @@ impl Adaptation {
         context
     }
 
-    /// Sets the adaptation's fields in a container written as JSON.
-    pub fn apply_to_json(&self, container: &mut serde_json::Value) {
-        if self.is_empty() {
-            return;
+    /// `container` as the webhook writes it, as JSON: its securityContext is [`Self::apply`]'s.
+    pub fn written(&self, container: &Container) -> serde_json::Value {
+        // Serialising k8s-openapi types to a Value cannot fail: they are plain data with string keys.
+        let mut value = serde_json::to_value(container).unwrap_or_default();
+        if let (false, Some(fields)) = (self.is_empty(), value.as_object_mut()) {
+            let context = self.apply(container.security_context.as_ref());
+            fields.insert("securityContext".to_owned(), serde_json::to_value(context).unwrap_or_default());
         }
-        let Some(fields) = container.as_object_mut() else { return };
-        let context = fields.entry("securityContext").or_insert_with(|| serde_json::json!({}));
-        if !context.is_object() {
-            *context = serde_json::json!({});
-        }
-        let Some(context) = context.as_object_mut() else { return };
-        if self.allow_privilege_escalation {
-            context.insert("allowPrivilegeEscalation".into(), false.into());
-        }
-        if self.drop_all {
-            let capabilities = context.entry("capabilities").or_insert_with(|| serde_json::json!({}));
-            if !capabilities.is_object() {
-                *capabilities = serde_json::json!({});
-            }
-            if let Some(capabilities) = capabilities.as_object_mut() {
-                capabilities.insert("drop".into(), serde_json::json!(["ALL"]));
-            }
-        }
-        if self.seccomp {
-            context.insert("seccompProfile".into(), serde_json::json!({"type": "RuntimeDefault"}));
-        }
-        if self.run_as_non_root {
-            context.insert("runAsNonRoot".into(), true.into());
-        }
-        if self.run_as_user {
-            context.insert("runAsUser".into(), watcher_api::ADAPTED_RUN_AS_USER.into());
-        }
+        value
     }
 }

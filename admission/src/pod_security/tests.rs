@@ -170,8 +170,7 @@ fn the_adaptation_sets_only_what_the_watcher_leaves_unset() {
     assert!(
         evaluate(&PodFacts { containers: vec![ContainerFacts::of(&adapted)], ..pod.clone() }, restricted, 36).passed()
     );
-    let mut json = serde_json::to_value(&bare).expect("json");
-    adaptation.apply_to_json(&mut json);
+    let json = adaptation.written(&bare);
     assert_eq!(serde_json::from_value::<Container>(json).expect("container"), adapted, "the patch sets the same");
 
     let pod_context: PodSecurityContext =
