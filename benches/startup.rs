@@ -320,34 +320,50 @@ async fn main() {
     );
     println!("  peak RSS:                   {:.1} MB", mb(baseline.peak));
     if pod_count > 0 {
-        let list = plain_list(pod_count).await;
-        for (lists, how) in [
-            (Lists::Streamed, "the initial list streamed (kube-apiserver 1.32, 1.34 and later)"),
-            (Lists::Paged, "streamed lists refused, pages of 500 (kube-apiserver 1.24 to 1.31, 1.33)"),
-        ] {
-            let loaded = run("watcher,pods", watchers(count), Vec::new(), pod_count, 2 * count as u64, lists).await;
-            println!("\nwith {pod_count} pods cached, {how}");
-            println!(
-                "  start → /readyz 200:        {:.0} ms; all counted after {:.0} ms",
-                loaded.ready.as_secs_f64() * 1e3,
-                loaded.reconciled.as_secs_f64() * 1e3
-            );
-            println!(
-                "  plain paged LIST:           {:.0} ms (500 a page); first exact count / LIST = {:.2}   (target ≤ 1.5)",
-                list.as_secs_f64() * 1e3,
-                loaded.reconciled.as_secs_f64() / list.as_secs_f64()
-            );
-            println!("  RSS after counting:         {:.1} MB", mb(loaded.rss));
-            println!(
-                "  peak RSS:                   {:.1} MB   (target ≤ 25 MB at 10,000 pods, ≤ 40 MB at 100,000)",
-                mb(loaded.peak)
-            );
-            println!(
-                "  per pod:                    {:.0} bytes   ((peak − baseline peak) / pods; target ≤ 1 KB)",
-                (loaded.peak.saturating_sub(baseline.peak) * 1024) as f64 / pod_count as f64
-            );
-        }
+        with_pods(count, pod_count, baseline.peak).await;
     }
+    created_while_running_rows(count).await;
+    assert_eq!(first.writes, 2 * count as u64, "one ConfigMap create and one status patch per Watcher");
+    assert_eq!(steady.reads + steady.writes, 0, "a steady state costs no request");
+    cluster_watcher_runs().await;
+}
+
+/// The runs with `pod_count` pods cached, the initial list streamed then in pages, against a
+/// plain paged LIST; memory per pod over `baseline_peak` (no pods).
+async fn with_pods(count: usize, pod_count: usize, baseline_peak: u64) {
+    let list = plain_list(pod_count).await;
+    for (lists, how) in [
+        (Lists::Streamed, "the initial list streamed (kube-apiserver 1.32, 1.34 and later)"),
+        (Lists::Paged, "streamed lists refused, pages of 500 (kube-apiserver 1.24 to 1.31, 1.33)"),
+    ] {
+        let loaded = run("watcher,pods", watchers(count), Vec::new(), pod_count, 2 * count as u64, lists).await;
+        println!("\nwith {pod_count} pods cached, {how}");
+        println!(
+            "  start → /readyz 200:        {:.0} ms; all counted after {:.0} ms",
+            loaded.ready.as_secs_f64() * 1e3,
+            loaded.reconciled.as_secs_f64() * 1e3
+        );
+        println!(
+            "  plain paged LIST:           {:.0} ms (500 a page); first exact count / LIST = {:.2}   (target ≤ 1.5)",
+            list.as_secs_f64() * 1e3,
+            loaded.reconciled.as_secs_f64() / list.as_secs_f64()
+        );
+        println!("  RSS after counting:         {:.1} MB", mb(loaded.rss));
+        println!(
+            "  peak RSS:                   {:.1} MB   (target ≤ 25 MB at 10,000 pods, ≤ 40 MB at 100,000)",
+            mb(loaded.peak)
+        );
+        println!(
+            "  per pod:                    {:.0} bytes   ((peak − baseline peak) / pods; target ≤ 1 KB)",
+            (loaded.peak.saturating_sub(baseline_peak) * 1024) as f64 / pod_count as f64
+        );
+    }
+}
+
+/// `count` Watchers created while the operator runs, watch events 5 and 200 ms behind writes:
+/// one create and one status per Watcher, no 409, no read.
+async fn created_while_running_rows(count: usize) {
+    let per_watcher = |calls: u64| calls as f64 / count as f64;
     let mut bulk_counts = Vec::new();
     for lag in [Duration::from_millis(5), Duration::from_millis(200)] {
         let bulk = created_while_running(count, lag).await;
@@ -370,9 +386,6 @@ async fn main() {
         let once = count as u64;
         assert_eq!(counts, (once, 0, 0, once), "one create and one status per Watcher, no 409, no read");
     }
-    assert_eq!(first.writes, 2 * count as u64, "one ConfigMap create and one status patch per Watcher");
-    assert_eq!(steady.reads + steady.writes, 0, "a steady state costs no request");
-    cluster_watcher_runs().await;
 }
 
 /// The time a client takes to LIST `pod_count` pods from the fake server, 500 a page.

@@ -61,49 +61,9 @@ async fn run(duration: Duration) {
         json!("log-watcher,metrics-watcher,audit-watcher");
     let bodies = [("fixture pod, 1 Watcher", one.to_string()), ("pod asking for 3 Watchers", three.to_string())];
 
-    // The floor server.
-    let floor_addr = free_port();
-    let floor = Server(
-        Command::new(std::env::current_exe().expect("this program"))
-            .env("WEBHOOK_LOAD_FLOOR", floor_addr.to_string())
-            .env("WEBHOOK_LOAD_CERT", dir.join("tls.crt"))
-            .env("WEBHOOK_LOAD_KEY", dir.join("tls.key"))
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("floor server starts"),
-    );
-    wait_for_tls(&connector, floor_addr).await;
+    let (floor, floor_addr) = start_floor(&dir, &connector).await;
 
-    // The real operator, against a fake API server holding the Watchers.
-    let watchers: Vec<Value> = ["log-watcher", "metrics-watcher", "audit-watcher"]
-        .iter()
-        .map(|name| {
-            json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
-                   "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"), "generation": 1},
-                   "spec": {"container": {"name": name, "image": "busybox:1.36", "command": ["sh", "-c", "tail -F /x"]},
-                            "volume": {"name": format!("{name}-data"), "emptyDir": {}}, "configData": {"LEVEL": "debug"}}})
-        })
-        .collect();
-    let (_api, api_addr) = FakeApiServer::default()
-        .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", watchers)
-        .start()
-        .await;
-    let (real_addr, metrics_addr) = (free_port(), free_port());
-    let real = Server(
-        Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
-            .args(["run", "--leader-election=false", "--controllers=watcher", "--namespace=watcher-system"])
-            .arg(format!("--webhook-addr={real_addr}"))
-            .arg(format!("--metrics-addr={metrics_addr}"))
-            .arg(format!("--tls-cert-file={}", dir.join("tls.crt").display()))
-            .arg(format!("--tls-key-file={}", dir.join("tls.key").display()))
-            .env("KUBECONFIG", kubeconfig(&dir, api_addr))
-            .env("RUST_LOG", std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "info".into()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("operator starts"),
-    );
-    wait_for_ready(metrics_addr).await;
+    let (real, real_addr, metrics_addr, _api) = start_operator(&dir).await;
 
     println!(
         "{duration:?} per phase; saturation: {SATURATION_CONNECTIONS} connections, median of {ROUNDS} alternating rounds; \
@@ -161,6 +121,59 @@ async fn run(duration: Duration) {
     println!("operator /readyz after the load: {}", if healthy { "200" } else { "NOT READY" });
     drop((floor, real));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The floor server (parse and echo the uid), a process of this program, serving the
+/// certificate in `dir`, and its address.
+async fn start_floor(dir: &std::path::Path, connector: &TlsConnector) -> (Server, SocketAddr) {
+    let floor_addr = free_port();
+    let floor = Server(
+        Command::new(std::env::current_exe().expect("this program"))
+            .env("WEBHOOK_LOAD_FLOOR", floor_addr.to_string())
+            .env("WEBHOOK_LOAD_CERT", dir.join("tls.crt"))
+            .env("WEBHOOK_LOAD_KEY", dir.join("tls.key"))
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("floor server starts"),
+    );
+    wait_for_tls(connector, floor_addr).await;
+    (floor, floor_addr)
+}
+
+/// The real operator, its webhook serving the certificate in `dir`, against a fake API server
+/// holding the Watchers: the process, its webhook and metrics addresses, and the fake server
+/// (kept while it runs).
+async fn start_operator(dir: &std::path::Path) -> (Server, SocketAddr, SocketAddr, impl Sized) {
+    let watchers: Vec<Value> = ["log-watcher", "metrics-watcher", "audit-watcher"]
+        .iter()
+        .map(|name| {
+            json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+                   "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"), "generation": 1},
+                   "spec": {"container": {"name": name, "image": "busybox:1.36", "command": ["sh", "-c", "tail -F /x"]},
+                            "volume": {"name": format!("{name}-data"), "emptyDir": {}}, "configData": {"LEVEL": "debug"}}})
+        })
+        .collect();
+    let (api, api_addr) = FakeApiServer::default()
+        .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", watchers)
+        .start()
+        .await;
+    let (real_addr, metrics_addr) = (free_port(), free_port());
+    let real = Server(
+        Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
+            .args(["run", "--leader-election=false", "--controllers=watcher", "--namespace=watcher-system"])
+            .arg(format!("--webhook-addr={real_addr}"))
+            .arg(format!("--metrics-addr={metrics_addr}"))
+            .arg(format!("--tls-cert-file={}", dir.join("tls.crt").display()))
+            .arg(format!("--tls-key-file={}", dir.join("tls.key").display()))
+            .env("KUBECONFIG", kubeconfig(dir, api_addr))
+            .env("RUST_LOG", std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "info".into()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("operator starts"),
+    );
+    wait_for_ready(metrics_addr).await;
+    (real, real_addr, metrics_addr, api)
 }
 
 struct Outcome {

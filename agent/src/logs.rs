@@ -257,6 +257,33 @@ async fn restart_count(pods: &Api<Pod>, pod: &str, container: &str) -> Option<i3
     statuses.into_iter().find(|s| s.name == container).map(|s| s.restart_count)
 }
 
+/// When the container restarted since it was read: its previous log first, from where it was
+/// left; then the restart count is remembered.
+async fn previous_first(
+    pods: &Api<Pod>,
+    pod: &str,
+    container: &str,
+    reader: &mut Reader<'_>,
+    metrics: &Metrics,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    let now = restart_count(pods, pod, container).await;
+    let before = lock(reader.resume).restart_count;
+    if let (Some(now), Some(before)) = (now, before)
+        && now > before
+    {
+        metrics.reconnected("restarted");
+        info!(container, restarts = now, "the container restarted: reading its previous log first");
+        let ended = stream_once(pods, pod, container, true, reader, stop).await;
+        if let Ended::Failed(why) = ended {
+            warn!(why, "cannot read the previous container's log");
+        }
+    }
+    if now.is_some() {
+        lock(reader.resume).restart_count = now;
+    }
+}
+
 /// The log stream of `container`, asked again after each end, until forbidden or `stop`.
 pub(crate) async fn follow(
     pods: Api<Pod>,
@@ -272,22 +299,7 @@ pub(crate) async fn follow(
         if *stop.borrow() {
             return;
         }
-        // The container restarted since it was read: its previous log first, from there.
-        let now = restart_count(&pods, &pod, &container).await;
-        let before = lock(reader.resume).restart_count;
-        if let (Some(now), Some(before)) = (now, before)
-            && now > before
-        {
-            metrics.reconnected("restarted");
-            info!(container, restarts = now, "the container restarted: reading its previous log first");
-            let ended = stream_once(&pods, &pod, &container, true, &mut reader, &mut stop).await;
-            if let Ended::Failed(why) = ended {
-                warn!(why, "cannot read the previous container's log");
-            }
-        }
-        if now.is_some() {
-            lock(reader.resume).restart_count = now;
-        }
+        previous_first(&pods, &pod, &container, &mut reader, &metrics, &mut stop).await;
         let ended = stream_once(&pods, &pod, &container, false, &mut reader, &mut stop).await;
         match ended {
             Ended::Forbidden(message) => {

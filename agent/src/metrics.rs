@@ -96,140 +96,148 @@ pub struct Metrics {
     sources: Vec<String>,
 }
 
-impl Metrics {
-    /// Registers every series known in advance, at 0.
-    pub fn register(registry: &mut Registry, sources: &[String], rules: &[RuleConfig], max_series: usize) -> Self {
-        let lines_family = Family::<SourceLabels, Counter>::default();
-        let matches_family = Family::<Vec<(String, String)>, Counter>::default();
-        let last_family = Family::<RuleLabels, Gauge<f64, AtomicU64>>::default();
-        let long_family = Family::<SourceLabels, Counter>::default();
-        let firing_family = Family::<RuleLabels, Gauge>::default();
-        let folded_family = Family::<RuleLabels, Counter>::default();
-        let errors = Family::<ErrorLabels, Counter>::default();
-        let sent = Family::<SentLabels, Counter>::default();
-        let closed = Family::<ReasonLabels, Counter>::default();
-        let skipped = Family::<ReasonLabels, Counter>::default();
-        let truncations = Family::<TruncationLabels, Counter>::default();
-        let reconnects = Family::<ReasonLabels, Counter>::default();
-        let open_files = Gauge::default();
-        let source = |s: &String| SourceLabels { source: s.clone() };
-        let lines = sources.iter().map(|s| lines_family.get_or_create(&source(s)).clone()).collect();
-        let long_lines = sources.iter().map(|s| long_family.get_or_create(&source(s)).clone()).collect();
-        let matches = rules
-            .iter()
-            .map(|rule| {
-                sources
-                    .iter()
-                    .map(|s| {
-                        rule.labels
-                            .is_empty()
-                            .then(|| matches_family.get_or_create(&match_labels(&rule.name, s, &[], &[])).clone())
-                    })
-                    .collect()
-            })
-            .collect();
-        let rule = |r: &str| RuleLabels { rule: r.to_owned() };
-        let labelled = rules
-            .iter()
-            .map(|r| {
-                (!r.labels.is_empty()).then(|| Labelled {
-                    names: r.labels.clone(),
-                    seen: Mutex::default(),
-                    folded: folded_family.get_or_create(&rule(&r.name)).clone(),
-                })
-            })
-            .collect();
-        let last_match = rules.iter().map(|r| last_family.get_or_create(&rule(&r.name)).clone()).collect();
-        let firing = rules.iter().map(|r| firing_family.get_or_create(&rule(&r.name)).clone()).collect();
+/// Every family the agent exports, before it is registered.
+#[derive(Default)]
+struct Families {
+    lines: Family<SourceLabels, Counter>,
+    matches: Family<Vec<(String, String)>, Counter>,
+    last_match: Family<RuleLabels, Gauge<f64, AtomicU64>>,
+    long_lines: Family<SourceLabels, Counter>,
+    firing: Family<RuleLabels, Gauge>,
+    folded: Family<RuleLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    sent: Family<SentLabels, Counter>,
+    closed: Family<ReasonLabels, Counter>,
+    skipped: Family<ReasonLabels, Counter>,
+    truncations: Family<TruncationLabels, Counter>,
+    reconnects: Family<ReasonLabels, Counter>,
+    open_files: Gauge,
+}
+
+impl Families {
+    /// Creates, at 0, the series of `sources` that are known in advance and not held by
+    /// [`Metrics`]: `rate()` and `increase()` see their first count.
+    fn known_at_zero(&self, sources: &[String]) {
         for s in sources {
             for reason in SourceError::ALL {
-                drop(errors.get_or_create(&ErrorLabels { source: s.clone(), reason: reason.as_str().to_owned() }));
+                let labels = ErrorLabels { source: s.clone(), reason: reason.as_str().to_owned() };
+                drop(self.errors.get_or_create(&labels));
             }
         }
         for to in ["event", "alertmanager"] {
             for result in ["sent", "failed"] {
-                drop(sent.get_or_create(&SentLabels { to: to.to_owned(), result: result.to_owned() }));
+                drop(self.sent.get_or_create(&SentLabels { to: to.to_owned(), result: result.to_owned() }));
             }
         }
         let reason = |r: &str| ReasonLabels { reason: r.to_owned() };
         for r in CLOSED_REASONS {
-            drop(closed.get_or_create(&reason(r)));
+            drop(self.closed.get_or_create(&reason(r)));
         }
-        drop(skipped.get_or_create(&reason("compressed")));
+        drop(self.skipped.get_or_create(&reason("compressed")));
         for s in sources.iter().filter(|s| s.starts_with('/')) {
             for copy in ["found", "missing"] {
-                drop(truncations.get_or_create(&TruncationLabels { source: s.clone(), copy: copy.to_owned() }));
+                let labels = TruncationLabels { source: s.clone(), copy: copy.to_owned() };
+                drop(self.truncations.get_or_create(&labels));
             }
         }
         if sources.iter().any(|s| !s.starts_with('/')) {
             for r in RECONNECT_REASONS {
-                drop(reconnects.get_or_create(&reason(r)));
+                drop(self.reconnects.get_or_create(&reason(r)));
             }
         }
-        registry.register("watcher_agent_lines", "Lines read, per source", lines_family);
+    }
+
+    /// Registers every family in `registry`, with its help text.
+    fn register(&self, registry: &mut Registry) {
+        registry.register("watcher_agent_lines", "Lines read, per source", self.lines.clone());
         registry.register(
             "watcher_agent_matches",
             "Lines matching each rule, per source (and per the values of the rule's named groups)",
-            matches_family.clone(),
+            self.matches.clone(),
         );
         registry.register(
             "watcher_agent_last_match_timestamp_seconds",
             "When each rule last matched (seconds since the epoch; 0: never)",
-            last_family,
+            self.last_match.clone(),
         );
         registry.register(
             "watcher_agent_long_lines",
             "Lines longer than AGENT_MAX_LINE_BYTES, matched on their first bytes",
-            long_family,
+            self.long_lines.clone(),
         );
         registry.register(
             "watcher_agent_series_folded",
             "Matches counted as `other`: their named groups' values beyond AGENT_MAX_SERIES",
-            folded_family,
+            self.folded.clone(),
         );
-        registry.register("watcher_agent_source_errors", "Problems reading a source, by reason", errors.clone());
-        registry.register("watcher_agent_alert_firing", "1 while a rule's alert fires", firing_family);
+        registry.register("watcher_agent_source_errors", "Problems reading a source, by reason", self.errors.clone());
+        registry.register("watcher_agent_alert_firing", "1 while a rule's alert fires", self.firing.clone());
         registry.register(
             "watcher_agent_alerts_sent",
             "Alerts sent as Events on the pod and to Alertmanager, by result",
-            sent.clone(),
+            self.sent.clone(),
         );
-        registry.register("watcher_agent_open_files", "Files open now", open_files.clone());
+        registry.register("watcher_agent_open_files", "Files open now", self.open_files.clone());
         registry.register(
             "watcher_agent_files_closed",
             "Files closed: rotated away and read to the end, idle past AGENT_IGNORE_OLDER, or over AGENT_MAX_OPEN_FILES",
-            closed.clone(),
+            self.closed.clone(),
         );
-        registry.register("watcher_agent_files_skipped", "Files never read as text: compressed", skipped.clone());
+        registry.register("watcher_agent_files_skipped", "Files never read as text: compressed", self.skipped.clone());
         registry.register(
             "watcher_agent_truncations",
             "Files truncated (copytruncate): the copy found and read from where the file was left, or not found",
-            truncations.clone(),
+            self.truncations.clone(),
         );
         registry.register(
             "watcher_agent_stream_reconnects",
             "Log streams asked again: ended, idle (no byte for a while), error, restarted (the container restarted), \
              shutdown",
-            reconnects.clone(),
+            self.reconnects.clone(),
         );
+    }
+}
+
+impl Metrics {
+    /// Registers every series known in advance, at 0.
+    pub fn register(registry: &mut Registry, sources: &[String], rules: &[RuleConfig], max_series: usize) -> Self {
+        let families = Families::default();
+        families.known_at_zero(sources);
+        families.register(registry);
+        let source = |s: &String| SourceLabels { source: s.clone() };
+        let rule = |r: &str| RuleLabels { rule: r.to_owned() };
+        let per_source = |family: &Family<SourceLabels, Counter>| {
+            sources.iter().map(|s| family.get_or_create(&source(s)).clone()).collect()
+        };
+        let unlabelled = |rule: &RuleConfig| -> Vec<Option<Counter>> {
+            let matches = |s: &String| families.matches.get_or_create(&match_labels(&rule.name, s, &[], &[])).clone();
+            sources.iter().map(|s| rule.labels.is_empty().then(|| matches(s))).collect()
+        };
+        let labelled = |r: &RuleConfig| {
+            (!r.labels.is_empty()).then(|| Labelled {
+                names: r.labels.clone(),
+                seen: Mutex::default(),
+                folded: families.folded.get_or_create(&rule(&r.name)).clone(),
+            })
+        };
         Self {
-            lines,
-            matches,
-            matches_family,
-            labelled,
+            lines: per_source(&families.lines),
+            matches: rules.iter().map(unlabelled).collect(),
+            labelled: rules.iter().map(labelled).collect(),
             max_series,
             rule_names: rules.iter().map(|r| r.name.clone()).collect(),
-            last_match,
-            long_lines,
-            firing,
-            open_files,
-            closed,
-            skipped,
-            truncations,
-            reconnects,
-            errors,
-            sent,
+            last_match: rules.iter().map(|r| families.last_match.get_or_create(&rule(&r.name)).clone()).collect(),
+            long_lines: per_source(&families.long_lines),
+            firing: rules.iter().map(|r| families.firing.get_or_create(&rule(&r.name)).clone()).collect(),
+            open_files: families.open_files.clone(),
+            closed: families.closed.clone(),
+            skipped: families.skipped.clone(),
+            truncations: families.truncations.clone(),
+            reconnects: families.reconnects.clone(),
+            errors: families.errors.clone(),
+            sent: families.sent.clone(),
             sources: sources.to_vec(),
+            matches_family: families.matches,
         }
     }
 

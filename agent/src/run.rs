@@ -95,19 +95,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let has_alert = config.rules.iter().any(|r| r.alert.is_some());
     let client = api_client(&config, has_alert, &metrics, stdout_source).await;
     let resume = Arc::new(Mutex::new(resume_from(saved.as_ref(), config.start)));
-    let stream = match (&client, &config.logs_container, &config.pod.name, &config.pod.namespace) {
-        (Some(client), Some(container), Some(pod), Some(namespace)) => {
-            let pods = kube::Api::namespaced(client.clone(), namespace);
-            let (pod, container, resume, metrics) = (pod.clone(), container.clone(), resume.clone(), metrics.clone());
-            let mut counting = counting();
-            let (max_line, idle, stop) = (config.max_line_bytes, config.stream_idle, stopped.clone());
-            Some(tokio::spawn(async move {
-                let reader = Reader { counting: &mut counting, source: stdout_source, resume: &resume, max_line, idle };
-                crate::logs::follow(pods, pod, container, reader, metrics, stop).await;
-            }))
-        }
-        _ => None,
-    };
+    let stream = start_stream(&config, client.as_ref(), counting(), &resume, &metrics, stdout_source, stopped);
 
     // The sinks.
     let (publish, published) = tokio::sync::watch::channel(initial_states(&config));
@@ -116,21 +104,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     // The alert loop, until SIGTERM.
     let mut states = initial_states(&config);
     let mut checkpoints = state_dir.map(|dir| Checkpoints { dir, files: file_marks, resume, last: None });
-    let mut ticks = tokio::time::interval(ALERT_TICK);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            _ = ticks.tick() => {
-                look(&alerts, &mut states, &metrics, &publish);
-                if let Some(checkpoints) = &mut checkpoints {
-                    checkpoints.save().await;
-                }
-            }
-        }
-    }
+    until_shutdown(&alerts, &mut states, &metrics, &publish, &mut checkpoints).await;
 
     info!("stopping: the files read to their end, the log stream drained, the alerts said, a last scrape served");
     let _ = stop.send(true);
@@ -158,6 +132,57 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let _ = server.await;
     info!("stopped");
     Ok(())
+}
+
+/// Follows the log stream of the watched container, when one is named and the API can be
+/// reached, as source `source`, until `stop`.
+fn start_stream(
+    config: &Config,
+    client: Option<&kube::Client>,
+    mut counting: Counting,
+    resume: &Arc<Mutex<Resume>>,
+    metrics: &Arc<Metrics>,
+    source: usize,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let (Some(client), Some(container), Some(pod), Some(namespace)) =
+        (client, &config.logs_container, &config.pod.name, &config.pod.namespace)
+    else {
+        return None;
+    };
+    let pods = kube::Api::namespaced(client.clone(), namespace);
+    let (pod, container, resume, metrics) = (pod.clone(), container.clone(), resume.clone(), metrics.clone());
+    let (max_line, idle) = (config.max_line_bytes, config.stream_idle);
+    Some(tokio::spawn(async move {
+        let reader = Reader { counting: &mut counting, source, resume: &resume, max_line, idle };
+        crate::logs::follow(pods, pod, container, reader, metrics, stop).await;
+    }))
+}
+
+/// The alert loop: every tick the alerts are looked at and the checkpoints saved, until SIGTERM
+/// or SIGINT.
+async fn until_shutdown(
+    alerts: &SharedAlerts,
+    states: &mut [AlertState],
+    metrics: &Metrics,
+    publish: &tokio::sync::watch::Sender<Vec<AlertState>>,
+    checkpoints: &mut Option<Checkpoints>,
+) {
+    let mut ticks = tokio::time::interval(ALERT_TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            _ = ticks.tick() => {
+                look(alerts, states, metrics, publish);
+                if let Some(checkpoints) = checkpoints {
+                    checkpoints.save().await;
+                }
+            }
+        }
+    }
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until told to stop.

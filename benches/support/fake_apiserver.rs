@@ -228,21 +228,7 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
                 .expect("response");
         }
         if let Some((kind, listed)) = server.lists.get(path) {
-            // A live server lists what it keeps too (a restarted operator sees what it wrote).
-            let kept = server.kept_items(path);
-            let items: std::borrow::Cow<'_, [Value]> = if kept.is_empty() {
-                std::borrow::Cow::Borrowed(listed.as_slice())
-            } else {
-                std::borrow::Cow::Owned(listed.iter().cloned().chain(kept).collect())
-            };
-            let limit = query.get("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(usize::MAX);
-            let start = query.get("continue").and_then(|c| c.parse::<usize>().ok()).unwrap_or(0);
-            let end = start.saturating_add(limit).min(items.len());
-            let cont = if end < items.len() { end.to_string() } else { String::new() };
-            let list = json!({"apiVersion": "v1", "kind": kind,
-                              "metadata": {"resourceVersion": "1", "continue": cont},
-                              "items": items[start.min(end)..end]});
-            return json_response(StatusCode::OK, &list);
+            return listed_page(&server, path, kind, listed, &query);
         }
         if !is_list(path) {
             server.reads.fetch_add(1, Ordering::Relaxed);
@@ -287,6 +273,32 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
         Some(_) => json_response(StatusCode::OK, &object),
         None => json_response(StatusCode::OK, &json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})),
     }
+}
+
+/// A page of the listed objects of `path` (and those the server keeps), as `limit` and
+/// `continue` in `query` ask.
+fn listed_page(
+    server: &FakeApiServer,
+    path: &str,
+    kind: &str,
+    listed: &[Value],
+    query: &HashMap<&str, &str>,
+) -> Response {
+    // A live server lists what it keeps too (a restarted operator sees what it wrote).
+    let kept = server.kept_items(path);
+    let items: std::borrow::Cow<'_, [Value]> = if kept.is_empty() {
+        std::borrow::Cow::Borrowed(listed)
+    } else {
+        std::borrow::Cow::Owned(listed.iter().cloned().chain(kept).collect())
+    };
+    let limit = query.get("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(usize::MAX);
+    let start = query.get("continue").and_then(|c| c.parse::<usize>().ok()).unwrap_or(0);
+    let end = start.saturating_add(limit).min(items.len());
+    let cont = if end < items.len() { end.to_string() } else { String::new() };
+    let list = json!({"apiVersion": "v1", "kind": kind,
+                      "metadata": {"resourceVersion": "1", "continue": cont},
+                      "items": items[start.min(end)..end]});
+    json_response(StatusCode::OK, &list)
 }
 
 /// A write of a live server's resource: a create (409 for a name taken), a status or merge

@@ -35,26 +35,7 @@ pub(crate) fn inject_preview(
     native: bool,
 ) -> anyhow::Result<String> {
     let Namespace { name: namespace, labels: namespace_labels, pod_security } = namespace;
-    let mut all_watchers: Vec<Watcher> = Vec::new();
-    let mut cluster: Vec<Arc<ClusterWatcher>> = Vec::new();
-    for path in watchers {
-        for document in documents(path)? {
-            if document.get("kind").and_then(|k| k.as_str()) == Some(CLUSTER_WATCHER_KIND) {
-                let found = parse_kind::<ClusterWatcher>(&document, CLUSTER_WATCHER_KIND, path)?;
-                if found.spec.namespace_selector.is_some() && namespace_labels.is_empty() {
-                    eprintln!(
-                        "ClusterWatcher {} has a namespaceSelector: the namespace has only its name label \
-                         (kubernetes.io/metadata.name) unless --namespace-labels gives it more",
-                        found.name_any()
-                    );
-                }
-                cluster.push(Arc::new(found));
-                continue;
-            }
-            let watcher = parse_kind::<Watcher>(&document, "Watcher", path)?;
-            all_watchers.push(watcher);
-        }
-    }
+    let (all_watchers, cluster) = watcher_files(watchers, namespace_labels.is_empty())?;
     let policies = image_policies(policies, !namespace_labels.is_empty())?;
     let options = InjectOptions {
         excluded_namespaces: Vec::new(),
@@ -86,31 +67,62 @@ pub(crate) fn inject_preview(
         let levels = NamespaceLevels::of_namespace(&namespace, |key| labels.get(key).map(String::as_str), pod_security);
         let mut injection = inject_at_level(&pod, &namespace, &refs, &options, &levels);
         rewrite_images(&pod, &namespace, &policies, &options, &mut injection);
-        let name = pod.display_name();
-        if let Some(reason) = &injection.refused {
-            bail!("pod {namespace}/{name} would be refused: {reason}");
-        }
-        for warning in &injection.warnings {
-            eprintln!("Warning: pod {namespace}/{name}: {warning}");
-        }
-        if let Some(reason) = &injection.skipped {
-            eprintln!("pod {namespace}/{name} not injected: {reason}");
-        }
-        for report in injection.pod_security.iter().filter(|r| r.violations.is_none()) {
-            for (container, fields) in &report.adapted {
-                eprintln!(
-                    "pod {namespace}/{name}: Watcher {} adapted to PodSecurity \"{}\": container {container} gets {}",
-                    report.watcher,
-                    report.policy,
-                    fields.join(", ")
-                );
-            }
-        }
+        say(&injection, &namespace, pod.display_name())?;
         json_patch::patch(&mut document, &injection.patch).context("the injection patch does not apply")?;
         out.push_str("---\n");
         out.push_str(&serde_saphyr::to_string(&document)?);
     }
     Ok(out)
+}
+
+/// The Watchers and ClusterWatchers of the files `paths`. `unlabelled`: the namespace has only
+/// its name label (a ClusterWatcher's `namespaceSelector` is said to see only that).
+fn watcher_files(paths: &[PathBuf], unlabelled: bool) -> anyhow::Result<(Vec<Watcher>, Vec<Arc<ClusterWatcher>>)> {
+    let mut all_watchers: Vec<Watcher> = Vec::new();
+    let mut cluster: Vec<Arc<ClusterWatcher>> = Vec::new();
+    for path in paths {
+        for document in documents(path)? {
+            if document.get("kind").and_then(|k| k.as_str()) == Some(CLUSTER_WATCHER_KIND) {
+                let found = parse_kind::<ClusterWatcher>(&document, CLUSTER_WATCHER_KIND, path)?;
+                if found.spec.namespace_selector.is_some() && unlabelled {
+                    eprintln!(
+                        "ClusterWatcher {} has a namespaceSelector: the namespace has only its name label \
+                         (kubernetes.io/metadata.name) unless --namespace-labels gives it more",
+                        found.name_any()
+                    );
+                }
+                cluster.push(Arc::new(found));
+                continue;
+            }
+            all_watchers.push(parse_kind::<Watcher>(&document, "Watcher", path)?);
+        }
+    }
+    Ok((all_watchers, cluster))
+}
+
+/// Says on stderr what admission would say of pod `name`, as kubectl shows admission warnings;
+/// an error when it would be refused.
+fn say(injection: &watcher_admission::Injection, namespace: &str, name: &str) -> anyhow::Result<()> {
+    if let Some(reason) = &injection.refused {
+        bail!("pod {namespace}/{name} would be refused: {reason}");
+    }
+    for warning in &injection.warnings {
+        eprintln!("Warning: pod {namespace}/{name}: {warning}");
+    }
+    if let Some(reason) = &injection.skipped {
+        eprintln!("pod {namespace}/{name} not injected: {reason}");
+    }
+    for report in injection.pod_security.iter().filter(|r| r.violations.is_none()) {
+        for (container, fields) in &report.adapted {
+            eprintln!(
+                "pod {namespace}/{name}: Watcher {} adapted to PodSecurity \"{}\": container {container} gets {}",
+                report.watcher,
+                report.policy,
+                fields.join(", ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The namespace of the previewed pods: the name of those that give none, and its labels

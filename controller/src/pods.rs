@@ -83,38 +83,10 @@ pub async fn run(
     policies: PolicyCache,
 ) {
     let client = ctx.client.clone();
-    let lookup: SidecarLookup = {
-        let cache = cache.clone();
-        Arc::new(move |namespace: &str, name: &str| {
-            let watchers = cache.in_namespace(namespace);
-            watchers.iter().find(|w| w.name_any() == name).map(|w| containers_of(w)).unwrap_or_default()
-        })
-    };
-    let pods = Arc::new(PodIndex::new(lookup));
+    let pods = Arc::new(PodIndex::new(sidecar_lookup(cache.clone())));
     let (synced_tx, synced_rx) = futures::channel::mpsc::unbounded();
     let (cluster_synced_tx, synced_cluster) = futures::channel::mpsc::unbounded();
-    let pod_events = pod_events(Api::<PodMeta>::all(client.clone()))
-        .inspect(watcher_cache::watch::observe_watch("pods"))
-        .default_backoff()
-        .filter_map({
-            let pods = pods.clone();
-            move |event| {
-                let changed = match event {
-                    Ok(event) => {
-                        let done = matches!(event, watcher::Event::InitDone);
-                        let changed = pods.apply(event).map(Ok);
-                        if done {
-                            // Count every Watcher and ClusterWatcher once.
-                            let _ = synced_tx.unbounded_send(());
-                            let _ = cluster_synced_tx.unbounded_send(());
-                        }
-                        changed
-                    }
-                    Err(error) => Some(Err(error)),
-                };
-                futures::future::ready(changed)
-            }
-        });
+    let pod_events = indexed_pod_events(&client, pods.clone(), [synced_tx, cluster_synced_tx]);
     let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
     let revision_events = revisions.subscribe();
     // Revision changes missed (a lagging subscriber): every Watcher and ClusterWatcher again.
@@ -162,6 +134,42 @@ pub async fn run(
         .run(reconcile_cluster, cluster_error_policy, shared)
         .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) });
     futures::join!(fan_out, watchers, clusters);
+}
+
+/// The sidecars of Watcher `name` in `namespace`, as the cache holds it.
+fn sidecar_lookup(cache: WatcherCache) -> SidecarLookup {
+    Arc::new(move |namespace: &str, name: &str| {
+        let watchers = cache.in_namespace(namespace);
+        watchers.iter().find(|w| w.name_any() == name).map(|w| containers_of(w)).unwrap_or_default()
+    })
+}
+
+/// Every pod's events, kept in `pods`, as the changed pods; once the first list is in, each of
+/// `synced` is told (to count every Watcher and ClusterWatcher once).
+fn indexed_pod_events(
+    client: &kube::Client,
+    pods: Arc<PodIndex>,
+    synced: [futures::channel::mpsc::UnboundedSender<()>; 2],
+) -> impl futures::Stream<Item = Result<PodMeta, watcher::Error>> + Send + 'static {
+    pod_events(Api::<PodMeta>::all(client.clone()))
+        .inspect(watcher_cache::watch::observe_watch("pods"))
+        .default_backoff()
+        .filter_map(move |event| {
+            let changed = match event {
+                Ok(event) => {
+                    let done = matches!(event, watcher::Event::InitDone);
+                    let changed = pods.apply(event).map(Ok);
+                    if done {
+                        for synced in &synced {
+                            let _ = synced.unbounded_send(());
+                        }
+                    }
+                    changed
+                }
+                Err(error) => Some(Err(error)),
+            };
+            futures::future::ready(changed)
+        })
 }
 
 /// Where a reconcile of a Watcher or a ClusterWatcher is asked for.
@@ -293,6 +301,48 @@ pub async fn reconcile_cluster(cluster: Arc<ClusterWatcher>, ctx: Arc<PodsContex
     Ok(action)
 }
 
+/// Writes `counts` and the `revisions` (current, stable) in the status of `watcher`, in one
+/// write when either changed, with a Warning Event once per change of counts that drift.
+async fn write_counts(
+    watcher: &Watcher,
+    subject: &Subject,
+    ctx: &PodsContext,
+    counts: watcher_api::PodCounts,
+    revisions: Option<(String, String)>,
+) -> Result<()> {
+    let status = watcher.status.as_ref();
+    let mut changed = serde_json::Map::new();
+    if let Some((current, stable)) = revisions {
+        let written =
+            (status.and_then(|s| s.current_revision.as_deref()), status.and_then(|s| s.stable_revision.as_deref()));
+        if written != (Some(current.as_str()), Some(stable.as_str())) {
+            changed.insert("currentRevision".into(), current.into());
+            changed.insert("stableRevision".into(), stable.into());
+        }
+    }
+    let counts_changed = status.and_then(|s| s.pods) != Some(counts);
+    if counts_changed {
+        changed.insert("pods".into(), json!(counts));
+    }
+    if !changed.is_empty() {
+        patch_status(subject, &watcher.name_any(), ctx, json!({ "status": changed })).await?;
+    }
+    if counts_changed {
+        let outdated = counts.injected - counts.up_to_date;
+        if counts.missing > 0 || outdated > 0 {
+            // Once per change of the counts, not once per reconcile.
+            let note = format!(
+                "{} of {} pods miss this {} and {outdated} carry an older spec",
+                counts.missing,
+                counts.matched,
+                subject.kind()
+            );
+            publish(ctx, subject, watcher, EventType::Warning, "InjectionDrift", "Count", note).await;
+        }
+    }
+    Ok(())
+}
+
 /// What to do until the pods and the revisions are listed: counts would be short, and the
 /// cache would say "no revision".
 fn unready(ctx: &PodsContext) -> Option<Action> {
@@ -350,37 +400,7 @@ async fn reconcile_subject(
             .collect();
         ctx.ctx.metrics.set_cluster_pods(&cluster.name_any(), by_namespace);
     }
-    // The counts and the revisions, in one write when either changed.
-    let status = watcher.status.as_ref();
-    let mut changed = serde_json::Map::new();
-    if let Some((current, stable)) = revisions {
-        let written =
-            (status.and_then(|s| s.current_revision.as_deref()), status.and_then(|s| s.stable_revision.as_deref()));
-        if written != (Some(current.as_str()), Some(stable.as_str())) {
-            changed.insert("currentRevision".into(), current.into());
-            changed.insert("stableRevision".into(), stable.into());
-        }
-    }
-    let counts_changed = status.and_then(|s| s.pods) != Some(counts);
-    if counts_changed {
-        changed.insert("pods".into(), json!(counts));
-    }
-    if !changed.is_empty() {
-        patch_status(subject, &watcher.name_any(), ctx, json!({ "status": changed })).await?;
-    }
-    if counts_changed {
-        let outdated = counts.injected - counts.up_to_date;
-        if counts.missing > 0 || outdated > 0 {
-            // Once per change of the counts, not once per reconcile.
-            let note = format!(
-                "{} of {} pods miss this {} and {outdated} carry an older spec",
-                counts.missing,
-                counts.matched,
-                subject.kind()
-            );
-            publish(ctx, subject, watcher, EventType::Warning, "InjectionDrift", "Count", note).await;
-        }
-    }
+    write_counts(watcher, subject, ctx, counts, revisions).await?;
     let (running, ended) = running;
     let conditions = set_kubelet_condition(watcher, subject, ctx, RUNNING_CONDITION, running, conditions).await?;
     set_kubelet_condition(watcher, subject, ctx, ENDED_CONDITION, ended, conditions).await?;

@@ -285,26 +285,47 @@ impl ScopeWriter {
         )
     }
 
+    /// The scope of what the caches hold, the conditions to write for it, why they fall back
+    /// (if they do), and the state they are written in: applied, unless kube-apiserver refused
+    /// these conditions before or an expression had to be left out.
+    fn to_write(&self) -> (Arc<Scope>, Conditions, Option<String>, ScopeState) {
+        let scope = Arc::new(self.compute());
+        let (conditions, why) = within_limits(scope.conditions());
+        let refused = self.refused.as_ref().filter(|(c, _)| *c == conditions).map(|(_, why)| why.clone());
+        match (refused, why) {
+            (Some(refused), _) => (scope, Conditions::default(), Some(refused), ScopeState::Fallback("refused")),
+            (None, Some(why)) => (scope, conditions, Some(why), ScopeState::Fallback("too_large")),
+            (None, None) => (scope, conditions, None, ScopeState::Applied),
+        }
+    }
+
+    /// kube-apiserver took the conditions written for `scope`: said, and published once it
+    /// sends what they newly select (`Ready` means a pod created now is injected).
+    async fn applied(
+        &mut self,
+        scope: Arc<Scope>,
+        why: Option<&str>,
+        seen: Option<(Conditions, Option<String>)>,
+        written: ScopeState,
+    ) {
+        let summary = scope.summary();
+        match why {
+            None => info!(%summary, "wrote the webhook's matchConditions"),
+            Some(why) => warn!(%summary, "wrote the webhook's matchConditions: {why}"),
+        }
+        self.seen = seen;
+        let registered = Registered::Scoped(scope);
+        let previous = self.state.borrow().clone();
+        if let Some((namespace, labels)) = newly_selected(&previous, &registered, &self.watchers.everywhere()) {
+            await_applied(&self.client, &namespace, labels).await;
+        }
+        self.publish(registered, written);
+    }
+
     /// One pass: compute, and unless the result is what was last seen in place (and `reread`
     /// is false), read the configuration and write it when something differs.
     async fn pass(&mut self, reread: bool) -> kube::Result<Pass> {
-        let scope = Arc::new(self.compute());
-        let (conditions, mut why) = within_limits(scope.conditions());
-        let refused = self.refused.as_ref().filter(|(c, _)| *c == conditions).map(|(_, why)| why.clone());
-        // Written as computed: applied, unless kube-apiserver refused these conditions before or
-        // an expression had to be left out.
-        let written = match (&refused, &why) {
-            (Some(_), _) => ScopeState::Fallback("refused"),
-            (None, Some(_)) => ScopeState::Fallback("too_large"),
-            (None, None) => ScopeState::Applied,
-        };
-        let conditions = match refused {
-            Some(reason) => {
-                why = Some(reason);
-                Conditions::default()
-            }
-            None => conditions,
-        };
+        let (scope, conditions, why, written) = self.to_write();
         let seen = Some((conditions.clone(), why.clone()));
         if !reread && self.seen == seen {
             // The same conditions: what they cover is this scope (after a fallback, every pod).
@@ -351,20 +372,7 @@ impl ScopeWriter {
                 self.fall_back(&api, &params, written, conditions, why.to_owned(), "dropped").await
             }
             Ok(_) => {
-                let summary = scope.summary();
-                match &why {
-                    None => info!(%summary, "wrote the webhook's matchConditions"),
-                    Some(why) => warn!(%summary, "wrote the webhook's matchConditions: {why}"),
-                }
-                self.seen = seen;
-                let registered = Registered::Scoped(scope);
-                // Covered only once kube-apiserver sends what the new conditions select: `Ready`
-                // means a pod created now is injected.
-                let previous = self.state.borrow().clone();
-                if let Some((namespace, labels)) = newly_selected(&previous, &registered, &self.watchers.everywhere()) {
-                    await_applied(&self.client, &namespace, labels).await;
-                }
-                self.publish(registered, written);
+                self.applied(scope, why.as_deref(), seen, written).await;
                 Ok(Pass::Done)
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(Pass::Conflict),

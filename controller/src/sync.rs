@@ -353,21 +353,14 @@ impl<K: Synced> Caches<K> {
     }
 }
 
-async fn run_kind<K: Synced>(
-    shared: &Arc<SyncContext>,
+/// The caches of `K` in each of `source_namespaces` and of its copies everywhere (labelled
+/// `watcher.dev/synced=true`), and the watches that fill them, each change enqueued as the key
+/// of its source.
+fn watch_sources_and_copies<K: Synced>(
+    client: &kube::Client,
     source_namespaces: &[String],
-    namespaces: Store<NamespaceMeta>,
-    mut namespace_changes: broadcast::Receiver<()>,
-) {
-    let client = shared.ctx.client.clone();
-    let (requests, queue) = mpsc::unbounded_channel::<ScheduleRequest<SourceKey>>();
-    let enqueue = {
-        let requests = requests.clone();
-        move |key: SourceKey| {
-            let _ = requests.send(ScheduleRequest { message: key, run_at: tokio::time::Instant::now() });
-        }
-    };
-
+    enqueue: &(impl Fn(SourceKey) + Clone + Send + Sync + 'static),
+) -> Watched<K> {
     let mut sources = HashMap::new();
     let mut fills = Vec::new();
     let copies_config = watcher::Config::default().labels(&format!("{SYNCED_LABEL}=true"));
@@ -394,6 +387,32 @@ async fn run_kind<K: Synced>(
             futures::future::ready(())
         })));
     }
+    Watched { sources, copies, fills }
+}
+
+/// The caches of a kind's sources (by namespace) and copies, and the watches that fill them.
+struct Watched<K: kube::Resource<DynamicType = ()> + 'static> {
+    sources: HashMap<String, Store<K>>,
+    copies: Option<Store<K>>,
+    fills: Vec<futures::future::BoxFuture<'static, ()>>,
+}
+
+async fn run_kind<K: Synced>(
+    shared: &Arc<SyncContext>,
+    source_namespaces: &[String],
+    namespaces: Store<NamespaceMeta>,
+    mut namespace_changes: broadcast::Receiver<()>,
+) {
+    let client = shared.ctx.client.clone();
+    let (requests, queue) = mpsc::unbounded_channel::<ScheduleRequest<SourceKey>>();
+    let enqueue = {
+        let requests = requests.clone();
+        move |key: SourceKey| {
+            let _ = requests.send(ScheduleRequest { message: key, run_at: tokio::time::Instant::now() });
+        }
+    };
+
+    let Watched { sources, copies, fills } = watch_sources_and_copies::<K>(&client, source_namespaces, &enqueue);
     let Some(copies) = copies else { return };
     let caches = Arc::new(Caches { sources, copies, namespaces });
 

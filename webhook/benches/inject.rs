@@ -112,83 +112,102 @@ fn measure(mut call: impl FnMut()) -> f64 {
     per_call[per_call.len() / 2]
 }
 
-fn main() {
-    // 100 Watchers in the namespace besides the ones asked for, as in a busy cluster.
-    let mut watchers: Vec<Arc<Watcher>> = (0..100).map(|i| Arc::new(watcher(&format!("other-{i}")))).collect();
-    watchers.extend(["log-watcher", "metrics-watcher", "audit-watcher"].map(|n| Arc::new(watcher(n))));
-    watchers.push(Arc::new(sees_the_app("app-watcher")));
-    let options = InjectOptions {
-        excluded_namespaces: vec!["watcher-system".into()],
-        native_sidecars: true,
-        server_minor: None,
-        ..Default::default()
-    };
-    // The reviews read them as the operator does, from the shared cache's namespace index.
-    let cached = {
-        let (store, mut writer) = kube::runtime::reflector::store::<Watcher>();
-        for watcher in &watchers {
-            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(watcher.as_ref().clone()));
-        }
-        watcher_cache::WatcherCache::from_store(store).0
-    };
+/// What every part of the bench reads: the Watchers of the namespace (100 besides the ones
+/// asked for, as in a busy cluster), the same in the shared cache as the operator reads them,
+/// the options, and the captured review.
+struct Setup {
+    watchers: Vec<Arc<Watcher>>,
+    cached: watcher_cache::WatcherCache,
+    options: InjectOptions,
+    one: Value,
+}
 
-    let one: Value = serde_json::from_str(FIXTURE).expect("fixture");
-    let mut three = one.clone();
-    three["request"]["object"]["metadata"]["annotations"]["watcher.dev/inject"] =
-        json!("log-watcher,metrics-watcher,audit-watcher");
-
-    // The same pod asking for the Watcher that sees the app (its container carrying the variable
-    // the Watcher transfers).
-    let mut every = one.clone();
-    every["request"]["object"]["metadata"]["annotations"]["watcher.dev/inject"] = json!("app-watcher");
-    every["request"]["object"]["spec"]["containers"][0]["env"] = json!([{"name": "SERVICE_NAME", "value": "web"}]);
-
-    println!("{:<44} {:>10}", "benchmark (median of 15 batches)", "µs/call");
-    {
-        use kube::runtime::reflector;
-        use watcher_admission::WatcherSource;
-        let (store, mut writer) = reflector::store::<Watcher>();
-        for i in 0..1000 {
-            let mut w = watcher(&format!("w-{i}"));
-            w.metadata.namespace = Some(format!("team-{}", i % 10));
-            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(w));
-        }
-        let t = measure(|| {
-            black_box(store.watchers_in(black_box("team-3")));
-        });
-        println!("{:<44} {t:>10.2}", "Watchers of a namespace, 1,000: store filter");
-        let (cache, _) = watcher_cache::WatcherCache::from_store(store);
-        let t = measure(|| {
-            black_box(cache.in_namespace(black_box("team-3")));
-        });
-        println!("{:<44} {t:>10.2}", "Watchers of a namespace, 1,000: cache index");
-
-        // The same, with 10 ClusterWatchers that apply everywhere, over 1,000 namespaces.
-        let (clusters, mut cluster_writer) = reflector::store::<watcher_api::ClusterWatcher>();
-        for i in 0..10 {
-            let cluster: watcher_api::ClusterWatcher = serde_json::from_value(json!({
-                "apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcher",
-                "metadata": {"name": format!("agent-{i}"), "uid": format!("uid-{i}")},
-                "spec": {"container": {"name": format!("agent-{i}"), "image": "busybox:1.36"}}}))
-            .expect("ClusterWatcher");
-            cluster_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(cluster));
-        }
-        let (namespaces, mut namespace_writer) = reflector::store::<watcher_cache::NamespaceMeta>();
-        for i in 0..1000 {
-            let namespace = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": format!("team-{i}"),
-                             "labels": {"kubernetes.io/metadata.name": format!("team-{i}"), "team": "payments"}}}))
-            .expect("namespace");
-            namespace_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(namespace));
-        }
-        let (cache, _) =
-            watcher_cache::WatcherCache::from_stores(cache.store.clone(), clusters, namespaces, "watcher-system");
-        assert_eq!(cache.in_namespace("team-3").len(), 100 + 10);
-        let t = measure(|| {
-            black_box(cache.in_namespace(black_box("team-3")));
-        });
-        println!("{:<44} {t:>10.2}", "... and 10 ClusterWatchers: cache index");
+impl Setup {
+    fn new() -> Self {
+        let mut watchers: Vec<Arc<Watcher>> = (0..100).map(|i| Arc::new(watcher(&format!("other-{i}")))).collect();
+        watchers.extend(["log-watcher", "metrics-watcher", "audit-watcher"].map(|n| Arc::new(watcher(n))));
+        watchers.push(Arc::new(sees_the_app("app-watcher")));
+        let options = InjectOptions {
+            excluded_namespaces: vec!["watcher-system".into()],
+            native_sidecars: true,
+            server_minor: None,
+            ..Default::default()
+        };
+        let cached = cache_of(&watchers);
+        let one: Value = serde_json::from_str(FIXTURE).expect("fixture");
+        Self { watchers, cached, options, one }
     }
+}
+
+/// `watchers` in the shared cache's namespace index.
+fn cache_of(watchers: &[Arc<Watcher>]) -> watcher_cache::WatcherCache {
+    let (store, mut writer) = kube::runtime::reflector::store::<Watcher>();
+    for watcher in watchers {
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(watcher.as_ref().clone()));
+    }
+    watcher_cache::WatcherCache::from_store(store).0
+}
+
+fn main() {
+    let setup = Setup::new();
+    println!("{:<44} {:>10}", "benchmark (median of 15 batches)", "µs/call");
+    lookups();
+    decode_and_inject(&setup);
+    rewrite(&setup);
+    pod_security(&setup);
+    ending(&setup);
+    held_rollout(&setup);
+}
+
+/// The Watchers of a namespace: filtered from the store, from the cache's index, with ClusterWatchers.
+fn lookups() {
+    use kube::runtime::reflector;
+    use watcher_admission::WatcherSource;
+    let (store, mut writer) = reflector::store::<Watcher>();
+    for i in 0..1000 {
+        let mut w = watcher(&format!("w-{i}"));
+        w.metadata.namespace = Some(format!("team-{}", i % 10));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(w));
+    }
+    let t = measure(|| {
+        black_box(store.watchers_in(black_box("team-3")));
+    });
+    println!("{:<44} {t:>10.2}", "Watchers of a namespace, 1,000: store filter");
+    let (cache, _) = watcher_cache::WatcherCache::from_store(store);
+    let t = measure(|| {
+        black_box(cache.in_namespace(black_box("team-3")));
+    });
+    println!("{:<44} {t:>10.2}", "Watchers of a namespace, 1,000: cache index");
+
+    // The same, with 10 ClusterWatchers that apply everywhere, over 1,000 namespaces.
+    let (clusters, mut cluster_writer) = reflector::store::<watcher_api::ClusterWatcher>();
+    for i in 0..10 {
+        let cluster: watcher_api::ClusterWatcher = serde_json::from_value(json!({
+            "apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcher",
+            "metadata": {"name": format!("agent-{i}"), "uid": format!("uid-{i}")},
+            "spec": {"container": {"name": format!("agent-{i}"), "image": "busybox:1.36"}}}))
+        .expect("ClusterWatcher");
+        cluster_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(cluster));
+    }
+    let (namespaces, mut namespace_writer) = reflector::store::<watcher_cache::NamespaceMeta>();
+    for i in 0..1000 {
+        let namespace = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": format!("team-{i}"),
+                         "labels": {"kubernetes.io/metadata.name": format!("team-{i}"), "team": "payments"}}}))
+        .expect("namespace");
+        namespace_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(namespace));
+    }
+    let (cache, _) =
+        watcher_cache::WatcherCache::from_stores(cache.store.clone(), clusters, namespaces, "watcher-system");
+    assert_eq!(cache.in_namespace("team-3").len(), 100 + 10);
+    let t = measure(|| {
+        black_box(cache.in_namespace(black_box("team-3")));
+    });
+    println!("{:<44} {t:>10.2}", "... and 10 ClusterWatchers: cache index");
+}
+
+/// Decoding for scale; `inject` alone and the whole review, for 1 and 3 Watchers.
+fn decode_and_inject(setup: &Setup) {
     let body = FIXTURE.as_bytes();
     let t = measure(|| {
         black_box(
@@ -200,13 +219,22 @@ fn main() {
     });
     println!("{:<44} {t:>10.2}", "for scale: decode into kube AdmissionReview<Pod>");
 
-    for (label, review) in [("1 Watcher", &one), ("3 Watchers", &three), ("1 Watcher, every app field", &every)] {
+    let Setup { watchers, cached, options, one } = setup;
+    let mut three = one.clone();
+    three["request"]["object"]["metadata"]["annotations"]["watcher.dev/inject"] =
+        json!("log-watcher,metrics-watcher,audit-watcher");
+    // The same pod asking for the Watcher that sees the app (its container carrying the variable
+    // the Watcher transfers).
+    let mut every = one.clone();
+    every["request"]["object"]["metadata"]["annotations"]["watcher.dev/inject"] = json!("app-watcher");
+    every["request"]["object"]["spec"]["containers"][0]["env"] = json!([{"name": "SERVICE_NAME", "value": "web"}]);
+    for (label, review) in [("1 Watcher", one), ("3 Watchers", &three), ("1 Watcher, every app field", &every)] {
         let pod: PodView = serde_json::from_value(review["request"]["object"].clone()).expect("pod");
         let refs: Vec<&Watcher> = watchers.iter().map(Arc::as_ref).collect();
-        let injected = inject(&pod, "team-a", &refs, &options);
+        let injected = inject(&pod, "team-a", &refs, options);
         assert!(!injected.patch.is_empty(), "{label}: the fixture is injected");
         let t = measure(|| {
-            black_box(inject(black_box(&pod), "team-a", black_box(&refs), &options));
+            black_box(inject(black_box(&pod), "team-a", black_box(&refs), options));
         });
         println!("{:<44} {t:>10.2}", format!("inject, fixture pod, {label}"));
 
@@ -218,22 +246,26 @@ fn main() {
         });
         println!("{:<44} {t:>10.2}", format!("review: decode + inject + encode, {label}"));
     }
+}
 
+/// The rewrite step: the fixture pod (nginx:1.27) and its injected sidecar (busybox:1.36).
+fn rewrite(setup: &Setup) {
     // The rewrite step: the fixture pod (nginx:1.27) and its injected sidecar (busybox:1.36).
+    let Setup { watchers, cached, options, one } = setup;
     let pod: PodView = serde_json::from_value(one["request"]["object"].clone()).expect("pod");
     let refs: Vec<&Watcher> = watchers.iter().map(Arc::as_ref).collect();
-    let body = serde_json::to_vec(&one).expect("body");
+    let body = serde_json::to_vec(one).expect("body");
     for (label, policies) in [
         ("0 rules", policy(0, false)),
         ("50 rules, none match", policy(50, false)),
         ("50 rules, last matches", policy(50, true)),
     ] {
-        let mut check = inject(&pod, "team-a", &refs, &options);
-        rewrite_images(&pod, "team-a", &policies, &options, &mut check);
+        let mut check = inject(&pod, "team-a", &refs, options);
+        rewrite_images(&pod, "team-a", &policies, options, &mut check);
         assert_eq!(check.rewritten.len(), if label.ends_with("last matches") { 2 } else { 0 }, "{label}");
         let t = measure(|| {
-            let mut injection = inject(black_box(&pod), "team-a", black_box(&refs), &options);
-            rewrite_images(black_box(&pod), "team-a", black_box(&policies), &options, &mut injection);
+            let mut injection = inject(black_box(&pod), "team-a", black_box(&refs), options);
+            rewrite_images(black_box(&pod), "team-a", black_box(&policies), options, &mut injection);
             black_box(injection);
         });
         println!("{:<44} {t:>10.2}", format!("inject + rewrite, 1 Watcher, {label}"));
@@ -244,14 +276,18 @@ fn main() {
         });
         println!("{:<44} {t:>10.2}", format!("review, 1 Watcher, {label}"));
     }
+}
 
+/// Pod Security: the namespace's labels read from the cache in one lookup either way.
+fn pod_security(setup: &Setup) {
     // Pod Security: the namespace's labels read from the cache in one lookup either way.
-    let restricted = restricted_pod_review(&one);
-    let options = InjectOptions { server_minor: Some(36), ..options };
+    let Setup { cached, one, .. } = setup;
+    let restricted = restricted_pod_review(one);
+    let options = InjectOptions { server_minor: Some(36), ..setup.options.clone() };
     for (label, review, enforce) in [
         ("restricted pod, unlabelled namespace", &restricted, None),
         ("restricted pod, restricted namespace", &restricted, Some("restricted")),
-        ("captured pod, restricted namespace", &one, Some("restricted")),
+        ("captured pod, restricted namespace", one, Some("restricted")),
     ] {
         let body = serde_json::to_vec(review).expect("body");
         let reviewer = Reviewer::new(cached.clone(), options.clone()).with_policies(Arc::new(Labels(enforce)));
@@ -266,9 +302,14 @@ fn main() {
         });
         println!("{:<44} {t:>10.2}", format!("review, {label}"));
     }
+}
 
+/// A Job's pod: what the ending step costs.
+fn ending(setup: &Setup) {
     // A Job's pod: the sidecar under the supervisor, its init container and volume added; as a
     // regular container it is also named (label and annotation) for the operator to end.
+    let Setup { cached, one, .. } = setup;
+    let options = InjectOptions { server_minor: Some(36), ..setup.options.clone() };
     let mut job = one.clone();
     job["request"]["object"] =
         serde_json::from_str(include_str!("../../admission/fixtures/ending/job-1.36-plain.json")).expect("fixture");
@@ -299,10 +340,14 @@ fn main() {
         });
         println!("{:<44} {t:>10.2}", format!("review, {label}"));
     }
+}
 
+/// A held rollout: the stable revision from the revision cache, as admission reads it.
+fn held_rollout(setup: &Setup) {
     // A held rollout: log-watcher moved to busybox:1.37 with `partition: 1, newPods: Stable`;
     // its stable revision (busybox:1.36) from the revision cache, as admission reads it.
-    let options = InjectOptions { server_minor: None, ..options };
+    let Setup { watchers, one, .. } = setup;
+    let options = setup.options.clone();
     let mut stable = watcher("log-watcher");
     stable.metadata.uid = Some("w-uid".into());
     stable.metadata.generation = Some(2); // as the API server gives every Watcher
@@ -310,7 +355,7 @@ fn main() {
     revision.metadata.uid = Some("rev-1".into());
     let stable_name = revision.metadata.name.clone().expect("name");
     let revisions = watcher_cache::RevisionCache::holding(vec![revision], "watcher-system");
-    let body = serde_json::to_vec(&one).expect("body");
+    let body = serde_json::to_vec(one).expect("body");
     for (label, held) in [("rollout not held, current spec", false), ("held rollout, stable revision", true)] {
         let mut current = stable.clone();
         current.spec.container.image = Some("busybox:1.37".into());
@@ -321,11 +366,7 @@ fn main() {
         let mut all: Vec<Arc<Watcher>> =
             watchers.iter().filter(|w| w.metadata.name.as_deref() != Some("log-watcher")).cloned().collect();
         all.push(Arc::new(current));
-        let (store, mut writer) = kube::runtime::reflector::store::<Watcher>();
-        for watcher in &all {
-            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(watcher.as_ref().clone()));
-        }
-        let cache = watcher_cache::WatcherCache::from_store(store).0;
+        let cache = cache_of(&all);
         let reviewer = Reviewer::new(cache, options.clone()).with_revisions(Arc::new(revisions.clone()));
         let (answer, _) = reviewer.review(&body).expect("answered");
         let text = String::from_utf8(answer.to_json().expect("encoded")).expect("UTF-8");

@@ -78,7 +78,6 @@ pub fn plan(
         return rollout;
     }
     let hash = watcher.spec.spec_hash();
-    let container = watcher.spec.container.name.as_str();
     let mut all: Vec<&CountedPod> = live_pods_of(watcher, pods)
         .filter(|pod| {
             let s = standing(watcher, &hash, pod);
@@ -95,25 +94,7 @@ pub fn plan(
     // Recreated now, a pod would come back on the stable revision: only in place, or in the group.
     let recreate_waits = policy.holds_new_pods() && policy.selector.is_none();
 
-    let deadline = jiff::SignedDuration::try_from(IN_PLACE_DEADLINE).unwrap_or_default();
-    for pod in &all {
-        if !standing(watcher, &hash, pod).up_to_date {
-            continue;
-        }
-        rollout.updated += 1;
-        if policy.type_ == UpdatePolicyType::InPlace && in_place::in_flight(pod, container) {
-            rollout.in_flight.push(shown(watcher, pod));
-            let updated =
-                pod.annotations().get(SIDECAR_UPDATED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
-            if updated.is_some_and(|at| now.duration_since(at) > deadline) {
-                rollout.stuck.push(format!(
-                    "pod {} has not run the new sidecar image within {} minutes of its update",
-                    shown(watcher, pod),
-                    IN_PLACE_DEADLINE.as_secs() / 60
-                ));
-            }
-        }
-    }
+    count_up_to_date(&mut rollout, watcher, &hash, &all, now);
     let outdated = |pod: &&&CountedPod| !standing(watcher, &hash, pod).up_to_date;
     rollout.held = kept.iter().filter(outdated).count();
     rollout.outside = outside.iter().filter(outdated).count();
@@ -161,6 +142,32 @@ pub fn plan(
     }
     rollout.evictions = recreate.into_iter().take(budget).collect();
     rollout
+}
+
+/// Counts the pods of `all` on the current spec (`hash`) into `rollout`, with those whose
+/// in-place update is in flight, and those stuck past the deadline.
+fn count_up_to_date(rollout: &mut Rollout, watcher: &Watcher, hash: &str, all: &[&CountedPod], now: jiff::Timestamp) {
+    let container = watcher.spec.container.name.as_str();
+    let policy = &watcher.spec.update_policy;
+    let deadline = jiff::SignedDuration::try_from(IN_PLACE_DEADLINE).unwrap_or_default();
+    for pod in all {
+        if !standing(watcher, hash, pod).up_to_date {
+            continue;
+        }
+        rollout.updated += 1;
+        if policy.type_ == UpdatePolicyType::InPlace && in_place::in_flight(pod, container) {
+            rollout.in_flight.push(shown(watcher, pod));
+            let updated =
+                pod.annotations().get(SIDECAR_UPDATED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            if updated.is_some_and(|at| now.duration_since(at) > deadline) {
+                rollout.stuck.push(format!(
+                    "pod {} has not run the new sidecar image within {} minutes of its update",
+                    shown(watcher, pod),
+                    IN_PLACE_DEADLINE.as_secs() / 60
+                ));
+            }
+        }
+    }
 }
 
 /// The spec hash `pod` carries for `watcher`.

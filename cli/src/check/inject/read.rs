@@ -52,42 +52,9 @@ pub(crate) async fn check_inject(
     namespace: Option<&str>,
     operator_namespace: Option<&str>,
 ) -> anyhow::Result<Explanation> {
-    use anyhow::Context as _;
-    use k8s_openapi::api::core::v1::Namespace;
-    use kube::api::{Api, ListParams};
-    use watcher_api::ImagePolicy;
-
     let (pod, existing, namespace) = read_target(client, target, namespace).await?;
-    let labels = Api::<Namespace>::all(client.clone())
-        .get_opt(&namespace)
-        .await
-        .with_context(|| format!("cannot read namespace {namespace}"))?
-        .with_context(|| format!("namespace {namespace} not found"))?
-        .metadata
-        .labels
-        .unwrap_or_default();
-    let watchers = Api::<Watcher>::namespaced(client.clone(), &namespace)
-        .list(&ListParams::default())
-        .await
-        .with_context(|| format!("cannot list the Watchers of namespace {namespace} (are the CRDs installed?)"))?
-        .items;
-    let (configuration, selectors, operator_namespace) = read_registration(client, operator_namespace).await?;
-    let compiled: Vec<Arc<CompiledPolicy>> = Api::<ImagePolicy>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("cannot list the ImagePolicies")?
-        .items
-        .iter()
-        .map(|p| Arc::new(p.compile()))
-        .collect();
-    let cluster_watchers: Vec<Arc<ClusterWatcher>> = Api::<ClusterWatcher>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("cannot list the ClusterWatchers (is their CRD installed?)")?
-        .items
-        .into_iter()
-        .map(Arc::new)
-        .collect();
+    let Admission { labels, watchers, cluster_watchers, compiled, configuration, selectors, operator_namespace } =
+        Admission::read(client, &namespace, operator_namespace).await?;
     let admission_options = InjectOptions {
         excluded_namespaces: vec![operator_namespace.clone()],
         native_sidecars: true,
@@ -134,6 +101,63 @@ pub(crate) async fn check_inject(
         sent,
     };
     Ok(explain(&pod, existing, &scope))
+}
+
+/// What admission reads for a pod of one namespace, as the cluster holds it now.
+struct Admission {
+    /// The namespace's labels.
+    labels: BTreeMap<String, String>,
+    /// Its Watchers.
+    watchers: Vec<Watcher>,
+    cluster_watchers: Vec<Arc<ClusterWatcher>>,
+    /// Every ImagePolicy, compiled.
+    compiled: Vec<Arc<CompiledPolicy>>,
+    /// The webhook configuration, its selectors, and the operator's namespace.
+    configuration: Option<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>,
+    selectors: WebhookSelectors,
+    operator_namespace: String,
+}
+
+impl Admission {
+    /// Reads it for `namespace`. An error: what cannot be read, and why it may be so.
+    async fn read(client: &kube::Client, namespace: &str, operator_namespace: Option<&str>) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        use k8s_openapi::api::core::v1::Namespace;
+        use kube::api::{Api, ListParams};
+        use watcher_api::ImagePolicy;
+
+        let labels = Api::<Namespace>::all(client.clone())
+            .get_opt(namespace)
+            .await
+            .with_context(|| format!("cannot read namespace {namespace}"))?
+            .with_context(|| format!("namespace {namespace} not found"))?
+            .metadata
+            .labels
+            .unwrap_or_default();
+        let watchers = Api::<Watcher>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default())
+            .await
+            .with_context(|| format!("cannot list the Watchers of namespace {namespace} (are the CRDs installed?)"))?
+            .items;
+        let (configuration, selectors, operator_namespace) = read_registration(client, operator_namespace).await?;
+        let compiled = Api::<ImagePolicy>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .context("cannot list the ImagePolicies")?
+            .items
+            .iter()
+            .map(|p| Arc::new(p.compile()))
+            .collect();
+        let cluster_watchers = Api::<ClusterWatcher>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .context("cannot list the ClusterWatchers (is their CRD installed?)")?
+            .items
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        Ok(Self { labels, watchers, cluster_watchers, compiled, configuration, selectors, operator_namespace })
+    }
 }
 
 /// The pod `target` names (`true`: it exists in the cluster) and its namespace: `namespace`,
