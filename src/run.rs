@@ -137,7 +137,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown.wait(),
     ));
 
-    shutdown_signal().await;
+    watcher_agent::signal::shutdown().await;
     info!("shutting down: webhook unready, draining");
     tls_ready.store(false, Ordering::Release);
     tokio::time::sleep(ENDPOINT_DRAIN).await;
@@ -378,28 +378,6 @@ fn own_namespace(client: &Client) -> String {
         .ok()
         .filter(|ns| !ns.is_empty())
         .unwrap_or_else(|| client.default_namespace().to_owned())
-}
-
-/// Waits for SIGTERM (the kubelet) or Ctrl-C (a terminal).
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                warn!(%error, "cannot listen for SIGTERM");
-                future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = future::pending::<()>();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        () = terminate => {},
-    }
 }
 
 /// Runs the chosen controllers; with leader election only while this replica holds the Lease.

@@ -132,3 +132,48 @@ fn every_runbook_url_is_a_section_of_the_runbooks() {
         assert!(sections.iter().any(|a| a == anchor), "no section #{anchor} in docs/runbooks.md");
     }
 }
+
+/// The `watcher-*` crates a crate's manifest names in `section` (`dependencies`,
+/// `dev-dependencies`).
+fn watcher_crates(dir: &str, section: &str) -> Vec<String> {
+    let manifest = std::fs::read_to_string(Path::new(ROOT).join(dir).join("Cargo.toml")).expect("Cargo.toml");
+    let mut inside = false;
+    let mut out = Vec::new();
+    for line in manifest.lines() {
+        if line.starts_with('[') {
+            inside = line == format!("[{section}]");
+        } else if inside && line.starts_with("watcher-") {
+            out.extend(line.split(['.', ' ', '=']).next().map(str::to_owned));
+        }
+    }
+    out
+}
+
+/// The crates depend one way (docs/development.md's layout): what an admission decides knows no
+/// server, cache or controller; the caches know no webhook or controller; nothing in `webhook/`,
+/// its benchmark and tests included, knows the controllers. Every crate is in the layout.
+#[test]
+fn the_crates_depend_one_way_and_the_layout_names_them_all() {
+    let never = [
+        ("admission", &["watcher-webhook", "watcher-cache", "watcher-controller", "watcher-cli"][..]),
+        ("cache", &["watcher-webhook", "watcher-controller", "watcher-cli"][..]),
+        ("webhook", &["watcher-controller", "watcher-cli"][..]),
+        ("controller", &["watcher-webhook", "watcher-cli"][..]),
+    ];
+    for (dir, forbidden) in never {
+        for section in ["dependencies", "dev-dependencies"] {
+            let named = watcher_crates(dir, section);
+            assert!(!named.is_empty() || section == "dev-dependencies", "{dir}: no watcher crate read");
+            for crate_name in forbidden {
+                assert!(!named.iter().any(|n| n == crate_name), "{dir}/Cargo.toml [{section}] names {crate_name}");
+            }
+        }
+    }
+    assert!(watcher_crates("webhook", "dev-dependencies").contains(&"watcher-cache".to_owned()));
+    let development = std::fs::read_to_string(Path::new(ROOT).join("docs/development.md")).expect("development.md");
+    let root = std::fs::read_to_string(Path::new(ROOT).join("Cargo.toml")).expect("Cargo.toml");
+    let members = root.lines().find(|l| l.starts_with("members")).expect("members");
+    for member in members.split('"').skip(1).step_by(2) {
+        assert!(development.contains(&format!("`{member}/`")), "docs/development.md's layout leaves out {member}/");
+    }
+}

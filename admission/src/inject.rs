@@ -312,8 +312,8 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
                 adapted
             }
         };
-        if let Err(why) = security::startable(watcher, self.pod, &mut adapted) {
-            self.injection.not_injected(name, Some(watcher), &why);
+        if let Err(root) = security::startable(watcher, self.pod, &mut adapted) {
+            self.injection.not_injected(name, Some(watcher), &root.to_string());
             return None;
         }
         Some(adapted)

@@ -18,4 +18,5 @@ pub mod metrics;
 pub mod rules;
 pub mod run;
 mod server;
+pub mod signal;
 mod text;

@@ -170,7 +170,7 @@ async fn until_shutdown(
 ) {
     let mut ticks = tokio::time::interval(ALERT_TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let shutdown = shutdown_signal();
+    let shutdown = crate::signal::shutdown();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -501,20 +501,5 @@ impl Sink for FileSink<'_> {
 
     fn open_files(&mut self, count: usize) {
         self.metrics.open_files.set(i64::try_from(count).unwrap_or(i64::MAX));
-    }
-}
-
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(error) => {
-            warn!(%error, "cannot handle SIGTERM; stopping on SIGINT only");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
     }
 }

@@ -14,6 +14,67 @@ const DOCKER_HUB_ALIASES: [&str; 2] = ["index.docker.io", "registry-1.docker.io"
 /// The repository namespace of Docker Hub's official images.
 const OFFICIAL_NAMESPACE: &str = "library";
 
+/// Why a text is not an image reference.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not an image reference: {why}")]
+pub struct ReferenceError {
+    /// The text.
+    pub text: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+/// Why an ImagePolicy rule does not compile: what its status says.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// A prefix (ending in `/`) rewritten to a whole reference.
+    #[error("rule {from:?} → {to:?}: a prefix (ending in /) is rewritten to a prefix")]
+    PrefixToWhole {
+        /// The rule's `from`.
+        from: String,
+        /// The rule's `to`.
+        to: String,
+    },
+    /// `from` is an empty prefix.
+    #[error("rule {from:?} → {to:?}: from: an empty prefix would match every image; name a registry")]
+    EmptyPrefix {
+        /// The rule's `from`.
+        from: String,
+        /// The rule's `to`.
+        to: String,
+    },
+    /// `from` is a prefix of no registry or repository.
+    #[error("rule {from:?} → {to:?}: from: {prefix:?} is not a registry or repository prefix")]
+    NotAPrefix {
+        /// The rule's `from`.
+        from: String,
+        /// The rule's `to`.
+        to: String,
+        /// `from` without its `/`.
+        prefix: String,
+    },
+    /// `from` is not a reference.
+    #[error("rule {from:?} → {to:?}: from: {source}")]
+    From {
+        /// The rule's `from`.
+        from: String,
+        /// The rule's `to`.
+        to: String,
+        /// Why.
+        source: ReferenceError,
+    },
+    /// `to` is not a reference (or, for a prefix, does not make one).
+    #[error("rule {from:?} → {to:?}: to: {source}")]
+    To {
+        /// The rule's `from`.
+        from: String,
+        /// The rule's `to`.
+        to: String,
+        /// Why.
+        source: ReferenceError,
+    },
+}
+
 /// A parsed image reference.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reference {
@@ -29,8 +90,8 @@ pub struct Reference {
 
 impl Reference {
     /// Parses and normalizes `text`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let invalid = |why: &str| format!("{text:?} is not an image reference: {why}");
+    pub fn parse(text: &str) -> Result<Self, ReferenceError> {
+        let invalid = |why: &'static str| ReferenceError { text: text.to_owned(), why };
         if text.is_empty() || text.len() > 4096 || text.trim() != text {
             return Err(invalid("empty, too long or padded with spaces"));
         }
@@ -131,18 +192,26 @@ pub struct Rule {
 impl Rule {
     /// Compiles a rule. `from` ending in `/` is a prefix (of a normalized reference) and `to`
     /// must then end in `/` too; otherwise both are whole references.
-    pub fn compile(from: &str, to: &str) -> Result<Self, String> {
+    pub fn compile(from: &str, to: &str) -> Result<Self, RuleError> {
+        let bad_to = |source| RuleError::To { from: from.to_owned(), to: to.to_owned(), source };
         if let Some(prefix) = from.strip_suffix('/') {
             let Some(_) = to.strip_suffix('/') else {
-                return Err(format!("rule {from:?} → {to:?}: a prefix (ending in /) is rewritten to a prefix"));
+                return Err(RuleError::PrefixToWhole { from: from.to_owned(), to: to.to_owned() });
             };
-            Reference::parse(&format!("{to}x")).map_err(|e| format!("rule {from:?} → {to:?}: to: {e}"))?;
-            let (domain, path) = split_prefix(prefix).map_err(|e| format!("rule {from:?} → {to:?}: from: {e}"))?;
+            Reference::parse(&format!("{to}x")).map_err(bad_to)?;
+            let (domain, path) = split_prefix(prefix).ok_or_else(|| match prefix.is_empty() {
+                true => RuleError::EmptyPrefix { from: from.to_owned(), to: to.to_owned() },
+                false => RuleError::NotAPrefix { from: from.to_owned(), to: to.to_owned(), prefix: prefix.to_owned() },
+            })?;
             let normalized = if path.is_empty() { format!("{domain}/") } else { format!("{domain}/{path}/") };
             return Ok(Self { pattern: Pattern::Prefix(normalized), to: to.to_owned() });
         }
-        let from_ref = Reference::parse(from).map_err(|e| format!("rule {from:?} → {to:?}: from: {e}"))?;
-        Reference::parse(to).map_err(|e| format!("rule {from:?} → {to:?}: to: {e}"))?;
+        let from_ref = Reference::parse(from).map_err(|source| RuleError::From {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            source,
+        })?;
+        Reference::parse(to).map_err(bad_to)?;
         Ok(Self { pattern: Pattern::Exact(from_ref.to_string()), to: to.to_owned() })
     }
 
@@ -158,10 +227,11 @@ impl Rule {
 }
 
 /// A prefix's registry and repository path, normalized like a reference's: `quay.io/` is a
-/// registry, `bitnami/` the repository namespace `docker.io/bitnami/`.
-fn split_prefix(prefix: &str) -> Result<(String, String), String> {
+/// registry, `bitnami/` the repository namespace `docker.io/bitnami/`. `None`: empty, or not a
+/// registry or repository prefix.
+fn split_prefix(prefix: &str) -> Option<(String, String)> {
     if prefix.is_empty() {
-        return Err("an empty prefix would match every image; name a registry".into());
+        return None;
     }
     let looks_like_host = |s: &str| s.contains(['.', ':']) || s == "localhost";
     let (domain, path) = match prefix.split_once('/') {
@@ -172,9 +242,9 @@ fn split_prefix(prefix: &str) -> Result<(String, String), String> {
     let domain = if DOCKER_HUB_ALIASES.contains(&domain) { DEFAULT_DOMAIN } else { domain };
     let domain_ok = domain.chars().all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c));
     if !domain_ok || (!path.is_empty() && !path.split('/').all(valid_path_component)) {
-        return Err(format!("{prefix:?} is not a registry or repository prefix"));
+        return None;
     }
-    Ok((domain.to_owned(), path.to_owned()))
+    Some((domain.to_owned(), path.to_owned()))
 }
 
 /// The image after the first matching rule, or `None` when no rule matches (or the image is not
@@ -295,7 +365,7 @@ mod tests {
             ("docker.io/", "mirror internal/", "to"),
         ] {
             let error = Rule::compile(from, to).expect_err(from);
-            assert!(error.contains(why), "{from} → {to}: {error}");
+            assert!(error.to_string().contains(why), "{from} → {to}: {error}");
         }
     }
 }

@@ -90,6 +90,17 @@ pub struct WorkloadCounts {
     pub rewritten: i32,
 }
 
+/// Why an ImagePolicy is not applied: what its status says.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// Its `namespaceSelector` is not a selector (kube's reason).
+    #[error("spec.namespaceSelector: failed to parse value as expression: {0}")]
+    Selector(String),
+    /// A rule does not compile.
+    #[error(transparent)]
+    Rule(crate::image::RuleError),
+}
+
 /// A policy ready to apply: rules parsed once, not at every admission.
 #[derive(Clone, Debug)]
 pub struct CompiledPolicy {
@@ -98,7 +109,7 @@ pub struct CompiledPolicy {
     /// Whether workload templates are rewritten too.
     pub workloads: bool,
     /// The compiled rules, or why the policy is not applied.
-    pub rules: Result<Vec<Rule>, String>,
+    pub rules: Result<Vec<Rule>, PolicyError>,
     selector: Option<Selector>,
 }
 
@@ -108,8 +119,14 @@ impl ImagePolicy {
     pub fn compile(&self) -> CompiledPolicy {
         let selector = self.spec.namespace_selector.clone().map(Selector::try_from);
         let rules = match &selector {
-            Some(Err(error)) => Err(format!("spec.namespaceSelector: {error}")),
-            _ => self.spec.rewrites.iter().map(|r| Rule::compile(&r.from, &r.to)).collect(),
+            Some(Err(error)) => Err(PolicyError::Selector(error.0.clone())),
+            _ => self
+                .spec
+                .rewrites
+                .iter()
+                .map(|r| Rule::compile(&r.from, &r.to))
+                .collect::<Result<_, _>>()
+                .map_err(PolicyError::Rule),
         };
         CompiledPolicy {
             name: self.name_any(),
@@ -168,13 +185,13 @@ mod tests {
             {"from": "alpine:", "to": "nginx"},
         ]}))
         .compile();
-        assert!(bad_rule.rules.as_ref().is_err_and(|e| e.contains("alpine:")), "{:?}", bad_rule.rules);
+        assert!(bad_rule.rules.as_ref().is_err_and(|e| e.to_string().contains("alpine:")), "{:?}", bad_rule.rules);
         assert!(bad_rule.valid_rules().is_empty() && !bad_rule.selects(&BTreeMap::new()));
         let bad_selector = policy(serde_json::json!({
             "rewrites": [{"from": "docker.io/", "to": "m.internal/"}],
             "namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Sometimes", "values": ["b"]}]},
         }))
         .compile();
-        assert!(bad_selector.rules.as_ref().is_err_and(|e| e.contains("namespaceSelector")));
+        assert!(bad_selector.rules.as_ref().is_err_and(|e| e.to_string().contains("namespaceSelector")));
     }
 }

@@ -26,7 +26,9 @@ pub use app::{
 pub use at::{At, AtPhase, AtSpec, AtStatus, DEFAULT_AT_IMAGE};
 pub use cluster_watcher::{CLUSTER_WATCHER_KIND, ClusterWatcher, ClusterWatcherSpec, ClusterWatcherStatus};
 pub use condition::{Condition, condition, reasons, set_condition, types};
-pub use image_policy::{CompiledPolicy, ImagePolicy, ImagePolicySpec, ImagePolicyStatus, ImageRewrite, WorkloadCounts};
+pub use image_policy::{
+    CompiledPolicy, ImagePolicy, ImagePolicySpec, ImagePolicyStatus, ImageRewrite, PolicyError, WorkloadCounts,
+};
 pub use podset::{DEFAULT_PODSET_IMAGE, PodSet, PodSetSpec, PodSetStatus};
 pub use watcher::{
     FailurePolicy, InjectionSpec, NativeSidecar, NewPods, PodCounts, UpdatePolicy, UpdatePolicyType, Watcher,

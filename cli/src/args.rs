@@ -328,7 +328,7 @@ fn parse_image(value: &str) -> Result<String, String> {
 }
 
 fn parse_pod_security_config(value: &str) -> Result<watcher_admission::pod_security::ClusterDefaults, String> {
-    crate::pod_security_config::read(std::path::Path::new(value))
+    crate::pod_security_config::read(std::path::Path::new(value)).map_err(|error| error.to_string())
 }
 
 /// Every controller, the default of `--controllers`: an operator installed from `deploy/` (which

@@ -3,43 +3,79 @@
 //! `AdmissionConfiguration` that holds one under its `PodSecurity` plugin (the file given to
 //! kube-apiserver's `--admission-control-config-file`), or `defaults` and `exemptions` alone.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use watcher_admission::pod_security::ClusterDefaults;
 
+/// Why a Pod Security admission configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// What is wrong in the file.
+    #[error("{path}: {source}")]
+    InFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        source: Box<ConfigError>,
+    },
+    /// The text is not YAML.
+    #[error("not YAML: {0}")]
+    NotYaml(String),
+    /// An AdmissionConfiguration without the PodSecurity plugin.
+    #[error("an AdmissionConfiguration without a PodSecurity plugin")]
+    NoPlugin,
+    /// The plugin's configuration is a file of its own.
+    #[error("the PodSecurity plugin has no inline `configuration`")]
+    NotInline,
+    /// Another kind.
+    #[error("kind {0}: expected PodSecurityConfiguration or AdmissionConfiguration")]
+    Kind(String),
+    /// Not the shape of a PodSecurityConfiguration.
+    #[error("not a PodSecurityConfiguration: {0}")]
+    NotAConfiguration(#[source] serde_json::Error),
+    /// Levels or versions kube-apiserver would refuse.
+    #[error("{}", .0.join("; "))]
+    Problems(Vec<String>),
+}
+
 /// Reads and checks the configuration at `path`; the error names the file and what is wrong.
-pub fn read(path: &Path) -> Result<ClusterDefaults, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+pub fn read(path: &Path) -> Result<ClusterDefaults, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+    parse(&text).map_err(|source| ConfigError::InFile { path: path.to_owned(), source: Box::new(source) })
 }
 
 /// The configuration in `text` (YAML or JSON).
-pub fn parse(text: &str) -> Result<ClusterDefaults, String> {
-    let value: Value = serde_saphyr::from_str(text).map_err(|e| format!("not YAML: {e}"))?;
+pub fn parse(text: &str) -> Result<ClusterDefaults, ConfigError> {
+    let value: Value = serde_saphyr::from_str(text).map_err(|e| ConfigError::NotYaml(e.to_string()))?;
     let mut configuration = match value.get("kind").and_then(Value::as_str) {
         Some("AdmissionConfiguration") => {
             let plugins = value.get("plugins").and_then(Value::as_array).into_iter().flatten();
             let plugin = plugins
                 .into_iter()
                 .find(|p| p.get("name").and_then(Value::as_str) == Some("PodSecurity"))
-                .ok_or("an AdmissionConfiguration without a PodSecurity plugin")?;
-            plugin.get("configuration").cloned().ok_or("the PodSecurity plugin has no inline `configuration`")?
+                .ok_or(ConfigError::NoPlugin)?;
+            plugin.get("configuration").cloned().ok_or(ConfigError::NotInline)?
         }
         Some("PodSecurityConfiguration") | None => value,
-        Some(other) => {
-            return Err(format!("kind {other}: expected PodSecurityConfiguration or AdmissionConfiguration"));
-        }
+        Some(other) => return Err(ConfigError::Kind(other.to_owned())),
     };
     if let Some(fields) = configuration.as_object_mut() {
         fields.remove("apiVersion");
         fields.remove("kind");
     }
-    let defaults: ClusterDefaults =
-        serde_json::from_value(configuration).map_err(|e| format!("not a PodSecurityConfiguration: {e}"))?;
+    let defaults: ClusterDefaults = serde_json::from_value(configuration).map_err(ConfigError::NotAConfiguration)?;
     let problems = defaults.problems();
     if !problems.is_empty() {
-        return Err(problems.join("; "));
+        return Err(ConfigError::Problems(problems));
     }
     Ok(defaults)
 }
@@ -83,15 +119,15 @@ plugins:
     /// Mistakes are said, naming the field.
     #[test]
     fn mistakes_name_their_field() {
-        let error = parse("defaults: {enforce: strict}").expect_err("refused");
+        let error = parse("defaults: {enforce: strict}").expect_err("refused").to_string();
         assert!(error.contains("defaults.enforce: \"strict\""), "{error}");
-        let error = parse("defaults: {enforce-version: \"1.30\"}").expect_err("refused");
+        let error = parse("defaults: {enforce-version: \"1.30\"}").expect_err("refused").to_string();
         assert!(error.contains("defaults.enforce-version"), "{error}");
-        let error = parse("defaults: {enforced: baseline}").expect_err("refused");
+        let error = parse("defaults: {enforced: baseline}").expect_err("refused").to_string();
         assert!(error.contains("defaults.enforced: unknown"), "{error}");
-        let error = parse("exemption: {}").expect_err("refused");
+        let error = parse("exemption: {}").expect_err("refused").to_string();
         assert!(error.contains("unknown field `exemption`"), "{error}");
-        let error = parse("kind: AdmissionConfiguration\nplugins: []").expect_err("refused");
+        let error = parse("kind: AdmissionConfiguration\nplugins: []").expect_err("refused").to_string();
         assert!(error.contains("without a PodSecurity plugin"), "{error}");
     }
 }

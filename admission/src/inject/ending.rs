@@ -39,11 +39,31 @@ pub(super) enum Supervised {
     Entrypoint,
 }
 
+/// Why a sidecar cannot run under the supervisor.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum NotSupervised {
+    /// The container is not a JSON object.
+    NotAnObject,
+    /// The supervisor's path or volume name is taken.
+    Taken,
+}
+
+impl std::fmt::Display for NotSupervised {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotAnObject => f.write_str("the container is not an object"),
+            Self::Taken => {
+                write!(f, "its container already mounts {SUPERVISOR_DIR} or a volume named {SUPERVISOR_NAME}")
+            }
+        }
+    }
+}
+
 /// Runs `sidecar`'s command (JSON, as it goes into the pod) under the supervisor, the
 /// supervisor's volume mounted read-only; a sidecar without a command is left as it is.
 /// `Err` says why it cannot be supervised (the supervisor's path or volume name taken).
-pub(super) fn supervise(sidecar: &mut Value) -> Result<Supervised, String> {
-    let Value::Object(fields) = sidecar else { return Err("the container is not an object".into()) };
+pub(super) fn supervise(sidecar: &mut Value) -> Result<Supervised, NotSupervised> {
+    let Value::Object(fields) = sidecar else { return Err(NotSupervised::NotAnObject) };
     let command = match fields.get("command") {
         Some(Value::Array(command)) if !command.is_empty() => command.clone(),
         _ => return Ok(Supervised::Entrypoint),
@@ -54,7 +74,7 @@ pub(super) fn supervise(sidecar: &mut Value) -> Result<Supervised, String> {
             || m.get("mountPath").and_then(Value::as_str).map(|p| p.trim_end_matches('/')) == Some(SUPERVISOR_DIR)
     });
     if taken {
-        return Err(format!("its container already mounts {SUPERVISOR_DIR} or a volume named {SUPERVISOR_NAME}"));
+        return Err(NotSupervised::Taken);
     }
     let program = format!("{SUPERVISOR_DIR}/{SUPERVISOR_NAME}");
     let wrapped: Vec<Value> = [json!(program), json!("run"), json!("--")].into_iter().chain(command).collect();

@@ -152,7 +152,7 @@ impl Adapted {
 /// would run as root nonetheless (`runAsUser: 0`), the Watcher cannot be injected: the
 /// kubelet would refuse to start it, and a native sidecar or init container would keep the
 /// whole pod from running.
-pub(super) fn startable(watcher: &Watcher, pod: &PodView, adapted: &mut Adapted) -> Result<(), String> {
+pub(super) fn startable(watcher: &Watcher, pod: &PodView, adapted: &mut Adapted) -> Result<(), RunsAsRoot> {
     let spec = pod.spec.as_ref();
     let pod_context = spec.and_then(|s| s.security_context.as_ref());
     let windows = spec.and_then(|s| s.os.as_ref()).is_some_and(|os| os.name == "windows");
@@ -178,11 +178,23 @@ pub(super) fn startable(watcher: &Watcher, pod: &PodView, adapted: &mut Adapted)
     if root.is_empty() {
         return Ok(());
     }
-    let (noun, pronoun) = if root.len() == 1 { ("container", "it") } else { ("containers", "them") };
-    Err(format!(
-        "its {noun} {} would run with runAsNonRoot=true and runAsUser=0: the kubelet would not start {pronoun}",
-        root.join(", ")
-    ))
+    Err(RunsAsRoot(root))
+}
+
+/// What a Watcher adds would run as root where the pod asks for non-root: its containers' names,
+/// quoted.
+#[derive(Debug)]
+pub(super) struct RunsAsRoot(Vec<String>);
+
+impl std::fmt::Display for RunsAsRoot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (noun, pronoun) = if self.0.len() == 1 { ("container", "it") } else { ("containers", "them") };
+        let names = self.0.join(", ");
+        write!(
+            f,
+            "its {noun} {names} would run with runAsNonRoot=true and runAsUser=0: the kubelet would not start {pronoun}"
+        )
+    }
 }
 
 /// How a Watcher stands towards a Pod Security policy, before any pod exists: judged on a pod
@@ -202,7 +214,7 @@ pub fn compliance(watcher: &Watcher, policy: Policy, server: Option<u32>) -> Com
     let pod = PodView::default();
     let guard = Guard { policy, server: server.unwrap_or(NEWEST_MINOR), pod: PodFacts::default() };
     let admitted = guard.admit(watcher, &pod).map_err(|failures| failures.to_string()).and_then(|mut adapted| {
-        startable(watcher, &pod, &mut adapted)?;
+        startable(watcher, &pod, &mut adapted).map_err(|root| root.to_string())?;
         Ok(adapted)
     });
     match admitted {

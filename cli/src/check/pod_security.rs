@@ -58,7 +58,7 @@ fn seen(defaults: &ClusterDefaults) -> String {
 /// and the Pod Security checks go by.
 fn judge_defaults(
     report: &mut Report,
-    configured: Option<Result<ClusterDefaults, String>>,
+    configured: Option<Result<ClusterDefaults, crate::pod_security_config::ConfigError>>,
     learned: Result<pod_security_probe::Learned, String>,
 ) -> ClusterDefaults {
     const GROUP: &str = "admission";
