@@ -17,12 +17,12 @@ use watcher_cache::{PolicyCache, RevisionCache, WatcherCache};
 use watcher_certs::registration::{Registrar, Registration};
 use watcher_certs::secret::{Lifetimes, SelfManaged};
 use watcher_certs::{CertFiles, CertStore, server_config, service_hosts};
+use watcher_cli::{ControllerName, RunArgs};
 use watcher_controller::scope::ScopeWriter;
 use watcher_controller::{Context, pod_security_probe};
 use watcher_webhook::{Reviewer, router, serve_tls};
 
 use crate::telemetry::{Readiness, serve_admin};
-use watcher_cli::{ControllerName, RunArgs};
 
 /// The Lease whose holder runs the controllers.
 const LEASE_NAME: &str = "watcher-operator";

@@ -1,6 +1,9 @@
 //! The mutation itself: a pod and the Watchers of its namespace in, JSON-patch operations out.
 //! Pure and synchronous; the admission handler and `watcher-operator inject` both call it.
 
+use k8s_openapi::api::core::v1::{ConfigMapEnvSource, EnvFromSource};
+use kube::ResourceExt;
+use serde_json::Value;
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
@@ -13,10 +16,7 @@ mod security;
 pub use app::AppReport;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
-use k8s_openapi::api::core::v1::{ConfigMapEnvSource, EnvFromSource};
-use kube::ResourceExt;
 pub use security::{Compliance, PodSecurityReport, compliance};
-use serde_json::Value;
 use watcher_api::{
     DEFAULT_SUPERVISOR_IMAGE, END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, INJECTED_ANNOTATION,
     INJECTED_WITHOUT_IMAGE_ANNOTATION, NativeSidecar, SUPERVISOR_NAME, Watcher, config_map_name,

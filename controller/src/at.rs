@@ -22,12 +22,12 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
+use watcher_api::types;
 use watcher_api::{
     AT_LABEL, At, AtPhase, AtStatus, DEFAULT_AT_IMAGE, MANAGED_BY, MANAGED_BY_LABEL, condition, set_condition,
 };
 
 use crate::{Context, Error, Result};
-use watcher_api::types;
 
 const CONTROLLER: &str = "at";
 /// The container that runs the command.

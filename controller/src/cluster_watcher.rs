@@ -23,6 +23,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_api::{ClusterWatcher, ClusterWatcherStatus, FIELD_MANAGER, condition, config_map_name, set_condition};
+use watcher_api::{reasons, types};
+use watcher_cache::WatcherCache;
 
 use crate::owned::{
     CLUSTER_WATCHER_LABEL, Recent, config_map_matches, config_map_of, create_params, newer_or_same, update_patch,
@@ -30,10 +32,7 @@ use crate::owned::{
 use crate::runtime::lock;
 use crate::scope::ScopeStatus;
 use crate::standing::{POD_SECURITY_CONDITION, grouped_pod_security_condition, levels_in};
-use watcher_cache::WatcherCache;
-
 use crate::{Context, Error, Result};
-use watcher_api::{reasons, types};
 
 const CONTROLLER: &str = "watcher";
 /// A steady ClusterWatcher is looked at again this often, in case an event was missed.

@@ -31,10 +31,10 @@ use watcher_api::{
     set_condition,
 };
 
+use watcher_api::{reasons, types};
 use watcher_cache::PolicyCache;
 
 use crate::{Context, Result};
-use watcher_api::{reasons, types};
 
 const CONTROLLER: &str = "images";
 /// Workload changes are gathered this long before the policies are looked at again.

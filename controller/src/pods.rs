@@ -30,10 +30,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_api::{ClusterWatcher, UpdatePolicyType, Watcher};
-
-use crate::revisions;
 use watcher_cache::{PolicyCache, WatcherCache};
 
+use crate::revisions;
 use crate::{Context, Error, Result};
 #[cfg(test)]
 use fixtures::{context_for_tests, context_with_cache};

@@ -22,6 +22,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
+use watcher_api::types;
 use watcher_api::{
     DEFAULT_PODSET_IMAGE, MANAGED_BY, MANAGED_BY_LABEL, POD_TEMPLATE_HASH_LABEL, PODSET_LABEL, PodSet, PodSetStatus,
     condition, set_condition, stable_hash,
@@ -29,7 +30,6 @@ use watcher_api::{
 
 use crate::runtime::lock;
 use crate::{Context, Error, Result};
-use watcher_api::types;
 
 const CONTROLLER: &str = "podset";
 const CONTAINER: &str = "greeter";

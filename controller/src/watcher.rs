@@ -23,14 +23,14 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
+use watcher_admission::pod_security::NamespaceLevels;
 use watcher_api::{FIELD_MANAGER, Watcher, WatcherStatus, condition, config_map_name, set_condition};
+use watcher_api::{reasons, types};
 
 use crate::owned::{Recent, caught_up, config_map_matches, config_map_of, create_params, newer_or_same, update_patch};
 use crate::scope::ScopeStatus;
 use crate::standing::{POD_SECURITY_CONDITION, levels_in, pod_security_condition};
 use crate::{Context, Error, Result};
-use watcher_admission::pod_security::NamespaceLevels;
-use watcher_api::{reasons, types};
 
 const CONTROLLER: &str = "watcher";
 /// A steady Watcher is looked at again this often, in case an event was missed.

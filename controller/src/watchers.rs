@@ -13,14 +13,13 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use watcher_api::{MANAGED_BY, MANAGED_BY_LABEL, Watcher};
+use watcher_cache::WatcherCache;
 
+use crate::Context;
 use crate::owned::{WATCHER_LABEL, owner_of};
 use crate::scope::ScopeStatus;
 use crate::standing::relabelled;
 use crate::watcher::{WatcherContext, error_policy, reconcile};
-use watcher_cache::WatcherCache;
-
-use crate::Context;
 
 const CONTROLLER: &str = "watcher";
 

@@ -3,17 +3,17 @@
 //! same way; what kube-apiserver stores is read back (the ServiceAccount plugin's token mount
 //! included). No kubelet: nothing runs, the pods as stored are what is checked.
 //! Run on purpose: `cargo test --test e2e app:: -- --ignored`.
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use watcher_api::{SERVICE_ACCOUNT_PATH, Watcher};
 
 use crate::common;
 
 use common::{
     Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, wait_for, wait_ready,
 };
-use k8s_openapi::api::core::v1::{Container, Pod};
-use kube::ResourceExt;
-use kube::api::{Api, PostParams};
-use serde_json::json;
-use watcher_api::{SERVICE_ACCOUNT_PATH, Watcher};
 
 /// Container `name` of the pod, wherever the webhook put it (a native sidecar from 1.29).
 fn container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {

@@ -2,6 +2,11 @@
 //! finish, the test patches its status as a kubelet would (the commands agree with the patched
 //! outcome, so a cluster with kubelets gives the same result).
 //! Run on purpose: `cargo test --test e2e at_podset:: -- --ignored`.
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use watcher_api::{At, AtPhase, PodSet};
 
 use crate::common;
 
@@ -11,11 +16,6 @@ use common::{
     Operator, STEP, TestNamespace, client, exclusive, finish_pod, install_crds, kubectl, rfc3339, run_pods, wait_for,
     wait_until,
 };
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
-use serde_json::json;
-use watcher_api::{At, AtPhase, PodSet};
 
 async fn at_status(ats: &Api<At>, name: &str, phase: AtPhase) -> watcher_api::AtStatus {
     wait_for(STEP, || async {

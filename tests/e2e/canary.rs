@@ -6,6 +6,11 @@
 //! No kubelet is assumed: the test writes container statuses where the kubelet would. Runs on
 //! every server from 1.24 (the sidecar a regular container where native sidecars are not).
 //! Run on purpose: `cargo test --test e2e canary:: -- --ignored`.
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use watcher_api::Watcher;
 
 use crate::common;
 
@@ -15,11 +20,6 @@ use common::{
     Operator, STEP, TestNamespace, client, container_image, exclusive, install_crds, kubectl, kubectl_apply, rollout,
     wait_for, wait_until,
 };
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
-use kube::api::{Api, ListParams, PostParams};
-use serde_json::json;
-use watcher_api::Watcher;
 
 const SELECTOR: &str = "app=canary-web";
 

@@ -2,17 +2,17 @@
 //! them: healthy (the lines it is about passed), then with the operator stopped and with the
 //! webhook configuration deleted (exit 1, the failing line named); `check-inject` on an injected, a not-asked and an
 //! excluded pod. Run on purpose: `cargo test --test e2e check:: -- --ignored`.
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
 
 use crate::common;
 
 use std::process::Command;
 
 use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl_apply, wait_until};
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
-use serde_json::{Value, json};
 
 /// `watcher-operator ARGS -o json`: the exit code and the JSON it printed.
 fn run_json(args: &[&str]) -> (i32, Value) {

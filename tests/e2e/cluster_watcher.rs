@@ -5,6 +5,11 @@
 //! pods as stored are what is checked. Every version: 1.24 has no matchConditions and no native
 //! sidecars, which changes where the sidecar is, not whether.
 //! Run on purpose: `cargo test --test e2e cluster_watcher:: -- --ignored`.
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use watcher_api::{ClusterWatcher, Watcher};
 
 use crate::common;
 
@@ -12,11 +17,6 @@ use common::{
     Operator, STEP, TestNamespace, client, create_injected_app, exclusive, install_crds, kubectl, kubectl_apply,
     wait_for, wait_ready, wait_until,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
-use serde_json::json;
-use watcher_api::{ClusterWatcher, Watcher};
 
 /// The ClusterWatcher's ConfigMap in `namespace`, when it is the ClusterWatcher's.
 async fn ours(config_maps: &Api<ConfigMap>, name: &str) -> Option<ConfigMap> {

@@ -3,13 +3,6 @@
 //! RBAC is what it has): it reconciles a Watcher and injects a pod. `helm uninstall` then
 //! leaves the CRDs and the Watchers in place.
 //! Run on purpose, with `helm` on the PATH: `cargo test --test e2e helm:: -- --ignored`.
-
-use crate::common;
-
-use common::{
-    Operator, Registration, STEP, TestNamespace, client, create_injected_app, delete_cluster_wide_objects, exclusive,
-    kubectl_apply, service_account_kubeconfig, wait_for, wait_for_crds_established, wait_until,
-};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -17,6 +10,13 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use watcher_api::Watcher;
+
+use crate::common;
+
+use common::{
+    Operator, Registration, STEP, TestNamespace, client, create_injected_app, delete_cluster_wide_objects, exclusive,
+    kubectl_apply, service_account_kubeconfig, wait_for, wait_for_crds_established, wait_until,
+};
 
 fn helm(args: &[&str]) -> String {
     let output = std::process::Command::new("helm").args(args).output().expect("helm on the PATH");

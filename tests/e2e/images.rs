@@ -2,6 +2,12 @@
 //! rewritten at admission; with `workloads: true` a Deployment's template too, so its new
 //! ReplicaSet carries the mirror image; deleting the policy stops further rewrites.
 //! Run on purpose: `cargo test --test e2e images:: -- --ignored`.
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use watcher_api::ImagePolicy;
 
 use crate::common;
 
@@ -9,12 +15,6 @@ use common::{
     Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, runs_cel,
     try_kubectl_apply, wait_for, wait_until,
 };
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams};
-use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
-use watcher_api::ImagePolicy;
 
 fn pod(name: &str, image: &str) -> Pod {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},

@@ -4,6 +4,11 @@
 //! (no revision of their spec need be kept); then an env change takes the Recreate path. No
 //! kubelet is assumed: the test writes container statuses where the kubelet would.
 //! Run on purpose: `cargo test --test e2e inplace:: -- --ignored`.
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use watcher_api::Watcher;
 
 use crate::common;
 
@@ -12,11 +17,6 @@ use std::collections::BTreeMap;
 use common::{
     Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, wait_for, wait_until,
 };
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use serde_json::json;
-use watcher_api::Watcher;
 
 const SELECTOR: &str = "app=inplace";
 

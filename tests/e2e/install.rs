@@ -4,6 +4,13 @@
 //! with its default flags, and the webhook registration switches from the installed Service to
 //! a URL and back.
 //! Run on purpose: `cargo test --test e2e install:: -- --ignored`.
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, WebhookClientConfig};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use watcher_api::{At, AtPhase, PodSet, Watcher};
 
 use crate::common;
 
@@ -12,13 +19,6 @@ use common::{
     finish_pod, kubectl, kubectl_apply, rfc3339, run_pods, service_account_kubeconfig, wait_for,
     wait_for_crds_established, wait_until,
 };
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, WebhookClientConfig};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
-use serde_json::json;
-use watcher_api::{At, AtPhase, PodSet, Watcher};
 
 const OPERATOR_NAMESPACE: &str = "watcher-system";
 

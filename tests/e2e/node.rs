@@ -4,15 +4,15 @@
 //! `../shared/k8s`: `node-up 1.36 PORT` and `node-image watcher-agent:0.1.0
 //! target/debug/watcher-agent --user 65532`; on kind: `kind load docker-image`).
 //! Run on purpose: `cargo test --test e2e node:: -- --ignored`.
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::api::{Api, ListParams};
 
 use crate::common;
 
 use std::time::Duration;
 
 use common::{Operator, TestNamespace, client, exclusive, http_get, install_crds, kubectl, wait_for, wait_until};
-use k8s_openapi::api::core::v1::Node;
-use kube::Client;
-use kube::api::{Api, ListParams};
 
 /// How long a pod may take to run on the node (image already there).
 const POD_START: Duration = Duration::from_secs(120);

@@ -6,6 +6,10 @@
 //! required Watcher that cannot comply refuses the pod; a pod failing the level by itself is
 //! refused by kube-apiserver as without the operator.
 //! Run on purpose: `cargo test --test e2e pod_security:: -- --ignored`.
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use serde_json::{Value, json};
+use watcher_api::Watcher;
 
 use crate::common;
 
@@ -14,10 +18,6 @@ use std::process::Command;
 use common::{
     Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, wait_for, wait_ready,
 };
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
-use serde_json::{Value, json};
-use watcher_api::Watcher;
 
 /// `kubectl create` of a pod: whether it was created, and everything kubectl said (warnings too).
 fn create(namespace: &str, pod: &Value) -> (bool, String) {

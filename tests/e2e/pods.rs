@@ -3,16 +3,16 @@
 //! API server must reach this machine's loopback. No kubelet is assumed: evicted pods that are
 //! not on a node go at once, and their ReplicaSet recreates them through the webhook.
 //! Run on purpose: `cargo test --test e2e pods:: -- --ignored`.
-
-use crate::common;
-
-use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, wait_for};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use watcher_api::{PodCounts, Watcher};
+
+use crate::common;
+
+use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, wait_for};
 
 async fn counts_become(watchers: &Api<Watcher>, check: impl Fn(PodCounts) -> bool) -> PodCounts {
     wait_for(STEP, || async {

@@ -4,6 +4,10 @@
 //! the test writes container statuses where the kubelet would. `kubectl watcher rollout` is
 //! the binary itself, as the plugin runs it.
 //! Run on purpose: `cargo test --test e2e rollout:: -- --ignored`.
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
 
 use crate::common;
 
@@ -14,10 +18,6 @@ use common::{
     Operator, STEP, TestNamespace, client, container_image, exclusive, install_crds, kubectl, kubectl_apply, rollout,
     wait_until,
 };
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
-use kube::api::{Api, ListParams, PostParams};
-use serde_json::json;
 
 const SELECTOR: &str = "app=rollout";
 

@@ -6,18 +6,18 @@
 //! refused. Before 1.28 every pod is sent, as before. On every version, a required Watcher
 //! refuses a pod it cannot be injected into.
 //! Run on purpose: `cargo test --test e2e scope:: -- --ignored`.
-
-use crate::common;
-
-use std::time::Duration;
-
-use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_ready};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use watcher_api::{ImagePolicy, Watcher};
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_ready};
 
 const CONFIGURATION: &str = "watcher-operator";
 

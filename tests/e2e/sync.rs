@@ -1,15 +1,15 @@
 //! e2e: Secrets copied across namespaces by the `sync` controller (on by default), driven with
 //! `kubectl` as a user does: annotate, label namespaces, edit a copy, restart the operator.
 //! Run on purpose: `cargo test --test e2e sync:: -- --ignored`.
-
-use crate::common;
-
-use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_for, wait_until};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use crate::common;
+
+use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_for, wait_until};
 
 const NAME: &str = "regcred-e2e";
 

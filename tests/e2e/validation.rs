@@ -2,6 +2,12 @@
 //! field (CEL rules from Kubernetes 1.25, OpenAPI rules on every version); the samples apply;
 //! and a Watcher stored before its CRD had a rule never makes a pod fail admission.
 //! Run on purpose against a cluster: `cargo test --test e2e validation:: -- --ignored`.
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use watcher_api::Watcher;
 
 use crate::common;
 
@@ -9,12 +15,6 @@ use common::{
     Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, minor, runs_cel, try_kubectl_apply,
     wait_for,
 };
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::ResourceExt;
-use kube::api::{Api, PostParams};
-use serde_json::{Value, json};
-use watcher_api::Watcher;
 
 /// `kubectl apply` of `manifest`: its stderr when refused.
 fn apply(namespace: &str, manifest: &Value) -> Result<String, String> {

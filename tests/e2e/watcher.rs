@@ -1,14 +1,14 @@
 //! e2e: a Watcher with config data becomes an owned ConfigMap that follows the Watcher.
 //! Run on purpose against a cluster: `cargo test --test e2e watcher:: -- --ignored`.
-
-use crate::common;
-
-use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_for};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use watcher_api::Watcher;
+
+use crate::common;
+
+use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_for};
 
 #[tokio::test]
 #[ignore = "needs a cluster: KUBECONFIG"]

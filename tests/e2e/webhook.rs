@@ -4,10 +4,6 @@
 //! Run on purpose: `cargo test --test e2e webhook:: -- --ignored`.
 //!
 //! One test function: the webhook configuration `watcher-operator` is cluster-wide.
-
-use crate::common;
-
-use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, wait_for, wait_ready};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -15,6 +11,10 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use watcher_api::Watcher;
+
+use crate::common;
+
+use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, wait_for, wait_ready};
 
 fn pod(name: &str, annotations: Value, labels: Value, containers: Value) -> Pod {
     serde_json::from_value(json!({

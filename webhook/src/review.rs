@@ -1,4 +1,4 @@
-//! AdmissionReview in, AdmissionReview out: decoding, the call to [`inject`], and every way a
+//! AdmissionReview in, AdmissionReview out: decoding, the call to [`inject_at_level`], and every way a
 //! request can be wrong mapped to a clear answer.
 
 use std::sync::Arc;
@@ -8,14 +8,12 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use kube::core::admission::Operation;
 use serde::Serialize;
 use tracing::{debug, info, warn};
-use watcher_api::{PROBE_ANNOTATION, PROBED_ANNOTATION, SCOPE_PROBE_ANNOTATION};
-
 use watcher_admission::json::{self, Text};
 use watcher_admission::{
     InjectOptions, Injection, PodView, PolicySource, RevisionSource, WatcherSource, inject_at_level, narrow,
     rewrite_images,
 };
-use watcher_api::{INJECTION_DISABLED, INJECTION_LABEL};
+use watcher_api::{INJECTION_DISABLED, INJECTION_LABEL, PROBE_ANNOTATION, PROBED_ANNOTATION, SCOPE_PROBE_ANNOTATION};
 
 use crate::metrics::{AdmissionResult, PodSecurityOutcome};
 

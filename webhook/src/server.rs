@@ -19,10 +19,9 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceBuilder;
 use tracing::{debug, info, warn};
-
-use crate::metrics::{AdmissionResult, Metrics};
 use watcher_admission::WatcherSource;
 
+use crate::metrics::{AdmissionResult, Metrics};
 use crate::review::Reviewer;
 
 /// Largest AdmissionReview accepted: kube-apiserver caps objects near 1.5 MiB, twice that is

@@ -1,6 +1,7 @@
+use serde_json::{Value, json};
+
 use super::*;
 use kube_cel::{KubeCelExt, cel};
-use serde_json::{Value, json};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/admission-review/");
 

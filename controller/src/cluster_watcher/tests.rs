@@ -12,14 +12,13 @@ use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use watcher_api::{ClusterWatcher, Watcher};
+use watcher_cache::WatcherCache;
 
 use super::{ClusterContext, desired_config_map, plan_config_maps, reconcile};
+use crate::Context;
 use crate::fixtures::ApiServerVerifier;
 use crate::scope::ScopeStatus;
 use crate::sync::NamespaceMeta;
-use watcher_cache::WatcherCache;
-
-use crate::Context;
 
 const UID: &str = "c0ffee00-0000-4000-8000-000000000001";
 const STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/clusterwatchers/log-agent/status";

@@ -8,10 +8,9 @@ use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use watcher_api::ImagePolicy;
 use watcher_api::image::Rule;
-
-use super::{Recorded, TemplateRewrite, context_for_tests, plan_template, reconcile, template_matches, template_patch};
 use watcher_cache::PolicyCache;
 
+use super::{Recorded, TemplateRewrite, context_for_tests, plan_template, reconcile, template_matches, template_patch};
 use crate::Context;
 
 fn rules(pairs: &[(&str, &str)]) -> Vec<Rule> {

@@ -7,13 +7,12 @@ use kube::ResourceExt;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use watcher_api::Watcher;
+use watcher_cache::WatcherCache;
 
 use super::store::{CountedPod, Interner, PodIndex, SidecarLookup, containers_of};
 use super::{PodMeta, PodsContext};
-use crate::runtime::lock;
-use watcher_cache::WatcherCache;
-
 use crate::Context;
+use crate::runtime::lock;
 
 /// A context over `pods`, for tests that fill the index themselves.
 pub(super) fn context_for_tests(

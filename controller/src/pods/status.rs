@@ -6,6 +6,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::warn;
+use watcher_api::types;
 use watcher_api::{
     ClusterWatcher, PodCounts, SIDECARS_CANNOT_END_ANNOTATION, SUPERVISOR_NAME, Watcher, condition, injected_watchers,
     requested_watchers, set_condition,
@@ -16,7 +17,6 @@ use super::rollout;
 use super::store::{CountedPod, containers_of};
 use super::{PodsContext, Subject};
 use crate::Result;
-use watcher_api::types;
 
 /// How a pod stands towards one Watcher.
 #[derive(Debug, Default, PartialEq)]

@@ -1,9 +1,10 @@
-use super::*;
-use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
 use kube::runtime::reflector;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
+
+use super::*;
+use http::{Method, Request, Response, StatusCode};
 use tower_test::mock::{Handle, SendResponse};
 
 const CONFIG_PATH: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/watcher-operator";

@@ -3,12 +3,12 @@ use std::sync::Arc;
 
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
+use watcher_admission::Sent;
 use watcher_admission::{InjectOptions, PodView, WebhookSelectors};
 use watcher_api::{ClusterWatcher, CompiledPolicy, ImagePolicy, Watcher};
 use watcher_webhook::Reviewer;
 
 use super::{Explanation, Scope, cluster_lines, explain, sent_by};
-use watcher_admission::Sent;
 
 fn watcher(name: &str, container: &str, image: &str, selector: Option<Value>) -> Watcher {
     let mut spec = json!({"container": {"name": container, "image": image}});
