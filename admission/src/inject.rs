@@ -1,7 +1,7 @@
 //! The mutation itself: a pod and the Watchers of its namespace in, JSON-patch operations out.
 //! Pure and synchronous; the admission handler and `watcher-operator inject` both call it.
 
-use k8s_openapi::api::core::v1::{ConfigMapEnvSource, EnvFromSource};
+use k8s_openapi::api::core::v1::{ConfigMapEnvSource, EnvFromSource, ResourceRequirements};
 use kube::ResourceExt;
 use serde_json::Value;
 use std::borrow::Borrow;
@@ -12,8 +12,10 @@ use crate::pod::{Annotations, ContainerView, PodSpecView};
 
 mod app;
 mod ending;
+mod resources;
 mod security;
 pub use app::AppReport;
+pub use resources::ResourceReport;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
 pub use security::{Compliance, PodSecurityReport, compliance};
@@ -25,6 +27,7 @@ use watcher_api::{
 
 use crate::decide::{Verdict, decide};
 use crate::pod_security::{Adaptation, NamespaceLevels};
+use crate::resources::ResourceRules;
 
 /// Namespaces that are never injected, whatever the pods in them ask for.
 pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
@@ -102,6 +105,9 @@ pub struct Injection {
     /// What the namespace's enforced Pod Security level did to each Watcher: adapted, or left
     /// out (only where a level is enforced and the pod passes it by itself).
     pub pod_security: Vec<PodSecurityReport>,
+    /// What the namespace's ResourceQuotas and LimitRanges did to each Watcher: its containers'
+    /// resources set, or left out (only where the namespace has such rules).
+    pub resources: Vec<ResourceReport>,
 }
 
 impl Injection {
@@ -142,6 +148,30 @@ pub fn inject_at_level<W: Borrow<Watcher>>(
     options: &InjectOptions,
     levels: &NamespaceLevels,
 ) -> Injection {
+    inject_guarded(pod, namespace, watchers, options, &Guards { levels, resources: &ResourceRules::default() })
+}
+
+/// What a namespace holds every pod to besides its own admission: its Pod Security levels and
+/// its resource rules (ResourceQuotas, LimitRanges).
+#[derive(Clone, Copy, Debug)]
+pub struct Guards<'g> {
+    /// The Pod Security levels its labels (or the cluster's defaults) set.
+    pub levels: &'g NamespaceLevels,
+    /// Its ResourceQuotas and LimitRanges.
+    pub resources: &'g ResourceRules,
+}
+
+/// [`inject`] in a namespace with `guards`: a pod that passes them by itself
+/// passes them with what the Watchers add (adapted where they leave unset what a guard
+/// needs), or a Watcher that cannot comply is left out.
+pub fn inject_guarded<W: Borrow<Watcher>>(
+    pod: &PodView,
+    namespace: &str,
+    watchers: &[W],
+    options: &InjectOptions,
+    guards: &Guards<'_>,
+) -> Injection {
+    let levels = guards.levels;
     let mut injection = Injection::default();
     if options.never_mutated(namespace) {
         injection.skipped = Some(format!("namespace {namespace} is never injected"));
@@ -157,7 +187,12 @@ pub fn inject_at_level<W: Borrow<Watcher>>(
     // Evaluated only where a level is enforced and a Watcher is to be injected.
     let enforced = levels.enforced().is_some() && decisions.iter().any(|d| d.verdict == Verdict::Inject);
     let guard = if enforced { security::Guard::of(pod, levels, options.server_minor) } else { None };
-    let mut admission = Admission::new(pod, namespace, watchers, options, guard, injection);
+    let ledger = if decisions.iter().any(|d| d.verdict == Verdict::Inject) {
+        resources::Ledger::of(guards.resources, pod)
+    } else {
+        None
+    };
+    let mut admission = Admission::new(pod, namespace, watchers, options, (guard, ledger), injection);
     for decision in &decisions {
         admission.decide(decision);
     }
@@ -176,7 +211,8 @@ pub fn inject_at_level<W: Borrow<Watcher>>(
     }
     let mut patch = admission.patch;
     if admission.supervised {
-        patch.add_supervisor(&options.supervisor_image);
+        let resources = admission.supervisor_resources.unwrap_or_else(ending::resources);
+        patch.add_supervisor(&options.supervisor_image, &resources);
     }
     let value = injected_annotation_value(admission.entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
     let imageless = injected_annotation_value(admission.without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
@@ -197,6 +233,11 @@ struct Admission<'a, W> {
     watchers: &'a [W],
     options: &'a InjectOptions,
     guard: Option<security::Guard<'a>>,
+    /// The namespace's resource rules, where it has any.
+    ledger: Option<resources::Ledger<'a>>,
+    /// The supervisor's resources under those rules, once counted.
+    supervisor_resources: Option<ResourceRequirements>,
+    supervisor_counted: bool,
     injection: Injection,
     patch: PodPatch<'a>,
     /// The pod's containers that Watchers injected (never app containers), found when needed.
@@ -219,7 +260,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
         namespace: &'a str,
         watchers: &'a [W],
         options: &'a InjectOptions,
-        guard: Option<security::Guard<'a>>,
+        (guard, ledger): (Option<security::Guard<'a>>, Option<resources::Ledger<'a>>),
         injection: Injection,
     ) -> Self {
         let entries =
@@ -234,6 +275,9 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             watchers,
             options,
             guard,
+            ledger,
+            supervisor_resources: None,
+            supervisor_counted: ends && ending::has_supervisor(pod),
             injection,
             patch: PodPatch::new(pod),
             injected_names: None,
@@ -271,12 +315,19 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
         };
         let native = native_sidecar(name, watcher, self.options, &mut self.injection.warnings);
         let Some(adapted) = self.adapted(name, watcher) else { return };
+        let Some(fits) = self.fit_resources(name, watcher, native) else { return };
         let mut container = sidecar(watcher, native, &adapted.sidecar);
+        resources::write(&mut container, fits.sidecar.as_ref());
         if !watcher.spec.app.is_empty() {
             let (pod, namespace, watchers) = (self.pod, self.namespace, self.watchers);
             let injected = self.injected_names.get_or_insert_with(|| injected_containers(pod, namespace, watchers));
-            let seeing =
-                app::Seeing { watcher, injected, init_adaptations: &adapted.init, moment: app::Moment::Admission };
+            let seeing = app::Seeing {
+                watcher,
+                injected,
+                init_adaptations: &adapted.init,
+                init_resources: &fits.init,
+                moment: app::Moment::Admission,
+            };
             let report = app::see_the_app(&mut self.patch, seeing, &mut container, &mut self.injection.warnings);
             self.injection.app.push(report);
         }
@@ -317,6 +368,29 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             return None;
         }
         Some(adapted)
+    }
+
+    /// What `watcher`'s containers get under the namespace's resource rules; `None` (said)
+    /// where the pod would fail them with it.
+    fn fit_resources(&mut self, name: &str, watcher: &Watcher, native: bool) -> Option<resources::Fits> {
+        let Some(ledger) = self.ledger.as_mut() else { return Some(resources::Fits::default()) };
+        let supervisor = ending::resources();
+        let supervised = self.ends && !self.supervisor_counted && ending::has_command(&watcher.spec.container);
+        match ledger.admit(watcher, native, supervised.then_some((SUPERVISOR_NAME, &supervisor))) {
+            Ok((fits, report)) => {
+                if supervised {
+                    self.supervisor_counted = true;
+                    self.supervisor_resources = fits.supervisor.clone();
+                }
+                self.injection.resources.extend(report);
+                Some(fits)
+            }
+            Err(left_out) => {
+                self.injection.resources.push(left_out.report);
+                self.injection.not_injected(name, Some(watcher), &left_out.why);
+                None
+            }
+        }
     }
 
     /// In a pod meant to end: a native sidecar is stopped by the kubelet once the app has ended
@@ -361,7 +435,13 @@ pub fn app_report<W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watcher: &
     let mut patch = PodPatch::new(pod);
     let injected = injected_containers(pod, namespace, watchers);
     let mut container = sidecar(watcher, false, &Adaptation::default());
-    let seeing = app::Seeing { watcher, injected: &injected, init_adaptations: &[], moment: app::Moment::Existing };
+    let seeing = app::Seeing {
+        watcher,
+        injected: &injected,
+        init_adaptations: &[],
+        init_resources: &[],
+        moment: app::Moment::Existing,
+    };
     app::see_the_app(&mut patch, seeing, &mut container, &mut Vec::new())
 }
 
@@ -574,11 +654,11 @@ impl<'a> PodPatch<'a> {
 impl PodPatch<'_> {
     /// The supervisor of sidecars that end with the app: its volume, and the init container
     /// that copies it there (before the pod's own init containers), unless the pod has them.
-    fn add_supervisor(&mut self, image: &str) {
+    fn add_supervisor(&mut self, image: &str, resources: &ResourceRequirements) {
         let spec = self.spec;
         let containers = spec.iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()));
         if !containers.into_iter().any(|c| c.name == SUPERVISOR_NAME) {
-            self.insert_init_container(ending::init_container(image));
+            self.insert_init_container(ending::init_container(image, resources));
         }
         self.add_volume(SUPERVISOR_NAME, ending::volume());
         self.add_volume(watcher_api::NO_TOKEN_VOLUME, ending::no_token_volume());

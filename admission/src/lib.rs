@@ -1,6 +1,7 @@
 //! What watcher-operator's admission decides and writes, apart from what serves it: which
 //! Watchers a pod gets ([`decide`], [`cluster`]), the pure [`inject`] and [`rewrite_images`]
-//! steps, Pod Security ([`pod_security`]), the webhook's scope ([`scope`]), the canary between
+//! steps, Pod Security ([`pod_security`]), the namespace's ResourceQuotas and LimitRanges
+//! ([`resources`]), the webhook's scope ([`scope`]), the canary between
 //! revisions ([`canary`]), and the pod as admission reads it ([`PodView`]). Nothing here talks to
 //! a server: the Watchers, ImagePolicies and revisions come through [`WatcherSource`],
 //! [`PolicySource`] and [`RevisionSource`].
@@ -12,6 +13,7 @@ mod inject;
 pub mod json;
 mod pod;
 pub mod pod_security;
+pub mod resources;
 mod rewrite;
 pub mod scope;
 mod version;
@@ -20,8 +22,8 @@ pub use canary::RevisionSource;
 pub use cluster::WatcherSource;
 pub use decide::{Asked, Decision, Exclusion, Verdict, WebhookSelectors, decide, exclusion};
 pub use inject::{
-    AppReport, Compliance, InjectOptions, Injection, PodSecurityReport, SYSTEM_NAMESPACES, app_report, compliance,
-    inject, inject_at_level, server_minor, supports_native_sidecars,
+    AppReport, Compliance, Guards, InjectOptions, Injection, PodSecurityReport, ResourceReport, SYSTEM_NAMESPACES,
+    app_report, compliance, inject, inject_at_level, inject_guarded, server_minor, supports_native_sidecars,
 };
 pub use pod::{
     Annotations, ContainerView, DeviceView, EnvView, HandlerView, HostView, LifecycleView, MAX_ANNOTATION_BYTES,

@@ -11,7 +11,7 @@ use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 
 use watcher_api::GROUP;
 
-use k8s_openapi::api::core::v1::{PodSecurityContext, SecurityContext};
+use k8s_openapi::api::core::v1::{PodSecurityContext, ResourceRequirements, SecurityContext};
 
 use crate::json::{Length, Text, Valid, narrow};
 use crate::pod_security::{ContainerFacts, PodFacts};
@@ -96,6 +96,10 @@ pub struct PodSpecView {
     pub runtime_class_name: Option<String>,
     /// `restartPolicy`: `Never` and `OnFailure` pods are meant to end.
     pub restart_policy: Option<String>,
+    /// `activeDeadlineSeconds` (a ResourceQuota's `Terminating` scope).
+    pub active_deadline_seconds: Option<i64>,
+    /// `priorityClassName` (a ResourceQuota's `PriorityClass` scope).
+    pub priority_class_name: Option<String>,
 }
 
 /// A volume: its name, and its type (the name of its source field).
@@ -178,6 +182,10 @@ pub struct ContainerView {
     pub startup_probe: Option<HandlerView>,
     /// `lifecycle`.
     pub lifecycle: Option<LifecycleView>,
+    /// `resources` (the namespace's LimitRanges and ResourceQuotas read them).
+    pub resources: Option<ResourceRequirements>,
+    /// `restartPolicy` (an init container with `Always` is a native sidecar).
+    pub restart_policy: Option<String>,
 }
 
 /// A volumeMount, every field of it (a shared mount is copied as the app has it).
@@ -242,6 +250,8 @@ narrow!(PodSpecView {
     security_context: "securityContext",
     runtime_class_name: "runtimeClassName",
     restart_policy: "restartPolicy",
+    active_deadline_seconds: "activeDeadlineSeconds",
+    priority_class_name: "priorityClassName",
 });
 narrow!(OsView { name: "name" });
 narrow!(PortView { host_port: "hostPort" });
@@ -261,6 +271,8 @@ narrow!(ContainerView {
     readiness_probe: "readinessProbe",
     startup_probe: "startupProbe",
     lifecycle: "lifecycle",
+    resources: "resources",
+    restart_policy: "restartPolicy",
 });
 narrow!(MountView {
     name: "name",

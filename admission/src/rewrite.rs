@@ -27,6 +27,11 @@ pub trait PolicySource: Send + Sync {
     fn pod_security_exempt(&self, _username: Option<&str>, _runtime_class: Option<&str>) -> bool {
         false
     }
+
+    /// The ResourceQuotas and LimitRanges of `namespace`. Unknown: none.
+    fn resource_rules(&self, _namespace: &str) -> Arc<crate::resources::ResourceRules> {
+        Arc::default()
+    }
 }
 
 /// What a namespace's labels say to admission.

@@ -7,6 +7,7 @@
 
 mod freshness;
 mod policies;
+mod resource_rules;
 mod revisions;
 pub mod watch;
 mod watchers;
@@ -17,6 +18,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::core::PartialObjectMeta;
 
 pub use policies::PolicyCache;
+pub use resource_rules::ResourceRulesCache;
 pub use revisions::{RevisionCache, RevisionChange};
 pub use watchers::{Change, WatcherCache, changed, split, split_cluster};
 

@@ -30,6 +30,8 @@ pub struct PolicyCache {
     /// The cluster's Pod Security admission configuration (levels of unlabelled namespaces,
     /// exemptions), as configured or learned.
     pub pod_security: watcher_admission::pod_security::SharedDefaults,
+    /// The namespaces' ResourceQuotas and LimitRanges.
+    pub resources: crate::ResourceRulesCache,
 }
 
 /// The compiled policies, in name order, rebuilt on the first read after a change.
@@ -66,6 +68,7 @@ impl PolicyCache {
                 }
                 futures::future::ready(())
             });
+        let (resources, resources_fill) = crate::ResourceRulesCache::new(client.clone());
         let namespace_fill = watcher(Api::<NamespaceMeta>::all(client), watcher::Config::default().any_semantic())
             .inspect(observe_watch("namespaces"))
             .default_backoff()
@@ -82,9 +85,9 @@ impl PolicyCache {
                 futures::future::ready(())
             });
         let fill = async move {
-            futures::join!(policy_fill, namespace_fill);
+            futures::join!(policy_fill, namespace_fill, resources_fill);
         };
-        (Self { policies, namespaces, compiled, changed, pod_security: Default::default() }, fill)
+        (Self { policies, namespaces, compiled, changed, pod_security: Default::default(), resources }, fill)
     }
 
     /// A cache over stores filled by the caller (tests, benchmarks).
@@ -96,6 +99,7 @@ impl PolicyCache {
             compiled,
             changed: tokio::sync::watch::Sender::new(()),
             pod_security: Default::default(),
+            resources: crate::ResourceRulesCache::from_stores(reflector::store().0, reflector::store().0),
         }
     }
 
@@ -152,6 +156,10 @@ impl watcher_admission::PolicySource for PolicyCache {
 
     fn pod_security_exempt(&self, username: Option<&str>, runtime_class: Option<&str>) -> bool {
         self.pod_security.get().exempts(username, runtime_class)
+    }
+
+    fn resource_rules(&self, namespace: &str) -> Arc<watcher_admission::resources::ResourceRules> {
+        self.resources.rules(namespace)
     }
 }
 

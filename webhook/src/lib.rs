@@ -6,6 +6,6 @@ mod metrics;
 mod review;
 mod server;
 
-pub use metrics::{AdmissionResult, Metrics, PodSecurityOutcome};
+pub use metrics::{AdmissionResult, Metrics, PodSecurityOutcome, ResourceOutcome};
 pub use review::{ReviewError, Reviewer};
 pub use server::{MAX_BODY_BYTES, router, serve_tls};

@@ -58,13 +58,20 @@ struct OutcomeLabels {
     outcome: PodSecurityOutcome,
 }
 
-/// `watcher_admission_requests_total{result}`, `watcher_admission_duration_seconds` and
-/// `watcher_admission_pod_security_total{outcome}` (per Watcher).
+/// What the namespace's ResourceQuotas and LimitRanges did to a Watcher at admission: its
+/// containers' resources set (`adapted`), left out (`left_out`), or the pod refused for a
+/// required one (`refused`). The same values as [`PodSecurityOutcome`].
+pub type ResourceOutcome = PodSecurityOutcome;
+
+/// `watcher_admission_requests_total{result}`, `watcher_admission_duration_seconds`,
+/// `watcher_admission_pod_security_total{outcome}` and `watcher_admission_resources_total{outcome}`
+/// (per Watcher).
 #[derive(Clone)]
 pub struct Metrics {
     requests: Family<ResultLabels, Counter>,
     duration: Histogram,
     pod_security: Family<OutcomeLabels, Counter>,
+    resources: Family<OutcomeLabels, Counter>,
 }
 
 impl Metrics {
@@ -78,13 +85,20 @@ impl Metrics {
                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 2.5, 5.0, 10.0, 30.0,
             ]),
             pod_security: Family::default(),
+            resources: Family::default(),
         };
         for result in AdmissionResult::ALL {
             drop(metrics.requests.get_or_create(&ResultLabels { result }));
         }
         for outcome in PodSecurityOutcome::ALL {
             drop(metrics.pod_security.get_or_create(&OutcomeLabels { outcome }));
+            drop(metrics.resources.get_or_create(&OutcomeLabels { outcome }));
         }
+        registry.register(
+            "watcher_admission_resources",
+            "Watchers whose containers' resources were set for, left out by, or refusing a pod for its namespace's ResourceQuotas and LimitRanges",
+            metrics.resources.clone(),
+        );
         registry.register(
             "watcher_admission_pod_security",
             "Watchers adapted to, left out by, or refusing a pod for its namespace's enforced Pod Security level",
@@ -110,6 +124,18 @@ impl Metrics {
         for outcome in outcomes {
             self.pod_security.get_or_create(&OutcomeLabels { outcome: *outcome }).inc();
         }
+    }
+
+    /// Counts what the namespace's resource rules did at one admission, one count per Watcher.
+    pub fn count_resources(&self, outcomes: &[ResourceOutcome]) {
+        for outcome in outcomes {
+            self.resources.get_or_create(&OutcomeLabels { outcome: *outcome }).inc();
+        }
+    }
+
+    /// Watchers counted so far with `outcome` of the resource rules.
+    pub fn resources_count(&self, outcome: ResourceOutcome) -> u64 {
+        self.resources.get_or_create(&OutcomeLabels { outcome }).get()
     }
 
     /// Watchers counted so far with `outcome`.

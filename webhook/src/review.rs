@@ -1,4 +1,4 @@
-//! AdmissionReview in, AdmissionReview out: decoding, the call to [`inject_at_level`], and every way a
+//! AdmissionReview in, AdmissionReview out: decoding, the call to [`inject_guarded`], and every way a
 //! request can be wrong mapped to a clear answer.
 
 use std::sync::Arc;
@@ -10,12 +10,12 @@ use serde::Serialize;
 use tracing::{debug, info, warn};
 use watcher_admission::json::{self, Text};
 use watcher_admission::{
-    InjectOptions, Injection, PodView, PolicySource, RevisionSource, WatcherSource, inject_at_level, narrow,
+    Guards, InjectOptions, Injection, PodView, PolicySource, RevisionSource, WatcherSource, inject_guarded, narrow,
     rewrite_images,
 };
 use watcher_api::{INJECTION_DISABLED, INJECTION_LABEL, PROBE_ANNOTATION, PROBED_ANNOTATION, SCOPE_PROBE_ANNOTATION};
 
-use crate::metrics::{AdmissionResult, PodSecurityOutcome};
+use crate::metrics::{AdmissionResult, PodSecurityOutcome, ResourceOutcome};
 
 /// A request that cannot be answered with an AdmissionReview (HTTP 400): there is no uid to echo.
 #[derive(Debug, thiserror::Error)]
@@ -164,10 +164,12 @@ impl<S: WatcherSource> Reviewer<S> {
             let exempt = self.policies.pod_security_exempt(username, runtime_class);
             let none = watcher_admission::pod_security::NamespaceLevels::default();
             let levels = if exempt { &none } else { &labelled.pod_security };
+            let resources = self.policies.resource_rules(namespace);
+            let guards = Guards { levels, resources: &resources };
             let mut injection = if held.stable.is_empty() {
-                inject_at_level(pod, namespace, &watchers, &self.options, levels)
+                inject_guarded(pod, namespace, &watchers, &self.options, &guards)
             } else {
-                inject_at_level(pod, namespace, &held.watchers(&watchers), &self.options, levels)
+                inject_guarded(pod, namespace, &held.watchers(&watchers), &self.options, &guards)
             };
             for (name, warning) in held.unavailable {
                 if injection.injected.contains(&name) {
@@ -266,6 +268,9 @@ pub struct Answer {
     /// What Pod Security did to each Watcher (counted, never sent).
     #[serde(skip)]
     pod_security: Vec<PodSecurityOutcome>,
+    /// What the namespace's resource rules did to each Watcher (counted, never sent).
+    #[serde(skip)]
+    resources: Vec<ResourceOutcome>,
 }
 
 #[derive(Debug, Serialize)]
@@ -354,12 +359,23 @@ impl Answer {
     }
 
     fn new(response: AnswerResponse) -> Self {
-        Self { api_version: "admission.k8s.io/v1", kind: "AdmissionReview", response, pod_security: Vec::new() }
+        Self {
+            api_version: "admission.k8s.io/v1",
+            kind: "AdmissionReview",
+            response,
+            pod_security: Vec::new(),
+            resources: Vec::new(),
+        }
     }
 
     /// What Pod Security did to each Watcher of the pod.
     pub fn pod_security(&self) -> &[PodSecurityOutcome] {
         &self.pod_security
+    }
+
+    /// What the namespace's resource rules did to each Watcher of the pod.
+    pub fn resources(&self) -> &[ResourceOutcome] {
+        &self.resources
     }
 
     fn allow(uid: String) -> Self {
@@ -385,15 +401,23 @@ impl Answer {
             Some(_) => PodSecurityOutcome::left_out,
         });
         let pod_security = outcomes.collect();
+        let resources = injection.resources.iter().map(|report| match &report.violations {
+            None => ResourceOutcome::adapted,
+            Some(_) if injection.refused.is_some() => ResourceOutcome::refused,
+            Some(_) => ResourceOutcome::left_out,
+        });
+        let resources = resources.collect();
         if let Some(reason) = injection.refused {
             let status = AnswerStatus { status: "Failure", code: 403, reason: "Forbidden", message: reason };
             let mut answer = Self::deny(uid, String::new());
             answer.response.status = Some(status);
             answer.pod_security = pod_security;
+            answer.resources = resources;
             return (answer, AdmissionResult::refused);
         }
         let mut answer = Self::allow(uid);
         answer.pod_security = pod_security;
+        answer.resources = resources;
         answer.response.warnings = injection.warnings;
         if injection.patch.is_empty() {
             return (answer, AdmissionResult::skipped);

@@ -62,6 +62,7 @@ async fn mutate<S: WatcherSource>(State(state): State<Arc<WebhookState<S>>>, bod
         Ok((review, result)) => match review.to_json() {
             Ok(json) => {
                 state.metrics.count_pod_security(review.pod_security());
+                state.metrics.count_resources(review.resources());
                 (([(CONTENT_TYPE, "application/json")], json).into_response(), result)
             }
             // Cannot happen for the strings and numbers of an answer; say so rather than panic.

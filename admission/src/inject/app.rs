@@ -53,6 +53,8 @@ pub(super) struct Seeing<'a, 'b> {
     pub(super) injected: &'b [&'b str],
     /// What the namespace's enforced Pod Security level sets in the init containers it adds.
     pub(super) init_adaptations: &'b [Adaptation],
+    /// What the namespace's resource rules set in them (`None`: their own).
+    pub(super) init_resources: &'b [Option<k8s_openapi::api::core::v1::ResourceRequirements>],
     pub(super) moment: Moment,
 }
 
@@ -64,7 +66,7 @@ pub(super) fn see_the_app<'a>(
     sidecar: &mut Value,
     warnings: &mut Vec<String>,
 ) -> AppReport {
-    let Seeing { watcher, injected, init_adaptations, moment } = seeing;
+    let Seeing { watcher, injected, init_adaptations, init_resources, moment } = seeing;
     let existing = moment == Moment::Existing;
     let name = watcher.metadata.name.clone().unwrap_or_default();
     let access = &watcher.spec.app;
@@ -107,6 +109,7 @@ pub(super) fn see_the_app<'a>(
     }
     for (i, init) in access.init_containers.iter().enumerate() {
         let mut value = init_adaptations.get(i).unwrap_or(&Adaptation::default()).written(init);
+        super::resources::write(&mut value, init_resources.get(i).and_then(Option::as_ref));
         if no_token {
             mount_no_token(&mut value, init);
         }

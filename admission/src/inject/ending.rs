@@ -11,6 +11,10 @@
 //! where it exits 0 at once. A sidecar without a command (the image's entrypoint) is stopped by
 //! the kubelet's SIGTERM, as in a pod deletion, and then exits 0 the same way.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 use watcher_api::{END_SIDECARS_ANNOTATION, NO_TOKEN_VOLUME, SERVICE_ACCOUNT_PATH, SUPERVISOR_DIR, SUPERVISOR_NAME};
 
@@ -59,6 +63,12 @@ impl std::fmt::Display for NotSupervised {
     }
 }
 
+/// Whether `container` sets a command: under the supervisor, it needs the supervisor's init
+/// container.
+pub(super) fn has_command(container: &k8s_openapi::api::core::v1::Container) -> bool {
+    container.command.as_ref().is_some_and(|c| !c.is_empty())
+}
+
 /// Runs `sidecar`'s command (JSON, as it goes into the pod) under the supervisor, the
 /// supervisor's volume mounted read-only; a sidecar without a command is left as it is.
 /// `Err` says why it cannot be supervised (the supervisor's path or volume name taken).
@@ -95,7 +105,7 @@ pub(super) fn supervise(sidecar: &mut Value) -> Result<Supervised, NotSupervised
 /// plugin respects: nothing left for it to add, no reinvocation of the webhook for it);
 /// requests equal to limits, so that it neither changes a `Guaranteed` pod's QoS class nor
 /// lacks what a ResourceQuota on requests or limits asks of every container.
-pub(super) fn init_container(image: &str) -> Value {
+pub(super) fn init_container(image: &str, resources: &ResourceRequirements) -> Value {
     json!({
         "name": SUPERVISOR_NAME,
         "image": image,
@@ -105,7 +115,7 @@ pub(super) fn init_container(image: &str) -> Value {
             {"name": SUPERVISOR_NAME, "mountPath": SUPERVISOR_DIR},
             {"name": NO_TOKEN_VOLUME, "mountPath": SERVICE_ACCOUNT_PATH, "readOnly": true},
         ],
-        "resources": {"requests": {"cpu": "20m", "memory": "16Mi"}, "limits": {"cpu": "20m", "memory": "16Mi"}},
+        "resources": resources,
         "securityContext": {
             "runAsUser": watcher_api::ADAPTED_RUN_AS_USER,
             "runAsNonRoot": true,
@@ -115,6 +125,19 @@ pub(super) fn init_container(image: &str) -> Value {
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     })
+}
+
+/// The supervisor's requests and limits where the namespace's resource rules change nothing.
+pub(super) fn resources() -> ResourceRequirements {
+    let list = || Some(BTreeMap::from([("cpu".to_owned(), Quantity("20m".into())), ("memory".to_owned(), Quantity("16Mi".into()))]));
+    ResourceRequirements { claims: None, limits: list(), requests: list() }
+}
+
+/// Whether `pod` has the supervisor's init container already (an earlier admission's).
+pub(super) fn has_supervisor(pod: &PodView) -> bool {
+    let spec = pod.spec.as_ref();
+    let mut containers = spec.iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()));
+    containers.any(|c| c.name == SUPERVISOR_NAME)
 }
 
 /// The emptyDir the supervisor is copied into (its binary is about 1.2 MB).

@@ -768,3 +768,63 @@ async fn the_enforced_level_holds_after_the_patch() {
         assert_eq!(metrics.pod_security_count(crate::PodSecurityOutcome::left_out), 1);
     }
 }
+
+/// A namespace with the ResourceQuota kube-apiserver stored (`limits.cpu: 300m`, nothing
+/// used), for the router.
+struct Quota(Arc<watcher_admission::resources::ResourceRules>);
+
+impl watcher_admission::PolicySource for Quota {
+    fn policies_for(&self, _: &str) -> Vec<Arc<watcher_api::CompiledPolicy>> {
+        Vec::new()
+    }
+
+    fn resource_rules(&self, _: &str) -> Arc<watcher_admission::resources::ResourceRules> {
+        self.0.clone()
+    }
+}
+
+/// Under a quota on cpu and memory: the plain Watcher's sidecar gets the documented requests
+/// and limits (kube-apiserver would refuse it without), the one whose 200m does not fit in what
+/// is left is left out with the quota's words; each is counted.
+#[tokio::test]
+async fn the_namespaces_quota_holds_after_the_patch() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../admission/fixtures/resources/resourcequota-1.36.json"
+    ))
+    .expect("fixture");
+    let quota: k8s_openapi::api::core::v1::ResourceQuota = serde_json::from_str(&text).expect("quota");
+    let rules = Arc::new(watcher_admission::resources::ResourceRules::new([], [&quota]));
+    let big = watcher(
+        "big-watcher",
+        json!({"container": {"name": "big", "image": "busybox:1.36",
+               "resources": {"requests": {"cpu": "200m", "memory": "32Mi"}, "limits": {"cpu": "300m", "memory": "32Mi"}}}}),
+    );
+    let metrics = Metrics::register(&mut Registry::default());
+    let options = InjectOptions { native_sidecars: true, server_minor: Some(36), ..Default::default() };
+    let reviewer = Reviewer::new(store(vec![log_watcher(), big]), options).with_policies(Arc::new(Quota(rules)));
+    let app = router(reviewer, metrics.clone());
+    let mut request = fixture("pod-create-named-annotated.json");
+    request["request"]["object"]["metadata"]["annotations"]["watcher.dev/inject"] = json!("log-watcher,big-watcher");
+    for container in request["request"]["object"]["spec"]["containers"].as_array_mut().expect("containers") {
+        container["resources"] = json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}});
+    }
+    let (status, review, text) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(review["response"]["allowed"], true, "{text}");
+    let warnings = review["response"]["warnings"].as_array().expect("warnings");
+    assert!(
+        warnings.iter().any(|w| w.as_str().is_some_and(|w| w.starts_with("Watcher big-watcher not injected")
+            && w.contains("exceeded quota: team, requested: limits.cpu="))),
+        "{warnings:?}"
+    );
+    let (_, pod) = patched_pod(&request, &review);
+    let sidecar = pod["spec"]["initContainers"].as_array().expect("init containers").iter().find(|c| c["name"] == "log-watcher");
+    assert_eq!(
+        sidecar.expect("the sidecar")["resources"],
+        json!({"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}})
+    );
+    assert!(!pod.to_string().contains("\"big\""), "the Watcher left out is not in the pod");
+    assert_eq!(metrics.resources_count(crate::ResourceOutcome::adapted), 1);
+    assert_eq!(metrics.resources_count(crate::ResourceOutcome::left_out), 1);
+}
