@@ -15,9 +15,9 @@ mod ending;
 mod resources;
 mod security;
 pub use app::AppReport;
-pub use resources::ResourceReport;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
+pub use resources::ResourceReport;
 pub use security::{Compliance, PodSecurityReport, compliance};
 use watcher_api::{
     DEFAULT_SUPERVISOR_IMAGE, END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, INJECTED_ANNOTATION,

@@ -191,7 +191,9 @@ impl ResourceRules {
             let selector = spec.and_then(|s| s.scope_selector.as_ref()).and_then(|s| s.match_expressions.as_ref());
             Quota {
                 name: quota.metadata.name.clone().unwrap_or_default(),
-                hard: values(quota.status.as_ref().and_then(|s| s.hard.as_ref()).or(spec.and_then(|s| s.hard.as_ref()))),
+                hard: values(
+                    quota.status.as_ref().and_then(|s| s.hard.as_ref()).or(spec.and_then(|s| s.hard.as_ref())),
+                ),
                 used: values(quota.status.as_ref().and_then(|s| s.used.as_ref())),
                 scopes: spec.and_then(|s| s.scopes.clone()).unwrap_or_default(),
                 expressions: selector
@@ -258,7 +260,8 @@ impl ResourceRules {
             (!values.is_empty()).then(|| values.iter().map(|(k, v)| (k.clone(), Quantity(v.text.clone()))).collect())
         };
         let claims = resources.and_then(|r| r.claims.clone());
-        let requirements = ResourceRequirements { claims, limits: list(&fitting.limits), requests: list(&fitting.requests) };
+        let requirements =
+            ResourceRequirements { claims, limits: list(&fitting.limits), requests: list(&fitting.requests) };
         Fitted { resources: Some(requirements), set: fitting.set }
     }
 
@@ -565,14 +568,14 @@ impl Quota {
 /// take past it (`exceeded quota: team, requested: ..., used: ..., limited: ...`).
 pub fn describe(violations: &[Violation]) -> String {
     let mut parts = Vec::new();
-    let limits: Vec<&str> =
-        violations.iter().filter(|v| v.group == Group::Limit).map(|v| v.message.as_str()).collect();
+    let limits: Vec<&str> = violations.iter().filter(|v| v.group == Group::Limit).map(|v| v.message.as_str()).collect();
     match limits.as_slice() {
         [] => {}
         [one] => parts.push((*one).to_owned()),
         many => parts.push(format!("[{}]", many.join(", "))),
     }
-    let mut quotas: Vec<&str> = violations.iter().filter(|v| v.group != Group::Limit).map(|v| v.rule.as_str()).collect();
+    let mut quotas: Vec<&str> =
+        violations.iter().filter(|v| v.group != Group::Limit).map(|v| v.rule.as_str()).collect();
     quotas.dedup();
     for rule in quotas {
         let name = rule.trim_start_matches("ResourceQuota ");
@@ -615,10 +618,17 @@ impl PodResources {
     pub fn of(pod: &PodView) -> Self {
         let Some(spec) = pod.spec.as_ref() else { return Self::default() };
         let init = spec.init_containers.iter().flatten().map(|c| {
-            let kind = if c.restart_policy.as_deref() == Some("Always") { ContainerKind::Sidecar } else { ContainerKind::Init };
+            let kind = if c.restart_policy.as_deref() == Some("Always") {
+                ContainerKind::Sidecar
+            } else {
+                ContainerKind::Init
+            };
             ContainerResources::new(&c.name, kind, c.resources.as_ref())
         });
-        let regular = spec.containers.iter().map(|c| ContainerResources::new(&c.name, ContainerKind::Regular, c.resources.as_ref()));
+        let regular = spec
+            .containers
+            .iter()
+            .map(|c| ContainerResources::new(&c.name, ContainerKind::Regular, c.resources.as_ref()));
         Self {
             containers: init.chain(regular).collect(),
             terminating: spec.active_deadline_seconds.is_some(),
@@ -651,8 +661,14 @@ impl PodResources {
             for (resource, value) in list {
                 let resource = resource.as_str();
                 match container.kind {
-                    ContainerKind::Regular => *running.entry(resource).or_default() = running.get(resource).copied().unwrap_or_default() + value.amount,
-                    ContainerKind::Sidecar => *sidecars.entry(resource).or_default() = sidecars.get(resource).copied().unwrap_or_default() + value.amount,
+                    ContainerKind::Regular => {
+                        *running.entry(resource).or_default() =
+                            running.get(resource).copied().unwrap_or_default() + value.amount
+                    }
+                    ContainerKind::Sidecar => {
+                        *sidecars.entry(resource).or_default() =
+                            sidecars.get(resource).copied().unwrap_or_default() + value.amount
+                    }
                     ContainerKind::Init => {
                         let with = value.amount + sidecars.get(resource).copied().unwrap_or_default();
                         let peak = init_peak.entry(resource).or_default();

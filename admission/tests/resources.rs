@@ -47,7 +47,9 @@ const RESOURCES: [&str; 6] = ["unset", "small", "large", "requests-only", "limit
 
 fn resources(kind: &str) -> Option<Value> {
     match kind {
-        "small" => Some(json!({"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "20m", "memory": "16Mi"}})),
+        "small" => {
+            Some(json!({"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "20m", "memory": "16Mi"}}))
+        }
         "large" => Some(json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}})),
         "requests-only" => Some(json!({"requests": {"cpu": "100m", "memory": "64Mi"}})),
         "limits-only" => Some(json!({"limits": {"cpu": "300m", "memory": "128Mi"}})),
@@ -138,7 +140,8 @@ fn admitted(case: &str, rules: &ResourceRules, required: bool) -> (Value, watche
         spec["failurePolicy"] = json!("Fail");
     }
     let watcher: Watcher = serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
-        "metadata": {"name": "tail", "namespace": "team-a"}, "spec": spec})).expect("Watcher");
+        "metadata": {"name": "tail", "namespace": "team-a"}, "spec": spec}))
+    .expect("Watcher");
     let view: PodView = serde_json::from_value(pod.clone()).expect("a pod");
     let levels = Default::default();
     let guards = Guards { levels: &levels, resources: rules };

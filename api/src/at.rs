@@ -23,6 +23,7 @@ pub const DEFAULT_AT_IMAGE: &str = "busybox:1.36";
     doc = "An At runs a command once, with /bin/sh -c, in a pod created at the scheduled time.",
     printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.reason"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -54,6 +55,12 @@ pub struct AtSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub ttl_seconds_after_finished: Option<i64>,
+
+    /// Requests and limits of the pod's container (a namespace with a ResourceQuota on cpu or
+    /// memory refuses a pod that states none), e.g. `{requests: {cpu: 10m, memory: 16Mi},
+    /// limits: {cpu: 100m, memory: 32Mi}}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::PodResources>,
 }
 
 /// The phase of an At: `Pending → Running → Succeeded | Failed`.
@@ -96,7 +103,8 @@ pub struct AtStatus {
     /// The command's exit code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
-    /// A CamelCase reason for the phase, e.g. `Missed`, `InvalidSchedule`, `PodDeleted`.
+    /// A CamelCase reason for the phase, e.g. `Missed`, `InvalidSchedule`, `PodDeleted`,
+    /// `PodRefused` (kube-apiserver refused the pod: the message has its words; retried).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// A human-readable explanation of the phase.

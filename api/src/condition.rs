@@ -33,6 +33,9 @@ pub mod reasons {
     pub const INVALID_RULE: &str = "InvalidRule";
     /// An ImagePolicy's rules compile.
     pub const VALID: &str = "Valid";
+    /// kube-apiserver refused the pod an At or a PodSet creates (a quota, a LimitRange, Pod
+    /// Security): the message has its words, and the pod is created again.
+    pub const POD_REFUSED: &str = "PodRefused";
 }
 
 /// Puts `condition` into `conditions`, replacing the one of the same type.

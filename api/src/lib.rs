@@ -11,6 +11,7 @@ mod cluster_watcher;
 mod condition;
 pub mod image;
 mod image_policy;
+mod pod_resources;
 mod podset;
 pub mod revision;
 pub mod validation;
@@ -29,6 +30,7 @@ pub use condition::{Condition, condition, reasons, set_condition, types};
 pub use image_policy::{
     CompiledPolicy, ImagePolicy, ImagePolicySpec, ImagePolicyStatus, ImageRewrite, PolicyError, WorkloadCounts,
 };
+pub use pod_resources::{PodResources, QUANTITY_PATTERN, QuantityText};
 pub use podset::{DEFAULT_PODSET_IMAGE, PodSet, PodSetSpec, PodSetStatus};
 pub use watcher::{
     FailurePolicy, InjectionSpec, NativeSidecar, NewPods, PodCounts, UpdatePolicy, UpdatePolicyType, Watcher,

@@ -24,6 +24,7 @@ pub const DEFAULT_PODSET_IMAGE: &str = "busybox:1.36";
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.count"),
     printcolumn(name = "Running", type_ = "integer", json_path = ".status.count"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyCount"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
     printcolumn(name = "Message", type_ = "string", json_path = ".spec.message", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -37,6 +38,10 @@ pub struct PodSetSpec {
     /// The image of the pods (default `busybox:1.36`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Requests and limits of each pod's container (a namespace with a ResourceQuota on cpu or
+    /// memory refuses a pod that states none); a change replaces the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::PodResources>,
 }
 
 /// The observed state of a PodSet.
@@ -55,7 +60,8 @@ pub struct PodSetStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`: `count` pods of the current template are ready.
+    /// `Ready`: `count` pods of the current template are ready; `False` with `PodRefused` and
+    /// kube-apiserver's words while it refuses the pods (retried).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -33,12 +33,7 @@ impl ResourceRulesCache {
     pub fn new(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (limit_ranges, range_writer) = reflector::store::<LimitRange>();
         let (quotas, quota_writer) = reflector::store::<ResourceQuota>();
-        let cache = Self {
-            limit_ranges,
-            quotas,
-            built: Arc::default(),
-            changed: tokio::sync::watch::Sender::new(()),
-        };
+        let cache = Self { limit_ranges, quotas, built: Arc::default(), changed: tokio::sync::watch::Sender::new(()) };
         let ranges = fill(Api::<LimitRange>::all(client.clone()), range_writer, "limitranges", cache.clone());
         let quotas = fill(Api::<ResourceQuota>::all(client), quota_writer, "resourcequotas", cache.clone());
         let fill = async move {
@@ -66,8 +61,10 @@ impl ResourceRulesCache {
             return rules.clone();
         }
         let of_namespace = |meta: &kube::api::ObjectMeta| meta.namespace.as_deref() == Some(namespace);
-        let mut ranges: Vec<Arc<LimitRange>> = self.limit_ranges.state().into_iter().filter(|r| of_namespace(r.meta())).collect();
-        let mut quotas: Vec<Arc<ResourceQuota>> = self.quotas.state().into_iter().filter(|q| of_namespace(q.meta())).collect();
+        let mut ranges: Vec<Arc<LimitRange>> =
+            self.limit_ranges.state().into_iter().filter(|r| of_namespace(r.meta())).collect();
+        let mut quotas: Vec<Arc<ResourceQuota>> =
+            self.quotas.state().into_iter().filter(|q| of_namespace(q.meta())).collect();
         ranges.sort_by_key(|r| r.name_any());
         quotas.sort_by_key(|q| q.name_any());
         let rules = Arc::new(ResourceRules::new(ranges.iter().map(|r| &**r), quotas.iter().map(|q| &**q)));

@@ -17,15 +17,16 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
-use watcher_api::types;
 use watcher_api::{
     AT_LABEL, At, AtPhase, AtStatus, DEFAULT_AT_IMAGE, MANAGED_BY, MANAGED_BY_LABEL, condition, set_condition,
 };
+use watcher_api::{reasons, types};
 
 use crate::{Context, Error, Result};
 
@@ -234,6 +235,8 @@ pub fn desired_pod(at: &At) -> Option<Pod> {
                 name: CONTAINER.into(),
                 image: Some(at.spec.image.clone().unwrap_or_else(|| DEFAULT_AT_IMAGE.into())),
                 command: Some(vec!["/bin/sh".into(), "-c".into(), at.spec.command.clone()]),
+                resources: at.spec.resources.as_ref().and_then(watcher_api::PodResources::requirements),
+                security_context: Some(crate::restricted_context()),
                 ..Container::default()
             }],
             ..PodSpec::default()
@@ -269,12 +272,22 @@ async fn reconcile_at(at: Arc<At>, shared: Arc<AtContext>, now: Timestamp) -> Re
     }
     let plan = plan(&at, pod.as_ref(), now);
 
+    let mut plan = plan;
     if plan.create_pod {
         let desired = desired_pod(&at).ok_or_else(|| Error::MissingNamespace(at.name_any()))?;
         match pods.create(&PostParams::default(), &desired).await {
             Ok(_) => info!(pod = name, "created the pod"),
             // Made by an earlier reconcile whose status write was lost: the same pod, not a second.
             Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(kube::Error::Api(status)) if crate::is_refusal(&status) => {
+                refused(&mut plan, &status.message, at.meta().generation);
+                let said = at.status.as_ref().and_then(|s| s.message.as_ref()) == plan.status.message.as_ref();
+                warn!(pod = name, message = status.message, "kube-apiserver refused the pod");
+                if !said {
+                    let note = plan.status.message.clone().unwrap_or_default();
+                    ctx.publish(&at.object_ref(&()), EventType::Warning, reasons::POD_REFUSED, note).await;
+                }
+            }
             Err(error) => return Err(error.into()),
         }
     }
@@ -298,6 +311,18 @@ async fn reconcile_at(at: Arc<At>, shared: Arc<AtContext>, now: Timestamp) -> Re
     }
     ctx.reconciled(&crate::object_key(CONTROLLER, at.as_ref()));
     Ok(plan.requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// kube-apiserver refused the pod (`message`, its words): no pod is recorded, the At stays
+/// `Pending` saying so, and the pod is created again after [`crate::REFUSED_RETRY`] (a quota
+/// raised, a LimitRange changed: it runs with no other step), unless the starting deadline
+/// passes first.
+pub fn refused(plan: &mut Plan, message: &str, generation: Option<i64>) {
+    plan.create_pod = false;
+    plan.status.pod_name = None;
+    let message = format!("kube-apiserver refused the pod: {message}");
+    set_phase(&mut plan.status, AtPhase::Pending, reasons::POD_REFUSED, message, generation);
+    plan.requeue = Some(plan.requeue.map_or(crate::REFUSED_RETRY, |r| r.min(crate::REFUSED_RETRY)));
 }
 
 /// Logs the failure and retries with backoff.

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use kube::Client;
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tracing::warn;
 
 use crate::Metrics;
 use crate::runtime::lock;
@@ -16,13 +18,34 @@ pub struct Context {
     pub client: Client,
     /// Reconcile metrics.
     pub metrics: Metrics,
+    /// Events, as `watcher-operator` (and the replica's pod, where `POD_NAME` says it).
+    pub recorder: Recorder,
     backoff: Backoff,
 }
 
 impl Context {
     /// A context over `client` that counts into `metrics`.
     pub fn new(client: Client, metrics: Metrics) -> Self {
-        Self { client, metrics, backoff: Backoff::default() }
+        let reporter =
+            Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Self { client, metrics, recorder, backoff: Backoff::default() }
+    }
+
+    /// Publishes an Event of `type_` about `object`; a failure is logged, never returned (an
+    /// Event is a courtesy).
+    pub async fn publish(
+        &self,
+        object: &k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event =
+            Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+        if let Err(error) = self.recorder.publish(&event, object).await {
+            warn!(%error, reason, "cannot publish an event");
+        }
     }
 
     /// The action after a failed reconcile of `key`: counted, logged by the caller, and retried

@@ -30,4 +30,7 @@ pub use error::{Error, Result};
 pub use metrics::{CONTROLLERS, ClusterPods, Metrics, ROLLOUT_STATES, ScopeState, WATCHED_RESOURCES, WatcherCollector};
 pub use owned::{CLUSTER_WATCHER_LABEL, WATCHER_LABEL};
 pub use runtime::NamespacedObject;
-use runtime::{UNLISTED_RETRY, cached_watch, controller_config, is_controlled_by, log_run_result, object_key};
+use runtime::{
+    REFUSED_RETRY, UNLISTED_RETRY, cached_watch, controller_config, is_controlled_by, is_refusal, log_run_result,
+    object_key, restricted_context,
+};

@@ -17,16 +17,17 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
-use watcher_api::types;
 use watcher_api::{
     DEFAULT_PODSET_IMAGE, MANAGED_BY, MANAGED_BY_LABEL, POD_TEMPLATE_HASH_LABEL, PODSET_LABEL, PodSet, PodSetStatus,
     condition, set_condition, stable_hash,
 };
+use watcher_api::{reasons, types};
 
 use crate::runtime::lock;
 use crate::{Context, Error, Result};
@@ -110,7 +111,12 @@ pub struct Plan {
 
 /// The hash of what the pods run: a change replaces them.
 pub fn template_hash(podset: &PodSet) -> String {
-    stable_hash(&(&podset.spec.message, podset.spec.image.as_deref().unwrap_or(DEFAULT_PODSET_IMAGE)))
+    let image = podset.spec.image.as_deref().unwrap_or(DEFAULT_PODSET_IMAGE);
+    match podset.spec.resources.as_ref().filter(|r| **r != watcher_api::PodResources::default()) {
+        // Without resources, the hash of the pods made before PodSets had them: no churn.
+        None => stable_hash(&(&podset.spec.message, image)),
+        Some(resources) => stable_hash(&(&podset.spec.message, image, resources)),
+    }
 }
 
 fn is_ready(pod: &Pod) -> bool {
@@ -208,6 +214,8 @@ pub fn desired_pod(podset: &PodSet) -> Option<Pod> {
                     value: Some(podset.spec.message.clone()),
                     ..EnvVar::default()
                 }]),
+                resources: podset.spec.resources.as_ref().and_then(watcher_api::PodResources::requirements),
+                security_context: Some(crate::restricted_context()),
                 ..Container::default()
             }],
             ..PodSpec::default()
@@ -243,13 +251,28 @@ pub async fn reconcile(podset: Arc<PodSet>, shared: Arc<PodSetContext>) -> Resul
     let plan = plan(&podset, &owned);
     let mut expected = Expected { created: Vec::new(), deleted: plan.delete.clone(), since: Instant::now() };
 
+    let mut plan = plan;
+    let mut requeue = None;
     if plan.create > 0 {
         let pod = desired_pod(&podset).ok_or_else(|| Error::MissingNamespace(podset.name_any()))?;
         for _ in 0..plan.create {
-            let created = pods.create(&PostParams::default(), &pod).await?;
-            expected.created.extend(created.metadata.name);
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(created) => expected.created.extend(created.metadata.name),
+                Err(kube::Error::Api(status)) if crate::is_refusal(&status) => {
+                    refused(&mut plan.status, &status.message, podset.meta().generation);
+                    warn!(message = status.message, "kube-apiserver refused a pod");
+                    if !said_already(&podset, &plan.status) {
+                        let note = plan.status.conditions.iter().find(|c| c.type_ == types::READY);
+                        let note = note.map(|c| c.message.clone()).unwrap_or_default();
+                        ctx.publish(&podset.object_ref(&()), EventType::Warning, reasons::POD_REFUSED, note).await;
+                    }
+                    requeue = Some(crate::REFUSED_RETRY);
+                    break;
+                }
+                Err(error) => return Err(error.into()),
+            }
         }
-        info!(created = plan.create, "created pods");
+        info!(created = expected.created.len(), "created pods");
     }
     if !expected.created.is_empty() || !expected.deleted.is_empty() {
         lock(&shared.expectations).insert(key.clone(), expected);
@@ -272,7 +295,20 @@ pub async fn reconcile(podset: Arc<PodSet>, shared: Arc<PodSetContext>) -> Resul
         api.patch_status(&podset.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
     ctx.reconciled(&key);
-    Ok(Action::await_change())
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// kube-apiserver refused a pod (`message`, its words): `Ready` says so until a pod is created
+/// again (after [`crate::REFUSED_RETRY`]).
+pub fn refused(status: &mut PodSetStatus, message: &str, generation: Option<i64>) {
+    let message = format!("kube-apiserver refused the pod: {message}");
+    set_condition(&mut status.conditions, condition(types::READY, false, reasons::POD_REFUSED, message, generation));
+}
+
+/// Whether the PodSet's status already says what `status` says of a refusal.
+fn said_already(podset: &PodSet, status: &PodSetStatus) -> bool {
+    let ready = |s: &PodSetStatus| s.conditions.iter().find(|c| c.type_ == types::READY).map(|c| c.message.clone());
+    podset.status.as_ref().and_then(ready) == ready(status)
 }
 
 /// Logs the failure and retries with backoff.

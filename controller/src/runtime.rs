@@ -69,6 +69,32 @@ impl<K> NamespacedObject for K where
 /// few thousand objects takes milliseconds to a second).
 pub(crate) const UNLISTED_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// How soon a pod kube-apiserver refused (a quota, a LimitRange, Pod Security) is created again:
+/// the owner's status says why meanwhile, and a quota raised lets the next one in.
+pub(crate) const REFUSED_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether kube-apiserver refused a create for what the object is, not for a passing fault:
+/// an admission plugin's `Forbidden` (quota, LimitRange, Pod Security, a webhook) or `Invalid`.
+pub(crate) fn is_refusal(status: &kube::core::Status) -> bool {
+    matches!(status.code, 403 | 422)
+}
+
+/// The securityContext of the containers At and PodSet create: Pod Security's `restricted` as
+/// written, whatever the namespace enforces (a shell that echoes needs no root, no capability
+/// and no privilege escalation); the user is [`watcher_api::ADAPTED_RUN_AS_USER`], as images
+/// run as root unless told.
+pub(crate) fn restricted_context() -> k8s_openapi::api::core::v1::SecurityContext {
+    use k8s_openapi::api::core::v1::{Capabilities, SeccompProfile, SecurityContext};
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities { add: None, drop: Some(vec!["ALL".into()]) }),
+        run_as_non_root: Some(true),
+        run_as_user: Some(watcher_api::ADAPTED_RUN_AS_USER),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
+        ..SecurityContext::default()
+    }
+}
+
 /// The backoff key of `object` in `controller` (a Watcher has one per controller).
 pub(crate) fn object_key<K: kube::ResourceExt>(controller: &str, object: &K) -> String {
     format!("{controller}:{}/{}", object.namespace().unwrap_or_default(), object.name_any())

@@ -129,7 +129,12 @@ pub(super) fn init_container(image: &str, resources: &ResourceRequirements) -> V
 
 /// The supervisor's requests and limits where the namespace's resource rules change nothing.
 pub(super) fn resources() -> ResourceRequirements {
-    let list = || Some(BTreeMap::from([("cpu".to_owned(), Quantity("20m".into())), ("memory".to_owned(), Quantity("16Mi".into()))]));
+    let list = || {
+        Some(BTreeMap::from([
+            ("cpu".to_owned(), Quantity("20m".into())),
+            ("memory".to_owned(), Quantity("16Mi".into())),
+        ]))
+    };
     ResourceRequirements { claims: None, limits: list(), requests: list() }
 }
 

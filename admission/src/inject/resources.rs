@@ -65,7 +65,9 @@ impl<'a> Ledger<'a> {
         let containers = supervisor
             .map(|(name, resources)| (name, ContainerKind::Init, Some(resources)))
             .into_iter()
-            .chain(spec.app.init_containers.iter().map(|c| (c.name.as_str(), ContainerKind::Init, c.resources.as_ref())))
+            .chain(
+                spec.app.init_containers.iter().map(|c| (c.name.as_str(), ContainerKind::Init, c.resources.as_ref())),
+            )
             .chain([(spec.container.name.as_str(), sidecar_kind, spec.container.resources.as_ref())]);
         let mut after = self.pod.clone();
         let mut fitted = Vec::new();

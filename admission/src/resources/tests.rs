@@ -104,7 +104,8 @@ fn the_values_are_brought_within_the_bounds() {
     let (_, before, tail) = request("limitrange-max");
     let fit = rules.fit(tail.resources.as_ref(), &before);
     let resources = fit.resources.expect("changed");
-    let text = |list: &Option<BTreeMap<String, Quantity>>, r: &str| list.as_ref().and_then(|l| l.get(r)).map(|q| q.0.clone());
+    let text =
+        |list: &Option<BTreeMap<String, Quantity>>, r: &str| list.as_ref().and_then(|l| l.get(r)).map(|q| q.0.clone());
     assert_eq!(text(&resources.limits, "cpu").as_deref(), Some("500m"), "the limit of 1 CPU down to max");
     assert_eq!(text(&resources.requests, "cpu").as_deref(), Some("125m"), "the request up to limit / 4");
     assert!(fit.set.iter().any(|s| s == "limits.cpu: 500m (LimitRange bounds: max 500m)"), "{:?}", fit.set);
@@ -165,9 +166,11 @@ fn a_pod_limit_range_counts_the_whole_pod() {
 #[test]
 fn a_best_effort_quota_does_not_count_a_pod_with_resources() {
     let scoped: ResourceQuota = serde_json::from_value(serde_json::json!({"metadata": {"name": "be"},
-        "spec": {"hard": {"pods": "1"}, "scopes": ["BestEffort"]}})).expect("quota");
+        "spec": {"hard": {"pods": "1"}, "scopes": ["BestEffort"]}}))
+    .expect("quota");
     let counting: ResourceQuota = serde_json::from_value(serde_json::json!({"metadata": {"name": "nbe"},
-        "spec": {"hard": {"limits.cpu": "1"}, "scopes": ["NotBestEffort"]}})).expect("quota");
+        "spec": {"hard": {"limits.cpu": "1"}, "scopes": ["NotBestEffort"]}}))
+    .expect("quota");
     let rules = ResourceRules::new([], [&scoped, &counting]);
     let (_, before, tail) = request("quota-must-specify");
     let fit = rules.fit(tail.resources.as_ref(), &before);

@@ -269,3 +269,67 @@ async fn a_pod_missing_from_the_cache_is_confirmed_before_the_at_fails() {
     })
     .await;
 }
+
+/// What kube-apiserver 1.36 answered a pod that does not state what the namespace's quota counts.
+fn quota_refusal() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../admission/fixtures/resources/quota-must-specify-1.36.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
+}
+
+/// The pod refused (a quota): the At says so in kube-apiserver's words, once as an Event, names
+/// no pod, and tries again soon; a later try finds the same words and says nothing twice.
+#[tokio::test]
+async fn a_refused_pod_reaches_the_status_and_is_tried_again() {
+    let now = time("2026-11-21T10:12:00Z");
+    let words = quota_refusal()["message"].as_str().expect("message").to_owned();
+    let expected = format!("kube-apiserver refused the pod: {words}");
+    let said = expected.clone();
+    let action = scenario(at(json!({}), None), now, None, |mut api| async move {
+        let create = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods").await;
+        let context = &create.body["spec"]["containers"][0]["securityContext"];
+        assert_eq!(context["runAsNonRoot"], true, "restricted as written");
+        create.respond(http::StatusCode::FORBIDDEN, &quota_refusal());
+        let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
+        assert_eq!((event.body["type"].as_str(), event.body["reason"].as_str()), (Some("Warning"), Some("PodRefused")));
+        assert_eq!(event.body["note"], said);
+        let body = event.body.clone();
+        event.respond(http::StatusCode::CREATED, &body);
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        assert_eq!(status.body["status"]["phase"], "Pending");
+        assert_eq!(status.body["status"]["reason"], "PodRefused");
+        assert_eq!(status.body["status"]["message"], said);
+        assert!(status.body["status"].get("podName").is_none(), "no pod is recorded");
+        status.ok(&at_echo());
+        api.expect_no_more().await;
+    })
+    .await;
+    assert_eq!(action, Action::requeue(crate::REFUSED_RETRY));
+
+    let mut refused = plan(&at(json!({}), None), None, now);
+    super::refused(&mut refused, &words, Some(1));
+    assert_eq!(refused.status.message.as_deref(), Some(expected.as_str()));
+    let again = at(json!({}), Some(serde_json::to_value(&refused.status).expect("status")));
+    let action = scenario(again, time("2026-11-21T10:12:10Z"), None, |mut api| async move {
+        let create = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods").await;
+        create.respond(http::StatusCode::FORBIDDEN, &quota_refusal());
+        api.expect_no_more().await;
+    })
+    .await;
+    assert_eq!(action, Action::requeue(crate::REFUSED_RETRY));
+}
+
+#[test]
+fn the_pod_states_the_resources_and_passes_restricted() {
+    let at =
+        at(json!({"resources": {"requests": {"cpu": "10m", "memory": 16000000}, "limits": {"cpu": "100m"}}}), None);
+    let pod = desired_pod(&at).expect("pod");
+    let container = &pod.spec.expect("spec").containers[0];
+    let resources = serde_json::to_value(container.resources.as_ref().expect("resources")).expect("JSON");
+    assert_eq!(resources, json!({"requests": {"cpu": "10m", "memory": "16000000"}, "limits": {"cpu": "100m"}}));
+    let context = serde_json::to_value(container.security_context.as_ref().expect("context")).expect("JSON");
+    assert_eq!(
+        context,
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": true,
+               "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+}

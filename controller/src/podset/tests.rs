@@ -220,3 +220,45 @@ async fn a_message_change_adds_one_pod_of_the_new_template() {
     })
     .await;
 }
+
+/// The pods refused (Pod Security `restricted` of another era, a quota): `Ready` says so in
+/// kube-apiserver's words, once as an Event, and no second pod is tried in the same pass.
+#[tokio::test]
+async fn a_refused_pod_reaches_the_status() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../admission/fixtures/resources/quota-must-specify-1.36.json");
+    let refusal: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
+    let words = format!("kube-apiserver refused the pod: {}", refusal["message"].as_str().expect("message"));
+    let expected = scenario(podset(3, "hello"), &[], |mut api| async move {
+        let create = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods").await;
+        assert_eq!(create.body["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"], false);
+        create.respond(http::StatusCode::FORBIDDEN, &refusal);
+        let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events").await;
+        assert_eq!(event.body["reason"], "PodRefused");
+        assert_eq!(event.body["note"], words);
+        let body = event.body.clone();
+        event.respond(http::StatusCode::CREATED, &body);
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        let ready = &status.body["status"]["conditions"][0];
+        assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("PodRefused")));
+        assert_eq!(ready["message"], words);
+        status.ok(&podset_body());
+        api.expect_no_more().await;
+    })
+    .await;
+    assert!(expected.is_empty(), "nothing was created to wait for");
+}
+
+#[test]
+fn resources_go_into_the_pods_and_the_template() {
+    let plain = podset(1, "hello");
+    let mut sized = plain.clone();
+    sized.spec.resources =
+        serde_json::from_value(json!({"limits": {"cpu": "100m", "memory": "32Mi"}})).expect("resources");
+    assert_ne!(super::template_hash(&plain), super::template_hash(&sized), "a change replaces the pods");
+    let mut empty = plain.clone();
+    empty.spec.resources = Some(Default::default());
+    assert_eq!(super::template_hash(&plain), super::template_hash(&empty), "no resources: the hash pods carry");
+    let pod = super::desired_pod(&sized).expect("pod");
+    let limits = pod.spec.expect("spec").containers[0].resources.clone().and_then(|r| r.limits).expect("limits");
+    assert_eq!(limits["memory"].0, "32Mi");
+}

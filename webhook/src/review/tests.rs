@@ -807,7 +807,8 @@ async fn the_namespaces_quota_holds_after_the_patch() {
     let mut request = fixture("pod-create-named-annotated.json");
     request["request"]["object"]["metadata"]["annotations"]["watcher.dev/inject"] = json!("log-watcher,big-watcher");
     for container in request["request"]["object"]["spec"]["containers"].as_array_mut().expect("containers") {
-        container["resources"] = json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}});
+        container["resources"] =
+            json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}});
     }
     let (status, review, text) = post(&app, request.to_string()).await;
     assert_eq!(status, StatusCode::OK, "{text}");
@@ -819,7 +820,8 @@ async fn the_namespaces_quota_holds_after_the_patch() {
         "{warnings:?}"
     );
     let (_, pod) = patched_pod(&request, &review);
-    let sidecar = pod["spec"]["initContainers"].as_array().expect("init containers").iter().find(|c| c["name"] == "log-watcher");
+    let sidecar =
+        pod["spec"]["initContainers"].as_array().expect("init containers").iter().find(|c| c["name"] == "log-watcher");
     assert_eq!(
         sidecar.expect("the sidecar")["resources"],
         json!({"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}})
