@@ -20,9 +20,10 @@ use json_patch::{AddOperation, PatchOperation};
 pub use resources::ResourceReport;
 pub use security::{Compliance, PodSecurityReport, compliance};
 use watcher_api::{
-    DEFAULT_SUPERVISOR_IMAGE, END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, INJECTED_ANNOTATION,
-    INJECTED_WITHOUT_IMAGE_ANNOTATION, NativeSidecar, SUPERVISOR_NAME, Watcher, config_map_name,
-    injected_annotation_value, injected_watchers, injected_watchers_without_image,
+    DEFAULT_CONTAINER_ANNOTATION, DEFAULT_SUPERVISOR_IMAGE, END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL,
+    INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, NativeSidecar, SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION,
+    SUPERVISOR_NAME, Watcher, config_map_name, injected_annotation_value, injected_watchers,
+    injected_watchers_without_image,
 };
 
 use crate::decide::{Verdict, decide};
@@ -217,6 +218,16 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
     let value = injected_annotation_value(admission.entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
     let imageless = injected_annotation_value(admission.without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
     let mut annotations = vec![(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless)];
+    if let Some(volumes) = patch.local_volumes() {
+        annotations.push((SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, volumes));
+    }
+    if admission.regular_sidecar && !pod.metadata.annotations.has(DEFAULT_CONTAINER_ANNOTATION) {
+        let injected = injected_containers(pod, namespace, watchers);
+        let containers = pod.spec.iter().flat_map(|s| &s.containers);
+        if let Some(app) = containers.map(|c| c.name.as_str()).find(|name| !injected.contains(name)) {
+            annotations.push((DEFAULT_CONTAINER_ANNOTATION, app.to_owned()));
+        }
+    }
     if admission.to_end.len() > admission.ended_before {
         patch.add_label(END_SIDECARS_LABEL, "true");
         annotations.push((END_SIDECARS_ANNOTATION, admission.to_end.join(",")));
@@ -252,6 +263,8 @@ struct Admission<'a, W> {
     ended_before: usize,
     /// A sidecar runs under the supervisor: its init container goes in.
     supervised: bool,
+    /// A sidecar goes in as a regular container (`kubectl logs` would ask which container).
+    regular_sidecar: bool,
 }
 
 impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
@@ -287,6 +300,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             ended_before: to_end.len(),
             to_end,
             supervised: false,
+            regular_sidecar: false,
         }
     }
 
@@ -335,6 +349,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             self.supervise(name, watcher, &mut container, native);
         }
         self.patch.add_container(container, native);
+        self.regular_sidecar |= !native;
         if let Some(volume) = &watcher.spec.volume {
             self.patch.add_volume(&volume.name, to_value(volume.as_ref()));
         }
@@ -496,6 +511,8 @@ struct PodPatch<'a> {
     /// The pod's volumes, then those the Watchers add; the first `pod_volumes` are the pod's.
     volume_names: Vec<&'a str>,
     pod_volumes: usize,
+    /// The emptyDirs added, for cluster-autoscaler's annotation.
+    added_empty_dirs: Vec<&'a str>,
     secret_names: Vec<&'a str>,
     has_containers: bool,
     has_init_containers: bool,
@@ -531,6 +548,7 @@ impl<'a> PodPatch<'a> {
             containers,
             pod_volumes: volume_names.len(),
             volume_names,
+            added_empty_dirs: Vec::new(),
             secret_names: secrets.unwrap_or_default().iter().map(|s| s.name.as_str()).collect(),
             has_containers: !containers.is_empty(),
             has_init_containers: init.is_some(),
@@ -573,6 +591,9 @@ impl<'a> PodPatch<'a> {
     fn add_volume(&mut self, name: &'a str, volume: Value) {
         if !self.volume_names.contains(&name) {
             self.volume_names.push(name);
+            if volume.get("emptyDir").is_some() {
+                self.added_empty_dirs.push(name);
+            }
             append(&mut self.ops, &mut self.has_volumes, "volumes", volume);
         }
     }
@@ -662,6 +683,22 @@ impl PodPatch<'_> {
         }
         self.add_volume(SUPERVISOR_NAME, ending::volume());
         self.add_volume(watcher_api::NO_TOKEN_VOLUME, ending::no_token_volume());
+    }
+
+    /// cluster-autoscaler's `safe-to-evict-local-volumes` with the emptyDirs added merged into
+    /// what the pod says; `None` where none was added.
+    fn local_volumes(&self) -> Option<String> {
+        if self.added_empty_dirs.is_empty() {
+            return None;
+        }
+        let own = self.annotations.safe_to_evict_local_volumes.as_deref().unwrap_or_default();
+        let mut names: Vec<&str> = own.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+        for added in &self.added_empty_dirs {
+            if !names.contains(added) {
+                names.push(added);
+            }
+        }
+        Some(names.join(","))
     }
 
     /// Sets the label `key` to `value`.

@@ -52,6 +52,9 @@ pub struct Annotations {
     pub other_keys: Vec<String>,
     /// The AppArmor and seccomp annotations, which Pod Security reads, in full.
     pub pod_security: Vec<(String, String)>,
+    /// cluster-autoscaler's `safe-to-evict-local-volumes`, in full: the webhook merges the
+    /// emptyDirs it adds into it.
+    pub safe_to_evict_local_volumes: Option<String>,
     /// The bytes of every key and value, as kube-apiserver counts them against its limit.
     pub bytes: usize,
 }
@@ -350,6 +353,11 @@ fn read_annotations<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Annotations, 
                             let value = map.next_value::<Option<Text<'de>>>()?.unwrap_or_default();
                             read.bytes += key.len() + value.len();
                             read.own.get_or_insert_default().insert(key.0.into_owned(), value.0.into_owned());
+                        } else if *key == *watcher_api::SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION {
+                            let value = map.next_value::<Option<Text<'de>>>()?.unwrap_or_default();
+                            read.bytes += key.len() + value.len();
+                            read.other_keys.push(key.0.into_owned());
+                            read.safe_to_evict_local_volumes = Some(value.0.into_owned());
                         } else if crate::pod_security::is_pod_security_annotation(&key) {
                             let value = map.next_value::<Option<Text<'de>>>()?.unwrap_or_default();
                             read.bytes += key.len() + value.len();

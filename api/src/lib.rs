@@ -119,6 +119,11 @@ pub const DEFAULT_SUPERVISOR_IMAGE: &str = "watcher-supervise:0.1.0";
 pub const SUPERVISOR_NAME: &str = "watcher-supervise";
 /// Where a supervised sidecar finds the supervisor: the volume's mount path.
 pub const SUPERVISOR_DIR: &str = "/watcher-supervise";
+/// cluster-autoscaler's annotation naming the local volumes (emptyDir, hostPath) it may lose when
+/// it drains the pod's node: the webhook adds the emptyDirs it injects, merged with the pod's.
+pub const SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes";
+/// kubectl's annotation naming the container `kubectl logs` and `exec` use by default.
+pub const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-container";
 /// Label on every object this operator creates: `app.kubernetes.io/managed-by=watcher-operator`.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// The value of [`MANAGED_BY_LABEL`].

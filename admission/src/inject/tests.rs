@@ -101,6 +101,9 @@ fn annotated_pod_gets_container_config_volume_secret_and_annotation() {
             {"op": "add", "path": "/metadata/annotations/watcher.dev~1injected", "value": injected_value(&watcher)},
             {"op": "add", "path": "/metadata/annotations/watcher.dev~1injected-without-image",
              "value": without_image_value(&watcher)},
+            {"op": "add", "path": "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes",
+             "value": "logs"},
+            {"op": "add", "path": "/metadata/annotations/kubectl.kubernetes.io~1default-container", "value": "app"},
         ])
     );
     assert_eq!(injection.injected, ["log-watcher"]);
@@ -199,7 +202,8 @@ fn selector_injects_without_annotation_and_creates_annotations() {
             {"op": "add", "path": "/spec/containers/-", "value": {"name": "metrics", "image": "m:1"}},
             {"op": "add", "path": "/metadata/annotations",
              "value": {"watcher.dev/injected": format!("metrics@{}", selected.spec.spec_hash()),
-                       "watcher.dev/injected-without-image": format!("metrics@{}", selected.spec.spec_hash_without_image())}},
+                       "watcher.dev/injected-without-image": format!("metrics@{}", selected.spec.spec_hash_without_image()),
+                       "kubectl.kubernetes.io/default-container": "app"}},
         ])
     );
     assert_eq!(patched["spec"]["containers"][1]["name"], "metrics");
@@ -233,9 +237,13 @@ fn annotation_order_first_then_selected_by_name_and_lists_created_once() {
             "/spec/containers/-",
             "/spec/volumes/-",
             "/metadata/annotations/watcher.dev~1injected",
-            "/metadata/annotations/watcher.dev~1injected-without-image"
+            "/metadata/annotations/watcher.dev~1injected-without-image",
+            "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes",
+            "/metadata/annotations/kubectl.kubernetes.io~1default-container"
         ]
     );
+    let annotations = &patched["metadata"]["annotations"];
+    assert_eq!(annotations["cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"], "v-requested,v-zeta,v-alpha");
     let volumes: Vec<_> =
         patched["spec"]["volumes"].as_array().expect("volumes").iter().map(|v| v["name"].clone()).collect();
     assert_eq!(volumes, [json!("v-requested"), json!("v-zeta"), json!("v-alpha")]);
@@ -311,7 +319,8 @@ fn existing_volume_and_pull_secret_are_not_duplicated() {
         [
             "/spec/containers/-",
             "/metadata/annotations/watcher.dev~1injected",
-            "/metadata/annotations/watcher.dev~1injected-without-image"
+            "/metadata/annotations/watcher.dev~1injected-without-image",
+            "/metadata/annotations/kubectl.kubernetes.io~1default-container"
         ]
     );
     assert_eq!(patched["spec"]["volumes"], json!([{"name": "logs", "hostPath": {"path": "/var/log"}}]));
@@ -549,6 +558,7 @@ mod app {
         assert_eq!(
             keys,
             [
+                "kubectl.kubernetes.io/default-container",
                 "prometheus.io/port",
                 "prometheus.io/scrape",
                 "watcher.dev/injected",
@@ -870,4 +880,26 @@ fn a_pod_requiring_non_root_gives_the_sidecar_a_user() {
     says_user["spec"]["securityContext"]["runAsUser"] = json!(1000);
     let (_, patched) = run(&says_user, &[plain_sidecar()], &options(true));
     assert!(injected_container(&patched, "plain-sidecar").get("securityContext").is_none(), "the pod's user");
+}
+
+/// The emptyDirs the patch adds are named for cluster-autoscaler, merged with what the pod says;
+/// `kubectl logs` lands in the app where the sidecar is a regular container and the pod names no
+/// default container, and nowhere else.
+#[test]
+fn the_nodes_neighbours_are_told_what_the_patch_adds() {
+    let pod = pod(
+        json!({"name": "p", "annotations": {"watcher.dev/inject": "log-watcher",
+            "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes": "cache, scratch",
+            "kubectl.kubernetes.io/default-container": "web"}}),
+        json!({"containers": [{"name": "app"}, {"name": "web"}], "restartPolicy": "Never"}),
+    );
+    let (_, patched) = run(&pod, &[full_watcher("Never")], &options(true));
+    let annotations = &patched["metadata"]["annotations"];
+    assert_eq!(
+        annotations["cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"],
+        "cache,scratch,logs,watcher-supervise,watcher-dev-no-token"
+    );
+    assert_eq!(annotations["kubectl.kubernetes.io/default-container"], "web", "the pod's own stays");
+    let (_, native) = run(&annotated("log-watcher"), &[full_watcher("Always")], &options(true));
+    assert!(native["metadata"]["annotations"].get("kubectl.kubernetes.io/default-container").is_none());
 }
