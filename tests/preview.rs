@@ -114,3 +114,33 @@ fn the_cluster_watcher_sample_applies_where_its_namespace_selector_matches() {
     assert!(pod["spec"]["initContainers"].is_null(), "not injected: {pod}");
     assert!(notes.contains("unless --namespace-labels gives it more"), "{notes}");
 }
+
+/// The samples' LimitRange and ResourceQuota: the sidecar gets the LimitRange's defaults, said
+/// on stderr, and the pod passes both.
+#[test]
+fn the_namespaces_resource_rules_are_previewed() {
+    let flags =
+        ["--limit-range", "deploy/samples/limitrange.yaml", "--resource-quota", "deploy/samples/resourcequota.yaml"];
+    let (pod, said) = preview_with("deploy/samples/pod.yaml", "deploy/samples/watcher.yaml", &flags);
+    let sidecar = &pod["spec"]["initContainers"][0];
+    assert_eq!(sidecar["name"], "log-watcher");
+    assert_eq!(
+        sidecar["resources"],
+        serde_json::json!({"limits": {"cpu": "100m", "memory": "64Mi"}, "requests": {"cpu": "50m", "memory": "32Mi"}})
+    );
+    assert!(
+        said.contains(
+            "Watcher log-watcher fitted to the namespace's resource rules (LimitRange bounds, ResourceQuota team)"
+        ),
+        "{said}"
+    );
+    let wrong = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
+        .args(["inject", "-f", "deploy/samples/pod.yaml", "--watcher", "deploy/samples/watcher.yaml"])
+        .args(["--limit-range", "deploy/samples/resourcequota.yaml"])
+        .current_dir(ROOT)
+        .output()
+        .expect("binary runs");
+    assert!(!wrong.status.success(), "a ResourceQuota given as a LimitRange is an error");
+    let error = String::from_utf8_lossy(&wrong.stderr);
+    assert!(error.contains("LimitRange"), "{error}");
+}

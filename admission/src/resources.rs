@@ -176,6 +176,9 @@ pub struct Fitted {
 }
 
 impl ResourceRules {
+    /// No rule: a namespace with neither a LimitRange nor a ResourceQuota.
+    pub const NONE: Self = Self { limits: Vec::new(), quotas: Vec::new() };
+
     /// The rules of `limit_ranges` and `quotas` (all of one namespace).
     pub fn new<'a>(
         limit_ranges: impl IntoIterator<Item = &'a LimitRange>,

@@ -223,6 +223,16 @@ pub struct InjectArgs {
     /// namespace whose `--namespace-labels` set none.
     #[arg(long, env = "WATCHER_POD_SECURITY_CONFIG", value_name = "FILE", value_parser = parse_pod_security_config)]
     pod_security_config: Option<watcher_admission::pod_security::ClusterDefaults>,
+    /// LimitRange manifest(s) of the pods' namespace, YAML; repeat the flag for more files. The
+    /// Watchers' containers get its defaults and are brought within its bounds, as the webhook
+    /// does.
+    #[arg(long = "limit-range", value_name = "FILE")]
+    limit_ranges: Vec<PathBuf>,
+    /// ResourceQuota manifest(s) of the pods' namespace, YAML; repeat the flag for more files.
+    /// What a quota counts is stated in the Watchers' containers, and a Watcher that does not fit
+    /// in what is left (`hard` less the `status.used` the file gives) is left out.
+    #[arg(long = "resource-quota", value_name = "FILE")]
+    resource_quotas: Vec<PathBuf>,
 }
 
 /// Flags of `watcher-operator certs`.
@@ -486,11 +496,17 @@ pub async fn execute(tool: Tool) -> anyhow::Result<bool> {
             let namespace = args.namespace.as_deref();
             let labels = args.namespace_labels.unwrap_or_default();
             let pod_security = args.pod_security_config.unwrap_or_default();
+            let resources = offline::resource_rules(&args.limit_ranges, &args.resource_quotas)?;
             let preview = offline::inject_preview(
                 &args.pods,
                 &args.watchers,
                 &args.image_policies,
-                offline::Namespace { name: namespace, labels: &labels, pod_security: &pod_security },
+                offline::Namespace {
+                    name: namespace,
+                    labels: &labels,
+                    pod_security: &pod_security,
+                    resources: &resources,
+                },
                 args.native_sidecars,
             )?;
             print!("{preview}");

@@ -8,9 +8,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, bail};
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota};
 use kube::ResourceExt;
 use watcher_admission::pod_security::NamespaceLevels;
-use watcher_admission::{InjectOptions, PodView, inject_at_level, rewrite_images};
+use watcher_admission::resources::ResourceRules;
+use watcher_admission::{Guards, InjectOptions, PodView, inject_guarded, rewrite_images};
 use watcher_api::{CLUSTER_WATCHER_KIND, ClusterWatcher, CompiledPolicy, ImagePolicy, Watcher};
 use watcher_certs::{Authority, service_hosts};
 
@@ -34,7 +36,7 @@ pub(crate) fn inject_preview(
     namespace: Namespace<'_>,
     native: bool,
 ) -> anyhow::Result<String> {
-    let Namespace { name: namespace, labels: namespace_labels, pod_security } = namespace;
+    let Namespace { name: namespace, labels: namespace_labels, pod_security, resources } = namespace;
     let (all_watchers, cluster) = watcher_files(watchers, namespace_labels.is_empty())?;
     let policies = image_policies(policies, !namespace_labels.is_empty())?;
     let options = InjectOptions {
@@ -65,7 +67,8 @@ pub(crate) fn inject_preview(
             watcher_admission::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster, &options);
         let refs: Vec<&Watcher> = in_namespace.iter().map(AsRef::as_ref).collect();
         let levels = NamespaceLevels::of_namespace(&namespace, |key| labels.get(key).map(String::as_str), pod_security);
-        let mut injection = inject_at_level(&pod, &namespace, &refs, &options, &levels);
+        let guards = Guards { levels: &levels, resources };
+        let mut injection = inject_guarded(&pod, &namespace, &refs, &options, &guards);
         rewrite_images(&pod, &namespace, &policies, &options, &mut injection);
         say(&injection, &namespace, pod.display_name())?;
         json_patch::patch(&mut document, &injection.patch).context("the injection patch does not apply")?;
@@ -112,6 +115,16 @@ fn say(injection: &watcher_admission::Injection, namespace: &str, name: &str) ->
     if let Some(reason) = &injection.skipped {
         eprintln!("pod {namespace}/{name} not injected: {reason}");
     }
+    for report in injection.resources.iter().filter(|r| r.violations.is_none()) {
+        for (container, set) in &report.adapted {
+            eprintln!(
+                "pod {namespace}/{name}: Watcher {} fitted to the namespace's resource rules ({}): container {container} gets {}",
+                report.watcher,
+                report.rules,
+                set.join(", ")
+            );
+        }
+    }
     for report in injection.pod_security.iter().filter(|r| r.violations.is_none()) {
         for (container, fields) in &report.adapted {
             eprintln!(
@@ -132,6 +145,25 @@ pub(crate) struct Namespace<'a> {
     pub(crate) labels: &'a BTreeMap<String, String>,
     /// The cluster's Pod Security admission configuration (`--pod-security-config`).
     pub(crate) pod_security: &'a watcher_admission::pod_security::ClusterDefaults,
+    /// Its LimitRanges and ResourceQuotas (`--limit-range`, `--resource-quota`).
+    pub(crate) resources: &'a ResourceRules,
+}
+
+/// The rules of the LimitRanges and ResourceQuotas in the files `limit_ranges` and `quotas`.
+pub(crate) fn resource_rules(limit_ranges: &[PathBuf], quotas: &[PathBuf]) -> anyhow::Result<ResourceRules> {
+    let mut ranges = Vec::new();
+    for path in limit_ranges {
+        for document in documents(path)? {
+            ranges.push(parse_kind::<LimitRange>(&document, "LimitRange", path)?);
+        }
+    }
+    let mut read = Vec::new();
+    for path in quotas {
+        for document in documents(path)? {
+            read.push(parse_kind::<ResourceQuota>(&document, "ResourceQuota", path)?);
+        }
+    }
+    Ok(ResourceRules::new(&ranges, &read))
 }
 
 /// The ImagePolicies of `paths`, compiled, in name order. Without namespace labels, a policy
@@ -240,7 +272,8 @@ mod tests {
     fn unlabelled(name: Option<&str>) -> Namespace<'_> {
         static NO_DEFAULTS: watcher_admission::pod_security::ClusterDefaults =
             watcher_admission::pod_security::ClusterDefaults::NONE;
-        Namespace { name, labels: &NO_LABELS, pod_security: &NO_DEFAULTS }
+        static NO_RULES: ResourceRules = ResourceRules::NONE;
+        Namespace { name, labels: &NO_LABELS, pod_security: &NO_DEFAULTS, resources: &NO_RULES }
     }
 
     fn temp_file(name: &str, contents: &str) -> PathBuf {
@@ -344,7 +377,8 @@ mod tests {
              spec: {namespaceSelector: {matchLabels: {team: search}}, rewrites: [{from: 'busybox:1.36', to: 'busybox:1.37'}]}\n",
         );
         let none = watcher_admission::pod_security::ClusterDefaults::default();
-        let labelled = Namespace { name: Some("team-a"), labels: &payments, pod_security: &none };
+        let labelled =
+            Namespace { name: Some("team-a"), labels: &payments, pod_security: &none, resources: &ResourceRules::NONE };
         let out = inject_preview(&pod, &[sample.to_owned()], &[policies], labelled, false).expect("preview");
         assert_eq!(injected(&out), ["app", "log-agent"], "its namespaceSelector matches");
         assert!(out.contains("image: mirror.internal/library/busybox:1.36"), "{out}");

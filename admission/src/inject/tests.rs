@@ -243,7 +243,10 @@ fn annotation_order_first_then_selected_by_name_and_lists_created_once() {
         ]
     );
     let annotations = &patched["metadata"]["annotations"];
-    assert_eq!(annotations["cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"], "v-requested,v-zeta,v-alpha");
+    assert_eq!(
+        annotations["cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"],
+        "v-requested,v-zeta,v-alpha"
+    );
     let volumes: Vec<_> =
         patched["spec"]["volumes"].as_array().expect("volumes").iter().map(|v| v["name"].clone()).collect();
     assert_eq!(volumes, [json!("v-requested"), json!("v-zeta"), json!("v-alpha")]);

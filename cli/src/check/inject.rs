@@ -10,10 +10,11 @@ use json_patch::PatchOperation;
 use kube::ResourceExt;
 use serde::Serialize;
 use watcher_admission::pod_security::NamespaceLevels;
+use watcher_admission::resources::ResourceRules;
 use watcher_admission::scope::Conditions;
 use watcher_admission::{
-    Asked, Exclusion, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, app_report, decide, exclusion,
-    inject_at_level, original_images, rewrite_images,
+    Asked, Exclusion, Guards, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, app_report, decide, exclusion,
+    inject_guarded, original_images, rewrite_images,
 };
 use watcher_api::{ClusterWatcher, CompiledPolicy, ORIGINAL_IMAGES_ANNOTATION, Watcher, image, injected_watchers};
 
@@ -47,6 +48,10 @@ pub(crate) struct WatcherLine {
     /// containers for it.
     #[serde(rename = "podSecurity", skip_serializing_if = "Vec::is_empty")]
     pub(crate) pod_security: Vec<String>,
+    /// Where the namespace has LimitRanges or ResourceQuotas: the requests and limits set in
+    /// the Watcher's containers for them, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) resources: Vec<String>,
     /// For an injected Watcher whose sidecar runs watcher-agent: whether its configuration
     /// parses, and what it will follow (files it can see, the log stream).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -137,6 +142,8 @@ pub(crate) struct Scope<'a> {
     pub(crate) policies: &'a [Arc<CompiledPolicy>],
     /// The operator's namespace (never injected).
     pub(crate) options: &'a InjectOptions,
+    /// The namespace's LimitRanges and ResourceQuotas, as admission reads them.
+    pub(crate) resources: &'a ResourceRules,
     /// Where the registered matchConditions send the pod (see [`sent_by`]).
     pub(crate) sent: Sent,
 }
@@ -149,6 +156,13 @@ impl Scope<'_> {
             |key| self.namespace_labels.get(key).map(String::as_str),
             self.pod_security,
         )
+    }
+
+    /// What admission does to `pod` in the namespace: the same pass as the webhook's.
+    fn admit(&self, pod: &PodView) -> watcher_admission::Injection {
+        let levels = self.levels();
+        let guards = Guards { levels: &levels, resources: self.resources };
+        inject_guarded(pod, self.namespace, self.watchers, self.options, &guards)
     }
 }
 
@@ -184,6 +198,7 @@ impl WatcherLine {
             sees: Vec::new(),
             cluster: false,
             pod_security: Vec::new(),
+            resources: Vec::new(),
             agent: Vec::new(),
         }
     }
@@ -225,6 +240,7 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
         None => {
             let mut lines = asked_lines(pod, existing, scope, &carried);
             hold_the_level(pod, scope, &mut lines);
+            hold_the_resources(pod, scope, &mut lines);
             see_the_app(pod, existing, scope, &mut lines);
             for line in lines.iter_mut().filter(|l| l.injected) {
                 if let Some(watcher) = scope.watchers.iter().find(|w| w.name_any() == line.name) {
@@ -436,7 +452,7 @@ fn see_the_app(pod: &PodView, existing: bool, scope: &Scope<'_>, lines: &mut [Wa
     let reports = if existing {
         injecting.iter().map(|w| app_report(pod, scope.namespace, w, scope.watchers)).collect()
     } else {
-        inject_at_level(pod, scope.namespace, scope.watchers, scope.options, &scope.levels()).app
+        scope.admit(pod).app
     };
     for report in reports {
         if let Some(line) = lines.iter_mut().find(|l| l.name == report.watcher) {
@@ -453,7 +469,7 @@ fn hold_the_level(pod: &PodView, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
     if levels.enforced().is_none() {
         return;
     }
-    let injection = inject_at_level(pod, scope.namespace, scope.watchers, scope.options, &levels);
+    let injection = scope.admit(pod);
     for report in injection.pod_security {
         let Some(line) = lines.iter_mut().find(|l| l.name == report.watcher) else { continue };
         match &report.violations {
@@ -485,6 +501,37 @@ fn hold_the_level(pod: &PodView, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
     }
 }
 
+/// Where the namespace has LimitRanges or ResourceQuotas: what admission sets in each Watcher's
+/// containers for them, and which Watchers it leaves out and why (the same pass as admission).
+fn hold_the_resources(pod: &PodView, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
+    if scope.resources.is_empty() {
+        return;
+    }
+    for report in scope.admit(pod).resources {
+        let Some(line) = lines.iter_mut().find(|l| l.name == report.watcher) else { continue };
+        match &report.violations {
+            Some(violations) => {
+                let required = scope.watchers.iter().any(|w| w.name_any() == report.watcher && w.spec.is_required());
+                line.injected = false;
+                line.up_to_date = None;
+                line.reason = "Resources";
+                line.message = format!(
+                    "left out: the pod would fail its namespace's resource rules ({}) with it: {violations}{}",
+                    report.rules,
+                    if required { "; the Watcher is required (failurePolicy: Fail): the pod is refused" } else { "" }
+                );
+            }
+            None => {
+                line.resources = report
+                    .adapted
+                    .iter()
+                    .map(|(container, set)| format!("container {container} gets {}", set.join(", ")))
+                    .collect();
+            }
+        }
+    }
+}
+
 /// What a Watcher that cannot be injected means for the pod when it is required.
 fn refused(decision: &watcher_admission::Decision<'_>) -> &'static str {
     match decision.watcher {
@@ -505,7 +552,7 @@ fn planned_images(pod: &PodView, scope: &Scope<'_>, excluded: &Option<Excluded>)
     if excluded.is_some() {
         return Vec::new();
     }
-    let mut injection = inject_at_level(pod, scope.namespace, scope.watchers, scope.options, &scope.levels());
+    let mut injection = scope.admit(pod);
     let before = injection.patch.len();
     // The sidecars as injected, then the pod's own containers: images before rewriting.
     let mut images: Vec<(String, String)> = Vec::new();
@@ -583,7 +630,7 @@ impl Explanation {
             let state = if line.injected { "injected" } else { "not injected" };
             let kind = if line.cluster { " (ClusterWatcher)" } else { "" };
             out.push_str(&format!("{mark} {}{kind}: {state} ({}): {}\n", line.name, line.reason, line.message));
-            for seen in line.sees.iter().chain(&line.pod_security).chain(&line.agent) {
+            for seen in line.sees.iter().chain(&line.pod_security).chain(&line.resources).chain(&line.agent) {
                 out.push_str(&format!("    {seen}\n"));
             }
         }

@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use kube::ResourceExt;
+use watcher_admission::resources::ResourceRules;
 use watcher_admission::{InjectOptions, PodView, WebhookSelectors};
 use watcher_api::{ClusterWatcher, CompiledPolicy, Watcher};
 
@@ -89,6 +91,7 @@ pub(crate) async fn check_inject(
         watcher_admission::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster_watchers, &options);
     let refs: Vec<&Watcher> = effective.iter().map(AsRef::as_ref).collect();
     let pod_security = cluster_pod_security(client, &options.excluded_namespaces[0], &namespace, &labels).await;
+    let resources = resource_rules(client, &namespace).await;
     let scope = Scope {
         namespace: &namespace,
         namespace_labels: &labels,
@@ -98,9 +101,24 @@ pub(crate) async fn check_inject(
         selectors: &selectors,
         policies: &policies,
         options: &options,
+        resources: &resources,
         sent,
     };
     Ok(explain(&pod, existing, &scope))
+}
+
+/// The LimitRanges and ResourceQuotas of `namespace`, in name order, as the webhook reads them;
+/// none where they cannot be listed (the explanation then says nothing of them).
+async fn resource_rules(client: &kube::Client, namespace: &str) -> ResourceRules {
+    use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota};
+    use kube::api::{Api, ListParams};
+    let ranges = Api::<LimitRange>::namespaced(client.clone(), namespace).list(&ListParams::default()).await;
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), namespace).list(&ListParams::default()).await;
+    let mut ranges = ranges.map(|l| l.items).unwrap_or_default();
+    let mut quotas = quotas.map(|l| l.items).unwrap_or_default();
+    ranges.sort_by_key(ResourceExt::name_any);
+    quotas.sort_by_key(ResourceExt::name_any);
+    ResourceRules::new(&ranges, &quotas)
 }
 
 /// What admission reads for a pod of one namespace, as the cluster holds it now.

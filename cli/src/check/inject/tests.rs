@@ -4,6 +4,7 @@ use std::sync::Arc;
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
 use watcher_admission::Sent;
+use watcher_admission::resources::ResourceRules;
 use watcher_admission::{InjectOptions, PodView, WebhookSelectors};
 use watcher_api::{ClusterWatcher, CompiledPolicy, ImagePolicy, Watcher};
 use watcher_webhook::Reviewer;
@@ -57,6 +58,12 @@ fn explain_in(
     explain_with(namespace, labels, pod, existing, watchers, &[])
 }
 
+thread_local! {
+    /// The namespace's LimitRanges and ResourceQuotas for [`explain_with`] (none unless a test
+    /// sets them).
+    static RESOURCES: std::cell::RefCell<ResourceRules> = std::cell::RefCell::default();
+}
+
 /// [`explain_in`] with ClusterWatchers: the Watchers that apply are resolved as the webhook
 /// resolves them.
 fn explain_with(
@@ -94,6 +101,7 @@ fn explain_with(
         selectors: &deploy_selectors(),
         policies: &policies,
         options: &options(),
+        resources: &RESOURCES.with(|r| r.borrow().clone()),
         sent,
     };
     explain(&pod, existing, &scope)
@@ -473,4 +481,36 @@ fn the_agents_configuration_and_what_it_follows_are_explained() {
         lines,
         ["watcher-agent: configuration invalid: AGENT_ALERT_ERROR: \"often\": `<count>/<window>`, e.g. 5/1m"]
     );
+}
+
+/// Under the namespace's quota (as kube-apiserver stored it: `limits.cpu: 300m`), the pod of
+/// kube-apiserver's refusal: the plain Watcher is injected with what the quota asks stated, the
+/// one that does not fit in what is left is left out with the quota's words.
+#[test]
+fn the_namespaces_resource_rules_are_explained() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../admission/fixtures/resources/resourcequota-1.36.json");
+    let quota: k8s_openapi::api::core::v1::ResourceQuota =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("quota");
+    RESOURCES.with(|r| *r.borrow_mut() = ResourceRules::new([], [&quota]));
+    let plain = watcher("tail", "tail", "busybox:1.36", None);
+    let mut big = watcher("big", "big", "busybox:1.36", None);
+    big.spec.container.resources = serde_json::from_value(json!({"limits": {"cpu": "250m", "memory": "32Mi"}})).ok();
+    let pod = json!({"metadata": {"name": "app", "annotations": {"watcher.dev/inject": "tail,big"}},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36",
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}}]}});
+    let explanation = explain_in("team-a", &[], pod, false, &[plain, big]);
+    RESOURCES.with(|r| *r.borrow_mut() = ResourceRules::default());
+    let line = |name: &str| explanation.watchers.iter().find(|l| l.name == name).expect("a line");
+    assert!(line("tail").injected);
+    assert_eq!(
+        line("tail").resources,
+        ["container tail gets limits.cpu: 100m (ResourceQuota team: counts limits.cpu), limits.memory: 64Mi \
+          (ResourceQuota team: counts limits.memory), requests.cpu: 10m (ResourceQuota team: counts requests.cpu), \
+          requests.memory: 32Mi (ResourceQuota team: counts requests.memory)"]
+    );
+    let big = line("big");
+    assert!(!big.injected);
+    assert_eq!(big.reason, "Resources");
+    assert!(big.message.contains("exceeded quota: team, requested: limits.cpu=450m"), "{}", big.message);
+    assert!(explanation.text().contains("× big: not injected (Resources): left out"), "{}", explanation.text());
 }
