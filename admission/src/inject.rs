@@ -21,9 +21,9 @@ pub use resources::ResourceReport;
 pub use security::{Compliance, PodSecurityReport, compliance};
 use watcher_api::{
     DEFAULT_CONTAINER_ANNOTATION, DEFAULT_SUPERVISOR_IMAGE, END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL,
-    INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, NativeSidecar, SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION,
-    SUPERVISOR_NAME, Watcher, config_map_name, injected_annotation_value, injected_watchers,
-    injected_watchers_without_image,
+    INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, LEFT_OUT_ANNOTATION, NativeSidecar,
+    SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, SUPERVISOR_NAME, Watcher, config_map_name, injected_annotation_value,
+    injected_watchers, injected_watchers_without_image,
 };
 
 use crate::decide::{Verdict, decide};
@@ -206,8 +206,15 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
         injection.skipped = Some("no requested Watcher exists".into());
         return injection;
     }
+    let left_out = admission.left_out.iter().map(|(name, why)| format!("{name}: {why}")).collect::<Vec<_>>();
     if injection.injected.is_empty() {
         injection.skipped = Some("every Watcher the pod asks for is injected or cannot be".into());
+        if !left_out.is_empty() && injection.refused.is_none() {
+            // Said on the pod, for the pod reconciler to report on the Watcher.
+            let mut patch = admission.patch;
+            patch.set_annotations(vec![(LEFT_OUT_ANNOTATION, left_out.join("\n"))]);
+            injection.patch = patch.ops;
+        }
         return injection;
     }
     let mut patch = admission.patch;
@@ -218,6 +225,9 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
     let value = injected_annotation_value(admission.entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
     let imageless = injected_annotation_value(admission.without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
     let mut annotations = vec![(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless)];
+    if !left_out.is_empty() {
+        annotations.push((LEFT_OUT_ANNOTATION, left_out.join("\n")));
+    }
     if let Some(volumes) = patch.local_volumes() {
         annotations.push((SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, volumes));
     }
@@ -265,6 +275,8 @@ struct Admission<'a, W> {
     supervised: bool,
     /// A sidecar goes in as a regular container (`kubectl logs` would ask which container).
     regular_sidecar: bool,
+    /// The Watchers the namespace's guards left out, and why (`watcher.dev/left-out`).
+    left_out: Vec<(String, String)>,
 }
 
 impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
@@ -301,6 +313,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             to_end,
             supervised: false,
             regular_sidecar: false,
+            left_out: Vec::new(),
         }
     }
 
@@ -368,7 +381,9 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             None => security::Adapted::default(),
             Some((guard, Err(failures))) => {
                 self.injection.pod_security.push(guard.report(watcher, Err(&failures)));
-                self.injection.not_injected(name, Some(watcher), &guard.why(&failures));
+                let why = guard.why(&failures);
+                self.injection.not_injected(name, Some(watcher), &why);
+                self.left_out.push((name.to_owned(), why));
                 return None;
             }
             Some((guard, Ok(adapted))) => {
@@ -403,6 +418,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             Err(left_out) => {
                 self.injection.resources.push(left_out.report);
                 self.injection.not_injected(name, Some(watcher), &left_out.why);
+                self.left_out.push((name.to_owned(), left_out.why));
                 None
             }
         }

@@ -17,6 +17,12 @@ pub mod types {
     pub const SIDECARS_RUNNING: &str = "SidecarsRunning";
     /// A Watcher's: whether its sidecars end with the pods that are meant to end.
     pub const SIDECARS_ENDED: &str = "SidecarsEnded";
+    /// A Watcher's: whether pods that ask for it were admitted without it, because they would
+    /// fail their namespace's Pod Security level or resource rules (quota, LimitRange) with it.
+    pub const INJECTED: &str = "Injected";
+    /// A Watcher's: how its containers stand towards the ResourceQuotas and LimitRanges where it
+    /// applies.
+    pub const RESOURCES: &str = "Resources";
 }
 
 /// Reasons of the `Ready` condition.

@@ -111,6 +111,15 @@ pub const SIDECARS_ENDED_ANNOTATION: &str = "watcher.dev/sidecars-ended";
 /// pod's grace period and a margin: their names, comma-separated. The pod is counted in the
 /// Watcher's `status.pods.cannotEnd`; the annotation goes once the pod has ended.
 pub const SIDECARS_CANNOT_END_ANNOTATION: &str = "watcher.dev/sidecars-cannot-end";
+/// Annotation the webhook writes on a pod it admitted without a Watcher the pod asks for,
+/// because the pod would fail its namespace's Pod Security level or resource rules with it: one
+/// line per Watcher, `NAME: why` (kube-apiserver's words). The pod reconciler reports it.
+pub const LEFT_OUT_ANNOTATION: &str = "watcher.dev/left-out";
+
+/// The Watchers `value` (a [`LEFT_OUT_ANNOTATION`]) names, each with why.
+pub fn left_out_watchers(value: &str) -> impl Iterator<Item = (&str, &str)> {
+    value.lines().filter_map(|line| line.split_once(": ")).map(|(name, why)| (name.trim(), why.trim()))
+}
 /// The supervisor's image (`watcher-supervise`): the init container that copies it into a pod
 /// that is meant to end, and the image its sidecars are switched to when the app has ended
 /// (`--supervisor-image`).

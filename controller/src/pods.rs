@@ -37,8 +37,8 @@ use crate::{Context, Error, Result};
 #[cfg(test)]
 use fixtures::{context_for_tests, context_with_cache};
 use status::{
-    ENDED_CONDITION, RUNNING_CONDITION, count, ended_condition, live_pods_of, patch_status, publish, running_condition,
-    set_kubelet_condition, shown, standing, terminating_pods_of,
+    ENDED_CONDITION, LEFT_OUT_CONDITION, RUNNING_CONDITION, count, ended_condition, left_out_condition, live_pods_of,
+    patch_status, publish, running_condition, set_kubelet_condition, shown, standing, terminating_pods_of,
 };
 use steps::{plan_step, rebuild_unkept, revisions_namespace, roll};
 use store::{CountedPod, PodIndex, SidecarLookup, containers_of};
@@ -368,8 +368,9 @@ async fn reconcile_subject(
         let counts = count(watcher, pods);
         let running = running_condition(watcher, pods, &counts);
         let ended = ended_condition(watcher, pods, &counts);
+        let left_out = left_out_condition(watcher, pods);
         let step = keeps_revisions.then(|| plan_step(watcher, pods, ctx, namespaces, &counts, &rebuilt));
-        (counts, step, (running, ended))
+        (counts, step, (running, ended, left_out))
     });
     let mut conditions = watcher.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
     let mut revisions = None;
@@ -400,9 +401,10 @@ async fn reconcile_subject(
         ctx.ctx.metrics.set_cluster_pods(&cluster.name_any(), by_namespace);
     }
     write_counts(watcher, subject, ctx, counts, revisions).await?;
-    let (running, ended) = running;
+    let (running, ended, left_out) = running;
     let conditions = set_kubelet_condition(watcher, subject, ctx, RUNNING_CONDITION, running, conditions).await?;
-    set_kubelet_condition(watcher, subject, ctx, ENDED_CONDITION, ended, conditions).await?;
+    let conditions = set_kubelet_condition(watcher, subject, ctx, ENDED_CONDITION, ended, conditions).await?;
+    set_kubelet_condition(watcher, subject, ctx, LEFT_OUT_CONDITION, left_out, conditions).await?;
     Ok(action)
 }
 

@@ -428,6 +428,9 @@ impl Answer {
             AdmissionResult::rewritten
         } else if injection.probed {
             AdmissionResult::probe
+        } else if injection.skipped.is_some() {
+            // Only the Watchers left out, said on the pod.
+            AdmissionResult::skipped
         } else {
             AdmissionResult::rewritten
         };

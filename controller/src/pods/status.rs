@@ -8,8 +8,8 @@ use serde_json::json;
 use tracing::warn;
 use watcher_api::types;
 use watcher_api::{
-    ClusterWatcher, PodCounts, SIDECARS_CANNOT_END_ANNOTATION, SUPERVISOR_NAME, Watcher, condition, injected_watchers,
-    requested_watchers, set_condition,
+    ClusterWatcher, LEFT_OUT_ANNOTATION, PodCounts, SIDECARS_CANNOT_END_ANNOTATION, SUPERVISOR_NAME, Watcher,
+    condition, injected_watchers, left_out_watchers, requested_watchers, set_condition,
 };
 
 use super::in_place::Blocked;
@@ -93,6 +93,41 @@ pub(super) fn ended_condition(
         None => None,
     }
 }
+
+/// `Injected`: `False` (`LeftOut`) while pods that ask for the Watcher were admitted without it
+/// because they would fail their namespace's Pod Security level or resource rules with it (the
+/// webhook's `watcher.dev/left-out`), naming the first pod and why in kube-apiserver's words;
+/// `True` once none (only where the condition was there).
+pub(super) fn left_out_condition(watcher: &Watcher, pods: &[&CountedPod]) -> Option<(bool, String, String)> {
+    let name = watcher.name_any();
+    let mut left: Vec<(&CountedPod, String)> = live_pods_of(watcher, pods)
+        .filter(|p| !injected_watchers(p.annotations()).iter().any(|(n, _)| *n == name))
+        .filter_map(|p| {
+            let value = p.annotations().get(LEFT_OUT_ANNOTATION)?;
+            let why = left_out_watchers(value).find(|(n, _)| *n == name)?.1.to_owned();
+            Some((p, why))
+        })
+        .collect();
+    left.sort_by(|a, b| a.0.created.cmp(&b.0.created).then_with(|| a.0.name.cmp(&b.0.name)));
+    let had = watcher.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == LEFT_OUT_CONDITION));
+    match left.first() {
+        Some((pod, why)) => {
+            let text = format!(
+                "{} pods that ask for it were admitted without it: pod {}: Watcher {name} not injected: {why}",
+                left.len(),
+                shown(watcher, pod),
+            );
+            Some((false, "LeftOut".to_owned(), text))
+        }
+        None if had => {
+            Some((true, "NoneLeftOut".to_owned(), "no pod that asks for it was admitted without it".to_owned()))
+        }
+        None => None,
+    }
+}
+
+/// The condition that says whether pods that ask for the Watcher were admitted without it.
+pub(super) const LEFT_OUT_CONDITION: &str = types::INJECTED;
 
 /// The condition that says whether the Watcher's sidecars end with their app in pods that are
 /// meant to end.
@@ -242,7 +277,11 @@ pub(super) async fn set_kubelet_condition(
         return Ok(conditions);
     }
     if !status {
-        let event = if type_ == RUNNING_CONDITION { "SidecarCannotStart" } else { "SidecarCannotEnd" };
+        let event = match type_ {
+            RUNNING_CONDITION => "SidecarCannotStart",
+            LEFT_OUT_CONDITION => "WatcherLeftOut",
+            _ => "SidecarCannotEnd",
+        };
         publish(ctx, subject, watcher, EventType::Warning, event, "Count", message.clone()).await;
     }
     let generation = watcher.metadata.generation;

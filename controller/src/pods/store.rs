@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use kube::ResourceExt;
 use kube::runtime::watcher;
 use watcher_api::{
-    INJECT_ANNOTATION, INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, ORIGINAL_IMAGES_ANNOTATION,
-    SIDECAR_UPDATED_ANNOTATION, SIDECARS_CANNOT_END_ANNOTATION, SUPERVISOR_NAME, Watcher, injected_watchers,
+    INJECT_ANNOTATION, INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, LEFT_OUT_ANNOTATION,
+    ORIGINAL_IMAGES_ANNOTATION, SIDECAR_UPDATED_ANNOTATION, SIDECARS_CANNOT_END_ANNOTATION, SUPERVISOR_NAME, Watcher,
+    injected_watchers,
 };
 
 use super::PodMeta;
@@ -40,13 +41,14 @@ pub(super) const CANNOT_START: [&str; 8] = [
 ];
 
 /// The annotations a [`CountedPod`] keeps.
-pub(super) const KEPT_ANNOTATIONS: [&str; 6] = [
+pub(super) const KEPT_ANNOTATIONS: [&str; 7] = [
     INJECT_ANNOTATION,
     INJECTED_ANNOTATION,
     INJECTED_WITHOUT_IMAGE_ANNOTATION,
     SIDECAR_UPDATED_ANNOTATION,
     ORIGINAL_IMAGES_ANNOTATION,
     SIDECARS_CANNOT_END_ANNOTATION,
+    LEFT_OUT_ANNOTATION,
 ];
 
 /// A pod as the pod reconciler keeps it: only what counting and eviction read, 48 bytes of its

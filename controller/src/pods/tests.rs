@@ -1122,3 +1122,36 @@ async fn a_pod_kept_from_ending_is_reported() {
     let text = exported(vec![reported]);
     assert!(text.contains(r#"watcher="stubborn",state="cannot_end"} 1"#), "{text}");
 }
+
+/// A pod the webhook admitted without the Watcher for its namespace's rules is missing, and the
+/// `Injected` condition says why in kube-apiserver's words (the first such pod); once none is
+/// left out it turns `True`, only where it was there.
+#[test]
+fn pods_left_out_by_their_namespaces_rules_are_said_on_the_watcher() {
+    let w = watcher("Report", 1, None);
+    let why = "the pod would fail its namespace's resource rules with it: exceeded quota: team, requested: \
+               limits.cpu=400m, used: limits.cpu=0, limited: limits.cpu=300m";
+    let left = json!({"watcher.dev/left-out": format!("other: something else\nlog-watcher: {why}")});
+    let pods = [
+        pod("first", "team-a", json!({"app": "web"}), left.clone(), None, 1, false),
+        pod("second", "team-a", json!({"app": "web"}), left, None, 2, false),
+        pod("plain", "team-a", json!({"app": "web"}), current(&w), None, 3, false),
+    ];
+    assert_eq!(count(&w, &refs(&pods)).missing, 2);
+    let (status, reason, message) = super::left_out_condition(&w, &refs(&pods)).expect("said");
+    assert!(!status);
+    assert_eq!(reason, "LeftOut");
+    assert_eq!(
+        message,
+        format!("2 pods that ask for it were admitted without it: pod first: Watcher log-watcher not injected: {why}")
+    );
+    assert_eq!(super::left_out_condition(&w, &refs(&pods[2..])), None, "never said: nothing to say");
+    let had = watcher(
+        "Report",
+        1,
+        Some(json!({"conditions": [{"type": "Injected", "status": "False", "reason": "LeftOut", "message": "m",
+            "lastTransitionTime": "2026-11-21T10:00:00Z"}]})),
+    );
+    let cleared = super::left_out_condition(&had, &refs(&pods[2..])).expect("said again");
+    assert_eq!((cleared.0, cleared.1.as_str()), (true, "NoneLeftOut"));
+}
