@@ -17,7 +17,7 @@ mod security;
 pub use app::AppReport;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
-pub use resources::ResourceReport;
+pub use resources::{ResourceCompliance, ResourceReport, resource_compliance};
 pub use security::{Compliance, PodSecurityReport, compliance};
 use watcher_api::{
     DEFAULT_CONTAINER_ANNOTATION, DEFAULT_SUPERVISOR_IMAGE, END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL,

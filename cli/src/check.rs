@@ -12,6 +12,7 @@ mod pod_security;
 mod probe;
 mod registration;
 mod report;
+mod resources;
 
 use kube::Client;
 

@@ -110,3 +110,28 @@ pub(super) fn write(container: &mut Value, resources: Option<&ResourceRequiremen
         fields.insert("resources".to_owned(), serde_json::to_value(resources).unwrap_or_default());
     }
 }
+
+/// How a Watcher stands towards a namespace's resource rules before any pod exists: judged on a
+/// pod of its containers alone (an app's own requests only take more of a quota).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResourceCompliance {
+    /// Its containers pass as written.
+    AsWritten,
+    /// They pass once the webhook sets these values (`container: what, ...`).
+    Adapted(Vec<String>),
+    /// No value passes, or its containers alone do not fit in what is left of a quota: the
+    /// rules it fails, in kube-apiserver's words.
+    CannotComply(String),
+}
+
+/// How `watcher` stands towards `rules` (its sidecar as a regular container).
+pub fn resource_compliance(watcher: &Watcher, rules: &ResourceRules) -> ResourceCompliance {
+    let mut ledger = Ledger { rules, pod: PodResources::default() };
+    match ledger.admit(watcher, false, None) {
+        Err(left_out) => ResourceCompliance::CannotComply(left_out.report.violations.unwrap_or_default()),
+        Ok((_, None)) => ResourceCompliance::AsWritten,
+        Ok((_, Some(report))) => ResourceCompliance::Adapted(
+            report.adapted.into_iter().map(|(container, set)| format!("{container}: {}", set.join(", "))).collect(),
+        ),
+    }
+}

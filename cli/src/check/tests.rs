@@ -67,6 +67,8 @@ impl Cluster {
         objects.insert(CLUSTER_WATCHERS.into(), json!({"metadata": {}, "items": []}));
         objects.insert("/apis/watcher.dev/v1alpha1/imagepolicies".into(), json!({"metadata": {}, "items": []}));
         objects.insert("/api/v1/namespaces".into(), namespaces);
+        objects.insert("/api/v1/limitranges".into(), json!({"metadata": {}, "items": []}));
+        objects.insert("/api/v1/resourcequotas".into(), json!({"metadata": {}, "items": []}));
         let watcher: watcher_api::Watcher = serde_json::from_value(watcher).expect("Watcher");
         let labels =
             std::collections::BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), "team-a".to_owned())]);
@@ -210,6 +212,7 @@ async fn a_healthy_install_passes_every_check() {
             "serving certificate",
             "pod security defaults",
             "pod security",
+            "resource rules",
             "scope",
             "Service endpoints",
             "pods that end",

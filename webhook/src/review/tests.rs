@@ -828,7 +828,12 @@ async fn the_namespaces_quota_holds_after_the_patch() {
     );
     assert!(!pod.to_string().contains("\"big\""), "the Watcher left out is not in the pod");
     let left_out = pod["metadata"]["annotations"]["watcher.dev/left-out"].as_str().expect("said on the pod");
-    assert!(left_out.starts_with("big-watcher: the pod would fail its namespace's resource rules with it: exceeded quota: team"), "{left_out}");
+    assert!(
+        left_out.starts_with(
+            "big-watcher: the pod would fail its namespace's resource rules with it: exceeded quota: team"
+        ),
+        "{left_out}"
+    );
     assert_eq!(metrics.resources_count(crate::ResourceOutcome::adapted), 1);
     assert_eq!(metrics.resources_count(crate::ResourceOutcome::left_out), 1);
 }
