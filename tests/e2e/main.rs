@@ -18,6 +18,7 @@ mod install;
 mod node;
 mod pod_security;
 mod pods;
+mod resources;
 mod rollout;
 mod scope;
 mod sync;
