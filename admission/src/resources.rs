@@ -318,7 +318,13 @@ impl ResourceRules {
                     }));
                 }
             }
-            let (requests, limits) = (pod.total(false), pod.total(true));
+            if range.pod.is_empty() {
+                continue;
+            }
+            let as_values = |totals: BTreeMap<String, Amount>| -> Values {
+                totals.into_iter().map(|(k, amount)| (k, Value::computed(amount))).collect()
+            };
+            let (requests, limits) = (as_values(pod.total(false)), as_values(pod.total(true)));
             for item in &range.pod {
                 let failures = bounds(item, "Pod", &requests, &limits);
                 found.extend(failures.into_iter().map(|(key, message)| Violation {
@@ -342,10 +348,13 @@ impl ResourceRules {
 
     /// The violations of `after` that `before` does not have: what adding containers made fail.
     pub fn added(&self, before: &PodResources, after: &PodResources) -> Vec<Violation> {
-        let was = self.check(before);
-        let is = self.check(after);
-        is.into_iter().filter(|v| !was.iter().any(|w| w.rule == v.rule && w.key == v.key)).collect()
+        new_in(&self.check(before), self.check(after))
     }
+}
+
+/// The violations of `is` that `was` does not have (the same rule failing the same way).
+pub fn new_in(was: &[Violation], is: impl IntoIterator<Item = Violation>) -> Vec<Violation> {
+    is.into_iter().filter(|v| !was.iter().any(|w| w.rule == v.rule && w.key == v.key)).collect()
 }
 
 /// A container's requests and limits on their way to what the namespace needs.
@@ -538,12 +547,13 @@ impl Quota {
     /// Each resource of the quota the pod would take past what is left of it.
     fn exceeded(&self, pod: &PodResources) -> Vec<Violation> {
         let mut found = Vec::new();
+        let (requests, limits) = (pod.total(false), pod.total(true));
         for (key, hard) in &self.hard {
             let requested = match key.split_once('.') {
-                Some(("limits", r)) => pod.total(true).get(r).map(|v| v.amount),
-                Some(("requests", r)) => pod.total(false).get(r).map(|v| v.amount),
+                Some(("limits", r)) => limits.get(r).copied(),
+                Some(("requests", r)) => requests.get(r).copied(),
                 None if matches!(key.as_str(), "cpu" | "memory" | "ephemeral-storage") => {
-                    pod.total(false).get(key.as_str()).map(|v| v.amount)
+                    requests.get(key.as_str()).copied()
                 }
                 _ => None,
             };
@@ -655,7 +665,7 @@ impl PodResources {
     /// What the pod requests (or, with `limits`, is limited to), as kube-apiserver adds it up:
     /// the regular containers and the native sidecars together, or the largest init container
     /// with the sidecars started before it, whichever is more.
-    fn total(&self, limits: bool) -> Values {
+    fn total(&self, limits: bool) -> BTreeMap<String, Amount> {
         let mut running: BTreeMap<&str, Amount> = BTreeMap::new();
         let mut sidecars: BTreeMap<&str, Amount> = BTreeMap::new();
         let mut init_peak: BTreeMap<&str, Amount> = BTreeMap::new();
@@ -688,7 +698,7 @@ impl PodResources {
             let entry = total.entry(resource).or_default();
             *entry = (*entry).max(peak);
         }
-        total.into_iter().map(|(k, amount)| (k.to_owned(), Value::computed(amount))).collect()
+        total.into_iter().map(|(k, amount)| (k.to_owned(), amount)).collect()
     }
 }
 

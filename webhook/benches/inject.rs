@@ -8,7 +8,10 @@
 //! created during a held rollout (`newPods: Stable`: the stable revision from the operator's
 //! revision cache) against the same pod when the rollout is not held; then a Job's pod (as
 //! kube-apiserver stores it), whose sidecar runs under the supervisor: regular (before 1.29: also
-//! named for the operator to end) and native.
+//! named for the operator to end) and native; then the namespace's resource rules: the pod of
+//! kube-apiserver's quota refusal (its app stating requests and limits), reviewed through the
+//! operator's caches in a namespace with neither a ResourceQuota nor a LimitRange and in one with
+//! both (as kube-apiserver stored them: the sidecar fitted to them).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -157,6 +160,50 @@ fn main() {
     pod_security(&setup);
     ending(&setup);
     held_rollout(&setup);
+    resource_rules(&setup);
+}
+
+/// The namespace's ResourceQuota and LimitRange, from the operator's caches (one lookup per
+/// review, the rules built once per change), against a namespace with neither.
+fn resource_rules(setup: &Setup) {
+    use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota};
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+    let Setup { cached, one, options, .. } = setup;
+    let fixture = |name: &str| -> Value {
+        let path = format!("{}/../admission/fixtures/resources/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
+    };
+    let mut review = one.clone();
+    review["request"]["object"] = fixture("quota-must-specify-request.json");
+    review["request"]["object"]["spec"]["containers"].as_array_mut().expect("containers").pop();
+    review["request"]["object"]["metadata"]["annotations"] = json!({"watcher.dev/inject": "log-watcher"});
+    let body = serde_json::to_vec(&review).expect("body");
+    let namespace = review["request"]["namespace"].as_str().expect("namespace").to_owned();
+    let (ranges, mut range_writer) = reflector::store::<LimitRange>();
+    let (quotas, mut quota_writer) = reflector::store::<ResourceQuota>();
+    let mut range: LimitRange = serde_json::from_value(fixture("limitrange-1.36.json")).expect("LimitRange");
+    let mut quota: ResourceQuota = serde_json::from_value(fixture("resourcequota-1.36.json")).expect("quota");
+    range.metadata.namespace = Some(namespace.clone());
+    quota.metadata.namespace = Some(namespace);
+    for (label, with_rules) in
+        [("quota pod, no quota nor LimitRange", false), ("quota pod, quota and LimitRange", true)]
+    {
+        if with_rules {
+            range_writer.apply_watcher_event(&Event::Apply(range.clone()));
+            quota_writer.apply_watcher_event(&Event::Apply(quota.clone()));
+        }
+        let mut policies = watcher_cache::PolicyCache::from_stores(reflector::store().0, reflector::store().0);
+        policies.resources = watcher_cache::ResourceRulesCache::from_stores(ranges.clone(), quotas.clone());
+        let reviewer = Reviewer::new(cached.clone(), options.clone()).with_policies(Arc::new(policies));
+        let (answer, _) = reviewer.review(&body).expect("answered");
+        assert_eq!(answer.resources().is_empty(), !with_rules, "{label}: fitted only there");
+        let t = measure(|| {
+            let answer = reviewer.review(black_box(&body)).expect("answered");
+            black_box(answer.0.to_json().expect("encoded"));
+        });
+        println!("{:<44} {t:>10.2}", format!("review, {label}"));
+    }
 }
 
 /// The Watchers of a namespace: filtered from the store, from the cache's index, with ClusterWatchers.

@@ -36,6 +36,8 @@ pub(super) struct Fits {
 pub(super) struct Ledger<'a> {
     rules: &'a ResourceRules,
     pod: PodResources,
+    /// What the pod fails as it stands (judged once, then as each Watcher is added).
+    failing: Vec<Violation>,
 }
 
 /// A Watcher left out: the report, and the words of the warning.
@@ -47,7 +49,10 @@ pub(super) struct LeftOut {
 impl<'a> Ledger<'a> {
     /// The ledger of `pod` under `rules`; `None` where the namespace has no rule.
     pub(super) fn of(rules: &'a ResourceRules, pod: &crate::PodView) -> Option<Self> {
-        (!rules.is_empty()).then(|| Self { rules, pod: PodResources::of(pod) })
+        (!rules.is_empty()).then(|| {
+            let pod = PodResources::of(pod);
+            Self { rules, failing: rules.check(&pod), pod }
+        })
     }
 
     /// Fits `watcher`'s containers (the sidecar a native one where `native`; the supervisor's
@@ -87,13 +92,15 @@ impl<'a> Ledger<'a> {
             adapted,
             violations,
         };
-        let added: Vec<Violation> = self.rules.added(&self.pod, &after);
+        let failing = self.rules.check(&after);
+        let added: Vec<Violation> = crate::resources::new_in(&self.failing, failing.iter().cloned());
         if !added.is_empty() {
             let words = describe(&added);
             let why = format!("the pod would fail its namespace's resource rules with it: {words}");
             return Err(LeftOut { report: report(Vec::new(), Some(words)), why });
         }
         self.pod = after;
+        self.failing = failing;
         let mut fitted = fitted.into_iter();
         let supervisor = if supervisor.is_some() { fitted.next().flatten() } else { None };
         let sidecar = fitted.next_back().flatten();
@@ -126,7 +133,7 @@ pub enum ResourceCompliance {
 
 /// How `watcher` stands towards `rules` (its sidecar as a regular container).
 pub fn resource_compliance(watcher: &Watcher, rules: &ResourceRules) -> ResourceCompliance {
-    let mut ledger = Ledger { rules, pod: PodResources::default() };
+    let mut ledger = Ledger { rules, pod: PodResources::default(), failing: Vec::new() };
     match ledger.admit(watcher, false, None) {
         Err(left_out) => ResourceCompliance::CannotComply(left_out.report.violations.unwrap_or_default()),
         Ok((_, None)) => ResourceCompliance::AsWritten,

@@ -193,9 +193,9 @@ fn native_sidecars_add_to_the_pod_and_init_containers_peak() {
         ],
         ..Default::default()
     };
-    assert_eq!(pod.total(false).get("cpu").map(|v| v.text.clone()).as_deref(), Some("500m"));
+    assert_eq!(pod.total(false).get("cpu").map(ToString::to_string).as_deref(), Some("500m"));
     let bigger = pod.with(ContainerResources::new("app2", ContainerKind::Regular, Some(&quantity("300m"))));
-    assert_eq!(bigger.total(false).get("cpu").map(|v| v.text.clone()).as_deref(), Some("600m"));
+    assert_eq!(bigger.total(false).get("cpu").map(ToString::to_string).as_deref(), Some("600m"));
 }
 
 #[test]
