@@ -174,6 +174,8 @@ const CALLS: &[(&str, &str, &[&str], &[&str])] = &[
     // The webhook's caches (cache/src/watchers.rs, policies.rs), in every replica.
     ("", "watcher.dev", &["watchers", "clusterwatchers", "imagepolicies"], &["get", "list", "watch"]),
     ("", "", &["namespaces"], &["list", "watch"]),
+    // The namespaces' resource rules (cache/src/resource_rules.rs).
+    ("", "", &["limitranges", "resourcequotas"], &["list", "watch"]),
     // The Pod Security defaults (controller/src/pod_security_probe.rs): dry-run pods.
     ("", "", &["pods"], &["create"]),
     // The revision cache (cache/src/revisions.rs): a held rollout's stable revision.

@@ -240,8 +240,8 @@ impl ResourceRules {
         let own_limits: Vec<(String, Value)> = fitting.limits.clone().into_iter().collect();
         let mut defaulted = false;
         for (resource, limit) in own_limits {
-            if !fitting.requests.contains_key(&resource) {
-                fitting.requests.insert(resource, limit);
+            if let std::collections::btree_map::Entry::Vacant(entry) = fitting.requests.entry(resource) {
+                entry.insert(limit);
                 defaulted = true;
             }
         }
@@ -612,14 +612,17 @@ pub fn describe(violations: &[Violation]) -> String {
             });
             parts.push(format!("failed quota: {name}: must specify {}", each.collect::<Vec<_>>().join("; ")));
         } else if !exceeded.is_empty() {
-            let list = |f: &dyn Fn(&(&String, Amount, Amount, Amount)) -> String| {
-                exceeded.iter().map(f).collect::<Vec<_>>().join(",")
-            };
+            let (mut requested, mut used, mut limited) = (Vec::new(), Vec::new(), Vec::new());
+            for (resource, asked, taken, hard) in &exceeded {
+                requested.push(format!("{resource}={asked}"));
+                used.push(format!("{resource}={taken}"));
+                limited.push(format!("{resource}={hard}"));
+            }
             parts.push(format!(
                 "exceeded quota: {name}, requested: {}, used: {}, limited: {}",
-                list(&|(r, requested, _, _)| format!("{r}={requested}")),
-                list(&|(r, _, used, _)| format!("{r}={used}")),
-                list(&|(r, _, _, limited)| format!("{r}={limited}")),
+                requested.join(","),
+                used.join(","),
+                limited.join(","),
             ));
         }
     }

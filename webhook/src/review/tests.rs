@@ -109,9 +109,11 @@ async fn named_annotated_pod_is_injected() {
             "/spec/volumes/-",
             "/spec/imagePullSecrets",
             "/metadata/annotations/watcher.dev~1injected",
-            "/metadata/annotations/watcher.dev~1injected-without-image"
+            "/metadata/annotations/watcher.dev~1injected-without-image",
+            "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes"
         ]
     );
+    assert_eq!(pod["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"], "logs");
     let sidecar = &pod["spec"]["initContainers"][0];
     assert_eq!(sidecar["name"], "log-watcher");
     assert_eq!(sidecar["restartPolicy"], "Always");
