@@ -4,7 +4,7 @@
 //! sidecars running on. The webhook labels such a pod `watcher.dev/end-sidecars=true` and names
 //! the sidecars in the annotation of that name; this controller watches those pods only and,
 //! once no app container will run again, switches the sidecars' image to the supervisor's
-//! (`--supervisor-image`). The kubelet restarts a container whose spec changed whatever the
+//! (the image of the pod's own `watcher-supervise` init container, else `--supervisor-image`). The kubelet restarts a container whose spec changed whatever the
 //! restart policy: it stops the sidecar (under `watcher-supervise`, within its grace period;
 //! without a command, by its own SIGTERM handling) and starts it in the supervisor's image,
 //! where it exits 0. The pod then ends as its app containers decide.
@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 use tracing::{info, instrument, warn};
 use watcher_api::{
     END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, SIDECARS_CANNOT_END_ANNOTATION, SIDECARS_ENDED_ANNOTATION,
+    SUPERVISOR_NAME,
 };
 
 use crate::{Context, Error, Result};
@@ -166,13 +167,23 @@ pub fn end_patch(sidecars: &[(usize, String)], image: &str, now: &str) -> Vec<Pa
     ops
 }
 
+/// The image the sidecars of `pod` are switched to: the one its own `watcher-supervise` init
+/// container has (an ImagePolicy may have rewritten it to a mirror, the only registry the node
+/// reaches), else `default` (`--supervisor-image`: a pod whose sidecars run their entrypoint).
+pub fn supervisor_image<'p>(pod: &'p Pod, default: &'p str) -> &'p str {
+    let init = pod.spec.as_ref().and_then(|s| s.init_containers.as_ref());
+    let own = init.into_iter().flatten().find(|c| c.name == SUPERVISOR_NAME).and_then(|c| c.image.as_deref());
+    own.filter(|image| !image.is_empty()).unwrap_or(default)
+}
+
 #[instrument(skip(pod, ctx), fields(namespace = pod.namespace(), pod = pod.name_any()))]
 async fn reconcile(pod: Arc<Pod>, ctx: Arc<EndingContext>) -> Result<Action> {
     let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
     let namespace = pod.namespace().ok_or_else(|| Error::MissingNamespace(pod.name_any()))?;
     let now = jiff::Timestamp::now();
     let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), &namespace);
-    let action: Result<Action> = match next(&pod, &ctx.image, now.as_second()) {
+    let image = supervisor_image(&pod, &ctx.image);
+    let action: Result<Action> = match next(&pod, image, now.as_second()) {
         Next::Nothing | Next::Wait => Ok(Action::await_change()),
         Next::Unmark => {
             let unmark = json!({"metadata": {"annotations": {SIDECARS_CANNOT_END_ANNOTATION: null}}});
@@ -184,15 +195,14 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<EndingContext>) -> Result<Action> {
         }
         Next::End(sidecars) => {
             let names: Vec<&str> = sidecars.iter().map(|(_, n)| n.as_str()).collect();
-            let patch = json_patch::Patch(end_patch(&sidecars, &ctx.image, &now.to_string()));
+            let patch = json_patch::Patch(end_patch(&sidecars, image, &now.to_string()));
             if let Err(error) = api.patch(&pod.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await {
                 return Err(error.into());
             }
             info!(sidecars = ?names, "the app containers have ended: sidecars switched to the supervisor's image");
             let note = format!(
-                "The app containers have ended: ending the sidecars {} (switched to {})",
+                "The app containers have ended: ending the sidecars {} (switched to {image})",
                 names.join(", "),
-                ctx.image
             );
             publish(&ctx, &pod, EventType::Normal, "SidecarsEnding", note).await;
             Ok(Action::requeue(ENDING_MARGIN))
@@ -208,9 +218,8 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<EndingContext>) -> Result<Action> {
                 }
                 let note = format!(
                     "The app containers have ended, but the sidecars {} still run: the pod cannot end. \
-                     Is the image {} pullable on this node (kubectl describe pod)?",
+                     Is the image {image} pullable on this node (kubectl describe pod)?",
                     running.join(", "),
-                    ctx.image
                 );
                 warn!(sidecars = ?running, "sidecars still run after their app ended");
                 publish(&ctx, &pod, EventType::Warning, "SidecarCannotEnd", note).await;

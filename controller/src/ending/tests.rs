@@ -191,3 +191,20 @@ fn the_patch_switches_only_the_containers_it_names() {
     other["spec"]["containers"].as_array_mut().expect("containers").reverse();
     assert!(json_patch::patch(&mut other, &ops).is_err());
 }
+
+/// The switch goes to the image the pod's own supervisor ran with (an ImagePolicy's mirror),
+/// the flag's only where the pod has no supervisor (a sidecar running its entrypoint).
+#[test]
+fn the_switch_uses_the_pods_own_supervisor_image() {
+    for version in ["1.24", "1.36"] {
+        let file = format!("job-{version}-succeeds");
+        let mut pod = versions(&file).remove(0);
+        let init = pod.spec.as_mut().and_then(|s| s.init_containers.as_mut()).expect("the supervisor");
+        let supervisor = init.iter_mut().find(|c| c.name == SUPERVISOR_NAME).expect("the supervisor");
+        assert_eq!(supervisor.image.as_deref(), Some(IMAGE), "{file}");
+        supervisor.image = Some("mirror.internal/watcher-supervise:0.1.0".into());
+        assert_eq!(supervisor_image(&pod, IMAGE), "mirror.internal/watcher-supervise:0.1.0", "{file}");
+        pod.spec.as_mut().expect("spec").init_containers = None;
+        assert_eq!(supervisor_image(&pod, IMAGE), IMAGE, "{file}: no supervisor, the flag's");
+    }
+}
