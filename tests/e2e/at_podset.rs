@@ -57,12 +57,12 @@ async fn at_runs_once_at_its_time() {
     assert!(ok.completion_time.is_some());
     let broken = at_status(&ats, "broken", AtPhase::Failed).await;
     assert_eq!(broken.exit_code, Some(3));
-    // `kubectl get at` shows the schedule and the phase.
+    // `kubectl get at` shows the schedule, the phase and its reason.
     let table = kubectl(&["get", "at", "-n", &ns.name]);
     let header: Vec<_> = table.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "SCHEDULE", "PHASE", "AGE"], "{table}");
+    assert_eq!(header, ["NAME", "SCHEDULE", "PHASE", "REASON", "AGE"], "{table}");
     let ok_row: Vec<_> = table.lines().find(|l| l.starts_with("ok ")).unwrap_or_default().split_whitespace().collect();
-    assert_eq!(ok_row.get(2), Some(&"Succeeded"), "{table}");
+    assert_eq!(ok_row.get(2..4), Some(&["Succeeded", "Completed"][..]), "{table}");
 
     // 10 s ahead: no pod before its time, one after.
     ats.create(&PostParams::default(), &at("soon", &rfc3339(10), "echo later")).await.expect("created");
