@@ -247,6 +247,19 @@ pub fn kubectl(args: &[&str]) -> String {
 }
 
 /// `kubectl apply` of a manifest given as JSON.
+/// `kubectl create` of `manifest` in `namespace`: whether it was created, and everything kubectl
+/// said (admission warnings too).
+pub fn kubectl_create(namespace: &str, manifest: &serde_json::Value) -> (bool, String) {
+    let path = std::env::temp_dir().join(format!("watcher-e2e-{}-create.json", std::process::id()));
+    std::fs::write(&path, manifest.to_string()).expect("manifest written");
+    let output = std::process::Command::new("kubectl")
+        .args(["create", "-n", namespace, "-f", path.to_str().expect("UTF-8 path")])
+        .output()
+        .expect("kubectl runs");
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), said)
+}
+
 pub fn kubectl_apply(namespace: &str, manifest: &serde_json::Value) {
     try_kubectl_apply(namespace, manifest).unwrap_or_else(|stderr| panic!("kubectl apply failed: {stderr}"));
 }

@@ -13,22 +13,13 @@ use watcher_api::Watcher;
 
 use crate::common;
 
-use std::process::Command;
-
 use common::{
     Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply, wait_for, wait_ready,
 };
 
-/// `kubectl create` of a pod: whether it was created, and everything kubectl said (warnings too).
+/// `kubectl create` of a pod: whether it was created, and everything kubectl said.
 fn create(namespace: &str, pod: &Value) -> (bool, String) {
-    let path = std::env::temp_dir().join(format!("watcher-e2e-{}-psa-pod.json", std::process::id()));
-    std::fs::write(&path, pod.to_string()).expect("manifest written");
-    let output = Command::new("kubectl")
-        .args(["create", "-n", namespace, "-f", path.to_str().expect("UTF-8 path")])
-        .output()
-        .expect("kubectl runs");
-    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), said)
+    common::kubectl_create(namespace, pod)
 }
 
 fn watcher(name: &str, spec: Value) -> Value {

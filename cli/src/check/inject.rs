@@ -474,15 +474,8 @@ fn hold_the_level(pod: &PodView, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
         let Some(line) = lines.iter_mut().find(|l| l.name == report.watcher) else { continue };
         match &report.violations {
             Some(violations) => {
-                let required = scope.watchers.iter().any(|w| w.name_any() == report.watcher && w.spec.is_required());
-                line.injected = false;
-                line.up_to_date = None;
-                line.reason = "PodSecurity";
-                line.message = format!(
-                    "left out: it would make the pod violate PodSecurity \"{}\": {violations}{}",
-                    report.policy,
-                    if required { "; the Watcher is required (failurePolicy: Fail): the pod is refused" } else { "" }
-                );
+                let why = format!("it would make the pod violate PodSecurity \"{}\": {violations}", report.policy);
+                left_out(line, scope, "PodSecurity", &why);
             }
             None => {
                 line.pod_security = report
@@ -501,6 +494,17 @@ fn hold_the_level(pod: &PodView, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
     }
 }
 
+/// `line`'s Watcher left out by a guard of the namespace (`reason`), for `why`; a required one
+/// refuses the pod.
+fn left_out(line: &mut WatcherLine, scope: &Scope<'_>, reason: &'static str, why: &str) {
+    let required = scope.watchers.iter().any(|w| w.name_any() == line.name && w.spec.is_required());
+    line.injected = false;
+    line.up_to_date = None;
+    line.reason = reason;
+    let refused = if required { "; the Watcher is required (failurePolicy: Fail): the pod is refused" } else { "" };
+    line.message = format!("left out: {why}{refused}");
+}
+
 /// Where the namespace has LimitRanges or ResourceQuotas: what admission sets in each Watcher's
 /// containers for them, and which Watchers it leaves out and why (the same pass as admission).
 fn hold_the_resources(pod: &PodView, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
@@ -511,15 +515,11 @@ fn hold_the_resources(pod: &PodView, scope: &Scope<'_>, lines: &mut [WatcherLine
         let Some(line) = lines.iter_mut().find(|l| l.name == report.watcher) else { continue };
         match &report.violations {
             Some(violations) => {
-                let required = scope.watchers.iter().any(|w| w.name_any() == report.watcher && w.spec.is_required());
-                line.injected = false;
-                line.up_to_date = None;
-                line.reason = "Resources";
-                line.message = format!(
-                    "left out: the pod would fail its namespace's resource rules ({}) with it: {violations}{}",
-                    report.rules,
-                    if required { "; the Watcher is required (failurePolicy: Fail): the pod is refused" } else { "" }
+                let why = format!(
+                    "the pod would fail its namespace's resource rules ({}) with it: {violations}",
+                    report.rules
                 );
+                left_out(line, scope, "Resources", &why);
             }
             None => {
                 line.resources = report
