@@ -179,7 +179,7 @@ fn no_room_in_the_quota_leaves_the_watcher_out_or_refuses_the_pod_when_required(
     let (patched, injection) = admitted("quota-exceeded", &rules, false);
     assert!(injection.injected.is_empty());
     assert_eq!(patched["spec"]["containers"].as_array().map(Vec::len), Some(1), "the app alone");
-    let expected = "Watcher tail not injected: the pod would fail its namespace's resource rules with it: \
+    let expected = "Watcher tail not injected: the pod would fail its namespace's ResourceQuota team with it: \
                     exceeded quota: team, requested: limits.cpu=400m, used: limits.cpu=0, limited: limits.cpu=300m";
     assert_eq!(injection.warnings, [expected]);
     assert_eq!(injection.resources[0].rules, "ResourceQuota team");

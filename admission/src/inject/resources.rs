@@ -96,7 +96,9 @@ impl<'a> Ledger<'a> {
         let added: Vec<Violation> = crate::resources::new_in(&self.failing, failing.iter().cloned());
         if !added.is_empty() {
             let words = describe(&added);
-            let why = format!("the pod would fail its namespace's resource rules with it: {words}");
+            let mut failed: Vec<&str> = added.iter().map(|v| v.rule.as_str()).collect();
+            failed.dedup();
+            let why = format!("the pod would fail its namespace's {} with it: {words}", failed.join(", "));
             return Err(LeftOut { report: report(Vec::new(), Some(words)), why });
         }
         self.pod = after;

@@ -1129,7 +1129,7 @@ async fn a_pod_kept_from_ending_is_reported() {
 #[test]
 fn pods_left_out_by_their_namespaces_rules_are_said_on_the_watcher() {
     let w = watcher("Report", 1, None);
-    let why = "the pod would fail its namespace's resource rules with it: exceeded quota: team, requested: \
+    let why = "the pod would fail its namespace's ResourceQuota team with it: exceeded quota: team, requested: \
                limits.cpu=400m, used: limits.cpu=0, limited: limits.cpu=300m";
     let left = json!({"watcher.dev/left-out": format!("other: something else\nlog-watcher: {why}")});
     let pods = [

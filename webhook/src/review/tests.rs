@@ -832,7 +832,7 @@ async fn the_namespaces_quota_holds_after_the_patch() {
     let left_out = pod["metadata"]["annotations"]["watcher.dev/left-out"].as_str().expect("said on the pod");
     assert!(
         left_out.starts_with(
-            "big-watcher: the pod would fail its namespace's resource rules with it: exceeded quota: team"
+            "big-watcher: the pod would fail its namespace's ResourceQuota team with it: exceeded quota: team"
         ),
         "{left_out}"
     );
