@@ -10,12 +10,14 @@
 //! it would make a pod fail that passes without it.
 
 pub mod quantity;
+mod quota;
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{LimitRange, LimitRangeItem, ResourceQuota, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 pub use quantity::{Amount, QuantityError};
+use quota::Quota;
 
 use crate::PodView;
 
@@ -91,17 +93,6 @@ struct Limits {
     name: String,
     container: Vec<Item>,
     pod: Vec<Item>,
-}
-
-/// A namespace's ResourceQuota: what it allows, what is used, which pods it counts.
-#[derive(Clone, Debug, Default, PartialEq)]
-struct Quota {
-    name: String,
-    hard: Values,
-    used: Values,
-    scopes: Vec<String>,
-    /// `scopeSelector` expressions: (scope, operator, values).
-    expressions: Vec<(String, String, Vec<String>)>,
 }
 
 /// The ResourceQuotas and LimitRanges of one namespace, read for admission.
@@ -484,95 +475,6 @@ fn bounds(item: &Item, kind: &str, requests: &Values, limits: &Values) -> Vec<(S
         failures.extend(message.map(|m| (format!("ratio/{resource}"), m)));
     }
     failures
-}
-
-impl Quota {
-    /// Whether the quota counts `pod` (its scopes, its scope selector).
-    fn counts(&self, pod: &PodResources) -> bool {
-        let best_effort = pod.best_effort();
-        let scope = |name: &str| match name {
-            "Terminating" => pod.terminating,
-            "NotTerminating" => !pod.terminating,
-            "BestEffort" => best_effort,
-            "NotBestEffort" => !best_effort,
-            // No cross-namespace affinity is read: such a quota is taken not to count the pod.
-            "CrossNamespacePodAffinity" => false,
-            // A scope this code does not know: counted, so what it asks is stated.
-            _ => true,
-        };
-        let expression = |(name, operator, values): &(String, String, Vec<String>)| {
-            if name != "PriorityClass" {
-                return match operator.as_str() {
-                    "Exists" | "In" => scope(name),
-                    "DoesNotExist" | "NotIn" => !scope(name),
-                    _ => true,
-                };
-            }
-            let class = pod.priority_class.as_deref();
-            match operator.as_str() {
-                "In" => class.is_some_and(|c| values.iter().any(|v| v == c)),
-                "NotIn" => class.is_none_or(|c| !values.iter().any(|v| v == c)),
-                "Exists" => class.is_some(),
-                "DoesNotExist" => class.is_none(),
-                _ => true,
-            }
-        };
-        self.scopes.iter().all(|s| scope(s)) && self.expressions.iter().all(expression)
-    }
-
-    /// A container that does not state cpu or memory where the quota counts them.
-    fn unstated(&self, pod: &PodResources) -> Vec<Violation> {
-        let required: Vec<&str> = self.hard.keys().map(String::as_str).filter(|k| MUST_STATE.contains(k)).collect();
-        let mut found = Vec::new();
-        for container in &pod.containers {
-            for resource in &required {
-                let stated = match resource.split_once('.') {
-                    Some(("limits", r)) => container.limits.contains_key(r),
-                    Some((_, r)) => container.requests.contains_key(r),
-                    None => container.requests.contains_key(*resource),
-                };
-                if !stated {
-                    found.push(Violation {
-                        rule: format!("ResourceQuota {}", self.name),
-                        key: format!("{}/state/{resource}", container.name),
-                        message: format!("must specify {resource} for: {}", container.name),
-                        group: Group::Specify { resource: (*resource).to_owned(), container: container.name.clone() },
-                    });
-                }
-            }
-        }
-        found
-    }
-
-    /// Each resource of the quota the pod would take past what is left of it.
-    fn exceeded(&self, pod: &PodResources) -> Vec<Violation> {
-        let mut found = Vec::new();
-        let (requests, limits) = (pod.total(false), pod.total(true));
-        for (key, hard) in &self.hard {
-            let requested = match key.split_once('.') {
-                Some(("limits", r)) => limits.get(r).copied(),
-                Some(("requests", r)) => requests.get(r).copied(),
-                None if matches!(key.as_str(), "cpu" | "memory" | "ephemeral-storage") => {
-                    requests.get(key.as_str()).copied()
-                }
-                _ => None,
-            };
-            let Some(requested) = requested else { continue };
-            let used = self.used.get(key).map(|v| v.amount).unwrap_or_default();
-            if used + requested > hard.amount {
-                found.push(Violation {
-                    rule: format!("ResourceQuota {}", self.name),
-                    key: format!("exceeded/{key}"),
-                    message: format!(
-                        "exceeded quota: {}, requested: {key}={requested}, used: {key}={used}, limited: {key}={}",
-                        self.name, hard.text
-                    ),
-                    group: Group::Exceeded { resource: key.clone(), requested, used, limited: hard.amount },
-                });
-            }
-        }
-        found
-    }
 }
 
 /// `violations` as kube-apiserver words them for one pod: the LimitRanges' messages (in
