@@ -175,6 +175,9 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
         let resources = admission.supervisor_resources.unwrap_or_else(ending::resources);
         patch.add_supervisor(&options.supervisor_image, &resources);
     }
+    if admission.ended_file {
+        patch.add_volume(watcher_api::ENDED_VOLUME, ending::ended_volume());
+    }
     let value = injected_annotation_value(admission.entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
     let imageless = injected_annotation_value(admission.without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
     let mut annotations = vec![(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless)];
@@ -226,6 +229,8 @@ struct Admission<'a, W> {
     ended_before: usize,
     /// A sidecar runs under the supervisor: its init container goes in.
     supervised: bool,
+    /// Whether a sidecar reads the ended file: the pod needs its downward API volume.
+    ended_file: bool,
     /// A sidecar goes in as a regular container (`kubectl logs` would ask which container).
     regular_sidecar: bool,
     /// The Watchers the namespace's guards left out, and why (`watcher.dev/left-out`).
@@ -265,6 +270,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             ended_before: to_end.len(),
             to_end,
             supervised: false,
+            ended_file: false,
             regular_sidecar: false,
             left_out: Vec::new(),
         }
@@ -384,6 +390,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
         match ending::supervise(container) {
             Ok(how) => {
                 self.supervised |= how == ending::Supervised::Wrapped;
+                self.ended_file |= how.reads_ended_file();
                 if !native {
                     self.to_end.push(watcher.spec.container.name.clone());
                 }

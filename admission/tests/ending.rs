@@ -30,9 +30,24 @@ fn stubborn() -> Watcher {
     )
 }
 
-/// A sidecar that runs its image's entrypoint.
-fn entrypoint() -> Watcher {
+/// watcher-agent, which runs its image's entrypoint and ends by itself.
+fn agent() -> Watcher {
     watcher("agent", json!({"selector": {}, "container": {"name": "agent", "image": "watcher-agent:0.1.0"}}))
+}
+
+/// A sidecar that runs another image's entrypoint.
+fn entrypoint() -> Watcher {
+    watcher("looper", json!({"selector": {}, "container": {"name": "looper", "image": "e2e-looper:0.1.0"}}))
+}
+
+/// The downward API volume of the ended file, as every pod with a sidecar that reads it gets it.
+fn ended_volume() -> Value {
+    json!({"name": "watcher-ended", "downwardAPI": {"items": [{"path": "ended",
+        "fieldRef": {"fieldPath": "metadata.annotations['watcher.dev/sidecars-ended']"}}]}})
+}
+
+fn ended_mount() -> Value {
+    json!({"name": "watcher-ended", "mountPath": "/watcher-ended", "readOnly": true})
 }
 
 fn options(native: bool) -> InjectOptions {
@@ -86,6 +101,8 @@ fn a_job_s_regular_sidecar_runs_under_the_supervisor_on(version: &str) {
         json!([
             "/watcher-supervise/watcher-supervise",
             "run",
+            "--ended-file",
+            "/watcher-ended/ended",
             "--",
             "sh",
             "-c",
@@ -93,12 +110,11 @@ fn a_job_s_regular_sidecar_runs_under_the_supervisor_on(version: &str) {
         ])
     );
     assert_eq!(sidecar["args"], json!(["x"]), "args stay: the runtime appends them to the command");
+    let mounts = sidecar["volumeMounts"].as_array().expect("mounts");
     assert!(
-        sidecar["volumeMounts"]
-            .as_array()
-            .expect("mounts")
-            .contains(&json!({"name": "watcher-supervise", "mountPath": "/watcher-supervise", "readOnly": true}))
+        mounts.contains(&json!({"name": "watcher-supervise", "mountPath": "/watcher-supervise", "readOnly": true}))
     );
+    assert!(mounts.contains(&ended_mount()), "the supervisor reads the ended file: {mounts:?}");
     let init = after["spec"]["initContainers"].as_array().expect("init containers");
     assert_eq!(init[0]["name"], "watcher-supervise", "before the pod's own init containers");
     assert_eq!(init[0]["image"], "watcher-supervise:0.1.0");
@@ -109,6 +125,7 @@ fn a_job_s_regular_sidecar_runs_under_the_supervisor_on(version: &str) {
     let volumes = after["spec"]["volumes"].as_array().expect("volumes");
     assert!(volumes.contains(&json!({"name": "watcher-supervise", "emptyDir": {"sizeLimit": "16Mi"}})));
     assert!(volumes.contains(&json!({"name": "watcher-dev-no-token", "emptyDir": {}})));
+    assert!(volumes.contains(&ended_volume()), "{volumes:?}");
     assert_eq!(after["metadata"]["labels"][END_SIDECARS_LABEL], "true");
     assert_eq!(after["metadata"]["annotations"][END_SIDECARS_ANNOTATION], "stubborn");
     // Its own labels are kept: the Job still owns the pod.
@@ -119,19 +136,42 @@ fn a_job_s_regular_sidecar_runs_under_the_supervisor_on(version: &str) {
 fn a_sidecar_without_a_command_is_named_and_left_as_it_is() {
     let pod = read("ending/job-1.24-plain.json");
     let (injection, after) = injected(&pod, &[entrypoint()], false);
-    assert_eq!(injection.injected, ["agent"]);
-    let sidecar = container(&after, "containers", "agent").expect("a regular container");
+    assert_eq!(injection.injected, ["looper"]);
+    let sidecar = container(&after, "containers", "looper").expect("a regular container");
     assert_eq!(sidecar.get("command"), None, "the image's entrypoint runs");
-    assert_eq!(sidecar.get("volumeMounts"), None);
+    assert_eq!(sidecar.get("volumeMounts"), None, "it cannot read the ended file: switched instead");
+    assert_eq!(sidecar.get("env"), None);
     assert!(container(&after, "initContainers", "watcher-supervise").is_none(), "no supervisor to copy");
-    assert_eq!(after["metadata"]["annotations"][END_SIDECARS_ANNOTATION], "agent");
+    let volumes = after["spec"]["volumes"].as_array().expect("volumes");
+    assert!(!volumes.iter().any(|v| v["name"] == "watcher-ended"), "{volumes:?}");
+    assert_eq!(after["metadata"]["annotations"][END_SIDECARS_ANNOTATION], "looper");
     assert_eq!(after["metadata"]["labels"][END_SIDECARS_LABEL], "true");
 
     // With one of each, one supervisor serves the wrapped one; both are named.
     let (_, after) = injected(&pod, &[entrypoint(), stubborn()], false);
     let init = after["spec"]["initContainers"].as_array().expect("init containers");
     assert_eq!(init.iter().filter(|c| c["name"] == "watcher-supervise").count(), 1);
-    assert_eq!(after["metadata"]["annotations"][END_SIDECARS_ANNOTATION], "agent,stubborn");
+    assert_eq!(after["metadata"]["annotations"][END_SIDECARS_ANNOTATION], "looper,stubborn");
+}
+
+/// watcher-agent runs its image's entrypoint and reads the ended file itself: told where it is,
+/// no supervisor, named for the operator to write the mark.
+#[test]
+fn the_agent_is_told_of_the_ended_file() {
+    for native in [false, true] {
+        let pod = read("ending/job-1.24-plain.json");
+        let (injection, after) = injected(&pod, &[agent()], native);
+        assert_eq!(injection.injected, ["agent"]);
+        let list = if native { "initContainers" } else { "containers" };
+        let sidecar = container(&after, list, "agent").expect("the agent");
+        assert_eq!(sidecar.get("command"), None, "the image's entrypoint runs");
+        assert_eq!(sidecar["env"], json!([{"name": "WATCHER_ENDED_FILE", "value": "/watcher-ended/ended"}]));
+        assert_eq!(sidecar["volumeMounts"], json!([ended_mount()]));
+        assert!(container(&after, "initContainers", "watcher-supervise").is_none(), "no supervisor to copy");
+        assert!(after["spec"]["volumes"].as_array().expect("volumes").contains(&ended_volume()));
+        let named = after["metadata"]["annotations"].get(END_SIDECARS_ANNOTATION).and_then(Value::as_str);
+        assert_eq!(named, if native { None } else { Some("agent") });
+    }
 }
 
 /// A native sidecar is stopped by the kubelet once the app has ended: it runs under the
@@ -155,7 +195,7 @@ fn native_sidecars_are_supervised_and_never_is_named_on_any_server() {
     let (_, after) = injected(&pod, &[entrypoint()], true);
     let names: Vec<&str> =
         after["spec"]["initContainers"].as_array().expect("init").iter().filter_map(|c| c["name"].as_str()).collect();
-    assert_eq!(names, ["agent"]);
+    assert_eq!(names, ["looper"]);
 
     let mut never = stubborn();
     never.spec.native_sidecar = watcher_api::NativeSidecar::Never;

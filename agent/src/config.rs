@@ -9,8 +9,8 @@ use std::time::Duration;
 mod variables;
 
 use variables::{
-    ALERTMANAGER_URL, EVENTS, FILES, IGNORE_OLDER, LISTEN, LOGS_CONTAINER, MAX_LINE_BYTES, MAX_OPEN_FILES, MAX_SERIES,
-    POLL, ROTATE_WAIT, SHUTDOWN_LINGER, START, STATE_DIR, STREAM_IDLE, Values,
+    ALERTMANAGER_URL, ENDED_FILE, EVENTS, FILES, IGNORE_OLDER, LISTEN, LOGS_CONTAINER, MAX_LINE_BYTES, MAX_OPEN_FILES,
+    MAX_SERIES, POLL, ROTATE_WAIT, SHUTDOWN_LINGER, START, STATE_DIR, STREAM_IDLE, TERMINATION_LOG, Values,
 };
 pub use variables::{Kind, VARIABLES, Variable, markdown};
 
@@ -110,6 +110,10 @@ pub struct Config {
     pub max_line_bytes: usize,
     /// How long to wait for a last scrape after SIGTERM.
     pub shutdown_linger: Duration,
+    /// In a pod that is meant to end: the file that says the app has ended.
+    pub ended_file: Option<std::path::PathBuf>,
+    /// Where the last counts go when the agent ends in a pod that is meant to end.
+    pub termination_log: std::path::PathBuf,
     /// The pod.
     pub pod: PodIdentity,
 }
@@ -146,6 +150,16 @@ impl AlertmanagerUrl {
 impl fmt::Display for AlertmanagerUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "http://{}:{}{}", self.host, self.port, self.path.trim_end_matches("/api/v2/alerts"))
+    }
+}
+
+/// The absolute path variable `name` gives, if set.
+fn absolute_path(values: &Values, name: &str) -> Result<Option<std::path::PathBuf>, ConfigError> {
+    match values.get(name).map(std::path::PathBuf::from) {
+        Some(path) if !path.is_absolute() => {
+            Err(error(name, format!("{:?} is not an absolute path", path.display().to_string())))
+        }
+        path => Ok(path),
     }
 }
 
@@ -211,6 +225,9 @@ impl Config {
         let poll = values.required_duration(&POLL)?;
         let shutdown_linger = values.required_duration(&SHUTDOWN_LINGER)?;
         let max_line_bytes = values.count(&MAX_LINE_BYTES)?;
+        let ended_file = absolute_path(&values, ENDED_FILE.name)?;
+        let termination_log = absolute_path(&values, TERMINATION_LOG.name)?
+            .unwrap_or_else(|| std::path::PathBuf::from(TERMINATION_LOG.default));
         let pod = PodIdentity {
             name: get("POD_NAME").map(str::to_owned),
             namespace: get("POD_NAMESPACE").map(str::to_owned),
@@ -240,6 +257,8 @@ impl Config {
             poll,
             max_line_bytes,
             shutdown_linger,
+            ended_file,
+            termination_log,
             pod,
         })
     }
@@ -313,6 +332,16 @@ impl Config {
             format_duration(self.poll),
             self.max_line_bytes
         ));
+        line(match &self.ended_file {
+            Some(file) => format!(
+                "ends: by itself once {} is not empty (a pod that is meant to end), its last counts in {}",
+                file.display(),
+                self.termination_log.display()
+            ),
+            None => {
+                format!("ends: on SIGTERM, after a last scrape (at most {})", format_duration(self.shutdown_linger))
+            }
+        });
         out
     }
 }

@@ -6,22 +6,17 @@
 //! alert. A reader never waits for another, nor a scrape for a reader.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::alerts::AlertBook;
 use crate::lines::Line;
 use crate::metrics::{Metrics, label_value};
 use crate::rules::{Matched, Rules};
+use crate::shared::lock;
 
 /// The alerts, shared by the readers and the alert loop.
 pub type SharedAlerts = Arc<Mutex<AlertBook>>;
-
-/// Locks shared state: a holder that panicked left nothing half-done that matters (the agent
-/// aborts on a panic anyway; tests unwind).
-pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// One reader's counting.
 pub struct Counting {

@@ -18,5 +18,6 @@ pub mod metrics;
 pub mod rules;
 pub mod run;
 mod server;
+pub mod shared;
 pub mod signal;
 mod text;

@@ -20,9 +20,10 @@ use kube::api::{Api, LogParams};
 use tracing::{info, warn};
 
 use crate::checkpoint::{StreamMark, hash};
-use crate::counting::{Counting, lock};
+use crate::counting::Counting;
 use crate::lines::{Line, LineBuffer};
 use crate::metrics::Metrics;
+use crate::shared::lock;
 
 /// A stream kube-apiserver does not begin to answer within this long is asked again.
 pub(crate) const ANSWER: Duration = Duration::from_secs(30);

@@ -15,8 +15,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::config::RuleConfig;
-use crate::counting::lock;
 use crate::follow::SourceError;
+use crate::shared::lock;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabels {
@@ -328,6 +328,28 @@ pub fn openmetrics(registry: &Registry) -> String {
     body
 }
 
+/// The samples of `registry` that are not 0, in Prometheus' text format (no `# HELP` or
+/// `# TYPE`), in whole lines of at most `limit` bytes in all, `# truncated` last where some did
+/// not fit: what a last scrape would have read (a series at 0 is one that counted nothing), for
+/// the container's termination message.
+pub fn last_counts(registry: &Registry, limit: usize) -> String {
+    const TRUNCATED: &str = "# truncated\n";
+    let text = prometheus_text(registry);
+    let counted = |line: &&str| {
+        !line.starts_with('#') && line.rsplit(' ').next().is_some_and(|v| v.parse::<f64>().is_ok_and(|v| v != 0.0))
+    };
+    let mut out = String::new();
+    for line in text.lines().filter(counted) {
+        if out.len() + line.len() + 1 > limit.saturating_sub(TRUNCATED.len()) {
+            out.push_str(TRUNCATED);
+            break;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
 /// `registry` in Prometheus' text format 0.0.4: a counter's `# TYPE` and `# HELP` name its
 /// `_total` sample, and there is no `# EOF` or `# UNIT`.
 pub fn prometheus_text(registry: &Registry) -> String {
@@ -391,6 +413,23 @@ mod tests {
         assert!(text.contains(r#"watcher_agent_lines_total{source="/var/log/*.log"} 1"#), "{text}");
         assert!(!text.contains("# EOF"));
         assert!(open.ends_with("# EOF\n"));
+        // The last counts: the series that counted something, whole lines within the bound.
+        metrics.lines[1].inc_by(12);
+        let last = last_counts(&registry, 4096);
+        let mut lines: Vec<&str> = last.lines().collect();
+        lines.sort_unstable();
+        assert_eq!(
+            lines,
+            [
+                "watcher_agent_lines_total{source=\"/var/log/*.log\"} 1",
+                "watcher_agent_lines_total{source=\"stdout\"} 12"
+            ]
+        );
+        let short = last_counts(&registry, 64);
+        let (first, rest) = short.split_once('\n').expect("a line");
+        assert!(last.lines().any(|l| l == first), "{short}");
+        assert_eq!(rest, "# truncated\n");
+        assert!(short.len() <= 64);
     }
 
     /// A rule's named groups are labels of its counter, at most `max_series` value sets; the

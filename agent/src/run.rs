@@ -9,6 +9,12 @@
 //! is left ([`SINK_DEADLINE`]); the checkpoint is written; `/metrics` waits for one last scrape
 //! (at most `AGENT_SHUTDOWN_LINGER`); the process exits 0. All of it within a pod's default
 //! 30 s grace period.
+//!
+//! In a pod that is meant to end (`WATCHER_ENDED_FILE` set by the webhook) the agent also ends
+//! by itself once that file is not empty (the app containers have ended), with no change to the
+//! pod's spec and no restart counted; there it waits for no last scrape, which a pod that ends
+//! rarely gets, and writes its last counts to its termination message instead, which the
+//! kubelet keeps in the pod's status after the pod has ended.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +29,7 @@ use crate::alertmanager::{Alertmanager, Poster};
 use crate::alerts::{AlertBook, AlertState};
 use crate::checkpoint::{self, Checkpoint, FileMark};
 use crate::config::{Config, Start};
-use crate::counting::{Counting, SharedAlerts, lock};
+use crate::counting::{Counting, SharedAlerts};
 use crate::events::EventPublisher;
 use crate::follow::{Begin, FollowOptions, Follower, Sink, SourceError};
 use crate::lines::Line;
@@ -31,6 +37,7 @@ use crate::logs::{Reader, Resume};
 use crate::metrics::Metrics;
 use crate::rules::Rules;
 use crate::server::{Endpoints, router};
+use crate::shared::lock;
 
 /// How often alerts are looked at (resolved, published to the sinks), and the checkpoint
 /// written.
@@ -39,6 +46,11 @@ const ALERT_TICK: Duration = Duration::from_secs(1);
 pub const SINK_DEADLINE: Duration = Duration::from_secs(3);
 /// At shutdown, the log stream task is waited for this long at most (its own drain is shorter).
 const STREAM_DEADLINE: Duration = Duration::from_secs(5);
+
+/// How often the ended file is looked at.
+const ENDED_TICK: Duration = Duration::from_millis(100);
+/// The most the kubelet keeps of a container's termination message.
+const TERMINATION_MESSAGE_BYTES: usize = 4096;
 
 /// The source name of the log stream in metrics.
 pub const STDOUT_SOURCE: &str = "stdout";
@@ -104,9 +116,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     // The alert loop, until SIGTERM.
     let mut states = initial_states(&config);
     let mut checkpoints = state_dir.map(|dir| Checkpoints { dir, files: file_marks, resume, last: None });
-    until_shutdown(&alerts, &mut states, &metrics, &publish, &mut checkpoints).await;
-
-    info!("stopping: the files read to their end, the log stream drained, the alerts said, a last scrape served");
+    let ended = config.ended_file.as_deref();
+    match until_shutdown(&alerts, &mut states, &metrics, &publish, &mut checkpoints, ended).await {
+        Stop::Signal if ended.is_some() => info!("stopping (a pod that is meant to end): no last scrape waited for"),
+        Stop::Signal => info!("stopping: the files read to their end, the log stream drained, a last scrape served"),
+        Stop::Ended => info!("the pod's app containers have ended: stopping, the files read to their end"),
+    }
     let _ = stop.send(true);
     if let Some((handle, wake)) = files {
         let _ = wake.send(());
@@ -125,7 +140,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     if let Some(checkpoints) = &mut checkpoints {
         checkpoints.save().await;
     }
-    if !config.shutdown_linger.is_zero() {
+    if ended.is_some() {
+        write_termination_message(&config.termination_log, &endpoints.registry);
+    } else if !config.shutdown_linger.is_zero() {
         let _ = tokio::time::timeout(config.shutdown_linger, endpoints.scraped.notified()).await;
     }
     let _ = stop_server.send(());
@@ -159,22 +176,56 @@ fn start_stream(
     }))
 }
 
+/// Why the agent stops.
+enum Stop {
+    /// SIGTERM or SIGINT.
+    Signal,
+    /// The ended file says the pod's app containers have ended.
+    Ended,
+}
+
+/// Whether `file` says that the app has ended: there and not empty (the downward API writes an
+/// annotation that is not there as an empty file).
+fn has_ended(file: &Path) -> bool {
+    std::fs::metadata(file).is_ok_and(|m| m.len() > 0)
+}
+
+/// Writes what a last scrape would have read to `path`, the container's termination message,
+/// where the kubelet made it (never elsewhere); a failure is said.
+fn write_termination_message(path: &Path, registry: &Registry) {
+    if !path.exists() {
+        return;
+    }
+    let counts = crate::metrics::last_counts(registry, TERMINATION_MESSAGE_BYTES);
+    match std::fs::write(path, counts) {
+        Ok(()) => info!(path = %path.display(), "the last counts are in the termination message"),
+        Err(error) => warn!(path = %path.display(), %error, "cannot write the last counts to the termination message"),
+    }
+}
+
 /// The alert loop: every tick the alerts are looked at and the checkpoints saved, until SIGTERM
-/// or SIGINT.
+/// or SIGINT, or until `ended` says the app has ended.
 async fn until_shutdown(
     alerts: &SharedAlerts,
     states: &mut [AlertState],
     metrics: &Metrics,
     publish: &tokio::sync::watch::Sender<Vec<AlertState>>,
     checkpoints: &mut Option<Checkpoints>,
-) {
+    ended: Option<&Path>,
+) -> Stop {
     let mut ticks = tokio::time::interval(ALERT_TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ended_ticks = tokio::time::interval(ENDED_TICK);
     let shutdown = crate::signal::shutdown();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            () = &mut shutdown => break,
+            () = &mut shutdown => return Stop::Signal,
+            _ = ended_ticks.tick(), if ended.is_some() => {
+                if ended.is_some_and(has_ended) {
+                    return Stop::Ended;
+                }
+            }
             _ = ticks.tick() => {
                 look(alerts, states, metrics, publish);
                 if let Some(checkpoints) = checkpoints {

@@ -17,6 +17,9 @@ pub mod types {
     pub const SIDECARS_RUNNING: &str = "SidecarsRunning";
     /// A Watcher's: whether its sidecars end with the pods that are meant to end.
     pub const SIDECARS_ENDED: &str = "SidecarsEnded";
+    /// A Watcher's: `False` where its sidecar, in a pod that is meant to end, is ended by a
+    /// restart the kubelet counts (a Job under `OnFailure` counts it toward `backoffLimit`).
+    pub const ENDS_WITHOUT_RESTART: &str = "EndsWithoutRestart";
     /// A Watcher's: whether pods that ask for it were admitted without it, because they would
     /// fail their namespace's Pod Security level or resource rules (quota, LimitRange) with it.
     pub const INJECTED: &str = "Injected";

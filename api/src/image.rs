@@ -75,6 +75,17 @@ pub enum RuleError {
     },
 }
 
+/// The last component of the repository of watcher-agent's images, wherever they are kept
+/// (`watcher-agent:0.1.0`, `registry.example.com/mirror/watcher-agent@sha256:…`).
+pub const AGENT_REPOSITORY: &str = "watcher-agent";
+
+/// Whether `image` is watcher-agent's: the last component of its repository is
+/// [`AGENT_REPOSITORY`], whatever the registry (a mirror), the tag or the digest. The agent
+/// ends by itself in a pod that is meant to end ([`crate::ENDED_FILE_ENV`]).
+pub fn is_agent_image(image: &str) -> bool {
+    Reference::parse(image).is_ok_and(|r| r.path.rsplit('/').next() == Some(AGENT_REPOSITORY))
+}
+
 /// A parsed image reference.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reference {
@@ -259,6 +270,21 @@ pub fn rewrite<'a>(rules: impl IntoIterator<Item = &'a Rule>, image: &str) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_agent_s_image_is_known_wherever_it_is_kept() {
+        for image in [
+            "watcher-agent:0.1.0",
+            "watcher-agent",
+            "registry.example.com:5000/mirror/watcher-agent:0.2.0",
+            "ghcr.io/example/watcher-agent@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(is_agent_image(image), "{image}");
+        }
+        for image in ["busybox:1.36", "watcher-agent-fork:1", "example/agent:watcher-agent", "watcher-agent:bad tag"] {
+            assert!(!is_agent_image(image), "{image}");
+        }
+    }
 
     #[test]
     fn references_normalize_as_runtimes_do() {

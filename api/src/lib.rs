@@ -104,9 +104,20 @@ pub const END_SIDECARS_LABEL: &str = "watcher.dev/end-sidecars";
 /// Annotation beside [`END_SIDECARS_LABEL`]: the names of the sidecar containers to end,
 /// comma-separated.
 pub const END_SIDECARS_ANNOTATION: &str = "watcher.dev/end-sidecars";
-/// Annotation the operator writes when it ends a pod's sidecars (their image switched to the
-/// supervisor's, which ends them): when, RFC 3339.
+/// Annotation the operator writes on a pod that is meant to end once its app containers have
+/// ended for good: when, RFC 3339. Sidecars that end by themselves read it through the
+/// downward API ([`ENDED_FILE`]); the others are switched to the supervisor's image.
 pub const SIDECARS_ENDED_ANNOTATION: &str = "watcher.dev/sidecars-ended";
+/// The downward API volume, in a pod that is meant to end, whose file `ended` holds
+/// [`SIDECARS_ENDED_ANNOTATION`] (empty until the operator writes it).
+pub const ENDED_VOLUME: &str = "watcher-ended";
+/// Where a sidecar that ends by itself mounts [`ENDED_VOLUME`].
+pub const ENDED_DIR: &str = "/watcher-ended";
+/// The file a sidecar that ends by itself looks at: not empty once the app has ended.
+pub const ENDED_FILE: &str = "/watcher-ended/ended";
+/// The variable that gives [`ENDED_FILE`] to a sidecar that reads it itself (watcher-agent):
+/// set only in pods that are meant to end.
+pub const ENDED_FILE_ENV: &str = "WATCHER_ENDED_FILE";
 /// Annotation the operator writes on a pod whose sidecars it ended but that still run past the
 /// pod's grace period and a margin: their names, comma-separated. The pod is counted in the
 /// Watcher's `status.pods.cannotEnd`; the annotation goes once the pod has ended.

@@ -378,6 +378,33 @@ pub fn config_map_name(watcher_name: &str) -> String {
 }
 
 impl WatcherSpec {
+    /// Why, in a pod that is meant to end, this Watcher's sidecar is ended by a restart the
+    /// kubelet counts; `None` where it ends by itself. A sidecar with a command runs under
+    /// `watcher-supervise`, watcher-agent reads the ended file, and a native sidecar is stopped
+    /// by the kubelet: each ends with no restart. Another image's entrypoint cannot be told
+    /// that the app has ended: where it is a regular container, it is switched to the
+    /// supervisor's image, and under `restartPolicy: OnFailure` a Job counts that restart
+    /// toward its `backoffLimit`.
+    pub fn ends_by_restart(&self) -> Option<String> {
+        let container = &self.container;
+        let image = container.image.as_deref().unwrap_or_default();
+        let has_command = container.command.as_ref().is_some_and(|c| !c.is_empty());
+        if has_command || crate::image::is_agent_image(image) || self.native_sidecar == NativeSidecar::Always {
+            return None;
+        }
+        let regular = match self.native_sidecar {
+            NativeSidecar::Never => "nativeSidecar: Never",
+            _ => "before Kubernetes 1.29",
+        };
+        Some(format!(
+            "its sidecar runs the entrypoint of {image}, which cannot be told that the app has ended: as a regular \
+             container ({regular}) it is ended by a switch to the supervisor's image, a restart the kubelet counts; \
+             a Job with restartPolicy OnFailure counts it toward its backoffLimit, so such a Job needs a \
+             backoffLimit of 1 more than its app needs (at least 1). Give the sidecar a command (it then ends by \
+             itself under watcher-supervise), or use restartPolicy Never"
+        ))
+    }
+
     /// Whether a pod that asks for this Watcher is never admitted without it.
     pub fn is_required(&self) -> bool {
         self.failure_policy == FailurePolicy::Fail

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -56,13 +55,8 @@ pub async fn run(ctx: Arc<Context>) {
     let api = Api::<Pod>::all(ctx.client.clone());
     let (pods, owned, listed) = crate::cached_watch(api, watcher::Config::default().labels(AT_LABEL), |_| {});
     let shared = Arc::new(AtContext { ctx, pods, listed });
-    Controller::new(ats, watcher::Config::default().any_semantic())
-        .owns_stream(owned)
-        .with_config(crate::controller_config())
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, shared)
-        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
-        .await;
+    let controller = Controller::new(ats, watcher::Config::default().any_semantic()).owns_stream(owned);
+    crate::run_controller(CONTROLLER, controller, crate::controller_config(), reconcile, error_policy, shared).await;
 }
 
 /// What to do for an At, decided from the At, its pod and the time.

@@ -17,12 +17,12 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
-use watcher_api::{ClusterWatcher, ClusterWatcherStatus, FIELD_MANAGER, condition, config_map_name, set_condition};
+use watcher_api::{ClusterWatcher, ClusterWatcherStatus, condition, config_map_name, set_condition};
 use watcher_api::{reasons, types};
 use watcher_cache::WatcherCache;
 
@@ -54,7 +54,6 @@ pub struct ClusterContext {
     pub(crate) scope: ScopeStatus,
     /// The revisions: each spec's is written when it is first seen.
     pub(crate) revisions: watcher_cache::RevisionCache,
-    recorder: Recorder,
     /// ConfigMaps created since the cache last caught up: not created again meanwhile.
     created: Mutex<std::collections::HashMap<ObjectRef<ConfigMap>, String>>,
     /// Statuses written (with the ClusterWatcher's resourceVersion after the write) that the
@@ -72,10 +71,8 @@ impl ClusterContext {
         scope: ScopeStatus,
         revisions: watcher_cache::RevisionCache,
     ) -> Self {
-        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
-        let recorder = Recorder::new(ctx.client.clone(), reporter);
         let (created, statuses) = (Mutex::default(), Recent::default());
-        Self { ctx, cache, config_maps, listed, scope, revisions, recorder, created, statuses }
+        Self { ctx, cache, config_maps, listed, scope, revisions, created, statuses }
     }
 
     /// `cluster` with the status this controller last knows: the cached one, or the one it
@@ -201,6 +198,7 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
         Some(condition) => set_condition(&mut status.conditions, condition),
         None => status.conditions.retain(|c| c.type_ != POD_SECURITY_CONDITION),
     }
+    crate::ending::set_restart_condition(&mut status.conditions, &cluster.spec.watcher, cluster.meta().generation);
     if cluster.status.as_ref() != Some(&status) {
         let ready = status.conditions.iter().find(|c| c.type_ == types::READY);
         let became_invalid = ready.filter(|c| c.reason == reasons::INVALID_SPEC).is_some_and(|c| {
@@ -345,10 +343,7 @@ pub fn desired_status(
 }
 
 async fn publish(ctx: &ClusterContext, cluster: &ClusterWatcher, type_: EventType, reason: &str, note: String) {
-    let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
-    if let Err(error) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
-        warn!(%error, reason, "cannot publish an event");
-    }
+    ctx.ctx.publish(&cluster.object_ref(&()), type_, reason, note).await;
 }
 
 /// Logs the failure and retries with backoff.
@@ -380,14 +375,15 @@ pub(crate) async fn run(
         scope.gate(scope.changes()).boxed(),
         scope.gate(defaults).boxed(),
     ]);
-    Controller::for_shared_stream(changes, store)
-        .reconcile_all_on(all)
-        .reconcile_on(config_maps)
-        .with_config(crate::controller_config())
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, shared)
-        .for_each(|result| async move { crate::log_run_result("clusterwatcher", result) })
-        .await;
+    crate::run_controller(
+        "clusterwatcher",
+        Controller::for_shared_stream(changes, store).reconcile_all_on(all).reconcile_on(config_maps),
+        crate::controller_config(),
+        reconcile,
+        error_policy,
+        shared,
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -41,8 +41,19 @@ impl Context {
         reason: &str,
         note: String,
     ) {
-        let event =
-            Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+        self.publish_as(object, type_, reason, "Reconcile", note).await;
+    }
+
+    /// [`Context::publish`] with another `action` than `Reconcile` (`End`, `Sync`, ...).
+    pub async fn publish_as(
+        &self,
+        object: &k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
         if let Err(error) = self.recorder.publish(&event, object).await {
             warn!(%error, reason, "cannot publish an event");
         }

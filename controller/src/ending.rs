@@ -3,11 +3,15 @@
 //! (servers before 1.29, `nativeSidecar: Never`) would run for ever after its app, the
 //! sidecars running on. The webhook labels such a pod `watcher.dev/end-sidecars=true` and names
 //! the sidecars in the annotation of that name; this controller watches those pods only and,
-//! once no app container will run again, switches the sidecars' image to the supervisor's
-//! (the image of the pod's own `watcher-supervise` init container, else `--supervisor-image`). The kubelet restarts a container whose spec changed whatever the
-//! restart policy: it stops the sidecar (under `watcher-supervise`, within its grace period;
-//! without a command, by its own SIGTERM handling) and starts it in the supervisor's image,
-//! where it exits 0. The pod then ends as its app containers decide.
+//! once no app container will run again, writes `watcher.dev/sidecars-ended` on the pod.
+//! Sidecars that mount the downward API volume `watcher-ended` (a command under
+//! `watcher-supervise`, watcher-agent) read it there and end by themselves, exit 0, with no
+//! change to the spec: no restart counted, which a Job under `OnFailure` would count toward its
+//! `backoffLimit`. The others (another image's entrypoint, pods admitted before the volume)
+//! are switched to the supervisor's image (the image of the pod's own `watcher-supervise` init
+//! container, else `--supervisor-image`): the kubelet restarts a container whose spec changed
+//! whatever the restart policy, stopping it (its own SIGTERM handling) and starting it in that
+//! image, where it exits 0. The pod then ends as its app containers decide.
 //!
 //! Decided from what the pod carries (its spec, its annotation, the kubelet's container
 //! statuses), never from having seen a container end.
@@ -15,20 +19,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, ReplaceOperation, TestOperation};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, instrument, warn};
 use watcher_api::{
-    END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, SIDECARS_CANNOT_END_ANNOTATION, SIDECARS_ENDED_ANNOTATION,
-    SUPERVISOR_NAME,
+    END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, ENDED_VOLUME, SIDECARS_CANNOT_END_ANNOTATION,
+    SIDECARS_ENDED_ANNOTATION, SUPERVISOR_NAME,
 };
 
 use crate::{Context, Error, Result};
@@ -45,16 +48,12 @@ pub struct EndingContext {
     ctx: Arc<Context>,
     /// The supervisor's image, which the sidecars are switched to.
     image: String,
-    recorder: Recorder,
 }
 
 impl EndingContext {
     /// A context that switches sidecars to `image`.
     pub fn new(ctx: Arc<Context>, image: String) -> Arc<Self> {
-        let reporter =
-            Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
-        let recorder = Recorder::new(ctx.client.clone(), reporter);
-        Arc::new(Self { ctx, image, recorder })
+        Arc::new(Self { ctx, image })
     }
 }
 
@@ -63,12 +62,16 @@ pub async fn run(ctx: Arc<Context>, supervisor_image: String) {
     let api = Api::<Pod>::all(ctx.client.clone());
     let selector = format!("{END_SIDECARS_LABEL}=true");
     let (store, pods, _) = crate::cached_watch(api, watcher::Config::default().labels(&selector), |_| {});
-    Controller::for_stream(pods, store)
-        .with_config(crate::controller_config())
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, EndingContext::new(ctx, supervisor_image))
-        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
-        .await;
+    let controller = Controller::for_stream(pods, store);
+    crate::run_controller(
+        CONTROLLER,
+        controller,
+        crate::controller_config(),
+        reconcile,
+        error_policy,
+        EndingContext::new(ctx, supervisor_image),
+    )
+    .await;
 }
 
 /// What to do with a pod, from what it carries.
@@ -81,9 +84,10 @@ pub enum Next {
     Unmark,
     /// An app container runs, has yet to run, or will be restarted.
     Wait,
-    /// Every app container has ended for good: switch these sidecars (index in
+    /// Every app container has ended for good: write `watcher.dev/sidecars-ended` (the sidecars
+    /// in `own` end by themselves), and switch the sidecars in `switch` (index in
     /// `spec.containers`, name) to the supervisor's image.
-    End(Vec<(usize, String)>),
+    End { own: Vec<String>, switch: Vec<(usize, String)> },
     /// Switched: these sidecars have still to stop. `overdue`: longer than the pod's grace
     /// period and a margin, since `since` (seconds since the Unix epoch).
     Ending { running: Vec<String>, overdue: bool, recheck: Duration },
@@ -114,13 +118,15 @@ pub fn next(pod: &Pod, image: &str, now: i64) -> Next {
     if !apps.iter().all(|(_, c)| reported(&c.name).is_some_and(|s| ended_for_good(s, restart))) {
         return Next::Wait;
     }
-    let to_switch: Vec<(usize, String)> = sidecars
+    let (own, others): (Vec<_>, Vec<_>) = sidecars.iter().partition(|(_, c)| ends_by_itself(c));
+    let switch: Vec<(usize, String)> = others
         .iter()
         .filter(|(_, c)| c.image.as_deref() != Some(image))
         .map(|(index, c)| (*index, c.name.clone()))
         .collect();
-    if !to_switch.is_empty() {
-        return Next::End(to_switch);
+    if !switch.is_empty() || !pod.annotations().contains_key(SIDECARS_ENDED_ANNOTATION) {
+        let own = own.iter().map(|(_, c)| c.name.clone()).collect();
+        return Next::End { own, switch };
     }
     let running: Vec<String> = sidecars
         .iter()
@@ -138,6 +144,13 @@ pub fn next(pod: &Pod, image: &str, now: i64) -> Next {
     Next::Ending { running, overdue, recheck: if overdue { ENDING_MARGIN } else { recheck } }
 }
 
+/// Whether `sidecar` ends by itself once `watcher.dev/sidecars-ended` is written: it mounts the
+/// downward API volume that holds it (the webhook's, for a command under the supervisor and for
+/// watcher-agent).
+fn ends_by_itself(sidecar: &k8s_openapi::api::core::v1::Container) -> bool {
+    sidecar.volume_mounts.iter().flatten().any(|m| m.name == ENDED_VOLUME)
+}
+
 /// Whether an app container has ended and will not run again: terminated, and under
 /// `OnFailure` with exit code 0 (a failed one is restarted).
 fn ended_for_good(status: &ContainerStatus, restart: &str) -> bool {
@@ -145,8 +158,9 @@ fn ended_for_good(status: &ContainerStatus, restart: &str) -> bool {
     terminated.is_some_and(|t| restart == "Never" || t.exit_code == 0)
 }
 
-/// The JSON patch that switches `sidecars` to `image` and records when (`now`, RFC 3339); each
-/// container's name is tested first, so a patch never lands on another container.
+/// The JSON patch that records that the app has ended (`now`, RFC 3339) and switches `sidecars`
+/// (none where every sidecar ends by itself) to `image`; each container's name is tested
+/// first, so a patch never lands on another container.
 pub fn end_patch(sidecars: &[(usize, String)], image: &str, now: &str) -> Vec<PatchOperation> {
     let mut ops = Vec::with_capacity(sidecars.len() * 2 + 1);
     for (index, name) in sidecars {
@@ -165,6 +179,26 @@ pub fn end_patch(sidecars: &[(usize, String)], image: &str, now: &str) -> Vec<Pa
         value: Value::String(now.to_owned()),
     }));
     ops
+}
+
+/// `EndsWithoutRestart` of a Watcher's (or ClusterWatcher's) status: `False`/`ImageSwitch`
+/// where its sidecar is ended by a restart in pods that are meant to end, said before any pod;
+/// `None` where it ends by itself (the condition is then taken away).
+pub fn restart_condition(spec: &watcher_api::WatcherSpec, generation: Option<i64>) -> Option<watcher_api::Condition> {
+    let why = spec.ends_by_restart()?;
+    Some(watcher_api::condition(watcher_api::types::ENDS_WITHOUT_RESTART, false, "ImageSwitch", why, generation))
+}
+
+/// Sets or takes away `EndsWithoutRestart` in `conditions`, as `spec` says.
+pub fn set_restart_condition(
+    conditions: &mut Vec<watcher_api::Condition>,
+    spec: &watcher_api::WatcherSpec,
+    generation: Option<i64>,
+) {
+    match restart_condition(spec, generation) {
+        Some(condition) => watcher_api::set_condition(conditions, condition),
+        None => conditions.retain(|c| c.type_ != watcher_api::types::ENDS_WITHOUT_RESTART),
+    }
 }
 
 /// The image the sidecars of `pod` are switched to: the one its own `watcher-supervise` init
@@ -193,18 +227,14 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<EndingContext>) -> Result<Action> {
                 Err(error) => Err(error.into()),
             }
         }
-        Next::End(sidecars) => {
-            let names: Vec<&str> = sidecars.iter().map(|(_, n)| n.as_str()).collect();
-            let patch = json_patch::Patch(end_patch(&sidecars, image, &now.to_string()));
+        Next::End { own, switch } => {
+            let switched: Vec<&str> = switch.iter().map(|(_, n)| n.as_str()).collect();
+            let patch = json_patch::Patch(end_patch(&switch, image, &now.to_string()));
             if let Err(error) = api.patch(&pod.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await {
                 return Err(error.into());
             }
-            info!(sidecars = ?names, "the app containers have ended: sidecars switched to the supervisor's image");
-            let note = format!(
-                "The app containers have ended: ending the sidecars {} (switched to {image})",
-                names.join(", "),
-            );
-            publish(&ctx, &pod, EventType::Normal, "SidecarsEnding", note).await;
+            info!(own = ?own, switched = ?switched, "the app containers have ended: ending the sidecars");
+            publish(&ctx, &pod, EventType::Normal, "SidecarsEnding", ending_note(&own, &switched, image)).await;
             Ok(Action::requeue(ENDING_MARGIN))
         }
         Next::Ending { running, overdue, recheck } => {
@@ -218,7 +248,8 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<EndingContext>) -> Result<Action> {
                 }
                 let note = format!(
                     "The app containers have ended, but the sidecars {} still run: the pod cannot end. \
-                     Is the image {image} pullable on this node (kubectl describe pod)?",
+                     Does the sidecar stop on SIGTERM, is the image {image} pullable on this node \
+                     (kubectl describe pod)?",
                     running.join(", "),
                 );
                 warn!(sidecars = ?running, "sidecars still run after their app ended");
@@ -233,11 +264,20 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<EndingContext>) -> Result<Action> {
     action
 }
 
-async fn publish(ctx: &EndingContext, pod: &Pod, type_: EventType, reason: &str, note: String) {
-    let event = Event { type_, reason: reason.into(), note: Some(note), action: "End".into(), secondary: None };
-    if let Err(error) = ctx.recorder.publish(&event, &pod.object_ref(&())).await {
-        warn!(%error, reason, "cannot publish an event");
+/// The Event's words for sidecars being ended: those that end by themselves, those switched.
+fn ending_note(own: &[String], switched: &[&str], image: &str) -> String {
+    let mut parts = Vec::new();
+    if !own.is_empty() {
+        parts.push(format!("{} end by themselves", own.join(", ")));
     }
+    if !switched.is_empty() {
+        parts.push(format!("{} switched to {image} (a restart the kubelet counts)", switched.join(", ")));
+    }
+    format!("The app containers have ended: ending the sidecars: {}", parts.join("; "))
+}
+
+async fn publish(ctx: &EndingContext, pod: &Pod, type_: EventType, reason: &str, note: String) {
+    ctx.ctx.publish_as(&pod.object_ref(&()), type_, reason, "End", note).await;
 }
 
 /// Logs the failure and retries with backoff.

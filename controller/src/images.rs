@@ -253,15 +253,18 @@ pub async fn run(ctx: Arc<Context>, cache: PolicyCache) {
     };
     let shared = Arc::new(ImagesContext { ctx: ctx.clone(), cache, deployments, stateful_sets, daemon_sets, listed });
     let (m1, m2, m3) = (mapper.clone(), mapper.clone(), mapper);
-    Controller::new(Api::<ImagePolicy>::all(client), watcher::Config::default().any_semantic())
-        .watches_stream(deployment_events, move |_| m1())
-        .watches_stream(stateful_set_events, move |_| m2())
-        .watches_stream(daemon_set_events, move |_| m3())
-        .with_config(crate::controller_config().debounce(DEBOUNCE))
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, shared)
-        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
-        .await;
+    crate::run_controller(
+        CONTROLLER,
+        Controller::new(Api::<ImagePolicy>::all(client), watcher::Config::default().any_semantic())
+            .watches_stream(deployment_events, move |_| m1())
+            .watches_stream(stateful_set_events, move |_| m2())
+            .watches_stream(daemon_set_events, move |_| m3()),
+        crate::controller_config().debounce(DEBOUNCE),
+        reconcile,
+        error_policy,
+        shared,
+    )
+    .await;
 }
 
 type WorkloadEvents<W> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<W, watcher::Error>> + Send>>;

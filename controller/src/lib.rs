@@ -31,6 +31,6 @@ pub use metrics::{CONTROLLERS, ClusterPods, Metrics, ROLLOUT_STATES, ScopeState,
 pub use owned::{CLUSTER_WATCHER_LABEL, WATCHER_LABEL};
 pub use runtime::NamespacedObject;
 use runtime::{
-    REFUSED_RETRY, UNLISTED_RETRY, cached_watch, controller_config, is_controlled_by, is_refusal, log_run_result,
-    object_key, restricted_context,
+    REFUSED_RETRY, UNLISTED_RETRY, cached_watch, controller_config, is_controlled_by, is_refusal, object_key,
+    restricted_context, run_controller,
 };

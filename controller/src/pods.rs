@@ -24,7 +24,7 @@ use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
@@ -63,7 +63,6 @@ pub struct PodsContext {
     /// The Watchers and ClusterWatchers: where a ClusterWatcher applies.
     cache: WatcherCache,
     pods: Arc<PodIndex>,
-    recorder: Recorder,
     /// ImagePolicies: an image updated in place is rewritten as admission would.
     policies: Option<PolicyCache>,
     /// The Watchers' ControllerRevisions: the replica's revision cache.
@@ -86,7 +85,6 @@ pub async fn run(
     let (synced_tx, synced_rx) = futures::channel::mpsc::unbounded();
     let (cluster_synced_tx, synced_cluster) = futures::channel::mpsc::unbounded();
     let pod_events = indexed_pod_events(&client, pods.clone(), [synced_tx, cluster_synced_tx]);
-    let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
     let revision_events = revisions.subscribe();
     // Revision changes missed (a lagging subscriber): every Watcher and ClusterWatcher again.
     let (missed_tx, missed_rx) = futures::channel::mpsc::unbounded();
@@ -96,7 +94,6 @@ pub async fn run(
         ctx,
         cache: cache.clone(),
         pods,
-        recorder: Recorder::new(client, reporter),
         policies: Some(policies),
         revisions: revisions.clone(),
         rebuilt: Mutex::default(),
@@ -111,27 +108,33 @@ pub async fn run(
         revisions_to_owners(revision_events, triggers, (missed_tx, cluster_missed_tx)),
     );
     let (triggers, resyncs) = watcher_cache::split(cache.subscribe(), cache.store.clone());
-    let watchers = Controller::for_shared_stream(triggers, cache.store.clone())
-        .reconcile_all_on(futures::stream::select_all([resyncs.boxed(), synced_rx.boxed(), missed_rx.boxed()]))
-        .reconcile_on(pods_rx)
-        .with_config(crate::controller_config().debounce(DEBOUNCE))
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, shared.clone())
-        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) });
+    let watchers = crate::run_controller(
+        CONTROLLER,
+        Controller::for_shared_stream(triggers, cache.store.clone())
+            .reconcile_all_on(futures::stream::select_all([resyncs.boxed(), synced_rx.boxed(), missed_rx.boxed()]))
+            .reconcile_on(pods_rx),
+        crate::controller_config().debounce(DEBOUNCE),
+        reconcile,
+        error_policy,
+        shared.clone(),
+    );
     let (changes, resyncs) = watcher_cache::split_cluster(cache.subscribe(), cache.cluster.clone());
     let namespaces = watcher_cache::changed(namespace_changes);
-    let clusters = Controller::for_shared_stream(changes, cache.cluster.clone())
-        .reconcile_all_on(futures::stream::select_all([
-            resyncs.boxed(),
-            namespaces.boxed(),
-            synced_cluster.boxed(),
-            cluster_missed.boxed(),
-        ]))
-        .reconcile_on(cluster_rx)
-        .with_config(crate::controller_config().debounce(DEBOUNCE))
-        .shutdown_on_signal()
-        .run(reconcile_cluster, cluster_error_policy, shared)
-        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) });
+    let clusters = crate::run_controller(
+        CONTROLLER,
+        Controller::for_shared_stream(changes, cache.cluster.clone())
+            .reconcile_all_on(futures::stream::select_all([
+                resyncs.boxed(),
+                namespaces.boxed(),
+                synced_cluster.boxed(),
+                cluster_missed.boxed(),
+            ]))
+            .reconcile_on(cluster_rx),
+        crate::controller_config().debounce(DEBOUNCE),
+        reconcile_cluster,
+        cluster_error_policy,
+        shared,
+    );
     futures::join!(fan_out, watchers, clusters);
 }
 

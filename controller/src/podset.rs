@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -89,13 +88,8 @@ pub async fn run(ctx: Arc<Context>) {
     let api = Api::<Pod>::all(ctx.client.clone());
     let (pods, owned, listed) = crate::cached_watch(api, watcher::Config::default().labels(PODSET_LABEL), |_| {});
     let shared = Arc::new(PodSetContext { ctx, pods, listed, expectations: Mutex::default() });
-    Controller::new(podsets, watcher::Config::default().any_semantic())
-        .owns_stream(owned)
-        .with_config(crate::controller_config())
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, shared)
-        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) })
-        .await;
+    let controller = Controller::new(podsets, watcher::Config::default().any_semantic()).owns_stream(owned);
+    crate::run_controller(CONTROLLER, controller, crate::controller_config(), reconcile, error_policy, shared).await;
 }
 
 /// What to change, decided from the PodSet and the pods it owns.

@@ -12,6 +12,31 @@ pub(crate) fn controller_config() -> kube::runtime::controller::Config {
     kube::runtime::controller::Config::default().concurrency(CONCURRENCY)
 }
 
+/// Runs `controller` until shutdown (SIGTERM or Ctrl-C) with `config` (the shared
+/// [`controller_config`], or one debounced from it), each result of its run logged as
+/// [`log_run_result`] says: how every controller ends its `run`.
+pub(crate) async fn run_controller<K, Ctx, Fut>(
+    name: &'static str,
+    controller: kube::runtime::Controller<K>,
+    config: kube::runtime::controller::Config,
+    reconcile: impl FnMut(std::sync::Arc<K>, std::sync::Arc<Ctx>) -> Fut,
+    error_policy: impl Fn(std::sync::Arc<K>, &Fut::Error, std::sync::Arc<Ctx>) -> kube::runtime::controller::Action,
+    ctx: std::sync::Arc<Ctx>,
+) where
+    K: Clone + kube::Resource + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: std::fmt::Debug + Eq + std::hash::Hash + Clone + Unpin,
+    Fut: futures::TryFuture<Ok = kube::runtime::controller::Action> + Send + 'static,
+    Fut::Error: std::error::Error + Send + 'static,
+{
+    use futures::StreamExt;
+    controller
+        .with_config(config)
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move { log_run_result(name, result) })
+        .await;
+}
+
 /// Reconciles in flight per controller: 16 made the start-up burst (a status patch and a
 /// ConfigMap create per Watcher, each answer decoded whole) 0.8 MB higher at its peak with
 /// 1,000 Watchers, for 0.2 s less to reconcile them all (`cargo bench --bench startup`).

@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::SelectorExt;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::scheduler::{ScheduleRequest, debounced_scheduler};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -273,15 +273,12 @@ pub fn plan<K: Synced>(
 /// What the sync controllers of one process share.
 pub struct SyncContext {
     ctx: Arc<Context>,
-    recorder: Recorder,
 }
 
 impl SyncContext {
     /// A context over `ctx`, recording Events as the operator.
     pub fn new(ctx: Arc<Context>) -> Self {
-        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
-        let recorder = Recorder::new(ctx.client.clone(), reporter);
-        Self { ctx, recorder }
+        Self { ctx }
     }
 }
 
@@ -608,10 +605,7 @@ async fn delete_copy<K: Synced>(api: &Api<K>, name: &str, uid: Option<String>) -
 }
 
 async fn publish<K: Synced>(shared: &SyncContext, source: &K, type_: EventType, reason: &str, note: String) {
-    let event = Event { type_, reason: reason.into(), note: Some(note), action: "Sync".into(), secondary: None };
-    if let Err(error) = shared.recorder.publish(&event, &source.object_ref(&())).await {
-        warn!(%error, "cannot publish the sync event");
-    }
+    shared.ctx.publish_as(&source.object_ref(&()), type_, reason, "Sync", note).await;
 }
 
 #[cfg(test)]

@@ -18,13 +18,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 use watcher_admission::pod_security::NamespaceLevels;
-use watcher_api::{FIELD_MANAGER, Watcher, WatcherStatus, condition, config_map_name, set_condition};
+use watcher_api::{Watcher, WatcherStatus, condition, config_map_name, set_condition};
 use watcher_api::{reasons, types};
 
 use crate::owned::{Recent, caught_up, config_map_matches, config_map_of, create_params, newer_or_same, update_patch};
@@ -49,8 +49,6 @@ pub struct WatcherContext {
     listed: Arc<AtomicBool>,
     /// Whether the webhook's registered matchConditions send the pods of each Watcher.
     scope: ScopeStatus,
-    /// Events on Watchers (an invalid spec, said where a status cannot be written).
-    recorder: Recorder,
     /// ConfigMaps this controller wrote that its cache may not hold yet.
     written: Recent<ObjectRef<ConfigMap>, ConfigMap>,
     /// Statuses this controller wrote (with the Watcher's resourceVersion after the write) that
@@ -73,11 +71,9 @@ impl WatcherContext {
         namespaces: Store<crate::sync::NamespaceMeta>,
         revisions: watcher_cache::RevisionCache,
     ) -> Self {
-        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
-        let recorder = Recorder::new(ctx.client.clone(), reporter);
         let (written, statuses) = (Recent::default(), Recent::default());
         let pod_security = Default::default();
-        Self { ctx, config_maps, listed, scope, recorder, written, statuses, namespaces, pod_security, revisions }
+        Self { ctx, config_maps, listed, scope, written, statuses, namespaces, pod_security, revisions }
     }
 
     /// A context over `config_maps`, already listed, and no revisions (for tests that fill the
@@ -191,6 +187,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
         Some(condition) => set_condition(&mut status.conditions, condition),
         None => status.conditions.retain(|c| c.type_ != POD_SECURITY_CONDITION),
     }
+    crate::ending::set_restart_condition(&mut status.conditions, &watcher.spec, watcher.meta().generation);
     if current.as_ref() != Some(&status) {
         let invalid = ready_condition(&status).filter(|c| c.reason == reasons::INVALID_SPEC);
         if let Some(invalid) = invalid {
@@ -289,10 +286,7 @@ fn ready_condition(status: &WatcherStatus) -> Option<&watcher_api::Condition> {
 }
 
 async fn publish(ctx: &WatcherContext, watcher: &Watcher, type_: EventType, reason: &str, note: String) {
-    let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
-    if let Err(error) = ctx.recorder.publish(&event, &watcher.object_ref(&())).await {
-        warn!(%error, reason, "cannot publish an event");
-    }
+    ctx.ctx.publish(&watcher.object_ref(&()), type_, reason, note).await;
 }
 
 /// Logs the failure and retries with backoff.

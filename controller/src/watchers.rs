@@ -80,13 +80,16 @@ pub async fn run(
     // A change of the cluster's Pod Security defaults (learned at start) judges every Watcher
     // again.
     let defaults_changes = cache.pod_security.subscribe();
-    let watchers = Controller::for_shared_stream(triggers, cache.store.clone())
-        .reconcile_all_on(futures::stream::select(resyncs, watcher_cache::changed(defaults_changes)))
-        .reconcile_on(futures::stream::select_all([coverage.boxed(), for_watchers.boxed(), relabelled.boxed()]))
-        .with_config(crate::controller_config())
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, shared)
-        .for_each(|result| async move { crate::log_run_result(CONTROLLER, result) });
+    let watchers = crate::run_controller(
+        CONTROLLER,
+        Controller::for_shared_stream(triggers, cache.store.clone())
+            .reconcile_all_on(futures::stream::select(resyncs, watcher_cache::changed(defaults_changes)))
+            .reconcile_on(futures::stream::select_all([coverage.boxed(), for_watchers.boxed(), relabelled.boxed()])),
+        crate::controller_config(),
+        reconcile,
+        error_policy,
+        shared,
+    );
     let clusters = crate::cluster_watcher::run(cluster, for_cluster, namespace_changes);
     // The fan-out ends with its watch, which ends only on shutdown.
     futures::join!(watchers, clusters, fan_out);

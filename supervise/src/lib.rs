@@ -1,15 +1,22 @@
 //! `watcher-supervise`: a Watcher's sidecar ends with its app, in pods that are meant to end.
 //!
 //! In a pod whose `restartPolicy` is `Never` or `OnFailure` (a Job's, a CronJob's, an At's) a
-//! sidecar that is a regular container (servers before 1.29, `nativeSidecar: Never`) would run
-//! on after the app and keep the pod from ever finishing. The webhook copies this binary into
-//! such a pod (`install`, from an init container of this binary's image) and runs the sidecar's
-//! command under it (`run`). Once the app containers have ended for good, the operator switches
-//! the sidecar's image to this binary's image: the kubelet stops the container (SIGTERM; the
-//! supervisor stops the command, with SIGKILL after the grace period, and exits 0) and starts
-//! it again, the spec having changed, in that image, where the supervisor sees that its work is
-//! done and exits 0 at once. A sidecar that sets no command starts the image's entrypoint,
-//! which is `ended`: it exits 0 at once too. The pod ends as its app containers decide.
+//! sidecar would run on after the app and keep the pod from ever finishing: a regular container
+//! (servers before 1.29, `nativeSidecar: Never`) is never stopped, and a native one is sent
+//! SIGTERM, which a command that is its container's PID 1 ignores unless it handles it (`tail`,
+//! `sh -c`). The webhook copies this binary into such a pod (`install`, from an init container
+//! of this binary's image) and runs the sidecar's command under it (`run`), which stops the
+//! command on SIGTERM (SIGKILL after the grace period) and exits 0.
+//!
+//! A regular sidecar also ends by itself, with no change to the pod's spec, so the kubelet
+//! counts no restart (a Job under `OnFailure` counts every one toward its `backoffLimit`): once
+//! the app containers have ended for good, the operator writes `watcher.dev/sidecars-ended` on
+//! the pod, the downward API puts it in the file `--ended-file` names, and the supervisor, which
+//! looks at that file as it looks at signals, stops the command and exits 0.
+//!
+//! Pods admitted before the file existed are ended the older way: the operator switches the
+//! sidecar's image to this binary's image, where a supervisor started from another path sees
+//! that its work is done and exits 0 at once, as the image's entrypoint (`ended`) does.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -28,17 +35,19 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
 pub const IMAGE_BINARY: &str = "/usr/local/bin/watcher-supervise";
 /// The file name `install` writes into its directory.
 pub const INSTALLED_NAME: &str = "watcher-supervise";
-/// How often the supervisor looks at signals and at its command.
-const TICK: Duration = Duration::from_millis(100);
+/// How often the supervisor looks at signals, at the ended file and at its command.
+const TICK: Duration = Duration::from_millis(50);
 /// Signals passed on to the command's process group; the first three also start its stop.
 const FORWARDED: [Signal; 6] = [Signal::TERM, Signal::INT, Signal::QUIT, Signal::HUP, Signal::USR1, Signal::USR2];
 const STOPPING: usize = 3;
 
 const USAGE: &str = "usage:
   watcher-supervise install DIR                          copy this binary into DIR (an init container's step)
-  watcher-supervise run [--grace-period SECONDS] -- COMMAND [ARG...]
-                                                         run COMMAND; on SIGTERM stop it (SIGKILL after the
-                                                         grace period, default 3 s) and exit 0
+  watcher-supervise run [--grace-period SECONDS] [--ended-file FILE] -- COMMAND [ARG...]
+                                                         run COMMAND; on SIGTERM, or once FILE is not empty
+                                                         (the pod's app containers have ended), stop it
+                                                         (SIGKILL after the grace period, default 3 s) and
+                                                         exit 0
   watcher-supervise ended                                exit 0 at once (the image's entrypoint: a sidecar
                                                          switched to this image has ended)";
 
@@ -51,6 +60,8 @@ pub enum Command {
     Run {
         /// SIGTERM to SIGKILL.
         grace: Duration,
+        /// A file that says, once it is not empty, that the app has ended.
+        ended: Option<PathBuf>,
         /// The program and its arguments.
         command: Vec<OsString>,
     },
@@ -88,6 +99,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
 
 fn parse_run(args: &[OsString]) -> Result<Command, UsageError> {
     let mut grace = DEFAULT_GRACE;
+    let mut ended = None;
     let mut rest = args;
     loop {
         match rest.first().and_then(|a| a.to_str()) {
@@ -106,13 +118,20 @@ fn parse_run(args: &[OsString]) -> Result<Command, UsageError> {
                 grace = Duration::from_secs(seconds);
                 rest = &rest[2..];
             }
+            Some("--ended-file") => {
+                let Some(file) = rest.get(1).filter(|f| !f.is_empty()) else {
+                    return Err(UsageError("--ended-file takes a file's path".into()));
+                };
+                ended = Some(PathBuf::from(file));
+                rest = &rest[2..];
+            }
             _ => break,
         }
     }
     if rest.is_empty() {
         return Err(UsageError("run needs a command after --".into()));
     }
-    Ok(Command::Run { grace, command: rest.to_vec() })
+    Ok(Command::Run { grace, ended, command: rest.to_vec() })
 }
 
 /// Carries out `command`; the process exits with what it returns.
@@ -136,12 +155,17 @@ pub fn execute(command: Command) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Run { grace, command } => {
+        Command::Run { grace, ended, command } => {
             if switched_to_own_image() {
                 eprintln!("watcher-supervise: the sidecar was switched to its ending image; it ends with the app");
                 return ExitCode::SUCCESS;
             }
-            ExitCode::from(supervise(grace, &command))
+            if ended.as_deref().is_some_and(has_ended) {
+                // Started again after the app ended (the container was restarted): nothing to do.
+                eprintln!("watcher-supervise: the pod's app containers have ended; this sidecar ends with them");
+                return ExitCode::SUCCESS;
+            }
+            ExitCode::from(supervise(grace, ended.as_deref(), &command))
         }
     }
 }
@@ -166,9 +190,16 @@ fn switched_to_own_image() -> bool {
     own.exists() && std::env::current_exe().is_ok_and(|exe| exe != own)
 }
 
-/// Runs `command` in a process group of its own until it exits, passing signals on; the exit
-/// code is the command's (128 + a signal that ended it), or 0 when it was stopped on request.
-fn supervise(grace: Duration, command: &[OsString]) -> u8 {
+/// Whether the ended file says that the app has ended: it is there and not empty (the downward
+/// API writes an annotation that is not there as an empty file).
+pub fn has_ended(file: &Path) -> bool {
+    std::fs::metadata(file).is_ok_and(|m| m.len() > 0)
+}
+
+/// Runs `command` in a process group of its own until it exits, passing signals on and
+/// stopping it once `ended` says the app has ended; the exit code is the command's (128 + a
+/// signal that ended it), or 0 when it was stopped on request.
+fn supervise(grace: Duration, ended: Option<&Path>, command: &[OsString]) -> u8 {
     use std::os::unix::process::CommandExt;
     let flags: Vec<Arc<AtomicBool>> = FORWARDED.iter().map(|_| Arc::new(AtomicBool::new(false))).collect();
     for (signal, flag) in FORWARDED.iter().zip(&flags) {
@@ -198,6 +229,11 @@ fn supervise(grace: Duration, command: &[OsString]) -> u8 {
                 }
                 let _ = rustix::process::kill_process_group(group, *signal);
             }
+        }
+        if stopping.is_none() && ended.is_some_and(has_ended) {
+            eprintln!("watcher-supervise: the pod's app containers have ended: stopping the command");
+            stopping = Some(Instant::now());
+            let _ = rustix::process::kill_process_group(group, Signal::TERM);
         }
         if let Some(since) = stopping
             && !killed
@@ -240,16 +276,20 @@ mod tests {
         assert_eq!(parse(&args(&["install", "/x"])), Ok(Command::Install("/x".into())));
         assert_eq!(
             parse(&args(&["run", "--", "sh", "-c", "tail -F /x"])),
-            Ok(Command::Run { grace: DEFAULT_GRACE, command: args(&["sh", "-c", "tail -F /x"]) })
+            Ok(Command::Run { grace: DEFAULT_GRACE, ended: None, command: args(&["sh", "-c", "tail -F /x"]) })
         );
         assert_eq!(
-            parse(&args(&["run", "--grace-period", "7", "--", "sleep", "9"])),
-            Ok(Command::Run { grace: Duration::from_secs(7), command: args(&["sleep", "9"]) })
+            parse(&args(&["run", "--grace-period", "7", "--ended-file", "/e/ended", "--", "sleep", "9"])),
+            Ok(Command::Run {
+                grace: Duration::from_secs(7),
+                ended: Some("/e/ended".into()),
+                command: args(&["sleep", "9"])
+            })
         );
         // Without `--` the command starts at the first argument that is no option.
         assert_eq!(
             parse(&args(&["run", "sleep", "9"])),
-            Ok(Command::Run { grace: DEFAULT_GRACE, command: args(&["sleep", "9"]) })
+            Ok(Command::Run { grace: DEFAULT_GRACE, ended: None, command: args(&["sleep", "9"]) })
         );
         assert_eq!(parse(&args(&["--help"])), Ok(Command::Help));
     }
@@ -270,6 +310,8 @@ mod tests {
         assert!(error.0.contains("\"soon\""), "{error}");
         let error = parse(&args(&["run", "--grace-period", "301", "--", "x"])).expect_err("refused");
         assert!(error.0.contains("at most 300"), "{error}");
+        let error = parse(&args(&["run", "--ended-file", "", "--", "x"])).expect_err("refused");
+        assert!(error.0.contains("--ended-file takes"), "{error}");
         let error = parse(&args(&["install"])).expect_err("refused");
         assert!(error.to_string().contains("usage:"), "{error}");
     }

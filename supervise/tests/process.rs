@@ -101,6 +101,30 @@ fn sigterm_reaches_the_whole_command_and_a_command_that_stops_is_not_killed() {
 }
 
 #[test]
+fn the_ended_file_stops_the_command_and_the_supervisor_exits_0() {
+    let dir = scratch("ended");
+    let (pidfile, ended) = (dir.join("pid"), dir.join("ended"));
+    // As the downward API writes it: empty while the annotation is not there.
+    std::fs::write(&ended, "").expect("empty ended file");
+    let script = format!("sleep 60 & echo $! > {}; wait", pidfile.display());
+    let ended_arg = ended.display().to_string();
+    let mut child = supervise(&["run", "--ended-file", &ended_arg, "--", "sh", "-c", &script]).spawn().expect("spawn");
+    let sleeper = pid_in(&pidfile);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.try_wait().expect("wait").is_none(), "an empty file: the app has not ended");
+    std::fs::write(&ended, "2026-11-28T03:00:00Z").expect("the mark");
+    let status = exit_of(&mut child);
+    assert_eq!(status.code(), Some(0), "ended with the app: 0, and no restart");
+    let stderr = std::io::read_to_string(child.stderr.take().expect("stderr")).expect("stderr");
+    assert!(stderr.contains("app containers have ended: stopping the command"), "{stderr}");
+    assert!(!running(sleeper), "the whole command stopped");
+
+    // Started again once the app has ended (a restarted container): it ends at once.
+    let status = supervise(&["run", "--ended-file", &ended_arg, "--", "sleep", "60"]).status().expect("run");
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
 fn a_command_that_cannot_run_says_so() {
     let output = supervise(&["run", "--", "/no/such/program"]).output().expect("run");
     assert_eq!(output.status.code(), Some(127));

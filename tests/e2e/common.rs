@@ -143,6 +143,16 @@ impl Operator {
 
     /// [`Operator::start`] with another kubeconfig (e.g. a ServiceAccount's) and registration.
     pub async fn start_as(namespace: &str, kubeconfig: Option<&Path>, registration: Registration) -> Self {
+        Self::start_with(namespace, kubeconfig, registration, &[]).await
+    }
+
+    /// [`Operator::start_as`] with `flags` added (`--supervisor-image=...`).
+    pub async fn start_with(
+        namespace: &str,
+        kubeconfig: Option<&Path>,
+        registration: Registration,
+        flags: &[&str],
+    ) -> Self {
         let metrics = free_port();
         let webhook = free_port();
         let mut command = Command::new(env!("CARGO_BIN_EXE_watcher-operator"));
@@ -150,7 +160,8 @@ impl Operator {
             .arg("run")
             .arg(format!("--namespace={namespace}"))
             .arg(format!("--metrics-addr={metrics}"))
-            .arg(format!("--webhook-addr=0.0.0.0:{}", webhook.port()));
+            .arg(format!("--webhook-addr=0.0.0.0:{}", webhook.port()))
+            .args(flags);
         let url = (registration == Registration::Url)
             .then(|| format!("https://{}:{}/mutate", webhook_host(), webhook.port()));
         if let Some(url) = &url {

@@ -4,19 +4,28 @@
 //! run for ever.
 //!
 //! The webhook prepares such a pod: a sidecar with a `command` runs it under `watcher-supervise`,
-//! which an init container of the supervisor's image copies into an emptyDir; every such
-//! sidecar is named in `watcher.dev/end-sidecars` and the pod labelled so. The operator ends them
-//! once the app containers have ended for good, by switching their image to the supervisor's
-//! (controller `pods`, `ending`): the kubelet stops each one and starts it again in that image,
-//! where it exits 0 at once. A sidecar without a command (the image's entrypoint) is stopped by
-//! the kubelet's SIGTERM, as in a pod deletion, and then exits 0 the same way.
+//! which an init container of the supervisor's image copies into an emptyDir, and watcher-agent
+//! is told where to look (`WATCHER_ENDED_FILE`). Both read the downward API file
+//! `/watcher-ended/ended`, which holds `watcher.dev/sidecars-ended` once the operator has
+//! written it, and end by themselves, exit 0, with no change to the pod's spec: the kubelet
+//! counts no restart (a Job under `OnFailure` counts each toward its `backoffLimit`). A native
+//! sidecar is stopped by the kubelet's SIGTERM, which the supervisor turns into an end.
+//!
+//! Every regular sidecar is named in `watcher.dev/end-sidecars` and the pod labelled so. The
+//! operator (controller `ending`) writes the annotation once the app containers have ended for
+//! good; a sidecar that runs its image's entrypoint, of another image than the agent's, cannot
+//! read it, and is switched to the supervisor's image instead: the kubelet stops it (SIGTERM)
+//! and starts it again in that image, where it exits 0 at once, a restart the kubelet counts.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
-use watcher_api::{END_SIDECARS_ANNOTATION, NO_TOKEN_VOLUME, SERVICE_ACCOUNT_PATH, SUPERVISOR_DIR, SUPERVISOR_NAME};
+use watcher_api::{
+    END_SIDECARS_ANNOTATION, ENDED_DIR, ENDED_FILE, ENDED_FILE_ENV, ENDED_VOLUME, NO_TOKEN_VOLUME,
+    SERVICE_ACCOUNT_PATH, SIDECARS_ENDED_ANNOTATION, SUPERVISOR_DIR, SUPERVISOR_NAME,
+};
 
 use crate::PodView;
 
@@ -34,13 +43,25 @@ pub(super) fn already_named(pod: &PodView) -> Vec<String> {
     value.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect()
 }
 
-/// How a regular sidecar is made to end with its app.
+/// How a sidecar is made to end with its app.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Supervised {
-    /// Its command now runs under the supervisor: the supervisor is needed in the pod.
+    /// Its command now runs under the supervisor, which ends it on SIGTERM or once the ended
+    /// file says so: the supervisor and the ended volume are needed in the pod.
     Wrapped,
-    /// It sets no command: the kubelet's SIGTERM stops it, the supervisor's image ends it.
+    /// watcher-agent, run by its image's entrypoint: it reads the ended file itself (the ended
+    /// volume is needed).
+    EndsItself,
+    /// Another image's entrypoint: the kubelet's SIGTERM stops a native one; a regular one is
+    /// switched to the supervisor's image (a restart).
     Entrypoint,
+}
+
+impl Supervised {
+    /// Whether the sidecar reads the ended file.
+    pub(super) fn reads_ended_file(&self) -> bool {
+        matches!(self, Self::Wrapped | Self::EndsItself)
+    }
 }
 
 /// Why a sidecar cannot run under the supervisor.
@@ -56,9 +77,11 @@ impl std::fmt::Display for NotSupervised {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::NotAnObject => f.write_str("the container is not an object"),
-            Self::Taken => {
-                write!(f, "its container already mounts {SUPERVISOR_DIR} or a volume named {SUPERVISOR_NAME}")
-            }
+            Self::Taken => write!(
+                f,
+                "its container already mounts {SUPERVISOR_DIR} or {ENDED_DIR}, or a volume named {SUPERVISOR_NAME} or \
+                 {ENDED_VOLUME}"
+            ),
         }
     }
 }
@@ -69,34 +92,69 @@ pub(super) fn has_command(container: &k8s_openapi::api::core::v1::Container) -> 
     container.command.as_ref().is_some_and(|c| !c.is_empty())
 }
 
-/// Runs `sidecar`'s command (JSON, as it goes into the pod) under the supervisor, the
-/// supervisor's volume mounted read-only; a sidecar without a command is left as it is.
-/// `Err` says why it cannot be supervised (the supervisor's path or volume name taken).
+/// Prepares `sidecar` (JSON, as it goes into the pod) to end by itself with its app: its command
+/// runs under the supervisor, told of the ended file; watcher-agent, run by its entrypoint, gets
+/// the file in `WATCHER_ENDED_FILE`; another entrypoint is left as it is. `Err` says why it
+/// cannot be prepared (a path or volume name of ours taken).
 pub(super) fn supervise(sidecar: &mut Value) -> Result<Supervised, NotSupervised> {
     let Value::Object(fields) = sidecar else { return Err(NotSupervised::NotAnObject) };
     let command = match fields.get("command") {
-        Some(Value::Array(command)) if !command.is_empty() => command.clone(),
-        _ => return Ok(Supervised::Entrypoint),
+        Some(Value::Array(command)) if !command.is_empty() => Some(command.clone()),
+        _ => None,
     };
+    let agent = fields.get("image").and_then(Value::as_str).is_some_and(watcher_api::image::is_agent_image);
+    if command.is_none() && !agent {
+        return Ok(Supervised::Entrypoint);
+    }
     let mounts = fields.get("volumeMounts").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let taken = mounts.iter().any(|m| {
-        m.get("name").and_then(Value::as_str) == Some(SUPERVISOR_NAME)
-            || m.get("mountPath").and_then(Value::as_str).map(|p| p.trim_end_matches('/')) == Some(SUPERVISOR_DIR)
+        let name = m.get("name").and_then(Value::as_str);
+        let path = m.get("mountPath").and_then(Value::as_str).map(|p| p.trim_end_matches('/'));
+        matches!(name, Some(SUPERVISOR_NAME | ENDED_VOLUME)) || matches!(path, Some(SUPERVISOR_DIR | ENDED_DIR))
     });
     if taken {
         return Err(NotSupervised::Taken);
     }
-    let program = format!("{SUPERVISOR_DIR}/{SUPERVISOR_NAME}");
-    let wrapped: Vec<Value> = [json!(program), json!("run"), json!("--")].into_iter().chain(command).collect();
-    fields.insert("command".to_owned(), Value::Array(wrapped));
-    let mount = json!({"name": SUPERVISOR_NAME, "mountPath": SUPERVISOR_DIR, "readOnly": true});
-    match fields.get_mut("volumeMounts") {
-        Some(Value::Array(mounts)) => mounts.push(mount),
+    let ended = json!({"name": ENDED_VOLUME, "mountPath": ENDED_DIR, "readOnly": true});
+    let how = match command {
+        Some(command) => {
+            let program = format!("{SUPERVISOR_DIR}/{SUPERVISOR_NAME}");
+            let head = [json!(program), json!("run"), json!("--ended-file"), json!(ENDED_FILE), json!("--")];
+            fields.insert("command".to_owned(), Value::Array(head.into_iter().chain(command).collect()));
+            push(
+                fields,
+                "volumeMounts",
+                json!({"name": SUPERVISOR_NAME, "mountPath": SUPERVISOR_DIR, "readOnly": true}),
+            );
+            Supervised::Wrapped
+        }
+        None => {
+            let env = fields.get("env").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+            if !env.iter().any(|e| e.get("name").and_then(Value::as_str) == Some(ENDED_FILE_ENV)) {
+                push(fields, "env", json!({"name": ENDED_FILE_ENV, "value": ENDED_FILE}));
+            }
+            Supervised::EndsItself
+        }
+    };
+    push(fields, "volumeMounts", ended);
+    Ok(how)
+}
+
+/// Appends `value` to the list `key` of `fields`, which it creates where missing.
+fn push(fields: &mut serde_json::Map<String, Value>, key: &str, value: Value) {
+    match fields.get_mut(key) {
+        Some(Value::Array(list)) => list.push(value),
         _ => {
-            fields.insert("volumeMounts".to_owned(), Value::Array(vec![mount]));
+            fields.insert(key.to_owned(), Value::Array(vec![value]));
         }
     }
-    Ok(Supervised::Wrapped)
+}
+
+/// The downward API volume whose file `ended` holds `watcher.dev/sidecars-ended`: empty until
+/// the operator writes the annotation, which the kubelet then puts in the file.
+pub(super) fn ended_volume() -> Value {
+    let field = format!("metadata.annotations['{SIDECARS_ENDED_ANNOTATION}']");
+    json!({"name": ENDED_VOLUME, "downwardAPI": {"items": [{"path": "ended", "fieldRef": {"fieldPath": field}}]}})
 }
 
 /// The init container that copies the supervisor into its volume: as restricted as Pod

@@ -211,6 +211,24 @@ pub(super) const SHUTDOWN_LINGER: Variable = Variable {
     kind: Kind::Duration { min: Duration::ZERO, max: seconds(20) },
     doc: "after SIGTERM, how long `/metrics` waits for a last scrape",
 };
+/// `AGENT_TERMINATION_LOG`.
+pub(super) const TERMINATION_LOG: Variable = Variable {
+    name: "AGENT_TERMINATION_LOG",
+    default: "/dev/termination-log",
+    kind: Kind::Text,
+    doc: "in a pod that is meant to end, the agent's last counts are written here when it ends (the kubelet \
+          keeps them in the container's status, `state.terminated.message`, at most 4 KiB); only where the file \
+          exists",
+};
+/// `WATCHER_ENDED_FILE`.
+pub(super) const ENDED_FILE: Variable = Variable {
+    name: "WATCHER_ENDED_FILE",
+    default: "(webhook)",
+    kind: Kind::Family,
+    doc: "set by the webhook in a pod that is meant to end (a Job's): a file that is not empty once the app \
+          containers have ended. The agent then ends by itself, exit 0, as on SIGTERM but with no wait for a \
+          last scrape, and writes its last counts to `AGENT_TERMINATION_LOG`",
+};
 /// `AGENT_LOG`.
 pub(super) const LOG: Variable =
     Variable { name: "AGENT_LOG", default: "info", kind: Kind::Text, doc: "log filter (`debug`, `warn`, ...)" };
@@ -223,7 +241,7 @@ pub(super) const POD: Variable = Variable {
 };
 
 /// Every variable, in the order docs/agent.md and `watcher-agent help` show them.
-pub const VARIABLES: [Variable; 20] = [
+pub const VARIABLES: [Variable; 22] = [
     FILES,
     LOGS_CONTAINER,
     RULE,
@@ -241,8 +259,10 @@ pub const VARIABLES: [Variable; 20] = [
     POLL,
     MAX_LINE_BYTES,
     SHUTDOWN_LINGER,
+    TERMINATION_LOG,
     LOG,
     POD,
+    ENDED_FILE,
     Variable {
         name: "*_SERVICE_HOST, *_SERVICE_PORT*, *_PORT*",
         default: "(kubelet)",
@@ -272,8 +292,8 @@ pub(super) struct Values {
 }
 
 impl Values {
-    /// The agent's own variables among `vars`: `AGENT_*` (but the kubelet's Service variables)
-    /// and `POD_*`, values trimmed (a YAML block scalar ends in a newline). A value that is not
+    /// The agent's own variables among `vars`: `AGENT_*` (but the kubelet's Service variables),
+    /// `POD_*` and `WATCHER_ENDED_FILE`, values trimmed (a YAML block scalar ends in a newline). A value that is not
     /// UTF-8 is an error, and so is an `AGENT_` variable the agent does not know (naming the
     /// closest one it knows).
     pub(super) fn from_vars<I, K, V>(vars: I) -> Result<Self, ConfigError>
@@ -286,7 +306,7 @@ impl Values {
         for (key, value) in vars {
             let (key, value) = (key.into(), value.into());
             let Some(key) = key.to_str() else { continue };
-            if !key.starts_with(PREFIX) && !key.starts_with("POD_") {
+            if !key.starts_with(PREFIX) && !key.starts_with("POD_") && key != ENDED_FILE.name {
                 continue;
             }
             let value = value.into_string().map_err(|_| error(key, "not valid UTF-8"))?;

@@ -56,6 +56,10 @@ pub(crate) struct WatcherLine {
     /// parses, and what it will follow (files it can see, the log stream).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) agent: Vec<String>,
+    /// In a pod under `restartPolicy: OnFailure`: that the sidecar ends by a restart the Job
+    /// counts toward its `backoffLimit`, and what to do.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) ending: Vec<String>,
 }
 
 /// How one ClusterWatcher stands towards the pod's namespace.
@@ -200,6 +204,7 @@ impl WatcherLine {
             pod_security: Vec::new(),
             resources: Vec::new(),
             agent: Vec::new(),
+            ending: Vec::new(),
         }
     }
 }
@@ -245,6 +250,7 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
             for line in lines.iter_mut().filter(|l| l.injected) {
                 if let Some(watcher) = scope.watchers.iter().find(|w| w.name_any() == line.name) {
                     line.agent = agent_lines(pod, existing, watcher);
+                    line.ending = ending_lines(pod, watcher);
                 }
             }
             lines
@@ -364,11 +370,14 @@ fn decided_line(
     }
 }
 
-/// Whether `image` is watcher-agent's: its repository's last component is `watcher-agent`.
-fn is_agent_image(image: &str) -> bool {
-    let without_digest = image.split('@').next().unwrap_or(image);
-    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
-    last.split(':').next() == Some("watcher-agent")
+/// In a pod under `restartPolicy: OnFailure` (a Job's): how `watcher`'s sidecar ends, where that
+/// is a restart the Job counts toward its `backoffLimit`.
+fn ending_lines(pod: &PodView, watcher: &Watcher) -> Vec<String> {
+    let on_failure = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("OnFailure");
+    match watcher.spec.ends_by_restart() {
+        Some(why) if on_failure => vec![format!("ends by a restart (EndsWithoutRestart False): {why}")],
+        _ => Vec::new(),
+    }
 }
 
 /// For a Watcher whose sidecar runs watcher-agent: its configuration as the agent will read it
@@ -378,7 +387,7 @@ fn is_agent_image(image: &str) -> bool {
 /// with `shareVolumes` the app's), and the log stream.
 fn agent_lines(pod: &PodView, existing: bool, watcher: &Watcher) -> Vec<String> {
     let container = &watcher.spec.container;
-    if !container.image.as_deref().is_some_and(is_agent_image) {
+    if !container.image.as_deref().is_some_and(watcher_api::image::is_agent_image) {
         return Vec::new();
     }
     let mut vars: Vec<(String, String)> = watcher.spec.config_data.clone().unwrap_or_default().into_iter().collect();
@@ -630,7 +639,8 @@ impl Explanation {
             let state = if line.injected { "injected" } else { "not injected" };
             let kind = if line.cluster { " (ClusterWatcher)" } else { "" };
             out.push_str(&format!("{mark} {}{kind}: {state} ({}): {}\n", line.name, line.reason, line.message));
-            for seen in line.sees.iter().chain(&line.pod_security).chain(&line.resources).chain(&line.agent) {
+            let below = [&line.sees, &line.pod_security, &line.resources, &line.agent, &line.ending];
+            for seen in below.into_iter().flatten() {
                 out.push_str(&format!("    {seen}\n"));
             }
         }

@@ -26,7 +26,7 @@ const STATUS_PATH: &str = "/apis/watcher.dev/v1alpha1/clusterwatchers/log-agent/
 fn cluster_watcher(namespace_selector: Value, status: Option<Value>) -> ClusterWatcher {
     let mut object = json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "ClusterWatcher",
         "metadata": {"name": "log-agent", "uid": UID, "generation": 2},
-        "spec": {"container": {"name": "log-agent", "image": "busybox:1.36"}, "configData": {"LEVEL": "info"},
+        "spec": {"container": {"name": "log-agent", "image": "busybox:1.36", "command": ["tail", "-F", "/var/log/app/app.log"]}, "configData": {"LEVEL": "info"},
                  "namespaceSelector": namespace_selector}});
     if let Some(status) = status {
         object["status"] = status;
@@ -47,7 +47,7 @@ fn namespace(name: &str, team: &str) -> NamespaceMeta {
 fn own_watcher(namespace: &str) -> Watcher {
     serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
         "metadata": {"name": "log-agent", "namespace": namespace, "uid": "w-1"},
-        "spec": {"container": {"name": "team-agent", "image": "busybox:1.36"}}}))
+        "spec": {"container": {"name": "team-agent", "image": "busybox:1.36", "command": ["tail", "-F", "/var/log/app/app.log"]}}}))
     .expect("Watcher")
 }
 

@@ -26,7 +26,7 @@ fn word(next: &Next) -> &'static str {
         Next::Nothing => "nothing",
         Next::Unmark => "unmark",
         Next::Wait => "wait",
-        Next::End(_) => "end",
+        Next::End { .. } => "end",
         Next::Ending { .. } => "ending",
     }
 }
@@ -46,7 +46,7 @@ fn a_job_whose_app_succeeds_has_its_sidecar_ended_once_and_ends() {
         assert_eq!(life(&file), ["wait", "end", "ending", "nothing"], "{file}");
         let pods = versions(&file);
         let first_end = pods.iter().find_map(|p| match next(p, IMAGE, 0) {
-            Next::End(sidecars) => Some(sidecars),
+            Next::End { switch, .. } => Some(switch),
             _ => None,
         });
         assert_eq!(first_end, Some(vec![(1, "stubborn".to_owned())]), "{file}");
@@ -94,7 +94,7 @@ fn the_agent_is_ended_with_its_app() {
         let file = format!("job-{version}-agent");
         assert_eq!(life(&file), ["wait", "end", "ending", "nothing"], "{file}");
         let end = versions(&file).iter().find_map(|p| match next(p, IMAGE, 0) {
-            Next::End(sidecars) => Some(sidecars),
+            Next::End { switch, .. } => Some(switch),
             _ => None,
         });
         assert_eq!(end, Some(vec![(1, "app-watcher".to_owned())]), "{file}");
@@ -126,13 +126,16 @@ fn sidecars_are_switched_to_the_configured_image() {
     let switched = pods.iter().rev().find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
     let mut pod = switched.expect("a running version").clone();
     // The same pod, its sidecar still running (as the kubelet reported it before the switch).
-    pod.status = pods.iter().find(|p| matches!(next(p, IMAGE, 0), Next::End(_))).and_then(|p| p.status.clone());
-    assert_eq!(next(&pod, "mirror.example/watcher-supervise:0.1.0", 0), Next::End(vec![(1, "stubborn".to_owned())]));
+    pod.status = pods.iter().find(|p| matches!(next(p, IMAGE, 0), Next::End { .. })).and_then(|p| p.status.clone());
+    assert_eq!(
+        next(&pod, "mirror.example/watcher-supervise:0.1.0", 0),
+        Next::End { own: vec![], switch: vec![(1, "stubborn".to_owned())] }
+    );
 }
 
 #[test]
 fn pods_not_meant_to_end_or_naming_no_sidecar_are_left_alone() {
-    let plain = versions("job-1.24-succeeds").into_iter().find(|p| matches!(next(p, IMAGE, 0), Next::End(_)));
+    let plain = versions("job-1.24-succeeds").into_iter().find(|p| matches!(next(p, IMAGE, 0), Next::End { .. }));
     // The same pod, its restart policy or its annotation otherwise (as no capture has them).
     let plain = plain.expect("a version to end");
     let mut always = plain.clone();
@@ -172,9 +175,9 @@ fn an_ended_pod_that_was_marked_is_unmarked() {
 /// The patch tests each container's name before it switches the image, and records the time.
 #[test]
 fn the_patch_switches_only_the_containers_it_names() {
-    let pod = versions("job-1.24-succeeds").into_iter().find(|p| matches!(next(p, IMAGE, 0), Next::End(_)));
+    let pod = versions("job-1.24-succeeds").into_iter().find(|p| matches!(next(p, IMAGE, 0), Next::End { .. }));
     let pod = pod.expect("a version to end");
-    let Next::End(sidecars) = next(&pod, IMAGE, 0) else { panic!("end") };
+    let Next::End { switch: sidecars, .. } = next(&pod, IMAGE, 0) else { panic!("end") };
     let ops = end_patch(&sidecars, IMAGE, "2026-11-26T10:00:00Z");
     let mut value = serde_json::to_value(&pod).expect("pod");
     json_patch::patch(&mut value, &ops).expect("applies to the pod");
@@ -207,4 +210,63 @@ fn the_switch_uses_the_pods_own_supervisor_image() {
         pod.spec.as_mut().expect("spec").init_containers = None;
         assert_eq!(supervisor_image(&pod, IMAGE), IMAGE, "{file}: no supervisor, the flag's");
     }
+}
+
+/// Pods admitted with the ended file (a command under the supervisor, the agent): the mark is
+/// written once, nothing is switched, and the sidecars end by themselves with no restart, under
+/// `OnFailure` too (the app's own failure restarted, the sidecar left running until the app has
+/// succeeded).
+#[test]
+fn sidecars_that_read_the_ended_file_are_marked_not_switched() {
+    for (file, sidecar) in
+        [("job-1.24-onfailure-ends-itself", "stubborn"), ("job-1.24-agent-ends-itself", "app-watcher")]
+    {
+        assert_eq!(life(file), ["wait", "end", "ending", "nothing"], "{file}");
+        let pods = versions(file);
+        let end = pods.iter().find_map(|p| match next(p, IMAGE, 0) {
+            Next::End { own, switch } => Some((own, switch)),
+            _ => None,
+        });
+        assert_eq!(end, Some((vec![sidecar.to_owned()], vec![])), "{file}");
+        // Marked: the same version is not ended twice.
+        let marked = pods.iter().find(|p| p.annotations().contains_key(SIDECARS_ENDED_ANNOTATION)).expect("marked");
+        assert!(!matches!(next(marked, IMAGE, ended_at(marked)), Next::End { .. }), "{file}");
+        let last = pods.last().expect("versions");
+        let status = last.status.as_ref().expect("status");
+        assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{file}");
+        let statuses = status.container_statuses.as_deref().unwrap_or_default();
+        let ended = statuses.iter().find(|s| s.name == sidecar).expect("the sidecar's status");
+        assert_eq!(ended.restart_count, 0, "{file}: ended by itself, no restart");
+        let image = last.spec.as_ref().and_then(|s| s.containers.iter().find(|c| c.name == sidecar)?.image.clone());
+        assert_ne!(image.as_deref(), Some(IMAGE), "{file}: its image was never switched");
+    }
+}
+
+/// `EndsWithoutRestart` before any pod: `False` only for a sidecar that runs another image's
+/// entrypoint and can be a regular container; none for a command, the agent, `Always`.
+#[test]
+fn a_sidecar_ended_by_a_restart_is_said_on_its_watcher() {
+    let spec = |container: Value, native: &str| -> watcher_api::WatcherSpec {
+        serde_json::from_value(serde_json::json!({"container": container, "nativeSidecar": native})).expect("spec")
+    };
+    let looper = serde_json::json!({"name": "looper", "image": "e2e-looper:0.1.0"});
+    let condition = restart_condition(&spec(looper.clone(), "Auto"), Some(3)).expect("said");
+    assert_eq!((condition.type_.as_str(), condition.status.as_str()), ("EndsWithoutRestart", "False"));
+    assert_eq!(condition.reason, "ImageSwitch");
+    assert!(condition.message.contains("backoffLimit of 1 more"), "{}", condition.message);
+    assert!(condition.message.contains("before Kubernetes 1.29"), "{}", condition.message);
+    let never = restart_condition(&spec(looper.clone(), "Never"), None).expect("said");
+    assert!(never.message.contains("nativeSidecar: Never"), "{}", never.message);
+    for (container, native) in [
+        (looper, "Always"),
+        (serde_json::json!({"name": "agent", "image": "registry.example/mirror/watcher-agent:0.1.0"}), "Never"),
+        (serde_json::json!({"name": "tail", "image": "busybox:1.36", "command": ["tail", "-F", "/x"]}), "Never"),
+    ] {
+        assert_eq!(restart_condition(&spec(container.clone(), native), None), None, "{container} {native}");
+    }
+    // Taken away once the spec ends by itself.
+    let mut conditions = vec![condition];
+    let fixed = spec(serde_json::json!({"name": "looper", "image": "e2e-looper:0.1.0", "command": ["loop"]}), "Auto");
+    set_restart_condition(&mut conditions, &fixed, Some(4));
+    assert!(conditions.is_empty());
 }

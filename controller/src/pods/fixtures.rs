@@ -4,7 +4,6 @@
 use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use watcher_api::Watcher;
 use watcher_cache::WatcherCache;
@@ -31,19 +30,15 @@ pub(super) fn context_with_cache(
     revisions: Vec<k8s_openapi::api::apps::v1::ControllerRevision>,
     cache: WatcherCache,
 ) -> Arc<PodsContext> {
-    let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: None };
-    let recorder = Recorder::new(ctx.client.clone(), reporter);
     let revisions = watcher_cache::RevisionCache::holding(revisions, cache.operator_namespace());
     let rebuilt = Mutex::default();
-    Arc::new(PodsContext { ctx, cache, pods: Arc::new(pods), recorder, policies: None, revisions, rebuilt })
+    Arc::new(PodsContext { ctx, cache, pods: Arc::new(pods), policies: None, revisions, rebuilt })
 }
 
 /// The same caches and memory of rebuilt specs, over another client (a test's next scenario).
 impl PodsContext {
     pub(super) fn over(&self, ctx: Arc<Context>) -> Arc<Self> {
-        let reporter = Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: None };
         Arc::new(Self {
-            recorder: Recorder::new(ctx.client.clone(), reporter),
             ctx,
             cache: self.cache.clone(),
             pods: self.pods.clone(),

@@ -2,10 +2,9 @@
 //! and status patches that say so.
 
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::warn;
 use watcher_api::types;
 use watcher_api::{
     ClusterWatcher, LEFT_OUT_ANNOTATION, PodCounts, SIDECARS_CANNOT_END_ANNOTATION, SUPERVISOR_NAME, Watcher,
@@ -300,12 +299,9 @@ pub(super) async fn publish(
     action: &str,
     note: String,
 ) {
-    let event = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
     let regarding = match subject {
         Subject::Watcher(_) => watcher.object_ref(&()),
         Subject::Cluster(cluster) => cluster.object_ref(&()),
     };
-    if let Err(error) = ctx.recorder.publish(&event, &regarding).await {
-        warn!(%error, reason, "cannot publish an event");
-    }
+    ctx.ctx.publish_as(&regarding, type_, reason, action, note).await;
 }

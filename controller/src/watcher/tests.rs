@@ -32,7 +32,7 @@ fn watcher(spec: Value, status: Option<Value>) -> Watcher {
 }
 
 fn spec_with_config() -> Value {
-    json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}, "configData": {"LEVEL": "debug"}})
+    json!({"container": {"name": "log-watcher", "image": "busybox:1.36", "command": ["tail", "-F", "/var/log/app/app.log"]}, "configData": {"LEVEL": "debug"}})
 }
 
 fn owner_reference() -> Value {
@@ -159,7 +159,10 @@ async fn removed_config_data_deletes_the_config_map_and_clears_the_name() {
     let mut cached = desired_config_map(&with_config).expect("has config");
     cached.metadata.uid = Some("cm-uid".into());
     let status = status_of(&with_config, Some("log-watcher-config"), "ConfigMap log-watcher-config is up to date");
-    let watcher = watcher(json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}}), Some(status));
+    let watcher = watcher(
+        json!({"container": {"name": "log-watcher", "image": "busybox:1.36", "command": ["tail", "-F", "/var/log/app/app.log"]}}),
+        Some(status),
+    );
     let (result, _) = run_scenario(watcher, vec![cached], |mut api| async move {
         let delete = api.expect(Method::DELETE, CM_PATH).await;
         assert_eq!(delete.body["preconditions"]["uid"], "cm-uid");
@@ -327,7 +330,7 @@ async fn a_reconcile_before_the_caches_see_its_writes_repeats_none() {
 /// each start), and while the conditions in place predate the selector, `Ready=False` says so.
 #[tokio::test]
 async fn ready_waits_for_the_admission_scope() {
-    let spec = json!({"container": {"name": "log-watcher", "image": "busybox:1.36"},
+    let spec = json!({"container": {"name": "log-watcher", "image": "busybox:1.36", "command": ["tail", "-F", "/var/log/app/app.log"]},
                       "selector": {"matchLabels": {"app": "web"}}});
     let (ctx, mut api) = Context::test();
     let pending = WatcherContext::new(
@@ -399,7 +402,7 @@ async fn a_config_map_deleted_before_the_cache_saw_it_is_created_again() {
 #[tokio::test]
 async fn the_revision_of_a_new_spec_is_written_before_ready() {
     const REVISIONS: &str = "/apis/apps/v1/namespaces/team-a/controllerrevisions?fieldManager=watcher-operator";
-    let spec = json!({"container": {"name": "log-watcher", "image": "busybox:1.36"},
+    let spec = json!({"container": {"name": "log-watcher", "image": "busybox:1.36", "command": ["tail", "-F", "/var/log/app/app.log"]},
                       "updatePolicy": {"type": "InPlace", "newPods": "Stable"}});
     let new = watcher(spec.clone(), None);
     let hash = new.spec.spec_hash();
@@ -440,9 +443,12 @@ async fn the_revision_of_a_new_spec_is_written_before_ready() {
     server.await.expect("no revision written again");
 
     // A Report Watcher: none.
-    let report = watcher(json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}}), None);
+    let report = watcher(
+        json!({"container": {"name": "log-watcher", "image": "busybox:1.36", "command": ["tail", "-F", "/var/log/app/app.log"]}}),
+        None,
+    );
     let (result, _) = run_scenario(report, vec![], |mut api| async move {
-        let echo = watcher_echo(json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}}));
+        let echo = watcher_echo(json!({"container": {"name": "log-watcher", "image": "busybox:1.36", "command": ["tail", "-F", "/var/log/app/app.log"]}}));
         api.expect(Method::PATCH, STATUS_PATH).await.ok(&echo);
         api.expect_no_more().await;
     })

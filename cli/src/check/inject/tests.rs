@@ -514,3 +514,27 @@ fn the_namespaces_resource_rules_are_explained() {
     assert!(big.message.contains("exceeded quota: team, requested: limits.cpu=450m"), "{}", big.message);
     assert!(explanation.text().contains("× big: not injected (Resources): left out"), "{}", explanation.text());
 }
+
+/// A Job's pod under `OnFailure` (as kube-apiserver stored it on a 1.24 node): a Watcher whose
+/// sidecar runs another image's entrypoint is said to end by a restart the Job counts, with the
+/// `backoffLimit` it needs; one with a command ends by itself and says nothing of it.
+#[test]
+fn a_sidecar_ended_by_a_restart_is_said_for_an_on_failure_pod() {
+    let path =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../controller/fixtures/ending/job-1.24-onfailure-ends-itself.json");
+    let versions: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("pods");
+    let pod = versions.first().cloned().expect("the stored pod");
+    assert_eq!(pod["spec"]["restartPolicy"], "OnFailure");
+    let selector = json!({"matchLabels": {"sidecar": "stubborn"}});
+    let looper = watcher("looper", "looper", "e2e-looper:0.1.0", Some(selector.clone()));
+    let mut tail = watcher("tail", "tail", "busybox:1.36", Some(selector));
+    tail.spec.container.command = Some(vec!["tail".into(), "-F".into(), "/x".into()]);
+    let explanation = explain_in("team-a", &[], pod, false, &[looper, tail]);
+    let line = |name: &str| explanation.watchers.iter().find(|l| l.name == name).expect("a line");
+    assert!(line("looper").injected && line("tail").injected);
+    let [ending] = line("looper").ending.as_slice() else { panic!("one line: {:?}", line("looper").ending) };
+    assert!(ending.starts_with("ends by a restart (EndsWithoutRestart False): its sidecar runs the entrypoint"));
+    assert!(ending.contains("backoffLimit of 1 more than its app needs"), "{ending}");
+    assert!(line("tail").ending.is_empty());
+    assert!(explanation.text().contains("\n    ends by a restart"), "{}", explanation.text());
+}
