@@ -195,16 +195,59 @@ async fn a_plain_sidecar_runs_in_a_restricted_namespace_on_a_node() {
 /// by the supervisor's 3 s grace period and the agent's 5 s linger.
 const ENDED_WITHIN: i64 = 10;
 
+/// What the tests of pods that are meant to end share: the operator with its defaults, and a
+/// namespace `<prefix>-<mode>` per way the server injects (`Auto`; also `Never` where it has
+/// native sidecars), each with README's agent Watcher (`nativeSidecar` the mode) and its RBAC.
+pub(crate) struct Ending {
+    operator: Operator,
+    operator_ns: TestNamespace,
+    /// Whether the server has native sidecars.
+    native: bool,
+    namespaces: Vec<(&'static str, TestNamespace)>,
+}
+
+impl Ending {
+    async fn start(client: &Client, prefix: &str) -> Self {
+        Self::start_with(client, prefix, &[]).await
+    }
+
+    /// [`Ending::start`] with the operator's `flags` added.
+    async fn start_with(client: &Client, prefix: &str, flags: &[&str]) -> Self {
+        require_node(client).await;
+        install_crds(client).await;
+        let operator_ns = TestNamespace::create(client, "watcher-e2e-op").await;
+        let operator = Operator::start_with(&operator_ns.name, None, common::Registration::Url, flags).await;
+        let native = common::minor(client).await >= 29;
+        let modes: &[&'static str] = if native { &["Never", "Auto"] } else { &["Auto"] };
+        let mut namespaces = Vec::new();
+        for mode in modes {
+            let ns = TestNamespace::create(client, &format!("{prefix}-{}", mode.to_lowercase())).await;
+            let n = ns.name.as_str();
+            kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/agent-rbac.yaml")]);
+            kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/app-watcher.yaml")]);
+            let patch = format!(r#"{{"spec":{{"nativeSidecar":"{mode}"}}}}"#);
+            kubectl(&["patch", "watcher", "app-watcher", "-n", n, "--type=merge", "-p", &patch]);
+            namespaces.push((*mode, ns));
+        }
+        Self { operator, operator_ns, native, namespaces }
+    }
+
+    /// The operator stopped, the namespaces deleted.
+    async fn stop(self) {
+        self.operator.stop().await;
+        for (_, ns) in self.namespaces {
+            ns.delete().await;
+        }
+        self.operator_ns.delete().await;
+    }
+}
+
 /// The Watchers and workloads of [`pods_that_are_meant_to_end_end_on_a_node`] in
 /// namespace `n`, their sidecars injected with `nativeSidecar: native`: README's agent with
 /// README's Job (deploy/samples/job.yaml as written), a busybox sidecar that ignores SIGTERM
 /// (a Job that succeeds, a Job that fails, a CronJob's run, an At), a sidecar that runs its
 /// image's entrypoint.
 fn create_pods_that_end(n: &str, native: &str) {
-    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/agent-rbac.yaml")]);
-    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/app-watcher.yaml")]);
-    let patch = format!(r#"{{"spec":{{"nativeSidecar":"{native}"}}}}"#);
-    kubectl(&["patch", "watcher", "app-watcher", "-n", n, "--type=merge", "-p", &patch]);
     let watcher = |name: &str, labels: serde_json::Value, container: serde_json::Value| {
         serde_json::json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": name},
             "spec": {"nativeSidecar": native, "selector": {"matchLabels": labels}, "container": container}})
@@ -286,19 +329,12 @@ async fn ended_pods(client: &Client, n: &str) -> Vec<(String, String, Vec<Finish
 async fn pods_that_are_meant_to_end_end_on_a_node() {
     let _one = exclusive().await;
     let client = client().await;
-    require_node(&client).await;
-    install_crds(&client).await;
-    let operator_ns = TestNamespace::create(&client, "watcher-e2e-op").await;
-    let operator = Operator::start(&operator_ns.name).await;
-    let native = common::minor(&client).await >= 29;
-    let modes: &[&str] = if native { &["Never", "Auto"] } else { &["Auto"] };
-    let mut namespaces = Vec::new();
-    for mode in modes {
-        let ns = TestNamespace::create(&client, &format!("watcher-e2e-end-{}", mode.to_lowercase())).await;
+    let ending = Ending::start(&client, "watcher-e2e-end").await;
+    let native = ending.native;
+    for (mode, ns) in &ending.namespaces {
         create_pods_that_end(&ns.name, mode);
-        namespaces.push((*mode, ns));
     }
-    for (mode, ns) in &namespaces {
+    for (mode, ns) in &ending.namespaces {
         let n = ns.name.as_str();
         let wait = format!("--timeout={}s", POD_START.as_secs());
         for job in ["shop-report", "stubborn-ok", "looper-ok"] {
@@ -356,9 +392,5 @@ async fn pods_that_are_meant_to_end_end_on_a_node() {
             }
         }
     }
-    operator.stop().await;
-    for (_, ns) in namespaces {
-        ns.delete().await;
-    }
-    operator_ns.delete().await;
+    ending.stop().await;
 }

@@ -8,10 +8,8 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
-use super::{POD_START, SAMPLES, require_node};
-use crate::common::{
-    self, Operator, Registration, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply,
-};
+use super::{Ending, POD_START, require_node};
+use crate::common::{Operator, Registration, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply};
 
 /// A busybox sidecar with a command that ignores SIGTERM (the supervisor ends it).
 fn stubborn(native: &str) -> Value {
@@ -61,20 +59,9 @@ async fn status_of(pods: &Api<Pod>, job: &str, name: &str) -> ContainerStatus {
 async fn on_failure_jobs_complete_with_no_restart_of_their_sidecar() {
     let _one = exclusive().await;
     let client = client().await;
-    require_node(&client).await;
-    install_crds(&client).await;
-    let operator_ns = TestNamespace::create(&client, "watcher-e2e-op").await;
-    let operator = Operator::start(&operator_ns.name).await;
-    let native = common::minor(&client).await >= 29;
-    let modes: &[&str] = if native { &["Never", "Auto"] } else { &["Auto"] };
-    let mut namespaces = Vec::new();
-    for mode in modes {
-        let ns = TestNamespace::create(&client, &format!("watcher-e2e-onfailure-{}", mode.to_lowercase())).await;
+    let ending = Ending::start(&client, "watcher-e2e-onfailure").await;
+    for (mode, ns) in &ending.namespaces {
         let n = ns.name.as_str();
-        kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/agent-rbac.yaml")]);
-        kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/app-watcher.yaml")]);
-        let patch = format!(r#"{{"spec":{{"nativeSidecar":"{mode}"}}}}"#);
-        kubectl(&["patch", "watcher", "app-watcher", "-n", n, "--type=merge", "-p", &patch]);
         kubectl_apply(n, &stubborn(mode));
         kubectl(&[
             "wait",
@@ -89,9 +76,8 @@ async fn on_failure_jobs_complete_with_no_restart_of_their_sidecar() {
             kubectl_apply(n, &job(&format!("busybox-{name}"), json!({"sidecar": "stubborn"}), fail_once));
             kubectl_apply(n, &job(&format!("agent-{name}"), json!({"app": "shop"}), fail_once));
         }
-        namespaces.push((*mode, ns));
     }
-    for (mode, ns) in &namespaces {
+    for (mode, ns) in &ending.namespaces {
         let n = ns.name.as_str();
         let pods = Api::<Pod>::namespaced(client.clone(), n);
         let wait = format!("--timeout={}s", POD_START.as_secs());
@@ -114,11 +100,7 @@ async fn on_failure_jobs_complete_with_no_restart_of_their_sidecar() {
             }
         }
     }
-    operator.stop().await;
-    for (_, ns) in namespaces {
-        ns.delete().await;
-    }
-    operator_ns.delete().await;
+    ending.stop().await;
 }
 
 /// A node that reaches only the mirror: the operator's `--supervisor-image` names a registry the
