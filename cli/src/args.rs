@@ -321,9 +321,10 @@ pub struct RunArgs {
     pub pod_security_config: Option<watcher_admission::pod_security::ClusterDefaults>,
 
     /// The image of `watcher-supervise`: in pods that are meant to end (restartPolicy `Never` or
-    /// `OnFailure`) with a sidecar that is a regular container, its init container copies the
-    /// supervisor the sidecar's command runs under, and the sidecars are switched to it once the
-    /// app containers have ended, which ends them. Nodes must be able to pull it.
+    /// `OnFailure`), its init container copies the supervisor a sidecar's command runs under,
+    /// which ends the command with the app; a regular sidecar that runs another image's
+    /// entrypoint is switched to it once the app containers have ended, which ends it. Nodes
+    /// must be able to pull it.
     #[arg(long, env = "WATCHER_SUPERVISOR_IMAGE", default_value = watcher_api::DEFAULT_SUPERVISOR_IMAGE, value_parser = parse_image)]
     pub supervisor_image: String,
 }
