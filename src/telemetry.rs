@@ -205,12 +205,18 @@ mod tests {
         // The Watcher's sidecar, watcher-agent, exports its own: the dashboard's row and the
         // alert on them read what it exports.
         let mut agent = Registry::default();
-        let rules = [watcher_agent::config::RuleConfig {
-            name: "error".into(),
-            pattern: "ERROR".into(),
-            alert: None,
+        let latency = watcher_agent::config::RuleConfig {
+            value: Some(watcher_agent::config::ValueFrom::Group("ms".into())),
+            metric: watcher_agent::config::MetricKind::Histogram,
+            buckets: watcher_agent::config::DEFAULT_BUCKETS.to_vec(),
+            reading: watcher_agent::value::Reading {
+                bare: Some(watcher_agent::value::Unit::Milliseconds),
+                non_negative: false,
+            },
             labels: Vec::new(),
-        }];
+            ..watcher_agent::config::RuleConfig::counting("latency", r"latency=(?P<ms>\d+)ms")
+        };
+        let rules = [watcher_agent::config::RuleConfig::counting("error", "ERROR"), latency];
         let sources = ["/var/log/*.log".into(), "stdout".into()];
         drop(watcher_agent::metrics::Metrics::register(&mut agent, &sources, &rules, 100));
         text.push_str(&watcher_agent::metrics::openmetrics(&agent));

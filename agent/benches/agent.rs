@@ -18,6 +18,7 @@ use std::time::SystemTime;
 use watcher_agent::alerts::AlertBook;
 use watcher_agent::config::{RuleConfig, Start};
 use watcher_agent::counting::Counting;
+use watcher_agent::fields::Format;
 use watcher_agent::follow::{Begin, FollowOptions, Follower, Sink, SourceError};
 use watcher_agent::lines::Line;
 use watcher_agent::metrics::Metrics;
@@ -69,15 +70,86 @@ fn write_log(path: &Path, from: usize, lines: usize) {
 }
 
 fn rules(count: usize) -> Vec<RuleConfig> {
-    PATTERNS[..count]
-        .iter()
-        .map(|(name, pattern)| RuleConfig {
-            name: (*name).into(),
-            pattern: (*pattern).into(),
-            alert: None,
-            labels: Vec::new(),
-        })
-        .collect()
+    PATTERNS[..count].iter().map(|(name, pattern)| RuleConfig::counting(name, pattern)).collect()
+}
+
+/// A JSON line of about 250 bytes, 8 fields, one nested: the text line `line(i)` says, as a JSON
+/// logger writes it.
+fn json_line(i: usize) -> String {
+    let level = if i.is_multiple_of(50) { "error" } else { "info" };
+    format!(
+        concat!(
+            r#"{{"ts":"2026-11-25T10:{:02}:{:02}.{:03}Z","level":"{}","thread":"http-nio-8080-exec-{:02}","#,
+            r#""logger":"c.e.shop.OrderController","route":"/api/orders/{}","#,
+            r#""http":{{"method":"{}","status":200,"ms":{}}},"user":"u-{}","trace":"{:016x}"}}"#,
+            "\n"
+        ),
+        (i / 60_000) % 60,
+        (i / 1000) % 60,
+        i % 1000,
+        level,
+        i % 32,
+        100_000 + i % 90_000,
+        if i.is_multiple_of(7) { "POST" } else { "GET" },
+        i % 500,
+        i % 10_000,
+        i.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    )
+}
+
+/// The JSON line's text twin: the same fields, as a text logger writes them.
+fn text_twin(i: usize) -> String {
+    let level = if i.is_multiple_of(50) { "ERROR" } else { "INFO " };
+    format!(
+        "2026-11-25T10:{:02}:{:02}.{:03}Z {level} [http-nio-8080-exec-{:02}] c.e.shop.OrderController - {} /api/orders/{} status=200 ms={} user=u-{} trace={:016x}\n",
+        (i / 60_000) % 60,
+        (i / 1000) % 60,
+        i % 1000,
+        i % 32,
+        if i.is_multiple_of(7) { "POST" } else { "GET" },
+        100_000 + i % 90_000,
+        i % 500,
+        i % 10_000,
+        i.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    )
+}
+
+/// `LINES` lines where one log entry in five is an exception with a 30-frame Java stack trace.
+fn java_log(path: &Path) {
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
+    let mut written = 0;
+    let mut entry = 0;
+    while written < LINES {
+        if entry % 5 == 4 {
+            file.write_all(format!("java.lang.IllegalStateException: order {entry} failed: ERROR\n").as_bytes())
+                .expect("write");
+            written += 1;
+            for frame in 0..30 {
+                if written == LINES {
+                    break;
+                }
+                let text =
+                    format!("\tat com.example.shop.OrderService.step{frame}(OrderService.java:{})\n", 100 + frame);
+                file.write_all(text.as_bytes()).expect("write");
+                written += 1;
+            }
+        } else {
+            file.write_all(line(entry).as_bytes()).expect("write");
+            written += 1;
+        }
+        entry += 1;
+    }
+    file.flush().expect("flush");
+}
+
+/// Writes `LINES` lines made by `make` to `path`.
+fn write_lines(path: &Path, make: impl Fn(usize) -> String) -> u64 {
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
+    for i in 0..LINES {
+        file.write_all(make(i).as_bytes()).expect("write");
+    }
+    file.flush().expect("flush");
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or_default()
 }
 
 /// The lines read, counted as the agent's files' thread counts them.
@@ -90,6 +162,9 @@ impl Sink for Counted<'_> {
     fn line(&mut self, source: usize, line: Line<'_>, written: SystemTime) {
         self.0.line(source, line, written);
     }
+    fn event(&mut self, source: usize, event: watcher_agent::multiline::Event<'_>, written: SystemTime) {
+        self.0.event(source, event, written);
+    }
     fn error(&mut self, _source: usize, _reason: SourceError, detail: &str) {
         panic!("cannot read: {detail}");
     }
@@ -99,6 +174,25 @@ impl Sink for Counted<'_> {
 /// `checkpoints`, where every file was read to is taken and written to a checkpoint after every
 /// poll (8 MiB), where the agent does it once a second: the most they can cost.
 fn agent_throughput(glob: &str, rules: &[RuleConfig], checkpoints: Option<&Path>) -> (f64, u64) {
+    agent_reading(glob, rules, checkpoints, Format::Text, None)
+}
+
+/// The configuration `vars` give (the agent's own reading), for the benches of values, fields
+/// and events.
+fn configured(vars: &[(&str, &str)]) -> watcher_agent::config::Config {
+    let mut all = vec![("AGENT_FILES", "/bench/*.log")];
+    all.extend_from_slice(vars);
+    watcher_agent::config::Config::from_vars(all.iter().map(|(k, v)| (k.to_string(), v.to_string()))).expect("config")
+}
+
+/// As [`agent_throughput`], lines read as `format`, joined as `multiline` says.
+fn agent_reading(
+    glob: &str,
+    rules: &[RuleConfig],
+    checkpoints: Option<&Path>,
+    format: Format,
+    multiline: Option<Arc<watcher_agent::multiline::Multiline>>,
+) -> (f64, u64) {
     let mut best = f64::MAX;
     let mut matched = 0;
     for _ in 0..3 {
@@ -106,7 +200,7 @@ fn agent_throughput(glob: &str, rules: &[RuleConfig], checkpoints: Option<&Path>
         let metrics = Arc::new(Metrics::register(&mut registry, &["bench".into()], rules, 100));
         let alerts = Arc::new(Mutex::new(AlertBook::new(rules)));
         let compiled = Rules::new(rules).expect("rules");
-        let mut counting = Counting::new(compiled, metrics.clone(), alerts, 1, 16_384);
+        let mut counting = Counting::new(compiled, rules, metrics.clone(), alerts, vec![format], 16_384);
         let options = FollowOptions {
             globs: vec![glob.to_owned()],
             start: Start::Beginning,
@@ -114,6 +208,7 @@ fn agent_throughput(glob: &str, rules: &[RuleConfig], checkpoints: Option<&Path>
             rotate_wait: Duration::from_secs(5),
             ignore_older: None,
             max_open: 128,
+            multiline: multiline.clone(),
         };
         let mut follower = Follower::new(options, Begin::Fresh);
         let start = Instant::now();
@@ -209,6 +304,7 @@ fn main() {
     }
     let programs = concat!(env!("CARGO_MANIFEST_DIR"), "/benches");
     mtail_throughput(programs, &log_path, "");
+    values_fields_and_events(&dir, &log_path, programs);
 
     // The same lines in 1,000 files.
     let thousand = dir.join("thousand");
@@ -254,6 +350,80 @@ fn main() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Beyond counting: a histogram of a logged value beside mtail's; JSON lines against their text
+/// twin; Java stack traces joined into events.
+fn values_fields_and_events(dir: &Path, log: &str, programs: &str) {
+    println!("{:<44} {:>14} {:>10}", "values, fields, events (one core)", "lines/s", "ratio");
+    let histogram = configured(&[
+        ("AGENT_RULE_ERROR", r"\bERROR\b"),
+        ("AGENT_RULE_TIMEOUT", "(?i)timeout"),
+        ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms"),
+        ("AGENT_VALUE_LATENCY", "ms"),
+        ("AGENT_METRIC_LATENCY", "histogram"),
+        ("AGENT_UNIT_LATENCY", "ms"),
+    ]);
+    let (rate, matched) = agent_reading(log, &histogram.rules, None, Format::Text, None);
+    assert_eq!(matched, (LINES / 50) as u64, "every ERROR line counted once");
+    let mtail = time_command(
+        "mtail",
+        &[
+            "--one_shot",
+            "--one_shot_format=prometheus",
+            "--progs",
+            &format!("{programs}/mtail-histogram"),
+            "--logs",
+            log,
+        ],
+    );
+    let ratio = mtail.map_or("(no mtail)".to_owned(), |s| format!("{:.0}x mtail", rate * s / LINES as f64));
+    println!("{:<44} {rate:>14.0} {ratio:>10}", "text: 2 rules + a histogram");
+    if let Some(seconds) = mtail {
+        println!("{:<44} {:>14.0}", "mtail --one_shot, 2 rules + a histogram", LINES as f64 / seconds);
+    }
+
+    let json = dir.join("json.log");
+    let twin = dir.join("twin.log");
+    let json_bytes = write_lines(&json, json_line);
+    write_lines(&twin, text_twin);
+    let structured = configured(&[
+        ("AGENT_FORMAT", "json"),
+        ("AGENT_MATCH_ERROR", "level=^error$"),
+        ("AGENT_MATCH_LATENCY", "http.ms=."),
+        ("AGENT_VALUE_LATENCY", "http.ms"),
+        ("AGENT_METRIC_LATENCY", "histogram"),
+        ("AGENT_UNIT_LATENCY", "ms"),
+        ("AGENT_LABELS_LATENCY", "method:http.method"),
+    ]);
+    let text = configured(&[
+        ("AGENT_RULE_ERROR", r"\bERROR\b"),
+        ("AGENT_RULE_LATENCY", r"(?P<method>GET|POST) \S+ status=\d+ ms=(?P<ms>\d+)"),
+        ("AGENT_VALUE_LATENCY", "ms"),
+        ("AGENT_METRIC_LATENCY", "histogram"),
+        ("AGENT_UNIT_LATENCY", "ms"),
+    ]);
+    let (text_rate, matched) = agent_reading(&twin.display().to_string(), &text.rules, None, Format::Text, None);
+    assert_eq!(matched, (LINES / 50) as u64, "every ERROR line counted once");
+    let (json_rate, matched) = agent_reading(&json.display().to_string(), &structured.rules, None, Format::Json, None);
+    assert_eq!(matched, (LINES / 50) as u64, "every error line counted once");
+    println!("{:<44} {text_rate:>14.0} {:>10}", "text twin: error + histogram with a label", "1");
+    println!(
+        "{:<44} {json_rate:>14.0} {:>10.2}",
+        format!("JSON ({} bytes a line): the same", json_bytes / LINES as u64),
+        json_rate / text_rate
+    );
+
+    let java = dir.join("java.log");
+    java_log(&java);
+    let events = configured(&[
+        ("AGENT_RULE_ERROR", r"\bERROR\b"),
+        ("AGENT_RULE_TIMEOUT", "(?i)timeout"),
+        ("AGENT_MULTILINE_START", "java"),
+    ]);
+    let multiline = events.multiline.as_ref().and_then(watcher_agent::config::MultilineConfig::build);
+    let (rate, matched) = agent_reading(&java.display().to_string(), &events.rules, None, Format::Text, multiline);
+    println!("{:<44} {rate:>14.0} {:>10}", "java preset: 1 entry in 5 a 30-frame trace", format!("{matched} ERROR"));
 }
 
 /// mtail `--one_shot` over the files of `glob`, 2 and 8 rules (and `what` in the row's name).

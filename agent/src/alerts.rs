@@ -387,10 +387,8 @@ mod tests {
     #[test]
     fn the_book_says_firing_occurrences_and_resolution_with_a_note() {
         let rules = [RuleConfig {
-            name: "error".into(),
-            pattern: "ERROR".into(),
             alert: Some(Threshold { count: 2, window: Duration::from_secs(60) }),
-            labels: Vec::new(),
+            ..RuleConfig::counting("error", "ERROR")
         }];
         let mut book = AlertBook::new(&rules);
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);

@@ -6,13 +6,19 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+mod rule;
 mod variables;
 
+pub use rule::{DEFAULT_BUCKETS, FieldMatch, MAX_BUCKETS, MAX_FIELDS, MetricKind, OWN_FAMILIES, RuleConfig, ValueFrom};
 use variables::{
-    ALERTMANAGER_URL, ENDED_FILE, EVENTS, FILES, IGNORE_OLDER, LISTEN, LOGS_CONTAINER, MAX_LINE_BYTES, MAX_OPEN_FILES,
-    MAX_SERIES, POLL, ROTATE_WAIT, SHUTDOWN_LINGER, START, STATE_DIR, STREAM_IDLE, TERMINATION_LOG, Values,
+    ALERTMANAGER_URL, ENDED_FILE, EVENTS, FILES, FORMAT, IGNORE_OLDER, LISTEN, LOGS_CONTAINER, MAX_LINE_BYTES,
+    MAX_OPEN_FILES, MAX_SERIES, MULTILINE_MAX_BYTES, MULTILINE_MAX_LINES, MULTILINE_START, MULTILINE_WAIT, POLL,
+    ROTATE_WAIT, SERIES_IDLE, SHUTDOWN_LINGER, START, STATE_DIR, STDOUT_FORMAT, STREAM_IDLE, TERMINATION_LOG, Values,
 };
 pub use variables::{Kind, VARIABLES, Variable, markdown};
+
+use crate::fields::Format;
+use crate::multiline::{Multiline, Start as EventStart};
 
 /// Prefix of every variable the agent reads (besides the downward API's `POD_*`).
 pub const PREFIX: &str = "AGENT_";
@@ -20,6 +26,21 @@ pub const PREFIX: &str = "AGENT_";
 pub const RULE_PREFIX: &str = "AGENT_RULE_";
 /// `AGENT_ALERT_<NAME>=<count>/<window>`: the threshold of rule `<NAME>`.
 pub const ALERT_PREFIX: &str = "AGENT_ALERT_";
+/// `AGENT_MATCH_<NAME>=field=regex,...`: rule `<NAME>`'s field conditions.
+pub const MATCH_PREFIX: &str = "AGENT_MATCH_";
+/// `AGENT_VALUE_<NAME>=group|field`: what rule `<NAME>` measures.
+pub const VALUE_PREFIX: &str = "AGENT_VALUE_";
+/// `AGENT_METRIC_<NAME>=count|sum|gauge|histogram`.
+pub const METRIC_PREFIX: &str = "AGENT_METRIC_";
+/// `AGENT_BUCKETS_<NAME>=0.1,0.5,1`.
+pub const BUCKETS_PREFIX: &str = "AGENT_BUCKETS_";
+/// `AGENT_UNIT_<NAME>=ns|us|ms|s|bytes`.
+pub const UNIT_PREFIX: &str = "AGENT_UNIT_";
+/// `AGENT_LABELS_<NAME>=field,label:field`.
+pub const LABELS_PREFIX: &str = "AGENT_LABELS_";
+/// Every family of variables, one per rule.
+pub const RULE_FAMILIES: [&str; 8] =
+    [RULE_PREFIX, MATCH_PREFIX, ALERT_PREFIX, VALUE_PREFIX, METRIC_PREFIX, BUCKETS_PREFIX, UNIT_PREFIX, LABELS_PREFIX];
 
 /// At most this many rules (one pass over each line matches them all).
 pub const MAX_RULES: usize = 64;
@@ -51,19 +72,6 @@ impl fmt::Display for Threshold {
     }
 }
 
-/// One rule: a name (lowercase, as metrics label it) and a regular expression.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuleConfig {
-    /// `error` for `AGENT_RULE_ERROR`.
-    pub name: String,
-    /// The regular expression.
-    pub pattern: String,
-    /// Its alert, from `AGENT_ALERT_<NAME>`.
-    pub alert: Option<Threshold>,
-    /// The names of its named groups: labels of its counter.
-    pub labels: Vec<String>,
-}
-
 /// The pod the agent runs in, from the downward API.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodIdentity {
@@ -75,8 +83,34 @@ pub struct PodIdentity {
     pub uid: Option<String>,
 }
 
-/// The whole configuration.
+/// How lines are joined into events (`AGENT_MULTILINE_*`), as configured.
 #[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MultilineConfig {
+    /// A regular expression, or a preset (`java`, `python`, `go`).
+    pub start: String,
+    /// An event ends this long after its last line.
+    pub wait: Duration,
+    /// An event ends at this many lines.
+    pub max_lines: usize,
+    /// An event's text is kept up to this many bytes.
+    pub max_bytes: usize,
+}
+
+impl MultilineConfig {
+    /// The joiners' settings (the start was checked when read).
+    pub fn build(&self) -> Option<std::sync::Arc<Multiline>> {
+        let start = EventStart::parse(&self.start).ok()?;
+        Some(std::sync::Arc::new(Multiline {
+            start,
+            wait: self.wait,
+            max_lines: self.max_lines as u64,
+            max_bytes: self.max_bytes,
+        }))
+    }
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// File globs, in order.
     pub files: Vec<String>,
@@ -98,6 +132,14 @@ pub struct Config {
     pub max_open_files: usize,
     /// Distinct label values of a rule's named groups at most.
     pub max_series: usize,
+    /// A rule's label set unseen this long is dropped.
+    pub series_idle: Option<Duration>,
+    /// How file lines are read.
+    pub format: Format,
+    /// How the log stream's lines are read.
+    pub stdout_format: Format,
+    /// How lines are joined into events.
+    pub multiline: Option<MultilineConfig>,
     /// Address of the HTTP endpoints.
     pub listen: SocketAddr,
     /// Whether alerts become Events on the pod.
@@ -190,8 +232,15 @@ impl Config {
         V: Into<std::ffi::OsString>,
     {
         let values = Values::from_vars(vars)?;
-        let rules = rules(&values)?;
         let (files, logs_container) = sources(&values)?;
+        let format = read_format(&values, &FORMAT, None)?;
+        let stdout_format = read_format(&values, &STDOUT_FORMAT, Some(format))?;
+        let structured = [(format, !files.is_empty()), (stdout_format, logs_container.is_some())]
+            .iter()
+            .any(|(f, used)| *used && *f != Format::Text);
+        let rules = rule::rules(&values, structured)?;
+        let multiline = multiline(&values)?;
+        let series_idle = values.duration(&SERIES_IDLE)?;
         let get = |name: &str| values.get(name);
         let start = match values.word(&START)? {
             "beginning" => Start::Beginning,
@@ -251,6 +300,10 @@ impl Config {
             ignore_older,
             max_open_files,
             max_series,
+            series_idle,
+            format,
+            stdout_format,
+            multiline,
             listen,
             events,
             alertmanager,
@@ -300,14 +353,22 @@ impl Config {
             )),
             self.max_open_files
         ));
+        if self.format != Format::Text || self.stdout_format != self.format {
+            line(
+                format!("reads files as {:?}, the log stream as {:?}", self.format, self.stdout_format).to_lowercase(),
+            );
+        }
+        if let Some(multiline) = &self.multiline {
+            line(format!(
+                "joins lines into events: started by {}; ended after {} without a line, at {} lines; kept to {} bytes",
+                multiline.start,
+                format_duration(multiline.wait),
+                multiline.max_lines,
+                multiline.max_bytes
+            ));
+        }
         for rule in &self.rules {
-            let alert = rule.alert.map(|t| format!("; alerts at {t}")).unwrap_or_default();
-            let labels = if rule.labels.is_empty() {
-                String::new()
-            } else {
-                format!("; labels {} (at most {} values)", rule.labels.join(", "), self.max_series)
-            };
-            line(format!("rule {}: {}{alert}{labels}", rule.name, rule.pattern));
+            line(describe_rule(rule, self.max_series));
         }
         line(format!("serves /metrics, /healthz, /readyz on {}", self.listen));
         let pod = match (&self.pod.namespace, &self.pod.name) {
@@ -346,62 +407,74 @@ impl Config {
     }
 }
 
-/// The rules (`AGENT_RULE_<NAME>`) and their alerts (`AGENT_ALERT_<NAME>`).
-fn rules(values: &Values) -> Result<Vec<RuleConfig>, ConfigError> {
-    let mut rules: Vec<RuleConfig> = Vec::new();
-    let mut keys: Vec<&str> = Vec::new();
-    for (key, value) in values.own.iter().filter(|(k, _)| k.starts_with(RULE_PREFIX)) {
-        let name = rule_name(key, RULE_PREFIX)?;
-        if let Some(other) = rules.iter().position(|r| r.name == name) {
-            return Err(error(
-                key,
-                format!("{} names the same rule ({name}): rule names are not case-sensitive", keys[other]),
-            ));
-        }
-        if value.is_empty() {
-            return Err(error(key, "empty: set a regular expression, e.g. \\bERROR\\b"));
-        }
-        let regex = match regex::bytes::Regex::new(value) {
-            Ok(regex) => regex,
-            Err(problem) => {
-                return Err(error(key, format!("not a regular expression: {}", one_line(&problem.to_string()))));
-            }
+/// `rule error: \bERROR\b; alerts at 5 in 1m`, with what else the rule does.
+fn describe_rule(rule: &RuleConfig, max_series: usize) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(pattern) = &rule.pattern {
+        parts.push(pattern.clone());
+    }
+    if !rule.fields.is_empty() {
+        let fields: Vec<String> = rule.fields.iter().map(|f| format!("{}={}", f.path, f.pattern)).collect();
+        parts.push(format!("fields {}", fields.join(", ")));
+    }
+    let mut text = format!("rule {}: {}", rule.name, parts.join("; "));
+    if let Some(alert) = rule.alert {
+        text.push_str(&format!("; alerts at {alert}"));
+    }
+    if !rule.labels.is_empty() {
+        text.push_str(&format!("; labels {} (at most {max_series} values)", rule.labels.join(", ")));
+    }
+    if let (Some(name), Some(value)) = (rule.metric_name(), &rule.value) {
+        let from = match value {
+            ValueFrom::Group(group) => format!("group {group}"),
+            ValueFrom::Field(field) => format!("field {field}"),
         };
-        let labels: Vec<String> = regex.capture_names().flatten().map(str::to_owned).collect();
-        for label in &labels {
-            if !is_label_name(label) || ["rule", "source"].contains(&label.as_str()) {
+        text.push_str(&format!("; {} of {from} as {name}", rule.metric.as_str()));
+        if rule.metric == MetricKind::Histogram {
+            let buckets: Vec<String> = rule.buckets.iter().map(f64::to_string).collect();
+            text.push_str(&format!(" (buckets {})", buckets.join(",")));
+        }
+    }
+    text
+}
+
+/// `AGENT_FORMAT`, or `AGENT_STDOUT_FORMAT` (`default`: `AGENT_FORMAT`'s where unset).
+fn read_format(values: &Values, variable: &Variable, default: Option<Format>) -> Result<Format, ConfigError> {
+    match (values.get(variable.name), default) {
+        (None, Some(default)) => Ok(default),
+        (value, _) => {
+            let value = value.unwrap_or("text");
+            Format::parse(value)
+                .ok_or_else(|| error(variable.name, format!("{value:?}: `text`, `json`, `logfmt` or `auto`")))
+        }
+    }
+}
+
+/// `AGENT_MULTILINE_*`, where `AGENT_MULTILINE_START` is set.
+fn multiline(values: &Values) -> Result<Option<MultilineConfig>, ConfigError> {
+    let Some(start) = values.get(MULTILINE_START.name) else {
+        for variable in [&MULTILINE_WAIT, &MULTILINE_MAX_LINES, &MULTILINE_MAX_BYTES] {
+            if values.get(variable.name).is_some() {
                 return Err(error(
-                    key,
-                    format!(
-                        "the group name {label:?} is not a label name (letters, digits and _, not starting with \
-                             a digit nor __; not rule nor source)"
-                    ),
+                    variable.name,
+                    "set AGENT_MULTILINE_START too (a regular expression, or java, python, go)",
                 ));
             }
         }
-        rules.push(RuleConfig { name, pattern: value.clone(), alert: None, labels });
-        keys.push(key);
+        return Ok(None);
+    };
+    if let Err(problem) = EventStart::parse(start) {
+        return Err(error(
+            MULTILINE_START.name,
+            format!("neither a preset (java, python, go) nor a regular expression: {}", one_line(&problem.to_string())),
+        ));
     }
-    for (key, value) in values.own.iter().filter(|(k, _)| k.starts_with(ALERT_PREFIX)) {
-        let name = rule_name(key, ALERT_PREFIX)?;
-        let threshold = parse_threshold(value).map_err(|problem| error(key, problem))?;
-        let Some(rule) = rules.iter_mut().find(|r| r.name == name) else {
-            let rule = format!("{RULE_PREFIX}{}", name.to_uppercase());
-            return Err(error(key, format!("no rule {name}: set {rule} too")));
-        };
-        if rule.alert.is_some() {
-            return Err(error(key, format!("a second alert for rule {name}: rule names are not case-sensitive")));
-        }
-        rule.alert = Some(threshold);
-    }
-    if rules.is_empty() {
-        return Err(error("AGENT_RULE_<NAME>", "no rule: set at least one, e.g. AGENT_RULE_ERROR=\\bERROR\\b"));
-    }
-    if rules.len() > MAX_RULES {
-        return Err(error("AGENT_RULE_<NAME>", format!("{} rules: at most {MAX_RULES}", rules.len())));
-    }
-
-    Ok(rules)
+    Ok(Some(MultilineConfig {
+        start: start.to_owned(),
+        wait: values.required_duration(&MULTILINE_WAIT)?,
+        max_lines: values.count(&MULTILINE_MAX_LINES)?,
+        max_bytes: values.bytes(&MULTILINE_MAX_BYTES)?,
+    }))
 }
 
 /// What to follow: file globs (`AGENT_FILES`) and a container's log stream
@@ -436,18 +509,6 @@ fn sources(values: &Values) -> Result<(Vec<String>, Option<String>), ConfigError
     }
 
     Ok((files, logs_container))
-}
-
-/// `error` of `AGENT_RULE_ERROR`: names are letters, digits and `_`, starting with a letter.
-fn rule_name(key: &str, prefix: &str) -> Result<String, ConfigError> {
-    let name = &key[prefix.len()..];
-    let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        && name.len() <= 48
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !valid {
-        return Err(error(key, "the rule's name must be letters, digits and _ (at most 48), starting with a letter"));
-    }
-    Ok(name.to_ascii_lowercase())
 }
 
 /// `5/1m`: 5 matches within a minute.
@@ -504,7 +565,7 @@ fn closest(key: &str) -> String {
     if let Some(rest) = key.strip_prefix(PREFIX)
         && let Some((head, name)) = rest.split_once('_')
     {
-        for prefix in [RULE_PREFIX, ALERT_PREFIX] {
+        for prefix in RULE_FAMILIES {
             if distance(&format!("{PREFIX}{head}_"), prefix) <= 2 {
                 candidates.push(format!("{prefix}{name}"));
             }
@@ -518,7 +579,7 @@ fn closest(key: &str) -> String {
     let best = candidates.iter().map(|c| (distance(key, c), c)).min();
     match best {
         Some((d, name)) if d <= 4 => format!(" (did you mean {name}?)"),
-        _ => format!(" (known: {}, AGENT_RULE_<NAME>, AGENT_ALERT_<NAME>)", fixed.join(", ")),
+        _ => format!(" (known: {}, {})", fixed.join(", "), RULE_FAMILIES.map(|p| format!("{p}<NAME>")).join(", ")),
     }
 }
 

@@ -10,10 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::alerts::AlertBook;
+use crate::config::{MetricKind, RuleConfig};
+use crate::fields::{self, Format};
 use crate::lines::Line;
-use crate::metrics::{Metrics, label_value};
+use crate::metrics::{Metrics, Observed, label_value};
+use crate::multiline::Event;
 use crate::rules::{Matched, Rules};
 use crate::shared::lock;
+use crate::value::Reading;
 
 /// The alerts, shared by the readers and the alert loop.
 pub type SharedAlerts = Arc<Mutex<AlertBook>>;
@@ -23,67 +27,144 @@ pub struct Counting {
     rules: Rules,
     metrics: Arc<Metrics>,
     max_line: usize,
+    /// `formats[source]`.
+    formats: Vec<Format>,
     lines: Vec<u64>,
     long_lines: Vec<u64>,
+    events: Vec<u64>,
+    parse_errors: Vec<u64>,
+    /// `cut[source]`: events ended at their most lines, cut at their most bytes.
+    cut: Vec<[u64; 2]>,
     tally: Tally,
+}
+
+/// What a rule with a value does with it.
+struct Measure {
+    reading: Reading,
+    /// A histogram's bounds (none for a sum or a gauge).
+    bounds: Vec<f64>,
 }
 
 /// The matches of a batch.
 struct Tally {
     alerts: SharedAlerts,
     has_alert: Vec<bool>,
-    /// Rules with named groups (counted by their values).
+    /// Rules with labels (counted by their values).
     labelled_rules: Vec<bool>,
-    /// `matches[rule][source]`, for rules without named groups.
+    /// `matches[rule][source]`, for rules without labels.
     matches: Vec<Vec<u64>>,
-    /// Matches of rules with named groups: (rule, source, values).
-    labelled: HashMap<(usize, usize, Vec<String>), u64>,
+    /// `measures[rule]`, for rules with a value.
+    measures: Vec<Option<Measure>>,
+    /// `observed[rule][source]`, for rules with a value and without labels.
+    observed: Vec<Vec<Observed>>,
+    /// Matches of rules with labels: (rule, source, values), and their values.
+    labelled: HashMap<(usize, usize, Vec<String>), (u64, Observed)>,
+    value_errors: Vec<u64>,
     matched: Vec<bool>,
 }
 
 impl Tally {
-    fn matched(&mut self, source: usize, m: &Matched<'_>, written: SystemTime) {
+    /// `m`, in source `source`, written at `written`; `quote` is what an alert says of it.
+    fn matched(&mut self, source: usize, m: &Matched<'_>, written: SystemTime, quote: &[u8]) {
         let rule = m.rule;
         self.matched[rule] = true;
+        let value = match (&self.measures[rule], m.value) {
+            (Some(measure), Some(text)) => match measure.reading.parse(text) {
+                Ok(value) => Some((value, measure.bounds.as_slice())),
+                Err(_) => {
+                    self.value_errors[rule] += 1;
+                    None
+                }
+            },
+            _ => None,
+        };
         if self.labelled_rules[rule] {
             let values = m.values.iter().map(|v| label_value(v)).collect();
-            *self.labelled.entry((rule, source, values)).or_default() += 1;
+            let (count, observed) = self.labelled.entry((rule, source, values)).or_default();
+            *count += 1;
+            if let Some((value, bounds)) = value {
+                observed.observe(value, bounds);
+            }
         } else {
             self.matches[rule][source] += 1;
+            if let Some((value, bounds)) = value {
+                self.observed[rule][source].observe(value, bounds);
+            }
         }
         if self.has_alert[rule] {
-            lock(&self.alerts).record(rule, m.line, written, SystemTime::now());
+            lock(&self.alerts).record(rule, quote, written, SystemTime::now());
         }
     }
 }
 
 impl Counting {
-    /// Counting over `rules` (compiled) into `metrics`, for `sources` sources; lines matched on
-    /// their first `max_line` bytes.
-    pub fn new(rules: Rules, metrics: Arc<Metrics>, alerts: SharedAlerts, sources: usize, max_line: usize) -> Self {
-        let count = rules.names().len();
+    /// Counting over `rules` (compiled) into `metrics`, for sources read as `formats` (one
+    /// each); lines matched on their first `max_line` bytes.
+    pub fn new(
+        rules: Rules,
+        configs: &[RuleConfig],
+        metrics: Arc<Metrics>,
+        alerts: SharedAlerts,
+        formats: Vec<Format>,
+        max_line: usize,
+    ) -> Self {
+        let (count, sources) = (rules.names().len(), formats.len());
         let has_alert = {
             let book = lock(&alerts);
             (0..count).map(|rule| book.has_alert(rule)).collect()
         };
-        let labelled_rules = metrics.matches.iter().map(|per_source| per_source.iter().all(Option::is_none)).collect();
+        let measures = configs
+            .iter()
+            .map(|r| {
+                (r.metric != MetricKind::Count).then(|| Measure {
+                    reading: r.reading,
+                    bounds: if r.metric == MetricKind::Histogram { r.buckets.clone() } else { Vec::new() },
+                })
+            })
+            .collect();
         let tally = Tally {
             alerts,
             has_alert,
-            labelled_rules,
+            labelled_rules: configs.iter().map(|r| !r.labels.is_empty()).collect(),
             matches: vec![vec![0; sources]; count],
+            measures,
+            observed: vec![vec![Observed::default(); sources]; count],
             labelled: HashMap::new(),
+            value_errors: vec![0; count],
             matched: vec![false; count],
         };
-        Self { rules, metrics, max_line, lines: vec![0; sources], long_lines: vec![0; sources], tally }
+        Self {
+            rules,
+            metrics,
+            max_line,
+            formats,
+            lines: vec![0; sources],
+            long_lines: vec![0; sources],
+            events: vec![0; sources],
+            parse_errors: vec![0; sources],
+            cut: vec![[0; 2]; sources],
+            tally,
+        }
     }
 
     /// A run of complete lines of source `source` (each ending in `\n`), written at `written`.
     pub fn run(&mut self, source: usize, run: &[u8], written: SystemTime) {
-        let Self { rules, max_line, tally, .. } = self;
-        let (lines, long) = rules.scan(run, *max_line, |m| tally.matched(source, &m, written));
-        self.lines[source] += lines;
-        self.long_lines[source] += long;
+        if self.formats[source] == Format::Text {
+            let Self { rules, max_line, tally, .. } = self;
+            let (lines, long) = rules.scan(run, *max_line, |m| tally.matched(source, &m, written, m.line));
+            self.lines[source] += lines;
+            self.events[source] += lines;
+            self.long_lines[source] += long;
+            return;
+        }
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', run) {
+            let mut line = &run[start..end];
+            line = line.strip_suffix(b"\r").unwrap_or(line);
+            start = end + 1;
+            let truncated = line.len() > self.max_line;
+            self.line(source, Line { bytes: &line[..line.len().min(self.max_line)], truncated }, written);
+        }
     }
 
     /// One line of source `source` (already without its newline, cut to the bound), written at
@@ -92,17 +173,46 @@ impl Counting {
         self.lines[source] += 1;
         self.long_lines[source] += u64::from(line.truncated);
         let bytes = &line.bytes[..line.bytes.len().min(self.max_line)];
-        let Self { rules, tally, .. } = self;
-        rules.each_match(bytes, |m| tally.matched(source, &m, written));
+        self.one(source, bytes, bytes, written);
+    }
+
+    /// An event of joined lines of source `source`, its last line written at `written`.
+    pub fn event(&mut self, source: usize, event: Event<'_>, written: SystemTime) {
+        self.lines[source] += event.lines;
+        self.cut[source][0] += u64::from(event.cut_lines);
+        self.cut[source][1] += u64::from(event.cut_bytes);
+        self.one(source, event.text, event.first_line(), written);
+    }
+
+    /// One line or event: read as its source's format says, matched, counted.
+    fn one(&mut self, source: usize, text: &[u8], quote: &[u8], written: SystemTime) {
+        self.events[source] += 1;
+        let Self { rules, tally, formats, parse_errors, .. } = self;
+        let record = match fields::read(formats[source], text, rules.paths()) {
+            Ok(record) => record,
+            Err(_) => {
+                parse_errors[source] += 1;
+                None
+            }
+        };
+        rules.each_match_record(text, record.as_ref(), |m| tally.matched(source, &m, written, quote));
     }
 
     /// Adds the batch's counts to the metrics.
     pub fn flush(&mut self) {
-        for (counter, count) in self.metrics.lines.iter().zip(&mut self.lines) {
-            counter.inc_by(std::mem::take(count));
-        }
-        for (counter, count) in self.metrics.long_lines.iter().zip(&mut self.long_lines) {
-            counter.inc_by(std::mem::take(count));
+        let add = |counters: &[prometheus_client::metrics::counter::Counter], counts: &mut [u64]| {
+            for (counter, count) in counters.iter().zip(counts.iter_mut()) {
+                if *count > 0 {
+                    counter.inc_by(std::mem::take(count));
+                }
+            }
+        };
+        add(&self.metrics.lines, &mut self.lines);
+        add(&self.metrics.long_lines, &mut self.long_lines);
+        add(&self.metrics.events, &mut self.events);
+        add(&self.metrics.parse_errors, &mut self.parse_errors);
+        for (counters, counts) in self.metrics.events_cut.iter().zip(&mut self.cut) {
+            add(counters, counts);
         }
         for (counters, counts) in self.metrics.matches.iter().zip(&mut self.tally.matches) {
             for (counter, count) in counters.iter().zip(counts.iter_mut()) {
@@ -111,8 +221,21 @@ impl Counting {
                 }
             }
         }
-        for ((rule, source, values), count) in self.tally.labelled.drain() {
-            self.metrics.labelled_matches(rule, source, &values, count);
+        for (rule, per_source) in self.tally.observed.iter_mut().enumerate() {
+            for (source, observed) in per_source.iter_mut().enumerate() {
+                if observed.count > 0 {
+                    self.metrics.observed(rule, source, &std::mem::take(observed));
+                }
+            }
+        }
+        for ((rule, source, values), (count, observed)) in self.tally.labelled.drain() {
+            let observed = (observed.count > 0).then_some(&observed);
+            self.metrics.labelled_matches(rule, source, &values, count, observed);
+        }
+        for (counter, count) in self.metrics.value_errors.iter().zip(&mut self.tally.value_errors) {
+            if let (Some(counter), true) = (counter, *count > 0) {
+                counter.inc_by(std::mem::take(count));
+            }
         }
         let now = wall_clock();
         for (gauge, matched) in self.metrics.last_match.iter().zip(&mut self.tally.matched) {
@@ -134,23 +257,23 @@ mod tests {
     use prometheus_client::registry::Registry;
 
     use super::*;
-    use crate::config::{RuleConfig, Threshold};
+    use crate::config::{Threshold, ValueFrom};
+    use crate::value::Unit;
 
     fn counting() -> (Counting, Registry, SharedAlerts) {
         let rules = [
             RuleConfig {
-                name: "error".into(),
-                pattern: r"\bERROR\b".into(),
                 alert: Some(Threshold { count: 3, window: Duration::from_secs(60) }),
-                labels: Vec::new(),
+                ..RuleConfig::counting("error", r"\bERROR\b")
             },
-            RuleConfig { name: "slow_query".into(), pattern: "slow".into(), alert: None, labels: Vec::new() },
+            RuleConfig::counting("slow_query", "slow"),
         ];
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry, &["/logs/*.log".into(), "stdout".into()], &rules, 100);
         let alerts = Arc::new(Mutex::new(AlertBook::new(&rules)));
         let compiled = Rules::new(&rules).expect("rules");
-        (Counting::new(compiled, Arc::new(metrics), alerts.clone(), 2, 1024), registry, alerts)
+        let formats = vec![Format::Text; 2];
+        (Counting::new(compiled, &rules, Arc::new(metrics), alerts.clone(), formats, 1024), registry, alerts)
     }
 
     #[test]
@@ -189,5 +312,236 @@ mod tests {
         let reports = lock(&alerts).look(SystemTime::now());
         assert!(reports[0].fired, "{reports:?}");
         assert_eq!(reports[0].note, "rule error matched 3 times within 3 in 1m; last line: ERROR 7");
+    }
+
+    fn rule(name: &str, pattern: Option<&str>, f: impl FnOnce(&mut RuleConfig)) -> RuleConfig {
+        let mut rule = match pattern {
+            Some(pattern) => RuleConfig::counting(name, pattern),
+            None => RuleConfig { name: name.into(), ..RuleConfig::default() },
+        };
+        f(&mut rule);
+        rule
+    }
+
+    fn measuring(rules: &[RuleConfig], formats: Vec<Format>, max_series: usize) -> (Counting, Registry) {
+        let mut registry = Registry::default();
+        let sources: Vec<String> = (0..formats.len()).map(|i| format!("s{i}")).collect();
+        let metrics = Metrics::register(&mut registry, &sources, rules, max_series);
+        let alerts = Arc::new(Mutex::new(AlertBook::new(rules)));
+        let compiled = Rules::new(rules).expect("rules");
+        (Counting::new(compiled, rules, Arc::new(metrics), alerts, formats, 1024), registry)
+    }
+
+    fn has(text: &str, series: &[&str]) {
+        for s in series {
+            assert!(text.lines().any(|l| l == *s), "{s} in\n{text}");
+        }
+    }
+
+    /// A histogram of a named group, in the rule's unit: each value in its bucket, once; what
+    /// does not parse counted, never observed; the group is no label.
+    #[test]
+    fn text_values_into_a_histogram() {
+        let latency = rule("latency", Some(r"latency=(?P<ms>\S+)"), |r| {
+            r.labels.clear();
+            r.value = Some(ValueFrom::Group("ms".into()));
+            r.metric = MetricKind::Histogram;
+            r.buckets = vec![0.1, 0.5, 1.0];
+            r.reading.bare = Some(Unit::Milliseconds);
+        });
+        let (mut c, registry) = measuring(&[latency], vec![Format::Text], 100);
+        let log = "GET /a latency=50\nGET /b latency=734\nGET /c latency=1.5s\nGET /d latency=abc\nGET /e latency=1e400\nINFO no value\n";
+        c.run(0, log.as_bytes(), SystemTime::now());
+        c.flush();
+        let text = crate::metrics::prometheus_text(&registry);
+        has(
+            &text,
+            &[
+                r#"watcher_agent_latency_seconds_bucket{le="0.1",rule="latency",source="s0"} 1"#,
+                r#"watcher_agent_latency_seconds_bucket{le="0.5",rule="latency",source="s0"} 1"#,
+                r#"watcher_agent_latency_seconds_bucket{le="1.0",rule="latency",source="s0"} 2"#,
+                r#"watcher_agent_latency_seconds_bucket{le="+Inf",rule="latency",source="s0"} 3"#,
+                r#"watcher_agent_latency_seconds_count{rule="latency",source="s0"} 3"#,
+                r#"watcher_agent_latency_seconds_sum{rule="latency",source="s0"} 2.284"#,
+                r#"watcher_agent_value_errors_total{rule="latency"} 2"#,
+                r#"watcher_agent_matches_total{rule="latency",source="s0"} 5"#,
+                r#"watcher_agent_lines_total{source="s0"} 6"#,
+                r#"watcher_agent_events_total{source="s0"} 6"#,
+            ],
+        );
+    }
+
+    /// JSON fields: a rule on a field, a histogram of a nested field, a label from a third; a
+    /// line that is not JSON counted and still matched as text.
+    #[test]
+    fn json_fields_match_measure_and_label() {
+        let errors = rule("errors", None, |r| {
+            r.fields = vec![crate::config::FieldMatch { path: "level".into(), pattern: "^error$".into() }];
+            r.labels = vec!["route".into()];
+            r.field_labels = vec!["route".into()];
+        });
+        let latency = rule("latency", None, |r| {
+            r.fields = vec![crate::config::FieldMatch { path: "level".into(), pattern: ".".into() }];
+            r.value = Some(ValueFrom::Field("http.ms".into()));
+            r.metric = MetricKind::Histogram;
+            r.buckets = vec![0.5, 1.0];
+            r.reading.bare = Some(Unit::Milliseconds);
+        });
+        let panic = rule("panic", Some("panic"), |_| {});
+        let rules = [errors, latency, panic];
+        let (mut c, registry) = measuring(&rules, vec![Format::Json], 100);
+        let log = concat!(
+            r#"{"level":"error","route":"/cart","http":{"ms":734}}"#,
+            "\n",
+            r#"{"level":"info","route":"/cart","http":{"ms":"12ms"}}"#,
+            "\n",
+            r#"{"level":"error","http":{"ms":{"p99":1}}}"#,
+            "\n",
+            "panic: not json\n",
+            r#"{"level":"error","route":"/pay","http":{"ms":2000}, "level":"info"}"#,
+            "\n",
+        );
+        c.run(0, log.as_bytes(), SystemTime::now());
+        c.flush();
+        let text = crate::metrics::prometheus_text(&registry);
+        has(
+            &text,
+            &[
+                r#"watcher_agent_matches_total{rule="errors",source="s0",route="/cart"} 1"#,
+                r#"watcher_agent_matches_total{rule="errors",source="s0",route=""} 1"#,
+                r#"watcher_agent_latency_seconds_bucket{le="0.5",rule="latency",source="s0"} 1"#,
+                r#"watcher_agent_latency_seconds_bucket{le="1.0",rule="latency",source="s0"} 2"#,
+                r#"watcher_agent_latency_seconds_count{rule="latency",source="s0"} 3"#,
+                r#"watcher_agent_value_errors_total{rule="latency"} 1"#,
+                r#"watcher_agent_parse_errors_total{source="s0"} 1"#,
+                r#"watcher_agent_matches_total{rule="panic",source="s0"} 1"#,
+            ],
+        );
+        assert!(!text.contains(r#"route="/pay""#), "the last level wins: info\n{text}");
+    }
+
+    /// A sum adds, a gauge keeps the last value; logfmt.
+    #[test]
+    fn sums_and_gauges() {
+        let bytes = rule("sent", None, |r| {
+            r.fields = vec![crate::config::FieldMatch { path: "msg".into(), pattern: "sent".into() }];
+            r.value = Some(ValueFrom::Field("size".into()));
+            r.metric = MetricKind::Sum;
+            r.reading = Reading { bare: Some(Unit::Bytes), non_negative: true };
+        });
+        let queue = rule("queue", None, |r| {
+            r.fields = vec![crate::config::FieldMatch { path: "queue".into(), pattern: ".".into() }];
+            r.value = Some(ValueFrom::Field("queue".into()));
+            r.metric = MetricKind::Gauge;
+        });
+        let (mut c, registry) = measuring(&[bytes, queue], vec![Format::Logfmt], 100);
+        c.run(
+            0,
+            b"msg=sent size=1KiB queue=7\nmsg=\"sent again\" size=24 queue=3\nmsg=sent size=-5\n",
+            SystemTime::now(),
+        );
+        c.flush();
+        let text = crate::metrics::prometheus_text(&registry);
+        has(
+            &text,
+            &[
+                r#"watcher_agent_sent_bytes_total{rule="sent",source="s0"} 1048.0"#,
+                r#"watcher_agent_queue{rule="queue",source="s0"} 3.0"#,
+                r#"watcher_agent_value_errors_total{rule="sent"} 1"#,
+            ],
+        );
+    }
+
+    /// An event is matched once, its lines counted, its first line quoted by the alert.
+    #[test]
+    fn events_are_matched_once_and_quoted_by_their_first_line() {
+        let (mut c, registry, alerts) = counting();
+        let event = Event {
+            text: b"ERROR request failed\nException: slow disk\n\tat a\n\tat b ERROR",
+            lines: 4,
+            cut_lines: false,
+            cut_bytes: true,
+        };
+        for _ in 0..3 {
+            c.event(0, event, SystemTime::now());
+        }
+        c.flush();
+        let text = crate::metrics::prometheus_text(&registry);
+        has(
+            &text,
+            &[
+                r#"watcher_agent_matches_total{rule="error",source="/logs/*.log"} 3"#,
+                r#"watcher_agent_matches_total{rule="slow_query",source="/logs/*.log"} 3"#,
+                r#"watcher_agent_lines_total{source="/logs/*.log"} 12"#,
+                r#"watcher_agent_events_total{source="/logs/*.log"} 3"#,
+                r#"watcher_agent_events_cut_total{source="/logs/*.log",reason="max_bytes"} 3"#,
+            ],
+        );
+        let reports = lock(&alerts).look(SystemTime::now());
+        assert_eq!(reports[0].note, "rule error matched 3 times within 3 in 1m; last line: ERROR request failed");
+    }
+
+    /// `AGENT_MAX_SERIES` holds across kinds: a histogram's label set counts once, the rest is
+    /// `other`, counted as dropped; `AGENT_SERIES_IDLE` drops label sets not seen.
+    #[test]
+    fn series_are_bounded_and_expire() {
+        let latency = rule("latency", Some(r"(?P<route>/\w+) (?P<ms>\d+)"), |r| {
+            r.labels = vec!["route".into()];
+            r.value = Some(ValueFrom::Group("ms".into()));
+            r.metric = MetricKind::Histogram;
+            r.buckets = vec![1.0];
+        });
+        let (mut c, registry) = measuring(&[latency], vec![Format::Text], 2);
+        // A batch's label sets come in no order: one line a batch, so that /a and /b come first.
+        for line in ["/a 1\n", "/b 2\n", "/c 3\n", "/d 4\n", "/a 5\n"] {
+            c.run(0, line.as_bytes(), SystemTime::now());
+            c.flush();
+        }
+        let text = crate::metrics::prometheus_text(&registry);
+        has(
+            &text,
+            &[
+                r#"watcher_agent_latency_count{rule="latency",source="s0",route="/a"} 2"#,
+                r#"watcher_agent_latency_count{rule="latency",source="s0",route="/b"} 1"#,
+                r#"watcher_agent_latency_count{rule="latency",source="s0",route="other"} 2"#,
+                r#"watcher_agent_series_dropped_total{rule="latency"} 2"#,
+            ],
+        );
+        c.metrics.expire(std::time::Duration::from_secs(600), std::time::Instant::now());
+        assert!(crate::metrics::prometheus_text(&registry).contains(r#"route="/a""#), "seen just now");
+        c.metrics.expire(std::time::Duration::ZERO, std::time::Instant::now() + std::time::Duration::from_secs(1));
+        let text = crate::metrics::prometheus_text(&registry);
+        assert!(!text.contains(r#"route="/a""#) && !text.contains(r#"route="/b""#), "{text}");
+        c.run(0, b"/c 1\n", SystemTime::now());
+        c.flush();
+        has(
+            &crate::metrics::prometheus_text(&registry),
+            &[r#"watcher_agent_latency_count{rule="latency",source="s0",route="/c"} 1"#],
+        );
+    }
+
+    /// A 64 MB JSON line: matched on its first bytes (memory bounded by the line's bound), then
+    /// not JSON: a parse error, a long line, counted once.
+    #[test]
+    fn a_64_mb_json_line_is_bounded() {
+        let errors = rule("errors", None, |r| {
+            r.fields = vec![crate::config::FieldMatch { path: "level".into(), pattern: "error".into() }];
+        });
+        let (mut c, registry) = measuring(&[errors, rule("any", Some("level"), |_| {})], vec![Format::Json], 100);
+        let mut line = String::from(r#"{"level":"error","msg":""#);
+        line.push_str(&"x".repeat(64 << 20));
+        line.push_str("\"}\n");
+        c.run(0, line.as_bytes(), SystemTime::now());
+        c.flush();
+        has(
+            &crate::metrics::prometheus_text(&registry),
+            &[
+                r#"watcher_agent_parse_errors_total{source="s0"} 1"#,
+                r#"watcher_agent_long_lines_total{source="s0"} 1"#,
+                r#"watcher_agent_lines_total{source="s0"} 1"#,
+                r#"watcher_agent_matches_total{rule="any",source="s0"} 1"#,
+                r#"watcher_agent_matches_total{rule="errors",source="s0"} 0"#,
+            ],
+        );
     }
 }

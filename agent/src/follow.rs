@@ -41,6 +41,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::checkpoint::{FileMark, hash, seconds};
 use crate::config::Start;
 use crate::lines::{Line, LineBuffer};
+use crate::multiline::Event;
 
 mod disk;
 mod moved;
@@ -106,6 +107,11 @@ pub trait Sink {
     /// One line of source `source` (a line completed across reads, or a last line without its
     /// newline at the file's end).
     fn line(&mut self, source: usize, line: Line<'_>, written: SystemTime);
+    /// An event of joined lines of source `source` (with `AGENT_MULTILINE_START`), its last
+    /// line written at `written`.
+    fn event(&mut self, source: usize, event: Event<'_>, written: SystemTime) {
+        self.line(source, Line { bytes: event.text, truncated: event.cut_bytes }, written);
+    }
     /// Source `source` could not be read, for `reason` (said once per change).
     fn error(&mut self, source: usize, reason: SourceError, detail: &str);
     /// A file was closed, for `reason` (`rotated`, `idle`, `limit`).
@@ -133,6 +139,8 @@ pub struct FollowOptions {
     pub ignore_older: Option<Duration>,
     /// Files open at once at most (any number is followed).
     pub max_open: usize,
+    /// Lines joined into events (`AGENT_MULTILINE_START`), each file's its own.
+    pub multiline: Option<std::sync::Arc<crate::multiline::Multiline>>,
 }
 
 /// What the follower knows when it starts.
@@ -283,6 +291,7 @@ impl Follower {
         let waiting = self.discover(sink);
         self.started = true;
         let more = self.read_all(sink, BUDGET_BYTES);
+        self.end_waiting_events(sink, now);
         self.close_idle(sink, now);
         sink.open_files(self.open.len());
         // Files waiting get a descriptor in the next look, but from files rotated away, which
@@ -311,7 +320,7 @@ impl Follower {
         if flush_partial {
             for open in self.open.values_mut() {
                 let (source, written) = (open.source, open.modified);
-                open.buffer.flush(|line| sink.line(source, line, written));
+                open.buffer.flush(|piece| disk::give(sink, source, piece, written));
             }
         }
     }
@@ -325,6 +334,14 @@ impl Follower {
         // In a stable order: an unchanged checkpoint is not written again.
         marks.sort_unstable_by_key(|m| (m.dev, m.ino));
         marks
+    }
+
+    /// Ends the events that waited `AGENT_MULTILINE_WAIT` for a next line.
+    fn end_waiting_events(&mut self, sink: &mut impl Sink, now: Instant) {
+        for open in self.open.values_mut() {
+            let (source, written) = (open.source, open.modified);
+            open.buffer.expire(now, |piece| disk::give(sink, source, piece, written));
+        }
     }
 
     /// Closes the files rotated away that stopped growing, and those idle past
@@ -358,7 +375,7 @@ impl Follower {
         let Some(mut open) = self.open.remove(&key) else { return };
         if flush {
             let (source, written) = (open.source, open.modified);
-            open.buffer.flush(|line| sink.line(source, line, written));
+            open.buffer.flush(|piece| disk::give(sink, source, piece, written));
         }
         if reason == "limit" {
             tracing::debug!(path = %open.path.display(), offset = open.offset, reason, "closed");
@@ -536,9 +553,9 @@ impl Follower {
             None => match self.known.remove(&key) {
                 // Truncated while closed: what its copy holds past where it was left, then all of it.
                 Some(known) => {
-                    let mut buffer = LineBuffer::new(self.options.max_line);
+                    let mut buffer = LineBuffer::joining(self.options.max_line, self.options.multiline.as_ref());
                     let found = self.read_copy(&Left::of(&known.mark), &mut buffer, source, sink);
-                    buffer.flush(|line| sink.line(source, line, modified));
+                    buffer.flush(|piece| disk::give(sink, source, piece, modified));
                     sink.truncated(source, found);
                     (0, "truncated while closed")
                 }
@@ -565,7 +582,7 @@ impl Follower {
         let tail = read_tail(&file, offset).unwrap_or_default();
         self.counter += 1;
         let fingerprint = fingerprint_of(&head);
-        let buffer = LineBuffer::new(self.options.max_line);
+        let buffer = LineBuffer::joining(self.options.max_line, self.options.multiline.as_ref());
         let (grew, order) = (Instant::now(), self.counter);
         let open = Open {
             file,

@@ -1,8 +1,15 @@
 //! Bytes into lines: complete lines are handed out as they are found, a last line without its
 //! newline is kept until the newline comes (never split, never counted twice), and a line longer
-//! than the bound is kept only up to it (counted once, matched on its first bytes).
+//! than the bound is kept only up to it (counted once, matched on its first bytes). With
+//! `AGENT_MULTILINE_START`, lines are joined into events ([`crate::multiline`]) before they are
+//! handed out.
+
+use std::sync::Arc;
+use std::time::Instant;
 
 use memchr::memchr;
+
+use crate::multiline::{Event, Joiner, Multiline};
 
 /// A line as it is handed out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +27,8 @@ pub enum Piece<'a> {
     Line(Line<'a>),
     /// Complete lines, each ending in `\n`.
     Run(&'a [u8]),
+    /// An event of joined lines (with `AGENT_MULTILINE_START`: then lines come only so).
+    Event(Event<'a>),
 }
 
 /// The part of a line seen so far.
@@ -30,24 +39,48 @@ pub struct LineBuffer {
     /// Bytes of the partial line seen, those beyond the bound included.
     seen: u64,
     max: usize,
+    /// The event being joined, with `AGENT_MULTILINE_START`.
+    events: Option<Joiner>,
 }
 
 impl LineBuffer {
     /// Lines kept up to `max` bytes.
     pub fn new(max: usize) -> Self {
-        Self { partial: Vec::new(), overflow: false, seen: 0, max }
+        Self { partial: Vec::new(), overflow: false, seen: 0, max, events: None }
     }
 
-    /// Bytes of the line waiting for its newline (those beyond the bound included): where a
-    /// checkpoint must resume is that many bytes before what was read.
+    /// Lines kept up to `max` bytes, joined into events where `multiline` is set.
+    pub fn joining(max: usize, multiline: Option<&Arc<Multiline>>) -> Self {
+        Self { events: multiline.map(|m| Joiner::new(m.clone())), ..Self::new(max) }
+    }
+
+    /// Bytes of the line waiting for its newline (those beyond the bound included), and of the
+    /// event waiting for its end: where a checkpoint must resume is that many bytes before what
+    /// was read.
     pub fn pending(&self) -> u64 {
-        self.seen
+        self.seen + self.events.as_ref().map_or(0, Joiner::pending)
+    }
+
+    /// When the event waiting for its end ends for want of a new line.
+    pub fn due(&self) -> Option<Instant> {
+        self.events.as_ref().and_then(Joiner::due)
+    }
+
+    /// The event waiting for its end, if it has waited long enough by `now`.
+    pub fn expire(&mut self, now: Instant, mut emit: impl FnMut(Piece<'_>)) {
+        if let Some(events) = &mut self.events {
+            events.expire(now, &mut |event| emit(Piece::Event(event)));
+        }
     }
 
     /// Splits `chunk` (what follows what was pushed before): the line waiting for its newline,
     /// completed, as a [`Piece::Line`]; every complete line after it as one [`Piece::Run`]
     /// (each ending in `\n`); the rest is kept.
     pub fn push_runs(&mut self, mut chunk: &[u8], mut emit: impl FnMut(Piece<'_>)) {
+        if self.events.is_some() {
+            self.push_events(chunk, &mut emit);
+            return;
+        }
         if self.has_partial() {
             let Some(end) = memchr(b'\n', chunk) else {
                 self.keep(chunk);
@@ -67,6 +100,38 @@ impl LineBuffer {
             }
             None => self.keep(chunk),
         }
+    }
+
+    /// Splits `chunk` into lines and joins them into events.
+    fn push_events(&mut self, chunk: &[u8], emit: &mut impl FnMut(Piece<'_>)) {
+        let now = Instant::now();
+        let max = self.max;
+        let mut lines: Vec<(usize, usize, u64)> = Vec::new();
+        // Lines are found first, then joined: the joiner and the partial line are both ours.
+        let mut start = 0;
+        let mut completed = None;
+        for end in memchr::memchr_iter(b'\n', chunk) {
+            if start == 0 && self.has_partial() {
+                self.keep(&chunk[..end]);
+                completed = Some(self.seen + 1);
+            } else {
+                lines.push((start, end, (end - start) as u64 + 1));
+            }
+            start = end + 1;
+        }
+        let Some(events) = &mut self.events else { return };
+        let mut give = |event: Event<'_>| emit(Piece::Event(event));
+        if let Some(raw) = completed {
+            events.push(trim_cr(&self.partial), raw, now, &mut give);
+            self.partial.clear();
+            self.overflow = false;
+            self.seen = 0;
+        }
+        for (from, to, raw) in lines {
+            let line = trim_cr(&chunk[from..to]);
+            events.push(&line[..line.len().min(max)], raw, now, &mut give);
+        }
+        self.keep(&chunk[start..]);
     }
 
     /// Whether part of a line is waiting for its newline.
@@ -97,12 +162,43 @@ impl LineBuffer {
     }
 
     /// Hands out the line waiting for its newline, if any (the file is gone or was truncated:
-    /// no newline will come).
-    pub fn flush(&mut self, mut emit: impl FnMut(Line<'_>)) {
-        if self.has_partial() {
-            emit(Line { bytes: trim_cr(&self.partial), truncated: self.overflow });
+    /// no newline will come), and the event waiting for its end.
+    pub fn flush(&mut self, mut emit: impl FnMut(Piece<'_>)) {
+        let now = Instant::now();
+        let partial = self.has_partial();
+        match &mut self.events {
+            None if partial => {
+                emit(Piece::Line(Line { bytes: trim_cr(&self.partial), truncated: self.overflow }));
+            }
+            None => {}
+            Some(events) => {
+                let mut give = |event: Event<'_>| emit(Piece::Event(event));
+                if !self.partial.is_empty() || self.overflow {
+                    events.push(trim_cr(&self.partial), self.seen, now, &mut give);
+                }
+                events.flush(&mut give);
+            }
         }
         self.discard();
+    }
+
+    /// Hands out the event waiting for its end (no more lines will come to it).
+    pub fn flush_event(&mut self, mut emit: impl FnMut(Piece<'_>)) {
+        if let Some(events) = &mut self.events {
+            events.flush(&mut |event| emit(Piece::Event(event)));
+        }
+    }
+
+    /// A complete line (from a source that splits lines itself, the log stream): joined into
+    /// the event, or handed out as it is.
+    pub fn line(&mut self, line: Line<'_>, mut emit: impl FnMut(Piece<'_>)) {
+        match &mut self.events {
+            None => emit(Piece::Line(line)),
+            Some(events) => {
+                let raw = line.bytes.len() as u64 + 1;
+                events.push(line.bytes, raw, Instant::now(), &mut |event| emit(Piece::Event(event)));
+            }
+        }
     }
 
     /// Forgets the line waiting for its newline (it will be read again from its start).
@@ -167,8 +263,13 @@ mod tests {
         let mut buffer = LineBuffer::new(64);
         assert!(lines(&mut buffer, &[b"no newline"]).is_empty());
         let mut out = Vec::new();
-        buffer.flush(|l| out.push(l.bytes.to_vec()));
-        buffer.flush(|l| out.push(l.bytes.to_vec()));
+        let mut take = |p: Piece<'_>| {
+            if let Piece::Line(l) = p {
+                out.push(l.bytes.to_vec());
+            }
+        };
+        buffer.flush(&mut take);
+        buffer.flush(&mut take);
         assert_eq!(out, [b"no newline".to_vec()], "once");
     }
 
@@ -176,6 +277,7 @@ mod tests {
         match piece {
             Piece::Line(line) => lines.push(line.bytes.to_vec()),
             Piece::Run(run) => runs.push(run.to_vec()),
+            Piece::Event(event) => lines.push(event.text.to_vec()),
         }
     }
 
@@ -194,6 +296,34 @@ mod tests {
         assert_eq!(buffer.pending(), 1);
         buffer.push_runs(b"dd", |_| {});
         assert_eq!(buffer.pending(), 3);
+    }
+
+    /// Joined into events: a line split across reads joins whole; the bytes of the event
+    /// waiting for its end are pending, as the partial line's are.
+    #[test]
+    fn lines_are_joined_into_events() {
+        let multiline = Arc::new(Multiline {
+            start: crate::multiline::Start::Java,
+            wait: std::time::Duration::from_secs(1),
+            max_lines: 500,
+            max_bytes: 1024,
+        });
+        let mut buffer = LineBuffer::joining(64, Some(&multiline));
+        let mut events = Vec::new();
+        let mut take = |p: Piece<'_>| match p {
+            Piece::Event(e) => events.push((String::from_utf8_lossy(e.text).into_owned(), e.lines)),
+            other => panic!("{other:?}"),
+        };
+        buffer.push_runs(b"INFO a\nException: x\n\tat o", &mut take);
+        assert_eq!(buffer.pending(), 13 + 5, "the event and the partial line");
+        buffer.push_runs(b"ne\r\n\tat two\nINFO b\n", &mut take);
+        assert_eq!(buffer.pending(), 7);
+        buffer.flush(&mut take);
+        assert_eq!(buffer.pending(), 0);
+        assert_eq!(
+            events,
+            [("INFO a".into(), 1), ("Exception: x\n\tat one\n\tat two".into(), 3), ("INFO b".into(), 1)]
+        );
     }
 
     #[test]

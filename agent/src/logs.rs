@@ -44,6 +44,9 @@ pub(crate) struct Resume {
     replay: HashMap<(i128, u64), u32>,
     /// Lines stamped before this are not read (`AGENT_START=end`: the agent's start).
     not_before: Option<Timestamp>,
+    /// The first line of the event waiting for its end (`AGENT_MULTILINE_START`): a checkpoint
+    /// resumes before it, so that a restart reads the event whole, once.
+    hold: Option<Timestamp>,
     /// The container's restart count when last read.
     pub(crate) restart_count: Option<i32>,
 }
@@ -68,17 +71,26 @@ impl Resume {
         Self { last, recent, restart_count: mark.restart_count, ..Self::default() }
     }
 
-    /// For a checkpoint.
+    /// For a checkpoint: where the lines read end, or where the event waiting for its end
+    /// begins.
     pub(crate) fn mark(&self) -> StreamMark {
+        let held = self.hold.map(Timestamp::as_nanosecond);
         let recent = self
             .recent
             .iter()
+            .filter(|((at, _), _)| held.is_none_or(|held| *at < held))
             .flat_map(|((at, text), count)| {
                 let at = Timestamp::from_nanosecond(*at).map(|t| t.to_string()).unwrap_or_default();
                 std::iter::repeat_n((at, *text), *count as usize)
             })
             .collect();
-        StreamMark { restart_count: self.restart_count, last: self.last.map(|t| t.to_string()), recent }
+        let last = self.hold.or(self.last);
+        StreamMark { restart_count: self.restart_count, last: last.map(|t| t.to_string()), recent }
+    }
+
+    /// An event begins with the line stamped `at` (`None`: no event waits).
+    pub(crate) fn hold(&mut self, at: Option<Timestamp>) {
+        self.hold = at;
     }
 
     /// A new stream starts: the `sinceTime` to ask from (the second of the last line read),
@@ -104,10 +116,13 @@ impl Resume {
         }
         if self.last.is_none_or(|last| at > last) {
             self.last = Some(at);
-            let second = floor_second(at);
+            // While an event waits, the lines of its first second are kept: a checkpoint
+            // resumes from that second.
+            let second = floor_second(self.hold.map_or(at, |held| held.min(at)));
             self.recent.retain(|(t, _), _| *t >= second);
         }
-        if self.last.is_some_and(|last| at.as_nanosecond() >= floor_second(last)) && self.recent.len() < RECENT_LINES {
+        let kept_from = self.hold.map_or(self.last, |held| Some(self.last.map_or(held, |last| last.min(held))));
+        if kept_from.is_some_and(|from| at.as_nanosecond() >= floor_second(from)) && self.recent.len() < RECENT_LINES {
             *self.recent.entry(key).or_insert(0) += 1;
         }
         true
@@ -158,6 +173,58 @@ pub(crate) struct Reader<'a> {
     pub(crate) max_line: usize,
     /// A stream that sends no byte for this long is asked again (`AGENT_STREAM_IDLE`).
     pub(crate) idle: Duration,
+    /// Lines joined into events (`AGENT_MULTILINE_START`), across streams.
+    pub(crate) events: LineBuffer,
+}
+
+impl Reader<'_> {
+    /// One stamped line, new or not: counted, or joined into the event waiting. 1 if new.
+    fn line(&mut self, stamped: Line<'_>) -> u64 {
+        let (at, text) = split_timestamp(stamped.bytes);
+        let new = at.is_none_or(|at| lock(self.resume).accept(at, text));
+        if !new {
+            return 0;
+        }
+        let written = at.map_or_else(SystemTime::now, SystemTime::from);
+        let bytes = &text[..text.len().min(self.max_line)];
+        let line = Line { bytes, truncated: stamped.truncated || text.len() > self.max_line };
+        let (source, counting) = (self.source, &mut *self.counting);
+        let waited = self.events.due().is_some();
+        let mut ended = false;
+        self.events.line(line, |piece| {
+            ended = true;
+            count(counting, source, piece, written);
+        });
+        if self.events.due().is_some() && (ended || !waited) {
+            lock(self.resume).hold(at);
+        }
+        1
+    }
+
+    /// The event waiting for its end, if it has waited `AGENT_MULTILINE_WAIT` by `now`; or now
+    /// (`force`: the stream stops).
+    pub(crate) fn end_event(&mut self, now: std::time::Instant, force: bool) {
+        let (source, counting) = (self.source, &mut *self.counting);
+        let written = SystemTime::now();
+        if force {
+            self.events.flush_event(|piece| count(counting, source, piece, written));
+        } else {
+            self.events.expire(now, |piece| count(counting, source, piece, written));
+        }
+        if self.events.due().is_none() {
+            lock(self.resume).hold(None);
+        }
+        self.counting.flush();
+    }
+}
+
+/// A line or an event of the stream, counted.
+fn count(counting: &mut Counting, source: usize, piece: crate::lines::Piece<'_>, written: SystemTime) {
+    match piece {
+        crate::lines::Piece::Line(line) => counting.line(source, line, written),
+        crate::lines::Piece::Event(event) => counting.event(source, event, written),
+        crate::lines::Piece::Run(run) => counting.run(source, run, written),
+    }
 }
 
 /// One stream of `container`'s log (the previous container's, when `previous`), from where
@@ -206,6 +273,28 @@ pub(crate) async fn stream_once(
             Some(at) => at.saturating_duration_since(tokio::time::Instant::now()),
             None => reader.idle,
         };
+        // An event waiting for its end ends on time, however long the stream stays silent.
+        let event_due = reader.events.due().map(|due| due.saturating_duration_since(std::time::Instant::now()));
+        if let Some(due) = event_due.filter(|due| *due < wait) {
+            let read = tokio::time::timeout(due, stream.read(&mut bytes)).await;
+            match read {
+                Err(_) => {
+                    reader.end_event(std::time::Instant::now(), false);
+                    continue;
+                }
+                Ok(Ok(0)) => {
+                    buffer.discard();
+                    reader.counting.flush();
+                    return Ended::ByServer { lines };
+                }
+                Ok(Ok(n)) => {
+                    buffer.push(&bytes[..n], |stamped| lines += reader.line(stamped));
+                    reader.counting.flush();
+                    continue;
+                }
+                Ok(Err(error)) => return Ended::Failed(error.to_string()),
+            }
+        }
         let read = tokio::select! {
             read = tokio::time::timeout(wait, stream.read(&mut bytes)) => read,
             _ = stop.changed(), if deadline.is_none() => {
@@ -213,7 +302,6 @@ pub(crate) async fn stream_once(
                 continue;
             }
         };
-        let (source, counting, resume, max) = (reader.source, &mut *reader.counting, reader.resume, reader.max_line);
         match read {
             Err(_) if deadline.is_some() => return Ended::Stopped,
             Err(_) => return Ended::Idle,
@@ -221,29 +309,16 @@ pub(crate) async fn stream_once(
                 // Every line of a container's log ends in a newline: a line cut off is the
                 // connection's, sent again whole by the next stream.
                 buffer.discard();
-                counting.flush();
+                reader.counting.flush();
                 return Ended::ByServer { lines };
             }
             Ok(Ok(n)) => {
-                buffer.push(&bytes[..n], |stamped| lines += read_line(stamped, source, counting, resume, max));
-                counting.flush();
+                buffer.push(&bytes[..n], |stamped| lines += reader.line(stamped));
+                reader.counting.flush();
             }
             Ok(Err(error)) => return Ended::Failed(error.to_string()),
         }
     }
-}
-
-/// Counts one stamped line if it is new: 1 if counted.
-fn read_line(stamped: Line<'_>, source: usize, counting: &mut Counting, resume: &Mutex<Resume>, max: usize) -> u64 {
-    let (at, text) = split_timestamp(stamped.bytes);
-    let new = at.is_none_or(|at| lock(resume).accept(at, text));
-    if !new {
-        return 0;
-    }
-    let written = at.map_or_else(SystemTime::now, SystemTime::from);
-    let bytes = &text[..text.len().min(max)];
-    counting.line(source, Line { bytes, truncated: stamped.truncated || text.len() > max }, written);
-    1
 }
 
 /// Backoff between failed streams: 1 s, doubling to 30 s.
@@ -298,6 +373,7 @@ pub(crate) async fn follow(
     let mut said_failing = false;
     loop {
         if *stop.borrow() {
+            reader.end_event(std::time::Instant::now(), true);
             return;
         }
         previous_first(&pods, &pod, &container, &mut reader, &metrics, &mut stop).await;
@@ -315,6 +391,7 @@ pub(crate) async fn follow(
             }
             Ended::Stopped => {
                 metrics.reconnected("shutdown");
+                reader.end_event(std::time::Instant::now(), true);
                 return;
             }
             Ended::ByServer { lines } if lines > 0 => {
@@ -344,11 +421,15 @@ pub(crate) async fn follow(
             }
         }
         if *stop.borrow() {
+            reader.end_event(std::time::Instant::now(), true);
             return;
         }
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
-            _ = stop.changed() => return,
+            _ = stop.changed() => {
+                reader.end_event(std::time::Instant::now(), true);
+                return;
+            }
         }
     }
 }

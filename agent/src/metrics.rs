@@ -2,19 +2,23 @@
 //! source, matches per rule and source (and per the values of a rule's named groups, at most
 //! `AGENT_MAX_SERIES` of them, the rest as `other`), the time of each rule's last match, long
 //! lines, source errors by reason, alerts firing and sent, the files open and closed, the log
-//! stream's reconnections. Every counter is atomic: a scrape never waits for a reader.
+//! stream's reconnections; events, lines not in their format, values that do not parse; and the
+//! metric each rule with a value makes (`watcher_agent_<rule>[_seconds|_bytes]`: a sum, a gauge
+//! or a histogram). Every counter is atomic: a scrape never waits for a reader.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
-use crate::config::RuleConfig;
+use crate::config::{MetricKind, RuleConfig};
 use crate::follow::SourceError;
 use crate::shared::lock;
 
@@ -61,11 +65,176 @@ pub const CLOSED_REASONS: [&str; 3] = ["rotated", "idle", "limit"];
 /// Why the log stream was asked again.
 pub const RECONNECT_REASONS: [&str; 5] = ["ended", "idle", "error", "restarted", "shutdown"];
 
-/// A rule's series by the values of its named groups.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CutLabels {
+    source: String,
+    reason: String,
+}
+
+/// A label set of a rule: when it was last counted, and in which sources (a bit each).
+struct Seen {
+    at: Instant,
+    sources: u64,
+}
+
+/// A rule's series by the values of its labels.
 struct Labelled {
     names: Vec<String>,
-    seen: Mutex<HashSet<Vec<String>>>,
-    folded: Counter,
+    seen: Mutex<HashMap<Vec<String>, Seen>>,
+    dropped: Counter,
+    said: AtomicBool,
+}
+
+/// Values observed in a batch, for one series: a sum's, a gauge's or a histogram's.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    /// Values observed.
+    pub count: u64,
+    /// Their sum.
+    pub sum: f64,
+    /// The last one.
+    pub last: f64,
+    /// Per bucket (the last, `+Inf`), for a histogram.
+    pub buckets: Vec<u64>,
+}
+
+impl Observed {
+    /// `value`, in a histogram with upper bounds `bounds` where there are some.
+    #[inline]
+    pub fn observe(&mut self, value: f64, bounds: &[f64]) {
+        self.count += 1;
+        self.sum += value;
+        self.last = value;
+        if !bounds.is_empty() {
+            if self.buckets.is_empty() {
+                self.buckets = vec![0; bounds.len() + 1];
+            }
+            self.buckets[bounds.partition_point(|bound| *bound < value)] += 1;
+        }
+    }
+}
+
+/// A histogram whose observations come in batches ([`Observed`]): atomic, a scrape waits for
+/// no reader.
+#[derive(Clone, Debug)]
+pub struct BatchHistogram {
+    bounds: Arc<[f64]>,
+    inner: Arc<HistogramCounts>,
+}
+
+#[derive(Debug)]
+struct HistogramCounts {
+    /// Per bucket, not cumulative; the last is `+Inf`.
+    buckets: Vec<AtomicU64>,
+    count: AtomicU64,
+    /// The sum's bits.
+    sum: AtomicU64,
+}
+
+impl BatchHistogram {
+    fn new(bounds: Arc<[f64]>) -> Self {
+        let buckets = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
+        Self { bounds, inner: Arc::new(HistogramCounts { buckets, count: AtomicU64::new(0), sum: AtomicU64::new(0) }) }
+    }
+
+    fn add(&self, observed: &Observed) {
+        for (bucket, count) in self.inner.buckets.iter().zip(&observed.buckets) {
+            bucket.fetch_add(*count, Ordering::Relaxed);
+        }
+        let _ = self.inner.sum.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+            Some((f64::from_bits(bits) + observed.sum).to_bits())
+        });
+        self.inner.count.fetch_add(observed.count, Ordering::Relaxed);
+    }
+}
+
+impl TypedMetric for BatchHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for BatchHistogram {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let bounds = self.bounds.iter().copied().chain(std::iter::once(f64::INFINITY));
+        let buckets: Vec<(f64, u64)> =
+            bounds.zip(self.inner.buckets.iter().map(|b| b.load(Ordering::Relaxed))).collect();
+        let sum = f64::from_bits(self.inner.sum.load(Ordering::Relaxed));
+        encoder.encode_histogram::<NoLabelSet>(sum, self.inner.count.load(Ordering::Relaxed), &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// Makes a rule's histograms with its buckets.
+#[derive(Clone, Debug)]
+pub struct Buckets(Arc<[f64]>);
+
+impl MetricConstructor<BatchHistogram> for Buckets {
+    fn new_metric(&self) -> BatchHistogram {
+        BatchHistogram::new(self.0.clone())
+    }
+}
+
+type Labels = Vec<(String, String)>;
+
+/// The metric a rule with a value makes.
+enum ValueMetric {
+    Sum(Family<Labels, Counter<f64, AtomicU64>>),
+    Gauge(Family<Labels, Gauge<f64, AtomicU64>>),
+    Histogram(Family<Labels, BatchHistogram, Buckets>),
+}
+
+impl ValueMetric {
+    /// Registers rule `rule`'s metric, if it makes one.
+    fn register(registry: &mut Registry, rule: &RuleConfig) -> Option<Self> {
+        let name = rule.metric_name()?;
+        let help = format!("The values rule {} reads ({})", rule.name, rule.metric.as_str());
+        Some(match rule.metric {
+            MetricKind::Count => return None,
+            MetricKind::Sum => {
+                let family = Family::default();
+                registry.register(name, help, family.clone());
+                Self::Sum(family)
+            }
+            MetricKind::Gauge => {
+                let family = Family::default();
+                registry.register(name, help, family.clone());
+                Self::Gauge(family)
+            }
+            MetricKind::Histogram => {
+                let family = Family::new_with_constructor(Buckets(rule.buckets.clone().into()));
+                registry.register(name, help, family.clone());
+                Self::Histogram(family)
+            }
+        })
+    }
+
+    fn add(&self, labels: &Labels, observed: &Observed) {
+        match self {
+            Self::Sum(family) => drop(family.get_or_create(labels).inc_by(observed.sum)),
+            Self::Gauge(family) if observed.count > 0 => drop(family.get_or_create(labels).set(observed.last)),
+            Self::Gauge(_) => {}
+            Self::Histogram(family) => family.get_or_create(labels).add(observed),
+        }
+    }
+
+    /// The series at 0 (a gauge has none until a value comes).
+    fn at_zero(&self, labels: &Labels) {
+        match self {
+            Self::Sum(family) => drop(family.get_or_create(labels)),
+            Self::Gauge(_) => {}
+            Self::Histogram(family) => drop(family.get_or_create(labels)),
+        }
+    }
+
+    fn remove(&self, labels: &Labels) {
+        match self {
+            Self::Sum(family) => drop(family.remove(labels)),
+            Self::Gauge(family) => drop(family.remove(labels)),
+            Self::Histogram(family) => drop(family.remove(labels)),
+        }
+    }
 }
 
 /// The metrics of one agent: `sources` (file globs, then `stdout` for the log stream) by index,
@@ -79,6 +248,15 @@ pub struct Metrics {
     labelled: Vec<Option<Labelled>>,
     max_series: usize,
     rule_names: Vec<String>,
+    values: Vec<Option<ValueMetric>>,
+    /// `value_errors[rule]`, for rules with a value.
+    pub value_errors: Vec<Option<Counter>>,
+    /// `events[source]`: events (a line each without `AGENT_MULTILINE_START`).
+    pub events: Vec<Counter>,
+    /// `parse_errors[source]`: lines not in their format.
+    pub parse_errors: Vec<Counter>,
+    /// `events_cut[source]`: ended at `AGENT_MULTILINE_MAX_LINES`, cut at `_MAX_BYTES`.
+    pub events_cut: Vec<[Counter; 2]>,
     /// `last_match[rule]`: seconds since the epoch.
     pub last_match: Vec<Gauge<f64, AtomicU64>>,
     /// `long_lines[source]`.
@@ -104,7 +282,11 @@ struct Families {
     last_match: Family<RuleLabels, Gauge<f64, AtomicU64>>,
     long_lines: Family<SourceLabels, Counter>,
     firing: Family<RuleLabels, Gauge>,
-    folded: Family<RuleLabels, Counter>,
+    dropped: Family<RuleLabels, Counter>,
+    value_errors: Family<RuleLabels, Counter>,
+    events: Family<SourceLabels, Counter>,
+    parse_errors: Family<SourceLabels, Counter>,
+    events_cut: Family<CutLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     sent: Family<SentLabels, Counter>,
     closed: Family<ReasonLabels, Counter>,
@@ -166,9 +348,34 @@ impl Families {
             self.long_lines.clone(),
         );
         registry.register(
+            "watcher_agent_series_dropped",
+            "Matches counted as `other`: their label sets beyond AGENT_MAX_SERIES",
+            self.dropped.clone(),
+        );
+        registry.register(
             "watcher_agent_series_folded",
-            "Matches counted as `other`: their named groups' values beyond AGENT_MAX_SERIES",
-            self.folded.clone(),
+            "The same as watcher_agent_series_dropped_total (its former name)",
+            self.dropped.clone(),
+        );
+        registry.register(
+            "watcher_agent_value_errors",
+            "Values that did not parse as numbers (or were negative in a sum), per rule: never observed",
+            self.value_errors.clone(),
+        );
+        registry.register(
+            "watcher_agent_events",
+            "Events, per source: lines joined by AGENT_MULTILINE_START, else one a line",
+            self.events.clone(),
+        );
+        registry.register(
+            "watcher_agent_parse_errors",
+            "Lines not in their source's format (AGENT_FORMAT), matched as text",
+            self.parse_errors.clone(),
+        );
+        registry.register(
+            "watcher_agent_events_cut",
+            "Events ended at AGENT_MULTILINE_MAX_LINES (reason max_lines) or cut at AGENT_MULTILINE_MAX_BYTES (max_bytes)",
+            self.events_cut.clone(),
         );
         registry.register("watcher_agent_source_errors", "Problems reading a source, by reason", self.errors.clone());
         registry.register("watcher_agent_alert_firing", "1 while a rule's alert fires", self.firing.clone());
@@ -204,6 +411,17 @@ impl Metrics {
         let families = Families::default();
         families.known_at_zero(sources);
         families.register(registry);
+        let values: Vec<Option<ValueMetric>> = rules.iter().map(|r| ValueMetric::register(registry, r)).collect();
+        for (rule, metric) in rules.iter().zip(&values) {
+            if let (Some(metric), true) = (metric, rule.labels.is_empty()) {
+                for source in sources {
+                    metric.at_zero(&match_labels(&rule.name, source, &[], &[]));
+                }
+            }
+        }
+        let cut = |s: &String, reason: &str| {
+            families.events_cut.get_or_create(&CutLabels { source: s.clone(), reason: reason.to_owned() }).clone()
+        };
         let source = |s: &String| SourceLabels { source: s.clone() };
         let rule = |r: &str| RuleLabels { rule: r.to_owned() };
         let per_source = |family: &Family<SourceLabels, Counter>| {
@@ -217,7 +435,8 @@ impl Metrics {
             (!r.labels.is_empty()).then(|| Labelled {
                 names: r.labels.clone(),
                 seen: Mutex::default(),
-                folded: families.folded.get_or_create(&rule(&r.name)).clone(),
+                dropped: families.dropped.get_or_create(&rule(&r.name)).clone(),
+                said: AtomicBool::new(false),
             })
         };
         Self {
@@ -226,6 +445,15 @@ impl Metrics {
             labelled: rules.iter().map(labelled).collect(),
             max_series,
             rule_names: rules.iter().map(|r| r.name.clone()).collect(),
+            value_errors: rules
+                .iter()
+                .zip(&values)
+                .map(|(r, v)| v.as_ref().map(|_| families.value_errors.get_or_create(&rule(&r.name)).clone()))
+                .collect(),
+            values,
+            events: per_source(&families.events),
+            parse_errors: per_source(&families.parse_errors),
+            events_cut: sources.iter().map(|s| [cut(s, "max_lines"), cut(s, "max_bytes")]).collect(),
             last_match: rules.iter().map(|r| families.last_match.get_or_create(&rule(&r.name)).clone()).collect(),
             long_lines: per_source(&families.long_lines),
             firing: rules.iter().map(|r| families.firing.get_or_create(&rule(&r.name)).clone()).collect(),
@@ -241,20 +469,32 @@ impl Metrics {
         }
     }
 
-    /// `count` matches of rule `rule` (one with named groups) in source `source`, with its
-    /// groups' `values`: the series of those values, or `other` beyond `AGENT_MAX_SERIES`.
-    pub fn labelled_matches(&self, rule: usize, source: usize, values: &[String], count: u64) {
-        let (Some(Some(labelled)), Some(name), Some(source)) =
+    /// `count` matches of rule `rule` (one with labels) in source `source`, with its labels'
+    /// `values`, and the values they gave: the series of those labels, or `other` beyond
+    /// `AGENT_MAX_SERIES` (counted, and said once).
+    pub fn labelled_matches(
+        &self,
+        rule: usize,
+        source: usize,
+        values: &[String],
+        count: u64,
+        observed: Option<&Observed>,
+    ) {
+        let (Some(Some(labelled)), Some(name), Some(source_name)) =
             (self.labelled.get(rule), self.rule_names.get(rule), self.sources.get(source))
         else {
             return;
         };
+        let bit = 1_u64 << source.min(63);
         let known = {
             let mut seen = lock(&labelled.seen);
-            if seen.contains(values) {
+            let now = Instant::now();
+            if let Some(seen) = seen.get_mut(values) {
+                seen.at = now;
+                seen.sources |= bit;
                 true
             } else if seen.len() < self.max_series {
-                seen.insert(values.to_vec());
+                seen.insert(values.to_vec(), Seen { at: now, sources: bit });
                 true
             } else {
                 false
@@ -264,11 +504,58 @@ impl Metrics {
         let values = if known {
             values
         } else {
-            labelled.folded.inc_by(count);
+            labelled.dropped.inc_by(count.max(1));
+            if !labelled.said.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    rule = name,
+                    max = self.max_series,
+                    "more label sets than AGENT_MAX_SERIES: the rest are counted as `other` \
+                     (watcher_agent_series_dropped_total)"
+                );
+            }
             other = vec![OTHER.to_owned(); values.len()];
             &other
         };
-        self.matches_family.get_or_create(&match_labels(name, source, &labelled.names, values)).inc_by(count);
+        let labels = match_labels(name, source_name, &labelled.names, values);
+        if count > 0 {
+            self.matches_family.get_or_create(&labels).inc_by(count);
+        }
+        if let (Some(Some(metric)), Some(observed)) = (self.values.get(rule), observed) {
+            metric.add(&labels, observed);
+        }
+    }
+
+    /// Values rule `rule` (one without labels) read in source `source`.
+    pub fn observed(&self, rule: usize, source: usize, observed: &Observed) {
+        if let (Some(Some(metric)), Some(name), Some(source)) =
+            (self.values.get(rule), self.rule_names.get(rule), self.sources.get(source))
+        {
+            metric.add(&match_labels(name, source, &[], &[]), observed);
+        }
+    }
+
+    /// Drops the label sets not counted for `idle` (`AGENT_SERIES_IDLE`): their series leave
+    /// `/metrics`, and count from 0 if they come back.
+    pub fn expire(&self, idle: Duration, now: Instant) {
+        for (rule, labelled) in self.labelled.iter().enumerate() {
+            let Some(labelled) = labelled else { continue };
+            let name = &self.rule_names[rule];
+            lock(&labelled.seen).retain(|values, seen| {
+                if now.saturating_duration_since(seen.at) < idle {
+                    return true;
+                }
+                for (index, source) in self.sources.iter().enumerate() {
+                    if seen.sources & (1_u64 << index.min(63)) != 0 {
+                        let labels = match_labels(name, source, &labelled.names, values);
+                        self.matches_family.remove(&labels);
+                        if let Some(Some(metric)) = self.values.get(rule) {
+                            metric.remove(&labels);
+                        }
+                    }
+                }
+                false
+            });
+        }
     }
 
     /// A problem reading source `source`.
@@ -338,8 +625,15 @@ pub fn last_counts(registry: &Registry, limit: usize) -> String {
     let counted = |line: &&str| {
         !line.starts_with('#') && line.rsplit(' ').next().is_some_and(|v| v.parse::<f64>().is_ok_and(|v| v != 0.0))
     };
+    let all: Vec<&str> = text.lines().filter(counted).collect();
+    // A histogram that does not fit whole is said by its `_count` and `_sum`.
+    let fits = all.iter().map(|l| l.len() + 1).sum::<usize>() <= limit;
+    let histograms: Vec<&str> =
+        text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" histogram")).collect();
+    let is_bucket =
+        |line: &&&str| histograms.iter().any(|h| line.strip_prefix(h).is_some_and(|rest| rest.starts_with("_bucket")));
     let mut out = String::new();
-    for line in text.lines().filter(counted) {
+    for line in all.iter().filter(|l| fits || !is_bucket(l)) {
         if out.len() + line.len() + 1 > limit.saturating_sub(TRUNCATED.len()) {
             out.push_str(TRUNCATED);
             break;
@@ -379,9 +673,8 @@ mod tests {
     fn rule(name: &str, labels: &[&str]) -> RuleConfig {
         RuleConfig {
             name: name.into(),
-            pattern: String::new(),
-            alert: None,
             labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+            ..RuleConfig::default()
         }
     }
 
@@ -439,7 +732,7 @@ mod tests {
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry, &["stdout".into()], &[rule("http", &["code"])], 2);
         for code in ["500", "503", "500", "502", "504"] {
-            metrics.labelled_matches(0, 0, &[code.to_owned()], 1);
+            metrics.labelled_matches(0, 0, &[code.to_owned()], 1, None);
         }
         let text = openmetrics(&registry);
         for series in [
@@ -451,5 +744,34 @@ mod tests {
             assert!(text.contains(series), "{series} in {text}");
         }
         assert!(!text.contains(r#"{rule="http",source="stdout"} "#), "no series without the group: {text}");
+    }
+
+    /// A pod that ends: the histograms in its termination message whole where they fit, by their
+    /// `_count` and `_sum` where they do not.
+    #[test]
+    fn the_last_counts_shorten_a_histogram_that_does_not_fit() {
+        let mut registry = Registry::default();
+        let latency = RuleConfig {
+            metric: MetricKind::Histogram,
+            value: Some(crate::config::ValueFrom::Group("ms".into())),
+            buckets: crate::config::DEFAULT_BUCKETS.to_vec(),
+            ..rule("latency", &[])
+        };
+        let metrics = Metrics::register(&mut registry, &["/var/log/app/*.log".into()], &[latency], 100);
+        let mut observed = Observed::default();
+        for value in [0.003, 0.2, 0.7, 3.0] {
+            observed.observe(value, &crate::config::DEFAULT_BUCKETS);
+        }
+        metrics.observed(0, 0, &observed);
+        let whole = last_counts(&registry, 4096);
+        assert!(whole.contains("watcher_agent_latency_bucket{le=\"0.25\",rule=\"latency\""), "{whole}");
+        let short = last_counts(&registry, 400);
+        assert!(!short.contains("_bucket"), "{short}");
+        assert!(
+            short.contains("watcher_agent_latency_count{rule=\"latency\",source=\"/var/log/app/*.log\"} 4"),
+            "{short}"
+        );
+        assert!(short.contains("watcher_agent_latency_sum{"), "{short}");
+        assert!(short.len() <= 400);
     }
 }

@@ -82,8 +82,14 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry, &sources, &config.rules, config.max_series));
     let alerts: SharedAlerts = Arc::new(Mutex::new(AlertBook::new(&config.rules)));
-    let counting =
-        || Counting::new(rules.clone(), metrics.clone(), alerts.clone(), sources.len(), config.max_line_bytes);
+    let mut formats = vec![config.format; config.files.len()];
+    if config.logs_container.is_some() {
+        formats.push(config.stdout_format);
+    }
+    let counting = || {
+        let (metrics, alerts, formats) = (metrics.clone(), alerts.clone(), formats.clone());
+        Counting::new(rules.clone(), &config.rules, metrics, alerts, formats, config.max_line_bytes)
+    };
     let endpoints =
         Arc::new(Endpoints { registry, ready: AtomicBool::new(false), scraped: tokio::sync::Notify::new() });
 
@@ -117,7 +123,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut states = initial_states(&config);
     let mut checkpoints = state_dir.map(|dir| Checkpoints { dir, files: file_marks, resume, last: None });
     let ended = config.ended_file.as_deref();
-    match until_shutdown(&alerts, &mut states, &metrics, &publish, &mut checkpoints, ended).await {
+    let looking = Looking { alerts: &alerts, metrics: &metrics, publish: &publish, series_idle: config.series_idle };
+    match until_shutdown(&looking, &mut states, &mut checkpoints, ended).await {
         Stop::Signal if ended.is_some() => info!("stopping (a pod that is meant to end): no last scrape waited for"),
         Stop::Signal => info!("stopping: the files read to their end, the log stream drained, a last scrape served"),
         Stop::Ended => info!("the pod's app containers have ended: stopping, the files read to their end"),
@@ -170,10 +177,22 @@ fn start_stream(
     let pods = kube::Api::namespaced(client.clone(), namespace);
     let (pod, container, resume, metrics) = (pod.clone(), container.clone(), resume.clone(), metrics.clone());
     let (max_line, idle) = (config.max_line_bytes, config.stream_idle);
+    let multiline = config.multiline.as_ref().and_then(crate::config::MultilineConfig::build);
     Some(tokio::spawn(async move {
-        let reader = Reader { counting: &mut counting, source, resume: &resume, max_line, idle };
+        let events = crate::lines::LineBuffer::joining(max_line, multiline.as_ref());
+        let reader = Reader { counting: &mut counting, source, resume: &resume, max_line, idle, events };
         crate::logs::follow(pods, pod, container, reader, metrics, stop).await;
     }))
+}
+
+/// What the alert loop looks at every tick.
+#[derive(Clone, Copy)]
+struct Looking<'a> {
+    alerts: &'a SharedAlerts,
+    metrics: &'a Metrics,
+    publish: &'a tokio::sync::watch::Sender<Vec<AlertState>>,
+    /// `AGENT_SERIES_IDLE`.
+    series_idle: Option<Duration>,
 }
 
 /// Why the agent stops.
@@ -206,13 +225,12 @@ fn write_termination_message(path: &Path, registry: &Registry) {
 /// The alert loop: every tick the alerts are looked at and the checkpoints saved, until SIGTERM
 /// or SIGINT, or until `ended` says the app has ended.
 async fn until_shutdown(
-    alerts: &SharedAlerts,
+    looking: &Looking<'_>,
     states: &mut [AlertState],
-    metrics: &Metrics,
-    publish: &tokio::sync::watch::Sender<Vec<AlertState>>,
     checkpoints: &mut Option<Checkpoints>,
     ended: Option<&Path>,
 ) -> Stop {
+    let Looking { alerts, metrics, publish, series_idle } = *looking;
     let mut ticks = tokio::time::interval(ALERT_TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut ended_ticks = tokio::time::interval(ENDED_TICK);
@@ -228,6 +246,9 @@ async fn until_shutdown(
             }
             _ = ticks.tick() => {
                 look(alerts, states, metrics, publish);
+                if let Some(idle) = series_idle {
+                    metrics.expire(idle, Instant::now());
+                }
                 if let Some(checkpoints) = checkpoints {
                     checkpoints.save().await;
                 }
@@ -279,6 +300,7 @@ fn start_files(
         rotate_wait: config.rotate_wait,
         ignore_older: config.ignore_older,
         max_open: config.max_open_files,
+        multiline: config.multiline.as_ref().and_then(crate::config::MultilineConfig::build),
     };
     let thread = FilesThread {
         follower: Follower::new(options, begin),
@@ -532,6 +554,10 @@ impl Sink for FileSink<'_> {
 
     fn line(&mut self, source: usize, line: Line<'_>, written: SystemTime) {
         self.counting.line(source, line, written);
+    }
+
+    fn event(&mut self, source: usize, event: crate::multiline::Event<'_>, written: SystemTime) {
+        self.counting.event(source, event, written);
     }
 
     fn error(&mut self, source: usize, reason: SourceError, _detail: &str) {

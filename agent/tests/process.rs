@@ -589,3 +589,59 @@ fn a_hung_api_server_holds_up_nothing() {
     agent.terminate();
     assert_eq!(agent.exit_code(Duration::from_secs(30)), Some(0));
 }
+
+/// A stack trace is one event, and a latency a histogram's observation, through a restart: the
+/// agent killed while an event waits for its end resumes at the event's first line (its
+/// checkpoint says so), reads it whole, and counts it once.
+#[test]
+fn an_event_cut_by_a_restart_is_counted_once() {
+    let dir = dir("event-restart");
+    let (logs, state) = (dir.join("logs"), dir.join("state"));
+    fs::create_dir_all(&logs).expect("dir");
+    let log = logs.join("app.log");
+    append(&log, "");
+    let vars = |wait: &str| {
+        vec![
+            ("AGENT_STATE_DIR", state.display().to_string()),
+            ("AGENT_MULTILINE_START", "java".to_owned()),
+            ("AGENT_MULTILINE_WAIT", wait.to_owned()),
+            ("AGENT_RULE_LATENCY", r"latency=(?P<ms>\S+)".to_owned()),
+            ("AGENT_VALUE_LATENCY", "ms".to_owned()),
+            ("AGENT_METRIC_LATENCY", "histogram".to_owned()),
+            ("AGENT_UNIT_LATENCY", "ms".to_owned()),
+            ("AGENT_BUCKETS_LATENCY", "0.01,0.1,1".to_owned()),
+        ]
+    };
+    let (mut agent, source) = files_agent(&logs, "*.log", &vars("30s"));
+    let first = "INFO start latency=5ms\n";
+    append(&log, first);
+    append(&log, "ERROR boom latency=700\n\tat com.example.App.run(App.java:10)\n");
+    // The first line is an event once the second begins; the second waits for its end.
+    agent.wait_value(&lines_of(&source), 1.0);
+    wait_for("the checkpoint at the waiting event's start", || {
+        let saved: Value = fs::read(state.join("watcher-agent.checkpoint.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(Value::Null);
+        saved["files"][0]["offset"] == first.len()
+    });
+    agent.kill();
+    append(&log, "\tat com.example.App.main(App.java:5)\nINFO next latency=20\n");
+    let (again, _) = files_agent(&logs, "*.log", &vars("100ms"));
+    again.wait_value(&lines_of(&source), 4.0);
+    again.wait_value(&format!(r#"watcher_agent_events_total{{source="{source}"}}"#), 2.0);
+    assert_eq!(again.value(&matches_of("error", &source)), Some(1.0), "the trace: one match");
+    let histogram =
+        |suffix: &str| format!(r#"watcher_agent_latency_seconds_{suffix}{{rule="latency",source="{source}"}}"#);
+    assert_eq!(again.value(&histogram("count")), Some(2.0));
+    assert_eq!(
+        again.value(&format!(r#"watcher_agent_latency_seconds_bucket{{le="0.1",rule="latency",source="{source}"}}"#)),
+        Some(1.0)
+    );
+    assert_eq!(
+        again.value(&format!(r#"watcher_agent_latency_seconds_bucket{{le="1.0",rule="latency",source="{source}"}}"#)),
+        Some(2.0)
+    );
+    let sum = again.value(&histogram("sum")).expect("sum");
+    assert!((sum - 0.72).abs() < 1e-9, "{sum}");
+}

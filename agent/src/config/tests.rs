@@ -49,7 +49,10 @@ fn every_problem_names_its_variable() {
             "AGENT_RULE_ERROR: not a regular expression: regex parse error:",
         ),
         (vec![files, ("AGENT_RULE_9X", "x")], "AGENT_RULE_9X: the rule's name must be"),
-        (vec![files, rule, ("AGENT_ALERT_WARN", "5/1m")], "AGENT_ALERT_WARN: no rule warn: set AGENT_RULE_WARN too"),
+        (
+            vec![files, rule, ("AGENT_ALERT_WARN", "5/1m")],
+            "AGENT_ALERT_WARN: no rule warn: set AGENT_RULE_WARN or AGENT_MATCH_WARN too",
+        ),
         (vec![files, rule, ("AGENT_ALERT_ERROR", "5")], "AGENT_ALERT_ERROR: \"5\": `<count>/<window>`"),
         (vec![files, rule, ("AGENT_ALERT_ERROR", "0/1m")], "AGENT_ALERT_ERROR: \"0/1m\": the count is a number"),
         (vec![files, rule, ("AGENT_ALERT_ERROR", "5/1y")], "AGENT_ALERT_ERROR: \"5/1y\": the window is a duration"),
@@ -167,7 +170,7 @@ fn values_are_trimmed() {
         ("AGENT_START", "beginning\n"),
     ])
     .expect("valid");
-    assert_eq!(config.rules[0].pattern, "\\bERROR\\b");
+    assert_eq!(config.rules[0].pattern.as_deref(), Some("\\bERROR\\b"));
     assert_eq!(config.files, ["/x/*.log"]);
     assert_eq!(config.start, Start::Beginning);
 }
@@ -228,5 +231,175 @@ fn every_default_is_read_as_a_value_would_be() {
     for variable in VARIABLES {
         let meaning = variable.meaning();
         assert!(!meaning.contains('\n') && !meaning.contains(" |"), "{}: one table cell", variable.name);
+    }
+}
+
+/// Values, fields and events: what each rule makes of its matches, read from its variables.
+#[test]
+fn values_fields_and_events_are_read() {
+    let config = config(&[
+        ("AGENT_FILES", "/var/log/app/*.log"),
+        ("AGENT_FORMAT", "auto"),
+        ("AGENT_RULE_LATENCY", r"latency=(?P<ms>\d+)ms route=(?P<route>\S+)"),
+        ("AGENT_VALUE_LATENCY", "ms"),
+        ("AGENT_METRIC_LATENCY", "histogram"),
+        ("AGENT_UNIT_LATENCY", "ms"),
+        ("AGENT_MATCH_ERRORS", r"level=^error$, http.status=^5\d{1,2}$"),
+        ("AGENT_LABELS_ERRORS", "route,code:http.status"),
+        ("AGENT_MATCH_BYTES", "level=."),
+        ("AGENT_VALUE_BYTES", "http.size"),
+        ("AGENT_METRIC_BYTES", "sum"),
+        ("AGENT_UNIT_BYTES", "bytes"),
+        ("AGENT_BUCKETS_LATENCY", "0.1, 0.5,1"),
+        ("AGENT_MULTILINE_START", "java"),
+        ("AGENT_MULTILINE_MAX_BYTES", "1MiB"),
+        ("AGENT_SERIES_IDLE", "10m"),
+    ])
+    .expect("valid");
+    let latency = config.rules.iter().find(|r| r.name == "latency").expect("latency");
+    assert_eq!(latency.value, Some(ValueFrom::Group("ms".into())));
+    assert_eq!(latency.labels, ["route"], "the value's group is no label");
+    assert_eq!(latency.buckets, [0.1, 0.5, 1.0]);
+    assert_eq!(latency.metric_name().as_deref(), Some("watcher_agent_latency_seconds"));
+    let errors = config.rules.iter().find(|r| r.name == "errors").expect("errors");
+    assert_eq!(errors.pattern, None);
+    assert_eq!(
+        errors.fields,
+        [
+            FieldMatch { path: "level".into(), pattern: "^error$".into() },
+            FieldMatch { path: "http.status".into(), pattern: r"^5\d{1,2}$".into() }
+        ],
+        "a comma in a regular expression stays in it"
+    );
+    assert_eq!(
+        (errors.labels.clone(), errors.field_labels.clone()),
+        (vec!["route".into(), "code".into()], vec!["route".into(), "http.status".into()])
+    );
+    let bytes = config.rules.iter().find(|r| r.name == "bytes").expect("bytes");
+    assert_eq!((bytes.value.clone(), bytes.metric), (Some(ValueFrom::Field("http.size".into())), MetricKind::Sum));
+    assert_eq!(bytes.metric_name().as_deref(), Some("watcher_agent_bytes_bytes"));
+    assert_eq!((config.format, config.stdout_format), (Format::Auto, Format::Auto));
+    let multiline = config.multiline.as_ref().expect("multiline");
+    assert_eq!(
+        (multiline.start.as_str(), multiline.wait, multiline.max_lines, multiline.max_bytes),
+        ("java", Duration::from_secs(1), 500, 1 << 20)
+    );
+    assert_eq!(config.series_idle, Some(Duration::from_secs(600)));
+    let described = config.describe();
+    assert!(
+        described.contains("histogram of group ms as watcher_agent_latency_seconds (buckets 0.1,0.5,1)"),
+        "{described}"
+    );
+    assert!(described.contains("joins lines into events: started by java"), "{described}");
+    // Defaults: a histogram's buckets are Prometheus'.
+    let default = self::config(&[
+        ("AGENT_FILES", "/x/*.log"),
+        ("AGENT_RULE_LATENCY", r"latency=(?P<ms>\d+)"),
+        ("AGENT_VALUE_LATENCY", "ms"),
+        ("AGENT_METRIC_LATENCY", "histogram"),
+    ])
+    .expect("valid");
+    assert_eq!(default.rules[0].buckets, DEFAULT_BUCKETS);
+    assert_eq!(default.rules[0].metric_name().as_deref(), Some("watcher_agent_latency"));
+    assert_eq!(default.multiline, None);
+}
+
+/// Said before any pod: each mistake names its variable, in the words the agent refuses to start
+/// with (and `check-inject` shows).
+#[test]
+fn values_fields_and_events_problems_name_their_variable() {
+    let files = ("AGENT_FILES", "/x/*.log");
+    let latency = ("AGENT_RULE_LATENCY", r"latency=(?P<ms>\d+)ms");
+    let histogram = ("AGENT_METRIC_LATENCY", "histogram");
+    let value = ("AGENT_VALUE_LATENCY", "ms");
+    let json = ("AGENT_FORMAT", "json");
+    let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+        (
+            vec![files, latency, histogram, ("AGENT_VALUE_LATENCY", "millis")],
+            "AGENT_VALUE_LATENCY: \"millis\" is not a named group of AGENT_RULE_LATENCY (its groups are ms)",
+        ),
+        (vec![files, latency, histogram], "AGENT_METRIC_LATENCY: histogram needs a value: set AGENT_VALUE_LATENCY"),
+        (vec![files, latency, value], "AGENT_VALUE_LATENCY: rule latency counts its matches: set AGENT_METRIC_LATENCY"),
+        (
+            vec![files, latency, value, ("AGENT_METRIC_LATENCY", "summary")],
+            "AGENT_METRIC_LATENCY: \"summary\": `count`, `sum`, `gauge` or `histogram`",
+        ),
+        (
+            vec![files, latency, value, histogram, ("AGENT_BUCKETS_LATENCY", "1,0.5")],
+            "AGENT_BUCKETS_LATENCY: \"1,0.5\": the buckets must be strictly increasing",
+        ),
+        (vec![files, latency, value, histogram, ("AGENT_BUCKETS_LATENCY", "0.1,0.1")], "strictly increasing"),
+        (
+            vec![files, latency, value, histogram, ("AGENT_BUCKETS_LATENCY", "0.1,inf")],
+            "AGENT_BUCKETS_LATENCY: \"inf\" is not a number",
+        ),
+        (
+            vec![files, latency, value, ("AGENT_METRIC_LATENCY", "sum"), ("AGENT_BUCKETS_LATENCY", "1")],
+            "AGENT_BUCKETS_LATENCY: rule latency makes a sum, not a histogram",
+        ),
+        (
+            vec![files, latency, value, histogram, ("AGENT_UNIT_LATENCY", "days")],
+            "AGENT_UNIT_LATENCY: \"days\": `ns`, `us`, `ms`, `s` or `bytes`",
+        ),
+        (vec![files, latency, ("AGENT_UNIT_LATENCY", "ms")], "AGENT_UNIT_LATENCY: rule latency has no value"),
+        (vec![files, ("AGENT_FORMAT", "yaml"), latency], "AGENT_FORMAT: \"yaml\": `text`, `json`, `logfmt` or `auto`"),
+        (
+            vec![files, latency, ("AGENT_MATCH_ERRORS", "level=error")],
+            "AGENT_MATCH_ERRORS: fields need a structured format",
+        ),
+        (vec![files, json, ("AGENT_MATCH_ERRORS", "level")], "AGENT_MATCH_ERRORS: \"level\": field=regex"),
+        (vec![files, json, ("AGENT_MATCH_ERRORS", "level=(")], "AGENT_MATCH_ERRORS: not a regular expression"),
+        (vec![files, json, ("AGENT_MATCH_ERRORS", "le..vel=x")], "AGENT_MATCH_ERRORS: \"le..vel\" is not a field"),
+        (
+            vec![files, json, latency, ("AGENT_LABELS_LATENCY", "rule")],
+            "AGENT_LABELS_LATENCY: \"rule\" is not a label name",
+        ),
+        (
+            vec![files, json, latency, ("AGENT_LABELS_LATENCY", "x:a,x:b")],
+            "AGENT_LABELS_LATENCY: the label \"x\" twice",
+        ),
+        (
+            vec![files, json, latency, ("AGENT_LABELS_WARN", "route")],
+            "AGENT_LABELS_WARN: no rule warn: set AGENT_RULE_WARN or AGENT_MATCH_WARN too",
+        ),
+        (
+            vec![files, latency, ("AGENT_MULTILINE_START", "(")],
+            "AGENT_MULTILINE_START: neither a preset (java, python, go) nor a regular expression",
+        ),
+        (vec![files, latency, ("AGENT_MULTILINE_WAIT", "2s")], "AGENT_MULTILINE_WAIT: set AGENT_MULTILINE_START too"),
+        (
+            vec![files, latency, ("AGENT_MULTILINE_START", "java"), ("AGENT_MULTILINE_MAX_BYTES", "10")],
+            "AGENT_MULTILINE_MAX_BYTES: \"10\": a size from 256B to 16MiB",
+        ),
+        (
+            vec![files, latency, ("AGENT_MULTILINE_START", "java"), ("AGENT_MULTILINE_MAX_LINES", "1")],
+            "AGENT_MULTILINE_MAX_LINES: \"1\": a number from 2 to 100000",
+        ),
+        (
+            vec![files, ("AGENT_RULE_LINES", r"(?P<n>\d+)"), ("AGENT_VALUE_LINES", "n"), ("AGENT_METRIC_LINES", "sum")],
+            "AGENT_METRIC_LINES: its metric watcher_agent_lines is one the agent exports already",
+        ),
+        (
+            vec![
+                files,
+                ("AGENT_RULE_A_SECONDS", r"(?P<n>\d+)"),
+                ("AGENT_VALUE_A_SECONDS", "n"),
+                ("AGENT_METRIC_A_SECONDS", "sum"),
+                ("AGENT_RULE_A", r"(?P<n>\d+)"),
+                ("AGENT_VALUE_A", "n"),
+                ("AGENT_METRIC_A", "sum"),
+                ("AGENT_UNIT_A", "s"),
+            ],
+            "its metric watcher_agent_a_seconds is rule",
+        ),
+        (vec![files, latency, ("AGENT_SERIES_IDLE", "forever")], "AGENT_SERIES_IDLE: \"forever\" is not a duration"),
+        (
+            vec![files, latency, ("AGENT_VALUES_LATENCY", "ms")],
+            "AGENT_VALUES_LATENCY: unknown variable (did you mean AGENT_VALUE_LATENCY?)",
+        ),
+    ];
+    for (vars, wanted) in cases {
+        let said = problem(&vars);
+        assert!(said.contains(wanted), "{vars:?}: {said}");
     }
 }

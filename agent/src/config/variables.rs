@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-use super::{
-    ALERT_PREFIX, ConfigError, PREFIX, RULE_PREFIX, closest, error, format_duration, is_service_link, parse_duration,
-};
+use super::{ConfigError, PREFIX, RULE_FAMILIES, closest, error, format_duration, is_service_link, parse_duration};
 
 /// How a variable's value is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +29,13 @@ pub enum Kind {
         min: Duration,
         /// The longest.
         max: Duration,
+    },
+    /// A size in bytes from `min` to `max` (`65536`, `64KiB`, `1MiB`).
+    Bytes {
+        /// The least.
+        min: usize,
+        /// The most.
+        max: usize,
     },
     /// A duration from `min` to `max`, or `off`.
     DurationOrOff {
@@ -63,6 +68,7 @@ impl Variable {
         let range = |min: Duration, max: Duration| format!("{} to {}", format_duration(min), format_duration(max));
         match self.kind {
             Kind::Count { min, max } => format!("{} ({min} to {max})", self.doc),
+            Kind::Bytes { min, max } => format!("{} ({} to {})", self.doc, format_bytes(min), format_bytes(max)),
             Kind::Duration { min, max } => format!("{} ({})", self.doc, range(min, max)),
             Kind::DurationOrOff { min, max } => format!("{} ({}, or `off`)", self.doc, range(min, max)),
             // The words are the doc's to say, in a sentence.
@@ -110,6 +116,111 @@ pub(super) const ALERT: Variable = Variable {
     default: "(none)",
     kind: Kind::Family,
     doc: "an alert for rule `<NAME>`: `<count>/<window>`, e.g. `5/1m` (count 1 to 100000, window 1s to 24h)",
+};
+/// `AGENT_MATCH_<NAME>`.
+pub(super) const MATCH: Variable = Variable {
+    name: "AGENT_MATCH_<NAME>",
+    default: "(none)",
+    kind: Kind::Family,
+    doc: "rule `<NAME>` on the fields of a structured line (`AGENT_FORMAT`): `field=regex[,field=regex...]`, every \
+          one matching (`level=^error$,http.status=^5`); a field is a dotted path into nested objects; a missing \
+          field does not match. In place of `AGENT_RULE_<NAME>` or beside it (then both must match)",
+};
+/// `AGENT_VALUE_<NAME>`.
+pub(super) const VALUE: Variable = Variable {
+    name: "AGENT_VALUE_<NAME>",
+    default: "(none)",
+    kind: Kind::Family,
+    doc: "what rule `<NAME>` measures: a named group of its regular expression (`ms` in `latency=(?P<ms>\\d+)`), \
+          else a field (`http.ms`). `734ms`, `1.5s`, `10KiB` are read in seconds and bytes; a value that does not \
+          parse is counted in `watcher_agent_value_errors_total`, never observed",
+};
+/// `AGENT_METRIC_<NAME>`.
+pub(super) const METRIC: Variable = Variable {
+    name: "AGENT_METRIC_<NAME>",
+    default: "count",
+    kind: Kind::Family,
+    doc: "what rule `<NAME>` makes: `count` (its matches), `sum` (a counter adding its values), `gauge` (the last \
+          value) or `histogram`, named `watcher_agent_<name>` with `_seconds` or `_bytes` after `AGENT_UNIT_<NAME>`",
+};
+/// `AGENT_BUCKETS_<NAME>`.
+pub(super) const BUCKETS: Variable = Variable {
+    name: "AGENT_BUCKETS_<NAME>",
+    default: "0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10",
+    kind: Kind::Family,
+    doc: "a histogram's upper bounds in base units (seconds, bytes), strictly increasing, at most 64",
+};
+/// `AGENT_UNIT_<NAME>`.
+pub(super) const UNIT: Variable = Variable {
+    name: "AGENT_UNIT_<NAME>",
+    default: "(none)",
+    kind: Kind::Family,
+    doc: "the unit of a bare number of rule `<NAME>`: `ns`, `us`, `ms`, `s` (the metric in `_seconds`) or `bytes` \
+          (`_bytes`); unset, a bare number is taken as it is",
+};
+/// `AGENT_LABELS_<NAME>`.
+pub(super) const LABELS: Variable = Variable {
+    name: "AGENT_LABELS_<NAME>",
+    default: "(none)",
+    kind: Kind::Family,
+    doc: "labels of rule `<NAME>` from fields: `field[,label:field...]` (`route,code:http.status`; a bare field is \
+          its own label, dots as `_`); a missing field leaves the label empty",
+};
+/// `AGENT_FORMAT`.
+pub(super) const FORMAT: Variable = Variable {
+    name: "AGENT_FORMAT",
+    default: "text",
+    kind: Kind::Word(&["text", "json", "logfmt", "auto"]),
+    doc: "how lines are read: `text`, `json` (an object a line), `logfmt` (`key=value` pairs) or `auto` (each line \
+          a JSON object, else logfmt pairs, else text). A line not in the format is counted in \
+          `watcher_agent_parse_errors_total` and matched as text",
+};
+/// `AGENT_STDOUT_FORMAT`.
+pub(super) const STDOUT_FORMAT: Variable = Variable {
+    name: "AGENT_STDOUT_FORMAT",
+    default: "(AGENT_FORMAT)",
+    kind: Kind::Word(&["text", "json", "logfmt", "auto"]),
+    doc: "how the log stream's lines are read, where they differ from the files'",
+};
+/// `AGENT_MULTILINE_START`.
+pub(super) const MULTILINE_START: Variable = Variable {
+    name: "AGENT_MULTILINE_START",
+    default: "(none)",
+    kind: Kind::Text,
+    doc: "lines joined into events: a regular expression a line that starts an event matches (the others join \
+          the one before), or a preset, `java`, `python` or `go`, that knows its stack traces. Rules match an \
+          event once; alerts quote its first line. Each file and the log stream have their own events",
+};
+/// `AGENT_MULTILINE_WAIT`.
+pub(super) const MULTILINE_WAIT: Variable = Variable {
+    name: "AGENT_MULTILINE_WAIT",
+    default: "1s",
+    kind: Kind::Duration { min: Duration::from_millis(10), max: seconds(60) },
+    doc: "an event ends this long after its last line",
+};
+/// `AGENT_MULTILINE_MAX_LINES`.
+pub(super) const MULTILINE_MAX_LINES: Variable = Variable {
+    name: "AGENT_MULTILINE_MAX_LINES",
+    default: "500",
+    kind: Kind::Count { min: 2, max: 100_000 },
+    doc: "an event ends at this many lines; the next line starts the next (counted in \
+          `watcher_agent_events_cut_total{reason=\"max_lines\"}`)",
+};
+/// `AGENT_MULTILINE_MAX_BYTES`.
+pub(super) const MULTILINE_MAX_BYTES: Variable = Variable {
+    name: "AGENT_MULTILINE_MAX_BYTES",
+    default: "64KiB",
+    kind: Kind::Bytes { min: 256, max: 16 * 1024 * 1024 },
+    doc: "an event's text is kept, and matched, up to this many bytes; its lines are all counted (a cut counted \
+          in `watcher_agent_events_cut_total{reason=\"max_bytes\"}`)",
+};
+/// `AGENT_SERIES_IDLE`.
+pub(super) const SERIES_IDLE: Variable = Variable {
+    name: "AGENT_SERIES_IDLE",
+    default: "off",
+    kind: Kind::DurationOrOff { min: seconds(1), max: seconds(30 * 86_400) },
+    doc: "a rule's label set not seen for this long is dropped from `/metrics` (and counts again from 0 when it \
+          comes back)",
 };
 /// `AGENT_STATE_DIR`.
 pub(super) const STATE_DIR: Variable = Variable {
@@ -159,7 +270,8 @@ pub(super) const MAX_SERIES: Variable = Variable {
     name: "AGENT_MAX_SERIES",
     default: "100",
     kind: Kind::Count { min: 1, max: 10_000 },
-    doc: "distinct values of a rule's named groups at most; beyond, `other`",
+    doc: "label sets of a rule at most (its groups' and fields' values, whatever it makes); beyond, `other`, \
+          counted in `watcher_agent_series_dropped_total` and said once in the log",
 };
 /// `AGENT_STREAM_IDLE`.
 pub(super) const STREAM_IDLE: Variable = Variable {
@@ -241,17 +353,30 @@ pub(super) const POD: Variable = Variable {
 };
 
 /// Every variable, in the order docs/agent.md and `watcher-agent help` show them.
-pub const VARIABLES: [Variable; 22] = [
+pub const VARIABLES: [Variable; 35] = [
     FILES,
     LOGS_CONTAINER,
     RULE,
+    MATCH,
     ALERT,
+    VALUE,
+    METRIC,
+    BUCKETS,
+    UNIT,
+    LABELS,
+    FORMAT,
+    STDOUT_FORMAT,
+    MULTILINE_START,
+    MULTILINE_WAIT,
+    MULTILINE_MAX_LINES,
+    MULTILINE_MAX_BYTES,
     STATE_DIR,
     START,
     ROTATE_WAIT,
     IGNORE_OLDER,
     MAX_OPEN_FILES,
     MAX_SERIES,
+    SERIES_IDLE,
     STREAM_IDLE,
     LISTEN,
     EVENTS,
@@ -270,6 +395,15 @@ pub const VARIABLES: [Variable; 22] = [
         doc: "the kubelet's Service variables: ignored, also where their names start with `AGENT_`",
     },
 ];
+
+/// `64KiB`, `16MiB`, `256B`: the shortest exact form.
+fn format_bytes(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}KiB", b >> 10),
+        b => format!("{b}B"),
+    }
+}
 
 /// docs/agent.md's table of variables.
 pub fn markdown() -> String {
@@ -318,8 +452,7 @@ impl Values {
         own.sort();
         for (key, _) in own.iter().filter(|(k, _)| k.starts_with(PREFIX)) {
             let known = VARIABLES.iter().any(|v| v.is_fixed() && v.name == key)
-                || key.starts_with(RULE_PREFIX)
-                || key.starts_with(ALERT_PREFIX);
+                || RULE_FAMILIES.iter().any(|family| key.starts_with(family));
             if !known {
                 return Err(error(key, format!("unknown variable{}", closest(key))));
             }
@@ -365,6 +498,20 @@ impl Values {
         match value.parse::<usize>() {
             Ok(n) if (min..=max).contains(&n) => Ok(n),
             _ => Err(error(variable.name, format!("{value:?}: a number from {min} to {max}"))),
+        }
+    }
+
+    /// A [`Kind::Bytes`].
+    pub(super) fn bytes(&self, variable: &Variable) -> Result<usize, ConfigError> {
+        let Kind::Bytes { min, max } = variable.kind else { unreachable!("{} is not a size", variable.name) };
+        let value = self.value(variable);
+        let reading = crate::value::Reading { bare: Some(crate::value::Unit::Bytes), non_negative: true };
+        match reading.parse(value.as_bytes()) {
+            Ok(n) if n.fract() == 0.0 && (min as f64..=max as f64).contains(&n) => Ok(n as usize),
+            _ => Err(error(
+                variable.name,
+                format!("{value:?}: a size from {} to {} (65536, 64KiB, 1MiB)", format_bytes(min), format_bytes(max)),
+            )),
         }
     }
 

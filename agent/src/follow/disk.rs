@@ -17,6 +17,7 @@ pub(super) fn give(sink: &mut impl Sink, source: usize, piece: Piece<'_>, writte
     match piece {
         Piece::Line(line) => sink.line(source, line, written),
         Piece::Run(run) => sink.run(source, run, written),
+        Piece::Event(event) => sink.event(source, event, written),
     }
 }
 

@@ -58,7 +58,7 @@ impl Follower {
             sink.truncated(open.source, found);
             tracing::info!(path = %open.path.display(), copy_found = found, "truncated: reading from the beginning");
             let (source, written) = (open.source, open.modified);
-            open.buffer.flush(|line| sink.line(source, line, written));
+            open.buffer.flush(|piece| give(sink, source, piece, written));
             open.offset = 0;
             open.head.clear();
             open.fingerprint = None;

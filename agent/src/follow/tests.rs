@@ -80,6 +80,7 @@ fn options(globs: Vec<String>, start: Start) -> FollowOptions {
         rotate_wait: Duration::from_millis(300),
         ignore_older: None,
         max_open: 128,
+        multiline: None,
     }
 }
 

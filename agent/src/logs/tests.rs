@@ -13,6 +13,7 @@ use tower_test::mock::Handle;
 use super::*;
 use crate::alerts::AlertBook;
 use crate::config::RuleConfig;
+use crate::fields::Format;
 use crate::rules::Rules;
 
 fn stamp(text: &str) -> Timestamp {
@@ -32,16 +33,12 @@ async fn serve(handle: &mut Server, status: StatusCode, body: &str) -> String {
 
 /// A stream's counting: every line, and the lines with a word (`(?P<word>\w+)$`) by that word.
 fn counting() -> (Counting, Arc<Metrics>, Registry) {
-    let rules = [RuleConfig {
-        name: "word".into(),
-        pattern: r"(?P<word>\w+)$".into(),
-        alert: None,
-        labels: vec!["word".into()],
-    }];
+    let rules = [RuleConfig::counting("word", r"(?P<word>\w+)$")];
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry, &["stdout".into()], &rules, 100));
     let alerts = Arc::new(Mutex::new(AlertBook::new(&rules)));
-    let counting = Counting::new(Rules::new(&rules).expect("rules"), metrics.clone(), alerts, 1, 1024);
+    let counting =
+        Counting::new(Rules::new(&rules).expect("rules"), &rules, metrics.clone(), alerts, vec![Format::Text], 1024);
     (counting, metrics, registry)
 }
 
@@ -96,8 +93,14 @@ async fn a_stream_asked_again_skips_only_what_it_sends_again() {
     });
     let (mut counting, _, registry) = counting();
     let resume = Mutex::new(Resume::default());
-    let mut reader =
-        Reader { counting: &mut counting, source: 0, resume: &resume, max_line: 1024, idle: Duration::from_secs(120) };
+    let mut reader = Reader {
+        counting: &mut counting,
+        source: 0,
+        resume: &resume,
+        max_line: 1024,
+        idle: Duration::from_secs(120),
+        events: LineBuffer::new(1024),
+    };
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::ByServer { lines: 5 });
     assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::ByServer { lines: 3 });
@@ -140,8 +143,14 @@ async fn a_restarted_container_is_read_from_its_previous_log_first() {
     });
     let (mut counting, metrics, registry) = counting();
     let resume = Mutex::new(Resume::default());
-    let reader =
-        Reader { counting: &mut counting, source: 0, resume: &resume, max_line: 1024, idle: Duration::from_secs(120) };
+    let reader = Reader {
+        counting: &mut counting,
+        source: 0,
+        resume: &resume,
+        max_line: 1024,
+        idle: Duration::from_secs(120),
+        events: LineBuffer::new(1024),
+    };
     follow(pods, "shop".into(), "app".into(), reader, metrics, stopped).await;
     server.await.expect("served");
     assert_eq!(words(&registry), sorted(&["one", "two", "panic", "exiting", "started"]));
@@ -161,8 +170,14 @@ async fn a_server_that_never_answers_is_asked_again() {
     });
     let (mut counting, _, _) = counting();
     let resume = Mutex::new(Resume::default());
-    let mut reader =
-        Reader { counting: &mut counting, source: 0, resume: &resume, max_line: 1024, idle: Duration::from_secs(120) };
+    let mut reader = Reader {
+        counting: &mut counting,
+        source: 0,
+        resume: &resume,
+        max_line: 1024,
+        idle: Duration::from_secs(120),
+        events: LineBuffer::new(1024),
+    };
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     let ended = stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await;
     assert_eq!(ended, Ended::Failed("no answer within 30s".into()));

@@ -483,6 +483,44 @@ fn the_agents_configuration_and_what_it_follows_are_explained() {
     );
 }
 
+/// The samples that read values, JSON fields and stack traces are what the agent takes; a value
+/// that names a group the rule's expression lacks is named before any pod, in the agent's words.
+#[test]
+fn the_value_and_field_samples_are_valid_and_their_mistakes_named() {
+    let samples = [
+        (
+            include_str!("../../../../deploy/samples/app-values-watcher.yaml"),
+            include_str!("../../../../deploy/samples/app-values.yaml"),
+        ),
+        (
+            include_str!("../../../../deploy/samples/app-json-watcher.yaml"),
+            include_str!("../../../../deploy/samples/app-json.yaml"),
+        ),
+    ];
+    for (watcher, app) in samples {
+        let mut sample: Watcher = serde_saphyr::from_str(watcher).expect("sample");
+        sample.metadata.namespace = Some("team-a".into());
+        let app: Value = serde_saphyr::from_str(app).expect("app");
+        let lines =
+            explain_in("team-a", &[], app.clone(), false, std::slice::from_ref(&sample)).watchers[0].agent.clone();
+        assert_eq!(lines[0], "watcher-agent: configuration valid", "{lines:?}");
+        let mut broken = sample.clone();
+        let config = broken.spec.config_data.get_or_insert_default();
+        config.insert("AGENT_RULE_LATENCY".into(), r"latency=(?P<millis>\d+)ms".into());
+        config.insert("AGENT_VALUE_LATENCY".into(), "ms".into());
+        config.insert("AGENT_FORMAT".into(), "text".into());
+        config.retain(|k, _| !k.starts_with("AGENT_MATCH_") && !k.starts_with("AGENT_LABELS_"));
+        let lines = explain_in("team-a", &[], app, false, std::slice::from_ref(&broken)).watchers[0].agent.clone();
+        assert!(
+            lines[0].starts_with(
+                "watcher-agent: configuration invalid: AGENT_VALUE_LATENCY: \"ms\" is not a named group of \
+                 AGENT_RULE_LATENCY (its groups are millis)"
+            ),
+            "{lines:?}"
+        );
+    }
+}
+
 /// Under the namespace's quota (as kube-apiserver stored it: `limits.cpu: 300m`), the pod of
 /// kube-apiserver's refusal: the plain Watcher is injected with what the quota asks stated, the
 /// one that does not fit in what is left is left out with the quota's words.
