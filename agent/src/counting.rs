@@ -179,6 +179,7 @@ impl Counting {
     /// An event of joined lines of source `source`, its last line written at `written`.
     pub fn event(&mut self, source: usize, event: Event<'_>, written: SystemTime) {
         self.lines[source] += event.lines;
+        self.long_lines[source] += event.long_lines;
         self.cut[source][0] += u64::from(event.cut_lines);
         self.cut[source][1] += u64::from(event.cut_bytes);
         self.one(source, event.text, event.first_line(), written);
@@ -461,6 +462,7 @@ mod tests {
             lines: 4,
             cut_lines: false,
             cut_bytes: true,
+            long_lines: 1,
         };
         for _ in 0..3 {
             c.event(0, event, SystemTime::now());
@@ -475,6 +477,7 @@ mod tests {
                 r#"watcher_agent_lines_total{source="/logs/*.log"} 12"#,
                 r#"watcher_agent_events_total{source="/logs/*.log"} 3"#,
                 r#"watcher_agent_events_cut_total{source="/logs/*.log",reason="max_bytes"} 3"#,
+                r#"watcher_agent_long_lines_total{source="/logs/*.log"} 3"#,
             ],
         );
         let reports = lock(&alerts).look(SystemTime::now());

@@ -322,11 +322,12 @@ fn unescape(raw: &[u8]) -> Vec<u8> {
                 };
                 let mut code = hex(at).unwrap_or(0xfffd);
                 at += 4;
-                if (0xd800..0xdc00).contains(&code) && raw.get(at..at + 2) == Some(b"\\u") {
-                    if let Some(low) = hex(at + 2).filter(|low| (0xdc00..0xe000).contains(low)) {
-                        code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
-                        at += 6;
-                    }
+                if (0xd800..0xdc00).contains(&code)
+                    && raw.get(at..at + 2) == Some(b"\\u")
+                    && let Some(low) = hex(at + 2).filter(|low| (0xdc00..0xe000).contains(low))
+                {
+                    code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
+                    at += 6;
                 }
                 let c = char::from_u32(code).unwrap_or('\u{fffd}');
                 out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());

@@ -107,12 +107,14 @@ impl LineBuffer {
         let now = Instant::now();
         let max = self.max;
         let mut lines: Vec<(usize, usize, u64)> = Vec::new();
+        let mut long_partial = false;
         // Lines are found first, then joined: the joiner and the partial line are both ours.
         let mut start = 0;
         let mut completed = None;
         for end in memchr::memchr_iter(b'\n', chunk) {
             if start == 0 && self.has_partial() {
                 self.keep(&chunk[..end]);
+                long_partial = self.overflow || trim_cr(&self.partial).len() > max;
                 completed = Some(self.seen + 1);
             } else {
                 lines.push((start, end, (end - start) as u64 + 1));
@@ -122,14 +124,14 @@ impl LineBuffer {
         let Some(events) = &mut self.events else { return };
         let mut give = |event: Event<'_>| emit(Piece::Event(event));
         if let Some(raw) = completed {
-            events.push(trim_cr(&self.partial), raw, now, &mut give);
+            events.push_line(trim_cr(&self.partial), long_partial, raw, now, &mut give);
             self.partial.clear();
             self.overflow = false;
             self.seen = 0;
         }
         for (from, to, raw) in lines {
             let line = trim_cr(&chunk[from..to]);
-            events.push(&line[..line.len().min(max)], raw, now, &mut give);
+            events.push_line(&line[..line.len().min(max)], line.len() > max, raw, now, &mut give);
         }
         self.keep(&chunk[start..]);
     }
@@ -174,7 +176,7 @@ impl LineBuffer {
             Some(events) => {
                 let mut give = |event: Event<'_>| emit(Piece::Event(event));
                 if !self.partial.is_empty() || self.overflow {
-                    events.push(trim_cr(&self.partial), self.seen, now, &mut give);
+                    events.push_line(trim_cr(&self.partial), self.overflow, self.seen, now, &mut give);
                 }
                 events.flush(&mut give);
             }
@@ -196,7 +198,8 @@ impl LineBuffer {
             None => emit(Piece::Line(line)),
             Some(events) => {
                 let raw = line.bytes.len() as u64 + 1;
-                events.push(line.bytes, raw, Instant::now(), &mut |event| emit(Piece::Event(event)));
+                events
+                    .push_line(line.bytes, line.truncated, raw, Instant::now(), &mut |event| emit(Piece::Event(event)));
             }
         }
     }

@@ -64,6 +64,8 @@ pub struct Event<'a> {
     pub cut_lines: bool,
     /// Its text was cut at `AGENT_MULTILINE_MAX_BYTES`.
     pub cut_bytes: bool,
+    /// Its lines longer than `AGENT_MAX_LINE_BYTES` (each kept to that bound).
+    pub long_lines: u64,
 }
 
 impl<'a> Event<'a> {
@@ -92,6 +94,7 @@ pub struct Joiner {
     /// many bytes before what was read.
     raw: u64,
     cut_bytes: bool,
+    long_lines: u64,
     trace: Trace,
     /// When its last line came (`None`: no event waits).
     last: Option<Instant>,
@@ -100,7 +103,16 @@ pub struct Joiner {
 impl Joiner {
     /// Events as `multiline` says.
     pub fn new(multiline: Arc<Multiline>) -> Self {
-        Self { multiline, text: Vec::new(), lines: 0, raw: 0, cut_bytes: false, trace: Trace::default(), last: None }
+        Self {
+            multiline,
+            text: Vec::new(),
+            lines: 0,
+            raw: 0,
+            cut_bytes: false,
+            long_lines: 0,
+            trace: Trace::default(),
+            last: None,
+        }
     }
 
     /// Bytes of the source the waiting event is made of (0 when none waits).
@@ -111,6 +123,13 @@ impl Joiner {
     /// When the waiting event ends for want of a new line.
     pub fn due(&self) -> Option<Instant> {
         self.last.map(|last| last + self.multiline.wait)
+    }
+
+    /// A line (without its newline, `long`: cut to `AGENT_MAX_LINE_BYTES`), `raw` bytes of the
+    /// source, come at `now`: the event it ends, if any, to `emit`.
+    pub fn push_line(&mut self, line: &[u8], long: bool, raw: u64, now: Instant, emit: &mut impl FnMut(Event<'_>)) {
+        self.push(line, raw, now, emit);
+        self.long_lines += u64::from(long);
     }
 
     /// A line (without its newline), `raw` bytes of the source, come at `now`: the event it
@@ -167,7 +186,8 @@ impl Joiner {
     }
 
     fn end(&mut self, cut_lines: bool, emit: &mut impl FnMut(Event<'_>)) {
-        emit(Event { text: &self.text, lines: self.lines, cut_lines, cut_bytes: self.cut_bytes });
+        let long_lines = std::mem::take(&mut self.long_lines);
+        emit(Event { text: &self.text, lines: self.lines, cut_lines, cut_bytes: self.cut_bytes, long_lines });
         self.text.clear();
         // A buffer grown for a long trace is not kept.
         if self.text.capacity() > 4 * 1024 {
@@ -372,7 +392,8 @@ level=info msg=restarted";
 
     #[test]
     fn the_first_line_is_what_is_quoted() {
-        let event = Event { text: b"Exception: x\n\tat a", lines: 2, cut_lines: false, cut_bytes: false };
+        let event =
+            Event { text: b"Exception: x\n\tat a", lines: 2, cut_lines: false, cut_bytes: false, long_lines: 0 };
         assert_eq!(event.first_line(), b"Exception: x");
     }
 }
