@@ -283,6 +283,14 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("bench directory");
     let log = dir.join("app.log");
     write_log(&log, 0, LINES);
+    let programs = concat!(env!("CARGO_MANIFEST_DIR"), "/benches");
+    // `cargo bench -p watcher-agent --profile agent --bench agent -- values`: only values, fields
+    // and events.
+    if std::env::args().any(|a| a == "values") {
+        values_fields_and_events(&dir, &log.display().to_string(), programs);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     let bytes = std::fs::metadata(&log).map(|m| m.len()).unwrap_or_default();
     println!("{LINES} lines, {:.0} MB, 1 in 50 matching", bytes as f64 / 1e6);
     println!("{:<44} {:>14} {:>10}", "one core", "lines/s", "MB/s");
@@ -302,7 +310,6 @@ fn main() {
         let rate = LINES as f64 / seconds;
         println!("{:<44} {rate:>14.0} {:>10.0}", "grep -c ERROR (for scale)", mb(rate));
     }
-    let programs = concat!(env!("CARGO_MANIFEST_DIR"), "/benches");
     mtail_throughput(programs, &log_path, "");
     values_fields_and_events(&dir, &log_path, programs);
 
@@ -341,6 +348,37 @@ fn main() {
         match rss_following(agent, &followed, files) {
             Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "watcher-agent, 2 rules"),
             None => println!("watcher-agent: could not be measured"),
+        }
+        // The same agent reading values, JSON fields and events: each mode's memory.
+        let modes: [(&str, &[(&str, &str)]); 3] = [
+            (
+                "watcher-agent, 2 rules + a histogram",
+                &[
+                    ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms"),
+                    ("AGENT_VALUE_LATENCY", "ms"),
+                    ("AGENT_METRIC_LATENCY", "histogram"),
+                ],
+            ),
+            (
+                "watcher-agent, auto format + fields",
+                &[("AGENT_FORMAT", "auto"), ("AGENT_MATCH_LEVEL", "level=error"), ("AGENT_LABELS_LEVEL", "user")],
+            ),
+            ("watcher-agent, 2 rules, java events", &[("AGENT_MULTILINE_START", "java")]),
+        ];
+        for (name, vars) in modes {
+            let mut agent = Command::new(env!("CARGO_BIN_EXE_watcher-agent"));
+            agent
+                .env_clear()
+                .env("AGENT_FILES", &glob)
+                .env("AGENT_RULE_ERROR", r"\bERROR\b")
+                .env("AGENT_RULE_TIMEOUT", "(?i)timeout")
+                .env("AGENT_LISTEN", "127.0.0.1:0")
+                .env("AGENT_EVENTS", "false")
+                .envs(vars.iter().copied());
+            match rss_following(agent, &followed, files) {
+                Some((rss, anon)) => println!("{name:<44} {rss:>14.1} {anon:>10.1}"),
+                None => println!("{name}: could not be measured"),
+            }
         }
         let mut mtail = Command::new("mtail");
         mtail.args(["--progs", &format!("{programs}/mtail-2"), "--logs", &glob, "--port", "0", "--logtostderr"]);

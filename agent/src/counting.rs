@@ -38,6 +38,9 @@ pub struct Counting {
     tally: Tally,
 }
 
+/// A rule's label sets in one source, by their key: matches, and the values they gave.
+type LabelSets = HashMap<Vec<u8>, (u64, Observed)>;
+
 /// What a rule with a value does with it.
 struct Measure {
     reading: Reading,
@@ -57,8 +60,11 @@ struct Tally {
     measures: Vec<Option<Measure>>,
     /// `observed[rule][source]`, for rules with a value and without labels.
     observed: Vec<Vec<Observed>>,
-    /// Matches of rules with labels: (rule, source, values), and their values.
-    labelled: HashMap<(usize, usize, Vec<String>), (u64, Observed)>,
+    /// Matches of rules with labels, by (rule, source) and the labels' raw values (each its
+    /// length, then its bytes: looked up without a copy), and their values.
+    labelled: HashMap<(usize, usize), LabelSets>,
+    /// The key of a match's labels, made again for each match.
+    key: Vec<u8>,
     value_errors: Vec<u64>,
     matched: Vec<bool>,
 }
@@ -79,8 +85,16 @@ impl Tally {
             _ => None,
         };
         if self.labelled_rules[rule] {
-            let values = m.values.iter().map(|v| label_value(v)).collect();
-            let (count, observed) = self.labelled.entry((rule, source, values)).or_default();
+            self.key.clear();
+            for value in &m.values {
+                self.key.extend_from_slice(&u32::try_from(value.len()).unwrap_or(u32::MAX).to_le_bytes());
+                self.key.extend_from_slice(value);
+            }
+            let sets = self.labelled.entry((rule, source)).or_default();
+            let (count, observed) = match sets.get_mut(self.key.as_slice()) {
+                Some(entry) => entry,
+                None => sets.entry(self.key.clone()).or_default(),
+            };
             *count += 1;
             if let Some((value, bounds)) = value {
                 observed.observe(value, bounds);
@@ -130,6 +144,7 @@ impl Counting {
             measures,
             observed: vec![vec![Observed::default(); sources]; count],
             labelled: HashMap::new(),
+            key: Vec::new(),
             value_errors: vec![0; count],
             matched: vec![false; count],
         };
@@ -229,9 +244,11 @@ impl Counting {
                 }
             }
         }
-        for ((rule, source, values), (count, observed)) in self.tally.labelled.drain() {
-            let observed = (observed.count > 0).then_some(&observed);
-            self.metrics.labelled_matches(rule, source, &values, count, observed);
+        for ((rule, source), sets) in &mut self.tally.labelled {
+            for (key, (count, observed)) in sets.drain() {
+                let observed = (observed.count > 0).then_some(&observed);
+                self.metrics.labelled_matches(*rule, *source, &label_values(&key), count, observed);
+            }
         }
         for (counter, count) in self.metrics.value_errors.iter().zip(&mut self.tally.value_errors) {
             if let (Some(counter), true) = (counter, *count > 0) {
@@ -245,6 +262,17 @@ impl Counting {
             }
         }
     }
+}
+
+/// The label values a tally's key holds (each its length, then its bytes), as label values.
+fn label_values(mut key: &[u8]) -> Vec<String> {
+    let mut values = Vec::new();
+    while let Some((length, rest)) = key.split_first_chunk::<4>() {
+        let length = (u32::from_le_bytes(*length) as usize).min(rest.len());
+        values.push(label_value(&rest[..length]));
+        key = &rest[length..];
+    }
+    values
 }
 
 fn wall_clock() -> f64 {

@@ -156,19 +156,34 @@ impl<'a> Json<'a, '_> {
             let key = self.string()?;
             self.expect(b':')?;
             self.space();
-            let mut path = frame.prefix.clone();
-            path.push_str(&String::from_utf8_lossy(&key));
-            let wanted = self.paths.iter().position(|w| *w == path);
-            let inside = self
-                .paths
-                .iter()
-                .any(|w| w.len() > path.len() && w.starts_with(&path) && w.as_bytes()[path.len()] == b'.');
+            // Which wanted path is this field, and which go on inside it: compared as bytes, no
+            // path built (a line's keys are many, the wanted paths few).
+            let prefix = frame.prefix.as_bytes();
+            let (mut wanted, mut inside) = (None, false);
+            for (index, path) in self.paths.iter().enumerate() {
+                let path = path.as_bytes();
+                // Lengths and the first byte first: most keys differ there.
+                let Some(rest) = path.get(prefix.len()..) else { continue };
+                if rest.len() < key.len() || rest.first() != key.first() || rest[..key.len()] != key[..] {
+                    continue;
+                }
+                if !path.starts_with(prefix) {
+                    continue;
+                }
+                match rest.get(key.len()) {
+                    None => wanted = Some(index),
+                    Some(b'.') => inside = true,
+                    Some(_) => {}
+                }
+            }
             let start = self.at;
             match self.peek() {
                 Some(b'{') if inside => {
                     self.at += 1;
-                    path.push('.');
-                    stack.push(Frame { prefix: path, whole: wanted.map(|index| (index, start)), first: true });
+                    let mut prefix = frame.prefix.clone();
+                    prefix.push_str(&String::from_utf8_lossy(&key));
+                    prefix.push('.');
+                    stack.push(Frame { prefix, whole: wanted.map(|index| (index, start)), first: true });
                 }
                 Some(b'{' | b'[') => {
                     self.skip_container()?;

@@ -21,12 +21,27 @@ pub struct Rules {
     set: RegexSet,
     /// `set`'s index of each of them: its rule.
     set_rules: Vec<usize>,
-    /// Every line expression at once, over runs of lines (`None` where a rule could not be
-    /// matched so: `\A` or `\z`, which mean the line's ends only line by line).
-    any: Option<Regex>,
+    /// Runs of lines (`None` where a rule could not be matched so: `\A` or `\z`, which mean
+    /// the line's ends only line by line): the rules without groups to read, at once.
+    runs: Option<Runs>,
     specs: Vec<Spec>,
     names: Vec<String>,
     paths: Vec<String>,
+}
+
+/// How runs of lines are matched: the rules without groups (that count lines) by one expression
+/// that is their alternation, then the line it finds by `plain` (a set of them); each rule with
+/// groups (labels, a value) by its own expression over the run, one call a matching line.
+#[derive(Clone, Debug)]
+struct Runs {
+    /// The alternation of the plain rules' expressions (`None`: there are none).
+    any: Option<Regex>,
+    /// The plain rules' expressions, and the rule of each.
+    plain: RegexSet,
+    plain_rules: Vec<usize>,
+    /// Each rule with groups: its index, its expression over runs (`^`, `$` at lines), and a
+    /// place for its groups' positions.
+    grouped: Vec<(usize, Regex, CaptureLocations)>,
 }
 
 /// What a rule takes from what it matches.
@@ -72,12 +87,7 @@ impl Rules {
             rules.iter().enumerate().filter_map(|(i, r)| Some((i, r.pattern.as_deref()?))).collect();
         let set = RegexSet::new(with_pattern.iter().map(|(_, p)| *p))?;
         let whole_text = with_pattern.iter().any(|(_, p)| p.contains(r"\A") || p.contains(r"\z"));
-        let any = if whole_text || with_pattern.is_empty() {
-            None
-        } else {
-            let alternation: Vec<String> = with_pattern.iter().map(|(_, p)| format!("(?:{p})")).collect();
-            Some(RegexBuilder::new(&alternation.join("|")).multi_line(true).crlf(true).build()?)
-        };
+        let runs = if whole_text { None } else { Some(Runs::new(rules)?) };
         let mut paths: Vec<String> = Vec::new();
         let mut path = |p: &str| match paths.iter().position(|known| known == p) {
             Some(index) => index,
@@ -120,7 +130,7 @@ impl Rules {
         Ok(Self {
             set,
             set_rules: with_pattern.iter().map(|(i, _)| *i).collect(),
-            any,
+            runs,
             specs,
             names: rules.iter().map(|r| r.name.clone()).collect(),
             paths,
@@ -146,15 +156,19 @@ impl Rules {
         }
         if self.set_rules.len() == 1 {
             let rule = self.set_rules[0];
-            if self.specs[rule].fields.is_empty() {
-                matched(self.matched(rule, line, None));
+            if self.specs[rule].fields.is_empty()
+                && let Some(m) = self.matched(rule, line, None)
+            {
+                matched(m);
             }
             return;
         }
         for index in self.set.matches(line).iter() {
             let rule = self.set_rules[index];
-            if self.specs[rule].fields.is_empty() {
-                matched(self.matched(rule, line, None));
+            if self.specs[rule].fields.is_empty()
+                && let Some(m) = self.matched(rule, line, None)
+            {
+                matched(m);
             }
         }
     }
@@ -187,18 +201,23 @@ impl Rules {
                 .fields
                 .iter()
                 .all(|(path, regex)| record.values[*path].as_ref().is_some_and(|field| regex.is_match(field.bytes())));
-            if holds {
-                matched(self.matched(rule, text, Some(record)));
+            if holds && let Some(m) = self.matched(rule, text, Some(record)) {
+                matched(m);
             }
         }
     }
 
-    fn matched<'l>(&mut self, rule: usize, line: &'l [u8], record: Option<&'l Record<'_>>) -> Matched<'l> {
+    /// What rule `rule` takes from `line` and `record`; `None` where its own expression, read
+    /// for its groups, does not match `line` alone.
+    fn matched<'l>(&mut self, rule: usize, line: &'l [u8], record: Option<&'l Record<'_>>) -> Option<Matched<'l>> {
         let spec = &mut self.specs[rule];
         let mut values = Vec::new();
         let mut value = None;
         if let Some((regex, locations)) = &mut spec.captures {
             let found = regex.captures_read(locations, line).is_some();
+            if !found {
+                return None;
+            }
             let group = |g: usize| if found { locations.get(g).map(|(s, e)| &line[s..e]) } else { None };
             values.extend(spec.label_groups.iter().map(|g| group(*g).unwrap_or_default()));
             if let Some(At::Group(g)) = spec.value {
@@ -210,39 +229,123 @@ impl Rules {
         if let Some(At::Field(p)) = spec.value {
             value = field(p);
         }
+        Some(Matched { rule, line, values, value })
+    }
+
+    /// What rule `rule` takes from its match in `run`, found at `locations`, in `line`.
+    fn matched_in_run<'l>(
+        &self,
+        rule: usize,
+        run: &'l [u8],
+        locations: &CaptureLocations,
+        line: &'l [u8],
+    ) -> Matched<'l> {
+        let spec = &self.specs[rule];
+        let group = |g: usize| locations.get(g).map(|(s, e)| &run[s..e]);
+        let mut values: Vec<&[u8]> = spec.label_groups.iter().map(|g| group(*g).unwrap_or_default()).collect();
+        values.extend(spec.field_labels.iter().map(|_| &b""[..]));
+        let value = match spec.value {
+            Some(At::Group(g)) => group(g),
+            _ => None,
+        };
         Matched { rule, line, values, value }
     }
 
     /// Matches every line of `run` (complete lines, each ending in `\n`), each cut to
-    /// `max_line` bytes: `matched` for each rule a line matches. Returns (lines, lines longer
-    /// than `max_line`).
+    /// `max_line` bytes: `matched` for each rule a line matches (rules with field conditions
+    /// never: a run is text). Returns (lines, lines longer than `max_line`).
     pub fn scan(&mut self, run: &[u8], max_line: usize, mut matched: impl FnMut(Matched<'_>)) -> (u64, u64) {
         let lines = memchr::memchr_iter(b'\n', run).count() as u64;
         let long = long_lines(run, max_line);
-        if self.set_rules.is_empty() {
-            return (lines, long);
-        }
         // Taken out while the lines it finds are matched (they need the rules mutably), then put
         // back: never cloned, which would start its caches anew.
-        let Some(any) = self.any.take() else {
-            for line in run.split_inclusive(|b| *b == b'\n') {
-                self.each_match(as_seen(line, max_line), &mut matched);
+        let Some(runs) = self.runs.take() else {
+            if !self.set_rules.is_empty() {
+                for line in run.split_inclusive(|b| *b == b'\n') {
+                    self.each_match(as_seen(line, max_line), &mut matched);
+                }
             }
             return (lines, long);
         };
-        let mut at = 0;
-        while at < run.len() {
-            let Some(found) = any.find_at(run, at) else { break };
-            // The line the match starts in, matched alone (a match of the alternation may run
-            // past its end, or past the bytes the rules see: the line decides).
-            let start = memrchr(b'\n', &run[..found.start()]).map_or(0, |i| i + 1);
-            let end = memchr(b'\n', &run[found.start()..]).map_or(run.len(), |i| found.start() + i + 1);
-            self.each_match(as_seen(&run[start..end], max_line), &mut matched);
-            at = end;
+        if let Some(any) = &runs.any {
+            let mut at = 0;
+            while let Some(found) = any.find_at(run, at) {
+                // The line the match starts in, matched alone (a match of the alternation may
+                // run past its end, or past the bytes the rules see: the line decides).
+                let (start, end) = line_around(run, found.start());
+                let line = as_seen(&run[start..end], max_line);
+                for index in runs.plain.matches(line).iter() {
+                    if let Some(m) = self.matched(runs.plain_rules[index], line, None) {
+                        matched(m);
+                    }
+                }
+                at = end;
+            }
         }
-        self.any = Some(any);
+        let mut runs = runs;
+        for (rule, regex, locations) in &mut runs.grouped {
+            let mut at = 0;
+            while regex.captures_read_at(locations, run, at).is_some() {
+                let Some((from, to)) = locations.get(0) else { break };
+                let (start, end) = line_around(run, from);
+                let line = as_seen(&run[start..end], max_line);
+                // A match within the line is the line's own; one that runs past it (or past the
+                // bytes the rules see) is not: the line is matched alone, and decides.
+                let found = if to <= start + line.len() {
+                    Some(self.matched_in_run(*rule, run, locations, line))
+                } else {
+                    self.matched(*rule, line, None)
+                };
+                if let Some(m) = found {
+                    matched(m);
+                }
+                at = end;
+            }
+        }
+        self.runs = Some(runs);
         (lines, long)
     }
+}
+
+impl Runs {
+    fn new(rules: &[RuleConfig]) -> Result<Self, regex::Error> {
+        let over_runs = |pattern: &str| RegexBuilder::new(pattern).multi_line(true).crlf(true).build();
+        // Rules with field conditions never match text: not in runs at all.
+        let text_rules = rules.iter().enumerate().filter(|(_, r)| r.fields.is_empty());
+        let mut plain: Vec<(usize, &str)> = Vec::new();
+        let mut grouped = Vec::new();
+        for (index, rule) in text_rules {
+            let Some(pattern) = rule.pattern.as_deref() else { continue };
+            let has_groups =
+                rule.labels.len() > rule.field_labels.len() || matches!(rule.value, Some(ValueFrom::Group(_)));
+            if has_groups {
+                let regex = over_runs(pattern)?;
+                let locations = regex.capture_locations();
+                grouped.push((index, regex, locations));
+            } else {
+                plain.push((index, pattern));
+            }
+        }
+        let any = if plain.is_empty() {
+            None
+        } else {
+            let alternation: Vec<String> = plain.iter().map(|(_, p)| format!("(?:{p})")).collect();
+            Some(over_runs(&alternation.join("|"))?)
+        };
+        Ok(Self {
+            any,
+            plain: RegexSet::new(plain.iter().map(|(_, p)| *p))?,
+            plain_rules: plain.iter().map(|(i, _)| *i).collect(),
+            grouped,
+        })
+    }
+}
+
+/// The line of `run` that holds byte `at`: (its start, its end after its newline).
+fn line_around(run: &[u8], at: usize) -> (usize, usize) {
+    let start = memrchr(b'\n', &run[..at]).map_or(0, |i| i + 1);
+    let end = memchr(b'\n', &run[at..]).map_or(run.len(), |i| at + i + 1);
+    (start, end)
 }
 
 /// A line of a run as the rules see it: without its newline and `\r`, cut to `max_line` bytes.
@@ -347,5 +450,30 @@ mod tests {
             values.push(m.values.iter().map(|v| String::from_utf8_lossy(v).into_owned()).collect::<Vec<_>>());
         });
         assert_eq!(values, [vec!["503".to_owned(), "/a".to_owned()], vec!["500".to_owned(), String::new()]]);
+    }
+
+    /// A rule with groups is matched over the run on its own: what it takes is what each line
+    /// alone gives, a match that would run into the next line or past the bytes seen included.
+    #[test]
+    fn a_rule_with_groups_takes_from_each_line_as_alone() {
+        let mut rules = rules(&[("span", r"(?P<word>ERROR\s+\w+)"), ("code", r"code=(?P<code>\d+)")]);
+        let run = b"x ERROR\nfirst code=7\nERROR two code=12345678\nERROR\r\n";
+        let mut found = Vec::new();
+        rules.scan(run, 20, |m| {
+            let values: Vec<String> = m.values.iter().map(|v| String::from_utf8_lossy(v).into_owned()).collect();
+            found.push((m.rule, values));
+        });
+        found.sort();
+        assert_eq!(
+            found,
+            [(0, vec!["ERROR two".to_owned()]), (1, vec!["12345".to_owned()]), (1, vec!["7".to_owned()])],
+            "ERROR then a newline is no match; code=12345678 is seen to its first 20 bytes"
+        );
+        let mut one_by_one = Vec::new();
+        for line in run.split_inclusive(|b| *b == b'\n') {
+            rules.scan(line, 20, |m| one_by_one.push(m.rule));
+        }
+        one_by_one.sort();
+        assert_eq!(one_by_one, [0, 1, 1]);
     }
 }

@@ -150,6 +150,11 @@ impl Reading {
     /// unit converts as it says.
     pub fn parse(self, text: &[u8]) -> Result<f64, ValueError> {
         let text = text.trim_ascii();
+        // The common case, a whole number of a few digits: read at once.
+        if !text.is_empty() && text.len() <= 15 && text.iter().all(u8::is_ascii_digit) {
+            let whole = text.iter().fold(0_u64, |n, d| n * 10 + u64::from(d - b'0'));
+            return Ok(whole as f64 * self.bare.map_or(1.0, Unit::scale));
+        }
         let end = number_end(text).ok_or(ValueError::NotANumber)?;
         // Only ASCII so far: the number is text.
         let number: f64 =

@@ -11,6 +11,7 @@ use kube::api::{Api, ListParams};
 use crate::common;
 
 mod jobs;
+mod values;
 
 use std::time::Duration;
 
