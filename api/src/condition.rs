@@ -20,6 +20,9 @@ pub mod types {
     /// A Watcher's: `False` where its sidecar, in a pod that is meant to end, is ended by a
     /// restart the kubelet counts (a Job under `OnFailure` counts it toward `backoffLimit`).
     pub const ENDS_WITHOUT_RESTART: &str = "EndsWithoutRestart";
+    /// A Watcher's whose sidecar is watcher-agent: whether the agent takes its configuration
+    /// (`configData` and the container's `env`), judged by the agent's own code before any pod.
+    pub const AGENT_CONFIGURED: &str = "AgentConfigured";
     /// A Watcher's: whether pods that ask for it were admitted without it, because they would
     /// fail their namespace's Pod Security level or resource rules (quota, LimitRange) with it.
     pub const INJECTED: &str = "Injected";

@@ -199,6 +199,7 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
         None => status.conditions.retain(|c| c.type_ != POD_SECURITY_CONDITION),
     }
     crate::ending::set_restart_condition(&mut status.conditions, &cluster.spec.watcher, cluster.meta().generation);
+    crate::agent::set_agent_condition(&mut status.conditions, &cluster.spec.watcher, cluster.meta().generation);
     if cluster.status.as_ref() != Some(&status) {
         let ready = status.conditions.iter().find(|c| c.type_ == types::READY);
         let became_invalid = ready.filter(|c| c.reason == reasons::INVALID_SPEC).is_some_and(|c| {

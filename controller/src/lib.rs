@@ -3,6 +3,7 @@
 //! write or judge alike sits below them: [`revisions`], `owned` (the Watchers' ConfigMaps) and
 //! `standing` (their Pod Security condition).
 
+pub mod agent;
 pub mod at;
 pub mod cluster_watcher;
 mod context;

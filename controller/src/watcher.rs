@@ -188,6 +188,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
         None => status.conditions.retain(|c| c.type_ != POD_SECURITY_CONDITION),
     }
     crate::ending::set_restart_condition(&mut status.conditions, &watcher.spec, watcher.meta().generation);
+    crate::agent::set_agent_condition(&mut status.conditions, &watcher.spec, watcher.meta().generation);
     if current.as_ref() != Some(&status) {
         let invalid = ready_condition(&status).filter(|c| c.reason == reasons::INVALID_SPEC);
         if let Some(invalid) = invalid {

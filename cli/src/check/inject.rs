@@ -387,22 +387,10 @@ fn ending_lines(pod: &PodView, watcher: &Watcher) -> Vec<String> {
 /// with `shareVolumes` the app's), and the log stream.
 fn agent_lines(pod: &PodView, existing: bool, watcher: &Watcher) -> Vec<String> {
     let container = &watcher.spec.container;
-    if !container.image.as_deref().is_some_and(watcher_api::image::is_agent_image) {
-        return Vec::new();
-    }
-    let mut vars: Vec<(String, String)> = watcher.spec.config_data.clone().unwrap_or_default().into_iter().collect();
-    for env in container.env.iter().flatten() {
-        let value = match (&env.value, &env.value_from) {
-            (Some(value), _) => value.clone(),
-            (None, Some(_)) => format!("<{} from valueFrom>", env.name),
-            (None, None) => String::new(),
-        };
-        vars.retain(|(k, _)| *k != env.name);
-        vars.push((env.name.clone(), value));
-    }
-    let config = match watcher_agent::config::Config::from_vars(vars) {
-        Ok(config) => config,
-        Err(error) => return vec![format!("watcher-agent: configuration invalid: {error}")],
+    let config = match watcher_controller::agent::agent_configuration(&watcher.spec) {
+        None => return Vec::new(),
+        Some(Ok(config)) => config,
+        Some(Err(error)) => return vec![format!("watcher-agent: configuration invalid: {error}")],
     };
     let mut lines = vec!["watcher-agent: configuration valid".to_owned()];
     // Where the sidecar has a volume: as the existing pod has it, or as admission mounts it.
