@@ -230,3 +230,64 @@ fn backoff_doubles_to_half_a_minute() {
     }
     assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30]);
 }
+
+/// Multi-line events on the stream: an event not yet ended when the agent stops is where its
+/// checkpoint resumes (its first line's time, the lines before it known), so the next agent reads
+/// it whole, once, and counts each line once.
+#[tokio::test]
+async fn an_event_waiting_at_a_checkpoint_is_read_whole_after_a_restart() {
+    let multiline = Arc::new(crate::multiline::Multiline {
+        start: crate::multiline::Start::Java,
+        wait: Duration::from_secs(30),
+        max_lines: 500,
+        max_bytes: 65_536,
+    });
+    let first = "2026-11-25T10:00:00.1Z INFO a\n2026-11-25T10:00:00.2Z Exception: x\n2026-11-25T10:00:00.3Z \tat a\n";
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let pods: Api<Pod> = Api::namespaced(kube::Client::new(service, "team-a"), "team-a");
+    let server = tokio::spawn(async move {
+        serve(&mut handle, StatusCode::OK, first).await;
+        let again = serve(
+            &mut handle,
+            StatusCode::OK,
+            &format!("{first}2026-11-25T10:00:00.4Z \tat b\n2026-11-25T10:00:00.5Z INFO b\n"),
+        )
+        .await;
+        assert!(again.contains("&sinceTime=2026-11-25T10%3A00%3A00Z&"), "{again}");
+    });
+    let (_stop, mut stopped) = tokio::sync::watch::channel(false);
+    // The first agent: INFO a ends when the exception begins; the exception waits.
+    let (mut counting, metrics, _) = counting();
+    let resume = Mutex::new(Resume::default());
+    let mut reader = Reader {
+        counting: &mut counting,
+        source: 0,
+        resume: &resume,
+        max_line: 1024,
+        idle: Duration::from_secs(120),
+        events: LineBuffer::joining(1024, Some(&multiline)),
+    };
+    assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::ByServer { lines: 3 });
+    assert_eq!((metrics.lines[0].get(), metrics.events[0].get()), (1, 1));
+    let mark = lock(&resume).mark();
+    assert_eq!(mark.last.as_deref(), Some("2026-11-25T10:00:00.2Z"), "the waiting event's first line");
+    assert_eq!(mark.recent.len(), 1, "only INFO a is known: {:?}", mark.recent);
+    // The agent killed; the next one starts from that checkpoint.
+    let (mut counting, metrics, registry) = self::counting();
+    let resume = Mutex::new(Resume::from_mark(&mark));
+    let mut reader = Reader {
+        counting: &mut counting,
+        source: 0,
+        resume: &resume,
+        max_line: 1024,
+        idle: Duration::from_secs(120),
+        events: LineBuffer::joining(1024, Some(&multiline)),
+    };
+    assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::ByServer { lines: 4 });
+    reader.end_event(std::time::Instant::now(), true);
+    drop(pods);
+    server.await.expect("served");
+    assert_eq!((metrics.lines[0].get(), metrics.events[0].get()), (4, 2), "the trace of 3 lines, then INFO b");
+    assert_eq!(words(&registry), sorted(&["b", "b"]), "the trace's text ends in `b`: matched once");
+    assert_eq!(lock(&resume).mark().last.as_deref(), Some("2026-11-25T10:00:00.5Z"));
+}
