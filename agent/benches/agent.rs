@@ -335,15 +335,21 @@ fn main() {
             write_log(&followed.join(format!("app-{f}.log")), f * 10, 10);
         }
         let glob = format!("{}/*.log", followed.display());
-        let mut agent = Command::new(env!("CARGO_BIN_EXE_watcher-agent"));
-        agent
-            .env_clear()
-            .env("AGENT_FILES", &glob)
-            .env("AGENT_RULE_ERROR", r"\bERROR\b")
-            .env("AGENT_RULE_TIMEOUT", "(?i)timeout")
-            .env("AGENT_LISTEN", "127.0.0.1:0")
-            .env("AGENT_EVENTS", "false")
-            .env("AGENT_STATE_DIR", dir.join(format!("agent-state-{files}")).display().to_string());
+        // The agent with the two rules, and `vars`.
+        let agent_with = |vars: &[(&str, &str)]| {
+            let mut agent = Command::new(env!("CARGO_BIN_EXE_watcher-agent"));
+            agent
+                .env_clear()
+                .env("AGENT_FILES", &glob)
+                .env("AGENT_RULE_ERROR", r"\bERROR\b")
+                .env("AGENT_RULE_TIMEOUT", "(?i)timeout")
+                .env("AGENT_LISTEN", "127.0.0.1:0")
+                .env("AGENT_EVENTS", "false")
+                .envs(vars.iter().copied());
+            agent
+        };
+        let state = dir.join(format!("agent-state-{files}")).display().to_string();
+        let agent = agent_with(&[("AGENT_STATE_DIR", &state)]);
         println!("{:<44} {:>14} {:>10}", format!("resident memory, following {files} files"), "MiB", "anon MiB");
         match rss_following(agent, &followed, files) {
             Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "watcher-agent, 2 rules"),
@@ -366,16 +372,7 @@ fn main() {
             ("watcher-agent, 2 rules, java events", &[("AGENT_MULTILINE_START", "java")]),
         ];
         for (name, vars) in modes {
-            let mut agent = Command::new(env!("CARGO_BIN_EXE_watcher-agent"));
-            agent
-                .env_clear()
-                .env("AGENT_FILES", &glob)
-                .env("AGENT_RULE_ERROR", r"\bERROR\b")
-                .env("AGENT_RULE_TIMEOUT", "(?i)timeout")
-                .env("AGENT_LISTEN", "127.0.0.1:0")
-                .env("AGENT_EVENTS", "false")
-                .envs(vars.iter().copied());
-            match rss_following(agent, &followed, files) {
+            match rss_following(agent_with(vars), &followed, files) {
                 Some((rss, anon)) => println!("{name:<44} {rss:>14.1} {anon:>10.1}"),
                 None => println!("{name}: could not be measured"),
             }

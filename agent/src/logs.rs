@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::AsyncReadExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -203,7 +203,7 @@ impl Reader<'_> {
 
     /// The event waiting for its end, if it has waited `AGENT_MULTILINE_WAIT` by `now`; or now
     /// (`force`: the stream stops).
-    pub(crate) fn end_event(&mut self, now: std::time::Instant, force: bool) {
+    pub(crate) fn end_event(&mut self, now: Instant, force: bool) {
         let (source, counting) = (self.source, &mut *self.counting);
         let written = SystemTime::now();
         if force {
@@ -274,34 +274,18 @@ pub(crate) async fn stream_once(
             None => reader.idle,
         };
         // An event waiting for its end ends on time, however long the stream stays silent.
-        let event_due = reader.events.due().map(|due| due.saturating_duration_since(std::time::Instant::now()));
-        if let Some(due) = event_due.filter(|due| *due < wait) {
-            let read = tokio::time::timeout(due, stream.read(&mut bytes)).await;
-            match read {
-                Err(_) => {
-                    reader.end_event(std::time::Instant::now(), false);
-                    continue;
-                }
-                Ok(Ok(0)) => {
-                    buffer.discard();
-                    reader.counting.flush();
-                    return Ended::ByServer { lines };
-                }
-                Ok(Ok(n)) => {
-                    buffer.push(&bytes[..n], |stamped| lines += reader.line(stamped));
-                    reader.counting.flush();
-                    continue;
-                }
-                Ok(Err(error)) => return Ended::Failed(error.to_string()),
-            }
-        }
+        let limit = reader.events.due().map_or(wait, |due| due.saturating_duration_since(Instant::now()).min(wait));
         let read = tokio::select! {
-            read = tokio::time::timeout(wait, stream.read(&mut bytes)) => read,
+            read = tokio::time::timeout(limit, stream.read(&mut bytes)) => read,
             _ = stop.changed(), if deadline.is_none() => {
                 deadline = Some(tokio::time::Instant::now() + DRAIN);
                 continue;
             }
         };
+        if read.is_err() && reader.events.due().is_some_and(|due| due <= Instant::now()) {
+            reader.end_event(Instant::now(), false);
+            continue;
+        }
         match read {
             Err(_) if deadline.is_some() => return Ended::Stopped,
             Err(_) => return Ended::Idle,
@@ -373,7 +357,7 @@ pub(crate) async fn follow(
     let mut said_failing = false;
     loop {
         if *stop.borrow() {
-            reader.end_event(std::time::Instant::now(), true);
+            reader.end_event(Instant::now(), true);
             return;
         }
         previous_first(&pods, &pod, &container, &mut reader, &metrics, &mut stop).await;
@@ -391,7 +375,7 @@ pub(crate) async fn follow(
             }
             Ended::Stopped => {
                 metrics.reconnected("shutdown");
-                reader.end_event(std::time::Instant::now(), true);
+                reader.end_event(Instant::now(), true);
                 return;
             }
             Ended::ByServer { lines } if lines > 0 => {
@@ -421,13 +405,13 @@ pub(crate) async fn follow(
             }
         }
         if *stop.borrow() {
-            reader.end_event(std::time::Instant::now(), true);
+            reader.end_event(Instant::now(), true);
             return;
         }
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             _ = stop.changed() => {
-                reader.end_event(std::time::Instant::now(), true);
+                reader.end_event(Instant::now(), true);
                 return;
             }
         }

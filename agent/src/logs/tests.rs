@@ -42,6 +42,11 @@ fn counting() -> (Counting, Arc<Metrics>, Registry) {
     (counting, metrics, registry)
 }
 
+/// A reader of source 0 into `counting`, lines joined as `events` says.
+fn reader<'a>(counting: &'a mut Counting, resume: &'a Mutex<Resume>, events: LineBuffer) -> Reader<'a> {
+    Reader { counting, source: 0, resume, max_line: 1024, idle: Duration::from_secs(120), events }
+}
+
 /// The words counted, each as many times as it was.
 fn words(registry: &Registry) -> Vec<String> {
     let text = crate::metrics::openmetrics(registry);
@@ -93,14 +98,7 @@ async fn a_stream_asked_again_skips_only_what_it_sends_again() {
     });
     let (mut counting, _, registry) = counting();
     let resume = Mutex::new(Resume::default());
-    let mut reader = Reader {
-        counting: &mut counting,
-        source: 0,
-        resume: &resume,
-        max_line: 1024,
-        idle: Duration::from_secs(120),
-        events: LineBuffer::new(1024),
-    };
+    let mut reader = reader(&mut counting, &resume, LineBuffer::new(1024));
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::ByServer { lines: 5 });
     assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::ByServer { lines: 3 });
@@ -143,14 +141,7 @@ async fn a_restarted_container_is_read_from_its_previous_log_first() {
     });
     let (mut counting, metrics, registry) = counting();
     let resume = Mutex::new(Resume::default());
-    let reader = Reader {
-        counting: &mut counting,
-        source: 0,
-        resume: &resume,
-        max_line: 1024,
-        idle: Duration::from_secs(120),
-        events: LineBuffer::new(1024),
-    };
+    let reader = reader(&mut counting, &resume, LineBuffer::new(1024));
     follow(pods, "shop".into(), "app".into(), reader, metrics, stopped).await;
     server.await.expect("served");
     assert_eq!(words(&registry), sorted(&["one", "two", "panic", "exiting", "started"]));
@@ -170,14 +161,7 @@ async fn a_server_that_never_answers_is_asked_again() {
     });
     let (mut counting, _, _) = counting();
     let resume = Mutex::new(Resume::default());
-    let mut reader = Reader {
-        counting: &mut counting,
-        source: 0,
-        resume: &resume,
-        max_line: 1024,
-        idle: Duration::from_secs(120),
-        events: LineBuffer::new(1024),
-    };
+    let mut reader = reader(&mut counting, &resume, LineBuffer::new(1024));
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     let ended = stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await;
     assert_eq!(ended, Ended::Failed("no answer within 30s".into()));
@@ -259,15 +243,11 @@ async fn an_event_waiting_at_a_checkpoint_is_read_whole_after_a_restart() {
     // The first agent: INFO a ends when the exception begins; the exception waits.
     let (mut counting, metrics, _) = counting();
     let resume = Mutex::new(Resume::default());
-    let mut reader = Reader {
-        counting: &mut counting,
-        source: 0,
-        resume: &resume,
-        max_line: 1024,
-        idle: Duration::from_secs(120),
-        events: LineBuffer::joining(1024, Some(&multiline)),
-    };
-    assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::ByServer { lines: 3 });
+    let mut first_agent = reader(&mut counting, &resume, LineBuffer::joining(1024, Some(&multiline)));
+    assert_eq!(
+        stream_once(&pods, "shop", "app", false, &mut first_agent, &mut stopped).await,
+        Ended::ByServer { lines: 3 }
+    );
     assert_eq!((metrics.lines[0].get(), metrics.events[0].get()), (1, 1));
     let mark = lock(&resume).mark();
     assert_eq!(mark.last.as_deref(), Some("2026-11-25T10:00:00.2Z"), "the waiting event's first line");
@@ -275,16 +255,9 @@ async fn an_event_waiting_at_a_checkpoint_is_read_whole_after_a_restart() {
     // The agent killed; the next one starts from that checkpoint.
     let (mut counting, metrics, registry) = self::counting();
     let resume = Mutex::new(Resume::from_mark(&mark));
-    let mut reader = Reader {
-        counting: &mut counting,
-        source: 0,
-        resume: &resume,
-        max_line: 1024,
-        idle: Duration::from_secs(120),
-        events: LineBuffer::joining(1024, Some(&multiline)),
-    };
-    assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::ByServer { lines: 4 });
-    reader.end_event(std::time::Instant::now(), true);
+    let mut again = reader(&mut counting, &resume, LineBuffer::joining(1024, Some(&multiline)));
+    assert_eq!(stream_once(&pods, "shop", "app", false, &mut again, &mut stopped).await, Ended::ByServer { lines: 4 });
+    again.end_event(std::time::Instant::now(), true);
     drop(pods);
     server.await.expect("served");
     assert_eq!((metrics.lines[0].get(), metrics.events[0].get()), (4, 2), "the trace of 3 lines, then INFO b");
