@@ -506,10 +506,10 @@ fn the_value_and_field_samples_are_valid_and_their_mistakes_named() {
         assert_eq!(lines[0], "watcher-agent: configuration valid", "{lines:?}");
         let mut broken = sample.clone();
         let config = broken.spec.config_data.get_or_insert_default();
+        config.retain(|k, _| k == "AGENT_FILES");
         config.insert("AGENT_RULE_LATENCY".into(), r"latency=(?P<millis>\d+)ms".into());
         config.insert("AGENT_VALUE_LATENCY".into(), "ms".into());
-        config.insert("AGENT_FORMAT".into(), "text".into());
-        config.retain(|k, _| !k.starts_with("AGENT_MATCH_") && !k.starts_with("AGENT_LABELS_"));
+        config.insert("AGENT_METRIC_LATENCY".into(), "histogram".into());
         let lines = explain_in("team-a", &[], app, false, std::slice::from_ref(&broken)).watchers[0].agent.clone();
         assert!(
             lines[0].starts_with(
