@@ -42,6 +42,69 @@ struct Runs {
     /// Each rule with groups: its index, its expression over runs (`^`, `$` at lines), and a
     /// place for its groups' positions.
     grouped: Vec<(usize, Regex, CaptureLocations)>,
+    /// Where a rule with groups starts with a literal and is one-pass: its matches found by
+    /// that literal and read by the one-pass DFA anchored there (by the index in `grouped`).
+    anchored: Vec<Option<AnchoredAt>>,
+}
+
+/// A rule's matches in a run, found by the literal its expression starts with (every match
+/// starts with it: the first place where the rest matches too is the leftmost match), read by
+/// the one-pass DFA anchored there: one pass over the match, none forward and back to find it.
+#[derive(Clone, Debug)]
+struct AnchoredAt {
+    literal: memchr::memmem::Finder<'static>,
+    dfa: regex_automata::dfa::onepass::DFA,
+    cache: regex_automata::dfa::onepass::Cache,
+    captures: regex_automata::util::captures::Captures,
+}
+
+impl AnchoredAt {
+    /// For `pattern` over runs, where it starts with a literal of two bytes or more and is
+    /// one-pass (`None` otherwise: the general search serves).
+    fn new(pattern: &str) -> Option<Self> {
+        use regex_automata::{dfa::onepass, nfa::thompson, util::syntax};
+        let literal = literal_prefix(pattern)?;
+        let dfa = onepass::DFA::builder()
+            .syntax(syntax::Config::new().utf8(false).multi_line(true).crlf(true))
+            .thompson(thompson::Config::new().utf8(false))
+            .build(pattern)
+            .ok()?;
+        let (cache, captures) = (dfa.create_cache(), dfa.create_captures());
+        Some(Self { literal: memchr::memmem::Finder::new(literal.as_bytes()).into_owned(), dfa, cache, captures })
+    }
+
+    /// The leftmost match in `run` from `at` on: its span, its groups in `self.captures`.
+    fn find(&mut self, run: &[u8], mut at: usize) -> Option<(usize, usize)> {
+        use regex_automata::{Anchored, Input};
+        while let Some(found) = self.literal.find(&run[at..]) {
+            let start = at + found;
+            let input = Input::new(run).range(start..).anchored(Anchored::Yes);
+            if self.dfa.try_search(&mut self.cache, &input, &mut self.captures).is_ok()
+                && let Some(span) = self.captures.get_match()
+            {
+                return Some((span.start(), span.end()));
+            }
+            at = start + 1;
+        }
+        None
+    }
+}
+
+/// The literal `pattern` starts with, where it starts with one of two bytes or more and has no
+/// alternation (`latency=` in `latency=(?P<ms>\d+)ms`); a character a quantifier follows is not
+/// part of it.
+fn literal_prefix(pattern: &str) -> Option<String> {
+    if pattern.contains('|') {
+        return None;
+    }
+    let end = pattern
+        .find(|c: char| !(c.is_ascii_alphanumeric() || "=:_- /\"',;<>@#%&~!".contains(c)))
+        .unwrap_or(pattern.len());
+    let mut literal = &pattern[..end];
+    if matches!(pattern[end..].chars().next(), Some('*' | '?' | '+' | '{')) {
+        literal = &literal[..literal.len().saturating_sub(1)];
+    }
+    (literal.len() >= 2).then(|| literal.to_owned())
 }
 
 /// What a rule takes from what it matches.
@@ -232,16 +295,17 @@ impl Rules {
         Some(Matched { rule, line, values, value })
     }
 
-    /// What rule `rule` takes from its match in `run`, found at `locations`, in `line`.
-    fn matched_in_run<'l>(
+    /// What rule `rule` takes from its match in `run`, in `line`, each group's span in the run
+    /// given by `span`.
+    fn matched_at<'l>(
         &self,
         rule: usize,
         run: &'l [u8],
-        locations: &CaptureLocations,
         line: &'l [u8],
+        span: impl Fn(usize) -> Option<(usize, usize)>,
     ) -> Matched<'l> {
         let spec = &self.specs[rule];
-        let group = |g: usize| locations.get(g).map(|(s, e)| &run[s..e]);
+        let group = |g: usize| span(g).map(|(s, e)| &run[s..e]);
         let mut values: Vec<&[u8]> = spec.label_groups.iter().map(|g| group(*g).unwrap_or_default()).collect();
         values.extend(spec.field_labels.iter().map(|_| &b""[..]));
         let value = match spec.value {
@@ -283,18 +347,26 @@ impl Rules {
             }
         }
         let mut runs = runs;
-        for (rule, regex, locations) in &mut runs.grouped {
+        for ((rule, regex, locations), anchored) in runs.grouped.iter_mut().zip(&mut runs.anchored) {
             let mut at = 0;
-            while regex.captures_read_at(locations, run, at).is_some() {
-                let Some((from, to)) = locations.get(0) else { break };
+            loop {
+                let span = match anchored {
+                    Some(anchored) => anchored.find(run, at),
+                    None => regex.captures_read_at(locations, run, at).and_then(|_| locations.get(0)),
+                };
+                let Some((from, to)) = span else { break };
                 let (start, end) = line_around(run, from);
                 let line = as_seen(&run[start..end], max_line);
                 // A match within the line is the line's own; one that runs past it (or past the
-                // bytes the rules see) is not: the line is matched alone, and decides.
-                let found = if to <= start + line.len() {
-                    Some(self.matched_in_run(*rule, run, locations, line))
-                } else {
+                // bytes the rules see), or in a line with a `\r` inside (where `^` and `$` over
+                // runs also stand), is not: the line is matched alone, and decides.
+                let found = if to > start + line.len() || memchr(b'\r', line).is_some() {
                     self.matched(*rule, line, None)
+                } else if let Some(anchored) = anchored {
+                    let group = |g: usize| anchored.captures.get_group(g).map(|s| (s.start, s.end));
+                    Some(self.matched_at(*rule, run, line, group))
+                } else {
+                    Some(self.matched_at(*rule, run, line, |g| locations.get(g)))
                 };
                 if let Some(m) = found {
                     matched(m);
@@ -314,6 +386,7 @@ impl Runs {
         let text_rules = rules.iter().enumerate().filter(|(_, r)| r.fields.is_empty());
         let mut plain: Vec<(usize, &str)> = Vec::new();
         let mut grouped = Vec::new();
+        let mut anchored = Vec::new();
         for (index, rule) in text_rules {
             let Some(pattern) = rule.pattern.as_deref() else { continue };
             let has_groups =
@@ -322,6 +395,7 @@ impl Runs {
                 let regex = over_runs(pattern)?;
                 let locations = regex.capture_locations();
                 grouped.push((index, regex, locations));
+                anchored.push(AnchoredAt::new(pattern));
             } else {
                 plain.push((index, pattern));
             }
@@ -337,6 +411,7 @@ impl Runs {
             plain: RegexSet::new(plain.iter().map(|(_, p)| *p))?,
             plain_rules: plain.iter().map(|(i, _)| *i).collect(),
             grouped,
+            anchored,
         })
     }
 }
@@ -475,5 +550,76 @@ mod tests {
         }
         one_by_one.sort();
         assert_eq!(one_by_one, [0, 1, 1]);
+    }
+
+    #[test]
+    fn a_literal_prefix_is_what_every_match_starts_with() {
+        assert_eq!(literal_prefix(r"latency=(?P<ms>\d+)ms").as_deref(), Some("latency="));
+        assert_eq!(literal_prefix(r#"user="(?P<u>[^"]*)""#).as_deref(), Some("user=\""));
+        assert_eq!(literal_prefix("abc+(?P<x>d)").as_deref(), Some("ab"), "c+ may repeat: not literal");
+        assert_eq!(literal_prefix("a?(?P<x>b)"), None);
+        assert_eq!(literal_prefix("(?i)took=(?P<ms>\\d+)"), None, "flags first");
+        assert_eq!(literal_prefix("took=(?P<a>1)|x"), None, "an alternation");
+        assert_eq!(literal_prefix(r"\bERROR (?P<x>\w+)"), None);
+    }
+
+    /// The rules with groups found by their literal and read by the one-pass DFA take exactly
+    /// what the regular expression takes from each line alone, over runs of random lines.
+    #[test]
+    fn the_anchored_reading_takes_what_each_line_alone_gives() {
+        let patterns = [
+            ("took", r"took=(?P<ms>\d+)ms"),
+            ("code", r"code=(?P<code>\d{1,3})\b"),
+            ("user", r#"user="(?P<u>[^"]*)""#),
+            ("span", r"ab(?P<x>c*)d\s*(?P<y>\w*)$"),
+        ];
+        let mut rules = rules(&patterns);
+        let anchored: Vec<bool> =
+            rules.runs.as_ref().map(|r| r.anchored.iter().map(Option::is_some).collect()).unwrap_or_default();
+        assert_eq!(anchored, [true, true, true, false], "the last is not one-pass (Unicode \\s* then \\w*): searched");
+        let pieces = [
+            "took=", "12", "ms", " ", "code=", "404", "9999", "user=\"", "bob", "\"", "ab", "c", "d", "\r", "x",
+            "took=1",
+        ];
+        let alone_rules: Vec<Regex> = patterns.iter().map(|(_, p)| Regex::new(p).expect("regex")).collect();
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2000 {
+            let mut run = Vec::new();
+            for _ in 0..(next() % 8 + 1) {
+                for _ in 0..(next() % 12) {
+                    run.extend_from_slice(pieces[(next() % pieces.len() as u64) as usize].as_bytes());
+                }
+                run.push(b'\n');
+            }
+            // Lines whole: at a cut (AGENT_MAX_LINE_BYTES) a `\b` or `$` reads what follows in
+            // the run, where the cut line alone has its end (the counting rules' alternation
+            // reads runs so too).
+            let max = 4096;
+            let mut fast = Vec::new();
+            rules.scan(&run, max, |m| fast.push((m.rule, m.values.iter().map(|v| v.to_vec()).collect::<Vec<_>>())));
+            let mut alone = Vec::new();
+            for line in run.split_inclusive(|b| *b == b'\n') {
+                let line = as_seen(line, max);
+                for (rule, regex) in alone_rules.iter().enumerate() {
+                    if let Some(found) = regex.captures(line) {
+                        let values = regex
+                            .capture_names()
+                            .flatten()
+                            .map(|n| found.name(n).map_or(&b""[..], |m| m.as_bytes()).to_vec())
+                            .collect();
+                        alone.push((rule, values));
+                    }
+                }
+            }
+            fast.sort();
+            alone.sort();
+            assert_eq!(fast, alone, "{:?}", String::from_utf8_lossy(&run));
+        }
     }
 }
