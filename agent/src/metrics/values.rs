@@ -1,0 +1,168 @@
+//! What a rule with a value makes of its values: the values of a batch ([`Observed`]), and the
+//! metric they are added to, a sum, a gauge or a histogram whose buckets are the rule's
+//! (`watcher_agent_<rule>[_seconds|_bytes]`), every one atomic.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Registry;
+
+use crate::config::{MetricKind, RuleConfig};
+
+/// Values observed in a batch, for one series: a sum's, a gauge's or a histogram's.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    /// Values observed.
+    pub count: u64,
+    /// Their sum.
+    pub sum: f64,
+    /// The last one.
+    pub last: f64,
+    /// Per bucket (the last, `+Inf`), for a histogram.
+    pub buckets: Vec<u64>,
+}
+
+impl Observed {
+    /// `value`, in a histogram with upper bounds `bounds` where there are some.
+    #[inline]
+    pub fn observe(&mut self, value: f64, bounds: &[f64]) {
+        self.count += 1;
+        self.sum += value;
+        self.last = value;
+        if !bounds.is_empty() {
+            if self.buckets.is_empty() {
+                self.buckets = vec![0; bounds.len() + 1];
+            }
+            self.buckets[bounds.partition_point(|bound| *bound < value)] += 1;
+        }
+    }
+}
+
+/// A histogram whose observations come in batches ([`Observed`]): atomic, a scrape waits for
+/// no reader.
+#[derive(Clone, Debug)]
+pub struct BatchHistogram {
+    bounds: Arc<[f64]>,
+    inner: Arc<HistogramCounts>,
+}
+
+#[derive(Debug)]
+struct HistogramCounts {
+    /// Per bucket, not cumulative; the last is `+Inf`.
+    buckets: Vec<AtomicU64>,
+    count: AtomicU64,
+    /// The sum's bits.
+    sum: AtomicU64,
+}
+
+impl BatchHistogram {
+    fn new(bounds: Arc<[f64]>) -> Self {
+        let buckets = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
+        Self { bounds, inner: Arc::new(HistogramCounts { buckets, count: AtomicU64::new(0), sum: AtomicU64::new(0) }) }
+    }
+
+    fn add(&self, observed: &Observed) {
+        for (bucket, count) in self.inner.buckets.iter().zip(&observed.buckets) {
+            bucket.fetch_add(*count, Ordering::Relaxed);
+        }
+        let _ = self.inner.sum.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+            Some((f64::from_bits(bits) + observed.sum).to_bits())
+        });
+        self.inner.count.fetch_add(observed.count, Ordering::Relaxed);
+    }
+}
+
+impl TypedMetric for BatchHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for BatchHistogram {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let bounds = self.bounds.iter().copied().chain(std::iter::once(f64::INFINITY));
+        let buckets: Vec<(f64, u64)> =
+            bounds.zip(self.inner.buckets.iter().map(|b| b.load(Ordering::Relaxed))).collect();
+        let sum = f64::from_bits(self.inner.sum.load(Ordering::Relaxed));
+        encoder.encode_histogram::<NoLabelSet>(sum, self.inner.count.load(Ordering::Relaxed), &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// Makes a rule's histograms with its buckets.
+#[derive(Clone, Debug)]
+pub struct Buckets(Arc<[f64]>);
+
+impl MetricConstructor<BatchHistogram> for Buckets {
+    fn new_metric(&self) -> BatchHistogram {
+        BatchHistogram::new(self.0.clone())
+    }
+}
+
+/// A series' labels.
+pub(super) type Labels = Vec<(String, String)>;
+
+/// The metric a rule with a value makes.
+pub(super) enum ValueMetric {
+    Sum(Family<Labels, Counter<f64, AtomicU64>>),
+    Gauge(Family<Labels, Gauge<f64, AtomicU64>>),
+    Histogram(Family<Labels, BatchHistogram, Buckets>),
+}
+
+impl ValueMetric {
+    /// Registers rule `rule`'s metric, if it makes one.
+    pub(super) fn register(registry: &mut Registry, rule: &RuleConfig) -> Option<Self> {
+        let name = rule.metric_name()?;
+        let help = format!("The values rule {} reads ({})", rule.name, rule.metric.as_str());
+        Some(match rule.metric {
+            MetricKind::Count => return None,
+            MetricKind::Sum => {
+                let family = Family::default();
+                registry.register(name, help, family.clone());
+                Self::Sum(family)
+            }
+            MetricKind::Gauge => {
+                let family = Family::default();
+                registry.register(name, help, family.clone());
+                Self::Gauge(family)
+            }
+            MetricKind::Histogram => {
+                let family = Family::new_with_constructor(Buckets(rule.buckets.clone().into()));
+                registry.register(name, help, family.clone());
+                Self::Histogram(family)
+            }
+        })
+    }
+
+    pub(super) fn add(&self, labels: &Labels, observed: &Observed) {
+        match self {
+            Self::Sum(family) => drop(family.get_or_create(labels).inc_by(observed.sum)),
+            Self::Gauge(family) if observed.count > 0 => drop(family.get_or_create(labels).set(observed.last)),
+            Self::Gauge(_) => {}
+            Self::Histogram(family) => family.get_or_create(labels).add(observed),
+        }
+    }
+
+    /// The series at 0 (a gauge has none until a value comes).
+    pub(super) fn at_zero(&self, labels: &Labels) {
+        match self {
+            Self::Sum(family) => drop(family.get_or_create(labels)),
+            Self::Gauge(_) => {}
+            Self::Histogram(family) => drop(family.get_or_create(labels)),
+        }
+    }
+
+    pub(super) fn remove(&self, labels: &Labels) {
+        match self {
+            Self::Sum(family) => drop(family.remove(labels)),
+            Self::Gauge(family) => drop(family.remove(labels)),
+            Self::Histogram(family) => drop(family.remove(labels)),
+        }
+    }
+}
