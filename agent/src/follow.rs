@@ -317,10 +317,13 @@ impl Follower {
                 break;
             }
         }
-        if flush_partial {
-            for open in self.open.values_mut() {
-                let (source, written) = (open.source, open.modified);
+        for open in self.open.values_mut() {
+            let (source, written) = (open.source, open.modified);
+            if flush_partial {
                 open.buffer.flush(|piece| disk::give(sink, source, piece, written));
+            } else {
+                // An event of whole lines is counted now, and the checkpoint marks its end.
+                open.buffer.flush_event(|piece| disk::give(sink, source, piece, written));
             }
         }
     }

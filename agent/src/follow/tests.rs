@@ -456,6 +456,34 @@ fn finish_counts_a_partial_last_line_without_checkpoints() {
     assert_eq!(seen.take(), ["line 1", "ERROR the last words"]);
 }
 
+/// With checkpoints, shutdown counts the event that waits for its end (its lines are whole) and
+/// marks the file after it; a last line without its newline is left for the next start.
+#[test]
+fn finish_ends_the_waiting_event_with_checkpoints() {
+    let dir = dir("finish-event");
+    let log = dir.join("app.log");
+    append(&log, "");
+    let multiline = crate::multiline::Multiline {
+        start: crate::multiline::Start::Java,
+        wait: Duration::from_secs(60),
+        max_lines: 500,
+        max_bytes: 1024,
+    };
+    let glob = vec![format!("{}/*.log", dir.display())];
+    let options = FollowOptions { multiline: Some(std::sync::Arc::new(multiline)), ..options(glob, Start::End) };
+    let mut follower = Follower::new(options, Begin::Fresh);
+    let mut seen = Seen::default();
+    follower.poll(&mut seen);
+    let trace = "Exception: x\n\tat a\n";
+    append(&log, &format!("{trace}partial"));
+    follower.poll(&mut seen);
+    assert!(seen.take().is_empty(), "the event waits for its end");
+    assert_eq!(follower.marks()[0].offset, 0, "a checkpoint resumes at the event's first line");
+    follower.finish(&mut seen, false);
+    assert_eq!(seen.take(), ["Exception: x\n\tat a"]);
+    assert_eq!(follower.marks()[0].offset, trace.len() as u64, "after the event, before the partial line");
+}
+
 /// `AGENT_IGNORE_OLDER`: a file unchanged that long is closed and opened again where it was left
 /// when it changes; `AGENT_MAX_OPEN_FILES`: the least recently grown is closed first.
 #[test]
