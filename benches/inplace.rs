@@ -90,7 +90,8 @@ async fn run(image: &str, count: usize, expected_pod_writes: usize) -> Run {
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
         .args(["run", "--leader-election=false", "--controllers=pods", "--namespace=bench"])
-        .arg(format!("--metrics-addr={metrics}"))
+        .arg(format!("--health-addr={metrics}"))
+        .arg("--metrics-addr=127.0.0.1:0")
         .arg(format!("--webhook-addr={webhook}"))
         .env("KUBECONFIG", kubeconfig(&dir, addr))
         .env("RUST_LOG", "warn")

@@ -38,7 +38,7 @@ trap cleanup EXIT
 "$OPERATOR" crds | kubectl apply --server-side --force-conflicts -f - >/dev/null
 kubectl create namespace "$OPERATOR_NS" >/dev/null
 kubectl create namespace "$NS" >/dev/null
-"$OPERATOR" run --leader-election=false --namespace "$OPERATOR_NS" --metrics-addr 127.0.0.1:18080 \
+"$OPERATOR" run --leader-election=false --namespace "$OPERATOR_NS" --health-addr 127.0.0.1:18080 --metrics-addr 127.0.0.1:0 \
   --webhook-addr 0.0.0.0:18443 --webhook-url https://127.0.0.1:18443/mutate >"$LOG" 2>&1 &
 OPERATOR_PID=$!
 for _ in $(seq 1 100); do

@@ -178,7 +178,8 @@ fn spawn_operator(
     let child = command
         .envs(image_env())
         .args(["run", "--leader-election=false", &format!("--controllers={controllers}"), "--namespace=bench"])
-        .arg(format!("--metrics-addr={metrics}"))
+        .arg(format!("--health-addr={metrics}"))
+        .arg("--metrics-addr=127.0.0.1:0")
         .arg(format!("--webhook-addr={webhook}"))
         .env("KUBECONFIG", kubeconfig(&dir, addr))
         .env("RUST_LOG", std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".into()))

@@ -57,7 +57,8 @@ async fn main() {
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
         .args(["run", "--leader-election=false", "--controllers=sync", "--namespace=bench"])
-        .arg(format!("--metrics-addr={metrics}"))
+        .arg(format!("--health-addr={metrics}"))
+        .arg("--metrics-addr=127.0.0.1:0")
         .arg(format!("--webhook-addr={webhook}"))
         .env("KUBECONFIG", kubeconfig(&dir, addr))
         .env("RUST_LOG", std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".into()))

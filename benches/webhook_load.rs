@@ -13,6 +13,8 @@
 
 #[path = "support/fake_apiserver.rs"]
 mod fake_apiserver;
+#[path = "support/http.rs"]
+mod http;
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -63,7 +65,7 @@ async fn run(duration: Duration) {
 
     let (floor, floor_addr) = start_floor(&dir, &connector).await;
 
-    let (real, real_addr, metrics_addr, _api) = start_operator(&dir).await;
+    let (real, real_addr, health_addr, _api) = start_operator(&dir).await;
 
     println!(
         "{duration:?} per phase; saturation: {SATURATION_CONNECTIONS} connections, median of {ROUNDS} alternating rounds; \
@@ -117,7 +119,7 @@ async fn run(duration: Duration) {
             each.join(", ")
         );
     }
-    let healthy = http_get(metrics_addr, "/readyz").await.starts_with("HTTP/1.1 200");
+    let healthy = http_get(health_addr, "/readyz").await.starts_with("HTTP/1.1 200");
     println!("operator /readyz after the load: {}", if healthy { "200" } else { "NOT READY" });
     drop((floor, real));
     let _ = std::fs::remove_dir_all(&dir);
@@ -157,12 +159,13 @@ async fn start_operator(dir: &std::path::Path) -> (Server, SocketAddr, SocketAdd
         .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", watchers)
         .start()
         .await;
-    let (real_addr, metrics_addr) = (free_port(), free_port());
+    let (real_addr, health_addr) = (free_port(), free_port());
     let real = Server(
         Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
             .args(["run", "--leader-election=false", "--controllers=watcher", "--namespace=watcher-system"])
             .arg(format!("--webhook-addr={real_addr}"))
-            .arg(format!("--metrics-addr={metrics_addr}"))
+            .arg(format!("--health-addr={health_addr}"))
+            .arg("--metrics-addr=127.0.0.1:0")
             .arg(format!("--tls-cert-file={}", dir.join("tls.crt").display()))
             .arg(format!("--tls-key-file={}", dir.join("tls.key").display()))
             .env("KUBECONFIG", kubeconfig(dir, api_addr))
@@ -172,8 +175,8 @@ async fn start_operator(dir: &std::path::Path) -> (Server, SocketAddr, SocketAdd
             .spawn()
             .expect("operator starts"),
     );
-    wait_for_ready(metrics_addr).await;
-    (real, real_addr, metrics_addr, api)
+    wait_for_ready(health_addr).await;
+    (real, real_addr, health_addr, api)
 }
 
 struct Outcome {
@@ -326,26 +329,8 @@ async fn exchange(stream: &mut TlsStream<TcpStream>, body: &str) -> std::io::Res
         body.len()
     );
     stream.write_all(request.as_bytes()).await?;
-    let mut buf = Vec::with_capacity(8192);
-    let mut chunk = [0u8; 8192];
-    loop {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + length {
-                return Ok(String::from_utf8_lossy(&buf).into_owned());
-            }
-        }
-    }
+    let (head, body) = http::read_answer(stream).await?;
+    Ok(format!("{head}\r\n\r\n{body}"))
 }
 
 async fn wait_for_tls(connector: &TlsConnector, addr: SocketAddr) {

@@ -1,5 +1,6 @@
 //! `watcher-operator`: the admission webhook and the controllers, in one process.
 
+mod metrics_auth;
 mod run;
 mod telemetry;
 

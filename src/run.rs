@@ -22,7 +22,7 @@ use watcher_controller::scope::ScopeWriter;
 use watcher_controller::{Context, pod_security_probe};
 use watcher_webhook::{Reviewer, router, serve_tls};
 
-use crate::telemetry::{Readiness, serve_admin};
+use crate::telemetry::{MetricsServing, Readiness, serve_health, serve_metrics};
 
 /// The Lease whose holder runs the controllers.
 const LEASE_NAME: &str = "watcher-operator";
@@ -108,11 +108,18 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_revisions(Arc::new(caches.revisions.clone()));
     let app = router(reviewer, webhook_metrics);
     let tls_config = Arc::new(server_config(certs.clone())?);
+    let metrics_serving = if args.metrics_secure {
+        let auth = crate::metrics_auth::MetricsAuth::new(client.clone());
+        MetricsServing::Secure { tls: tls_config.clone(), auth }
+    } else {
+        MetricsServing::Plain
+    };
     let (webhook_stop_tx, webhook_stop_rx) = watch::channel(false);
     let webhook = tokio::spawn(serve_webhook(listener, tls_config, app, certs, tls_ready.clone(), webhook_stop_rx));
 
-    let admin = serve_admin(args.metrics_addr, registry, readiness, shutdown.wait()).await?;
-    let admin = tokio::spawn(admin);
+    let health = tokio::spawn(serve_health(args.health_addr, readiness, shutdown.wait()).await?);
+    let metrics_server =
+        tokio::spawn(serve_metrics(args.metrics_addr, registry, metrics_serving, shutdown.wait()).await?);
 
     let ctx = Arc::new(Context::new(client.clone(), metrics));
     let sync_namespaces =
@@ -149,7 +156,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             let _ = task.await;
         }
     };
-    let stopped = future::join4(future::join_all(caches.tasks), admin, controllers, cert_upkeep);
+    let servers = future::join(health, metrics_server);
+    let stopped = future::join4(future::join_all(caches.tasks), servers, controllers, cert_upkeep);
     if tokio::time::timeout(SHUTDOWN_GRACE, stopped).await.is_err() {
         warn!("work still in flight after {SHUTDOWN_GRACE:?}; exiting anyway");
     }

@@ -1,5 +1,5 @@
-//! Logs, metrics and health: tracing set-up and the plain-HTTP `/healthz`, `/readyz`,
-//! `/metrics` server.
+//! Logs, metrics and health: tracing set-up, the plain-HTTP `/healthz` and `/readyz` server,
+//! and the `/metrics` server (HTTPS behind [`crate::metrics_auth`], or plain HTTP).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +13,8 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tracing_subscriber::EnvFilter;
 use watcher_cli::LogFormat;
+
+use crate::metrics_auth::MetricsAuth;
 
 /// `watcher_certificate_expiry_timestamp_seconds{certificate}`: when the serving certificate
 /// and its CA expire, read from the certificate store at each scrape.
@@ -90,22 +92,13 @@ impl Readiness {
     }
 }
 
-struct AdminState {
-    registry: Registry,
-    readiness: Readiness,
+/// The router of the health port: `/healthz` and `/readyz`, nothing else.
+fn health_router(readiness: Readiness) -> Router {
+    Router::new().route("/healthz", get(|| async { "ok\n" })).route("/readyz", get(readyz)).with_state(readiness)
 }
 
-/// The router of the metrics port.
-fn admin_router(registry: Registry, readiness: Readiness) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(Arc::new(AdminState { registry, readiness }))
-}
-
-async fn readyz(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
-    let waiting = state.readiness.waiting_for();
+async fn readyz(State(readiness): State<Readiness>) -> impl IntoResponse {
+    let waiting = readiness.waiting_for();
     if waiting.is_empty() {
         (StatusCode::OK, "ok\n".to_owned())
     } else {
@@ -113,9 +106,18 @@ async fn readyz(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
+/// The router of the metrics port: `/metrics`, behind `auth` when given.
+fn metrics_router(registry: Registry, auth: Option<Arc<MetricsAuth>>) -> Router {
+    let router = Router::new().route("/metrics", get(metrics)).with_state(Arc::new(registry));
+    match auth {
+        Some(auth) => router.layer(axum::middleware::from_fn_with_state(auth, crate::metrics_auth::require)),
+        None => router,
+    }
+}
+
+async fn metrics(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
     let mut body = String::new();
-    match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
+    match prometheus_client::encoding::text::encode(&mut body, &registry) {
         Ok(()) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
@@ -126,19 +128,54 @@ async fn metrics(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
     }
 }
 
-/// Binds the metrics port now (so a taken port fails start-up) and returns the server future.
-pub(crate) async fn serve_admin(
+/// Binds the health port now (so a taken port fails start-up) and returns its server.
+pub(crate) async fn serve_health(
     addr: SocketAddr,
-    registry: Registry,
     readiness: Readiness,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<impl Future<Output = std::io::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|error| anyhow::anyhow!("cannot listen on --metrics-addr {addr}: {error}"))?;
-    tracing::info!(%addr, "serving /healthz, /readyz and /metrics");
-    let router = admin_router(registry, readiness);
+        .map_err(|error| anyhow::anyhow!("cannot listen on --health-addr {addr}: {error}"))?;
+    tracing::info!(%addr, "serving /healthz and /readyz");
+    let router = health_router(readiness);
     Ok(async move { axum::serve(listener, router).with_graceful_shutdown(shutdown).await })
+}
+
+/// How `/metrics` is served: over TLS behind authentication (the default), or plain.
+pub(crate) enum MetricsServing {
+    Secure { tls: Arc<rustls::ServerConfig>, auth: Arc<MetricsAuth> },
+    Plain,
+}
+
+/// Binds the metrics port now (so a taken port fails start-up) and returns its server.
+pub(crate) async fn serve_metrics(
+    addr: SocketAddr,
+    registry: Registry,
+    serving: MetricsServing,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<futures::future::BoxFuture<'static, ()>> {
+    use futures::FutureExt;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|error| anyhow::anyhow!("cannot listen on --metrics-addr {addr}: {error}"))?;
+    Ok(match serving {
+        MetricsServing::Secure { tls, auth } => {
+            tracing::info!(%addr, "serving /metrics over HTTPS to tokens allowed to get /metrics");
+            let router = metrics_router(registry, Some(auth));
+            watcher_webhook::serve_tls(listener, tls, router, Arc::default(), shutdown).boxed()
+        }
+        MetricsServing::Plain => {
+            tracing::warn!(%addr, "serving /metrics over plain HTTP to anyone (--metrics-secure=false)");
+            let router = metrics_router(registry, None);
+            async move {
+                if let Err(error) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+                    tracing::warn!(%error, "the metrics server failed");
+                }
+            }
+            .boxed()
+        }
+    })
 }
 
 #[cfg(test)]
@@ -161,7 +198,7 @@ mod tests {
         let mut readiness = Readiness::default();
         let cache = readiness.gate("watcher-cache");
         let tls = readiness.gate("webhook-tls");
-        let router = admin_router(Registry::default(), readiness);
+        let router = health_router(readiness);
 
         assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
         assert_eq!(
@@ -172,6 +209,7 @@ mod tests {
         assert_eq!(get(&router, "/readyz").await.1, "waiting for: webhook-tls\n");
         tls.store(true, Ordering::Release);
         assert_eq!(get(&router, "/readyz").await, (StatusCode::OK, "ok\n".into()));
+        assert_eq!(get(&router, "/metrics").await.0, StatusCode::NOT_FOUND, "the probes' port says nothing else");
     }
 
     #[tokio::test]
@@ -179,7 +217,7 @@ mod tests {
         let mut registry = Registry::default();
         let metrics = watcher_controller::Metrics::register(&mut registry);
         drop(metrics.reconcile("watcher"));
-        let (status, body) = get(&admin_router(registry, Readiness::default()), "/metrics").await;
+        let (status, body) = get(&metrics_router(registry, None), "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(body.contains("watcher_reconcile_total{controller=\"watcher\"} 1"), "{body}");
         assert!(body.contains("watcher_reconcile_duration_seconds_count{controller=\"watcher\"} 1"), "{body}");

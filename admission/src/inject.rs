@@ -24,8 +24,9 @@ pub use resources::{ResourceCompliance, ResourceReport, resource_compliance};
 pub use security::{Compliance, PodSecurityReport, compliance};
 use watcher_api::{
     DEFAULT_CONTAINER_ANNOTATION, END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, INJECTED_ANNOTATION,
-    INJECTED_WITHOUT_IMAGE_ANNOTATION, LEFT_OUT_ANNOTATION, SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, SUPERVISOR_NAME,
-    Watcher, config_map_name, injected_annotation_value, injected_watchers, injected_watchers_without_image,
+    INJECTED_WITHOUT_IMAGE_ANNOTATION, LEFT_OUT_ANNOTATION, SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION,
+    SIDECARS_ANNOTATION, SUPERVISOR_NAME, Watcher, config_map_name, injected_annotation_value, injected_watchers,
+    injected_watchers_without_image,
 };
 
 use crate::decide::{Verdict, decide};
@@ -180,7 +181,8 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
     }
     let value = injected_annotation_value(admission.entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
     let imageless = injected_annotation_value(admission.without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
-    let mut annotations = vec![(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless)];
+    let sidecars = (SIDECARS_ANNOTATION, admission.sidecars.join(","));
+    let mut annotations = vec![(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless), sidecars];
     if !left_out.is_empty() {
         annotations.push((LEFT_OUT_ANNOTATION, left_out.join("\n")));
     }
@@ -221,6 +223,9 @@ struct Admission<'a, W> {
     injected_names: Option<Vec<&'a str>>,
     /// `watcher.dev/injected`: the Watchers and their specHash.
     entries: Vec<(String, String)>,
+    /// `watcher.dev/sidecars`: the sidecar containers Watchers put into the pod (on a
+    /// reinvocation, those an earlier call named first).
+    sidecars: Vec<String>,
     /// The same, by the specHash without the image.
     without_image: Vec<(String, String)>,
     /// A pod meant to end: the regular sidecars it gets are named, to be ended with its app.
@@ -250,6 +255,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             injected_watchers(pod.annotations()).iter().map(|(n, h)| ((*n).to_owned(), (*h).to_owned())).collect();
         let without_image =
             injected_watchers_without_image(pod.annotations()).map(|(n, h)| (n.to_owned(), h.to_owned()));
+        let named = pod.annotations().get(SIDECARS_ANNOTATION).into_iter().flat_map(|v| v.split(','));
         let ends = ending::meant_to_end(pod);
         let to_end = if ends { ending::already_named(pod) } else { Vec::new() };
         Self {
@@ -265,6 +271,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             patch: PodPatch::new(pod),
             injected_names: None,
             entries,
+            sidecars: named.filter(|n| !n.is_empty()).map(str::to_owned).collect(),
             without_image: without_image.collect(),
             ends,
             ended_before: to_end.len(),
@@ -329,6 +336,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             self.patch.add_pull_secret(&secret.name, to_value(secret));
         }
         self.entries.push((name.clone(), watcher.spec.spec_hash()));
+        self.sidecars.push(watcher.spec.container.name.clone());
         self.without_image.push((name.clone(), watcher.spec.spec_hash_without_image()));
         self.injection.injected.push(name.clone());
     }

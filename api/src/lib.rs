@@ -101,6 +101,11 @@ pub const PROBED_ANNOTATION: &str = "watcher.dev/probed";
 /// and carries a Watcher's sidecar as a regular container: `watcher.dev/end-sidecars=true`. The
 /// operator watches these pods, and ends their sidecars once the app containers have ended.
 pub const END_SIDECARS_LABEL: &str = "watcher.dev/end-sidecars";
+/// Annotation the webhook writes on every pod it injects: the names of the sidecar containers
+/// that Watchers put there (regular or native), comma-separated. The only containers whose image
+/// the operator may change later (an `InPlace` update; the ValidatingAdmissionPolicy
+/// `watcher-operator-pods` holds it to them), and never changed after admission.
+pub const SIDECARS_ANNOTATION: &str = "watcher.dev/sidecars";
 /// Annotation beside [`END_SIDECARS_LABEL`]: the names of the sidecar containers to end,
 /// comma-separated.
 pub const END_SIDECARS_ANNOTATION: &str = "watcher.dev/end-sidecars";

@@ -257,6 +257,23 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
     if let Some(response) = live_write(&server, &method, path, &body) {
         return response;
     }
+    // The reviews of `/metrics`: the token `good` is a reader's, any other unknown.
+    if path.ends_with("/tokenreviews") {
+        let mut review: Value = serde_json::from_slice(&body).unwrap_or_else(|_| json!({}));
+        let good = review["spec"]["token"] == "good";
+        review["status"] = if good {
+            json!({"authenticated": true, "user": {"username": "system:serviceaccount:monitoring:prometheus",
+                                                   "groups": ["system:serviceaccounts", "system:authenticated"]}})
+        } else {
+            json!({"user": {}, "error": "invalid bearer token"})
+        };
+        return json_response(StatusCode::CREATED, &review);
+    }
+    if path.ends_with("/subjectaccessreviews") {
+        let mut review: Value = serde_json::from_slice(&body).unwrap_or_else(|_| json!({}));
+        review["status"] = json!({"allowed": review["spec"]["user"] == "system:serviceaccount:monitoring:prometheus"});
+        return json_response(StatusCode::CREATED, &review);
+    }
     if let Some(object) = path.strip_suffix("/status").and_then(|object_path| server.find(object_path)) {
         return json_response(StatusCode::OK, object);
     }

@@ -262,9 +262,22 @@ pub struct RunArgs {
     #[arg(long, env = "WATCHER_WEBHOOK_ADDR", default_value = "0.0.0.0:8443")]
     pub webhook_addr: SocketAddr,
 
-    /// Address of the plain-HTTP /healthz, /readyz and /metrics endpoints.
+    /// Address of `/metrics`: HTTPS, answering only a bearer token that kube-apiserver
+    /// authenticates (TokenReview) and allows `get` on `/metrics` (SubjectAccessReview, e.g.
+    /// ClusterRole `watcher-operator-metrics-reader`); plain HTTP with `--metrics-secure=false`.
     #[arg(long, env = "WATCHER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
+
+    /// Serve `/metrics` over TLS (the webhook's serving certificate) behind authentication and
+    /// authorization. `--metrics-secure=false` serves it over plain HTTP to anyone who reaches
+    /// the port, and the operator then needs no `tokenreviews` and `subjectaccessreviews`.
+    #[arg(long, env = "WATCHER_METRICS_SECURE", default_value_t = true, action = ArgAction::Set)]
+    pub metrics_secure: bool,
+
+    /// Address of the plain-HTTP `/healthz` and `/readyz` (the kubelet's probes): they say
+    /// nothing but whether the process lives and is ready.
+    #[arg(long, env = "WATCHER_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    pub health_addr: SocketAddr,
 
     /// The operator's namespace: its TLS Secret and leader Lease live here, and its pods are
     /// never injected. Default: the namespace of the pod it runs in, else the kubeconfig's.
@@ -289,9 +302,10 @@ pub struct RunArgs {
     #[arg(long, env = "WATCHER_SYNC_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
     pub sync_namespaces: Vec<String>,
 
-    /// Whether the sync controller copies Secrets too; `--sync-secrets=false` copies ConfigMaps
-    /// only, and the operator then needs no access to Secrets outside its namespace.
-    #[arg(long, env = "WATCHER_SYNC_SECRETS", default_value_t = true, action = ArgAction::Set)]
+    /// Whether the sync controller copies Secrets too (it then reads and writes Secrets in
+    /// every namespace). Off by default: ConfigMaps only, and the operator needs no access to
+    /// Secrets outside its namespace. Copies made while it was on are left as they are.
+    #[arg(long, env = "WATCHER_SYNC_SECRETS", default_value_t = false, action = ArgAction::Set)]
     pub sync_secrets: bool,
 
     /// Run the controllers only in the replica that holds Lease `watcher-operator`.

@@ -89,10 +89,26 @@ pub fn delete_cluster_wide_objects() {
         "clusterrole/watcher-operator",
         "clusterrole/watcher-operator-edit",
         "clusterrole/watcher-operator-view",
+        "clusterrole/watcher-operator-metrics-reader",
         "clusterrolebinding/watcher-operator",
+        "clusterrolebinding/watcher-operator-metrics-reader",
         "mutatingwebhookconfiguration/watcher-operator",
         "--ignore-not-found",
     ]);
+    // The policies (1.30+; an older server has no such kind, which is fine).
+    let policies = ["pods", "workloads", "owned", "webhooks"];
+    let mut names: Vec<String> =
+        policies.iter().map(|p| format!("validatingadmissionpolicy/watcher-operator-{p}")).collect();
+    names.extend(policies.iter().map(|p| format!("validatingadmissionpolicybinding/watcher-operator-{p}")));
+    let mut args = vec!["delete", "--ignore-not-found"];
+    args.extend(names.iter().map(String::as_str));
+    let _ = try_kubectl(&args);
+}
+
+/// Whether the server serves ValidatingAdmissionPolicy (v1: Kubernetes 1.30 and later).
+pub fn serves_policies() -> bool {
+    try_kubectl(&["api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name"])
+        .is_ok_and(|names| names.lines().any(|n| n.starts_with("validatingadmissionpolicies")))
 }
 
 /// Tests of one binary run one at a time: each starts an operator, and operators share the
@@ -106,7 +122,10 @@ pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
 /// kubelet does.
 pub struct Operator {
     child: Child,
+    /// `/metrics`, over HTTPS behind authentication ([`Operator::metrics_text`] reads it).
     pub metrics: SocketAddr,
+    /// `/healthz` and `/readyz`, plain HTTP.
+    pub health: SocketAddr,
     pub webhook: SocketAddr,
     /// The URL the webhook is registered at, when it is registered by URL.
     pub url: Option<String>,
@@ -154,12 +173,14 @@ impl Operator {
         flags: &[&str],
     ) -> Self {
         let metrics = free_port();
+        let health = free_port();
         let webhook = free_port();
         let mut command = Command::new(env!("CARGO_BIN_EXE_watcher-operator"));
         command
             .arg("run")
             .arg(format!("--namespace={namespace}"))
             .arg(format!("--metrics-addr={metrics}"))
+            .arg(format!("--health-addr={health}"))
             .arg(format!("--webhook-addr=0.0.0.0:{}", webhook.port()))
             .args(flags);
         let url = (registration == Registration::Url)
@@ -176,15 +197,18 @@ impl Operator {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("operator starts");
-        let operator = Self { child, metrics, webhook, url };
-        let ready = format!("http://{metrics}/readyz");
+        let operator = Self { child, metrics, health, webhook, url };
+        let ready = format!("http://{health}/readyz");
         wait_until(STEP, || async { http_get(&ready).await.is_some_and(|(status, _)| status == 200) }).await;
         operator
     }
 
-    /// The body of `GET /metrics`.
+    /// The body of `GET /metrics`, over HTTPS with the test's own bearer token (kubeconfig's
+    /// user, which kube-apiserver authenticates and RBAC allows).
     pub async fn metrics_text(&self) -> String {
-        http_get(&format!("http://{}/metrics", self.metrics)).await.map(|(_, body)| body).unwrap_or_default()
+        let (status, body) = metrics_get(self.metrics, Some(&kubeconfig_token())).unwrap_or_default();
+        assert_eq!(status, 200, "GET /metrics with the kubeconfig's token: {body}");
+        body
     }
 
     /// SIGTERM, as the kubelet stops a pod: in-flight work finishes, the Lease is released and
@@ -300,6 +324,25 @@ pub fn service_account_kubeconfig(namespace: &str, name: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!("watcher-e2e-{}-{name}.kubeconfig", std::process::id()));
     std::fs::write(&path, config.to_string()).expect("kubeconfig written");
     path
+}
+
+/// The bearer token of the test's kubeconfig (`cluster-up`'s admin has one).
+pub fn kubeconfig_token() -> String {
+    kubectl(&["config", "view", "--raw", "--minify", "-o", "jsonpath={.users[0].user.token}"]).trim().to_owned()
+}
+
+/// `GET https://ADDR/metrics` (the operator's own certificate, not verified here) with `token`
+/// as bearer: the status and the body, or `None` if nothing answers.
+pub fn metrics_get(addr: SocketAddr, token: Option<&str>) -> Option<(u16, String)> {
+    let mut curl = Command::new("curl");
+    curl.args(["-sk", "-w", "\n%{http_code}", &format!("https://{addr}/metrics")]);
+    if let Some(token) = token {
+        curl.args(["-H", &format!("Authorization: Bearer {token}")]);
+    }
+    let output = curl.output().ok()?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n')?;
+    Some((status.trim().parse().ok().filter(|s| *s != 0)?, body.to_owned()))
 }
 
 /// A plain HTTP/1.1 GET on loopback: status and body, or `None` if nothing answers.

@@ -18,7 +18,7 @@ use common::{
     kubectl_apply, service_account_kubeconfig, wait_for, wait_for_crds_established, wait_until,
 };
 
-fn helm(args: &[&str]) -> String {
+pub(crate) fn helm(args: &[&str]) -> String {
     let output = std::process::Command::new("helm").args(args).output().expect("helm on the PATH");
     assert!(output.status.success(), "helm {} failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).into_owned()
@@ -28,16 +28,19 @@ fn helm(args: &[&str]) -> String {
 /// (by `watcher-operator crds | kubectl apply --server-side -f -`, as earlier tests do): Helm 4
 /// applies the chart's `crds/` server-side, and on 1.24, which stores the CRDs without their CEL
 /// rules, that apply conflicts with kubectl's on `.spec.versions`.
-async fn helm_install(client: &kube::Client, release_namespace: &str) {
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
+pub(crate) async fn helm_install(client: &kube::Client, release_namespace: &str, more: &[&str]) {
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     let installed = crds.get_opt("watchers.watcher.dev").await.expect("read the CRDs").is_some();
-    let mut args = vec!["install", "watcher-operator", chart, "-n", release_namespace];
+    let mut args = vec!["install", "watcher-operator", CHART, "-n", release_namespace];
     if installed {
         args.push("--skip-crds");
     }
+    args.extend(more);
     helm(&args);
 }
+
+/// The chart, as README installs it.
+pub(crate) const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
 
 #[tokio::test]
 #[ignore = "needs a cluster: KUBECONFIG"]
@@ -49,7 +52,7 @@ async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
     delete_cluster_wide_objects();
     let release_ns = TestNamespace::create(&client, "watcher-e2e-helm").await;
     let r = release_ns.name.as_str();
-    helm_install(&client, r).await;
+    helm_install(&client, r, &[]).await;
     wait_for_crds_established();
     // No kubelet runs the chart's Deployment here: this process is the operator.
     let _ = Api::<Deployment>::namespaced(client.clone(), r)
@@ -128,7 +131,7 @@ async fn helm_install_follows_a_run_by_url_that_was_killed() {
     wait_until(STEP, || async { configurations.get_opt("watcher-operator").await.ok().flatten().is_none() }).await;
 
     let release_ns = TestNamespace::create(&client, "watcher-e2e-helm-after").await;
-    helm_install(&client, &release_ns.name).await;
+    helm_install(&client, &release_ns.name, &[]).await;
     helm(&["uninstall", "watcher-operator", "-n", &release_ns.name]);
     release_ns.delete().await;
     run_ns.delete().await;

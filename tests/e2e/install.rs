@@ -2,7 +2,8 @@
 //! outside the cluster with the token of the ServiceAccount that `deploy/rbac.yaml` binds (not
 //! as cluster admin), so a missing RBAC rule fails here. Every controller does its job under it,
 //! with its default flags, and the webhook registration switches from the installed Service to
-//! a URL and back.
+//! a URL and back. Where kube-apiserver has ValidatingAdmissionPolicy (1.30+), under the
+//! policies of `deploy/policies/` too.
 //! Run on purpose: `cargo test --test e2e install:: -- --ignored`.
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, WebhookClientConfig};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -35,6 +36,9 @@ async fn installed_operator_works_under_its_own_rbac() {
     let client = client().await;
     let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
     kubectl(&["apply", "-k", deploy]);
+    if common::serves_policies() {
+        kubectl(&["apply", "-k", &format!("{deploy}/policies")]);
+    }
     wait_for_crds_established();
     // No kubelet runs the installed Deployment here: this process is the operator.
     let deployments = Api::<Deployment>::namespaced(client.clone(), OPERATOR_NAMESPACE);
@@ -120,10 +124,12 @@ async fn installed_operator_works_under_its_own_rbac() {
     wait_until(STEP, live(1)).await;
     kubectl(&["scale", "podset/greeters", "--replicas=2", "-n", n]);
     wait_until(STEP, live(2)).await;
+    kubectl(&["scale", "podset/greeters", "--replicas=1", "-n", n]);
+    wait_until(STEP, live(1)).await;
     let podsets = Api::<PodSet>::namespaced(client.clone(), n);
     wait_until(STEP, || async {
         run_pods(&pods, "watcher.dev/podset=greeters").await;
-        podsets.get("greeters").await.ok().and_then(|p| p.status).is_some_and(|s| s.ready_count == 2)
+        podsets.get("greeters").await.ok().and_then(|p| p.status).is_some_and(|s| s.ready_count == 1)
     })
     .await;
 

@@ -21,6 +21,7 @@ mod pods;
 mod resources;
 mod rollout;
 mod scope;
+mod security;
 mod sync;
 mod validation;
 mod watcher;

@@ -10,6 +10,7 @@ use kube::api::{Api, ListParams};
 
 use crate::common;
 
+mod chart;
 mod jobs;
 mod values;
 
@@ -42,6 +43,24 @@ fn sample(metrics: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     })
 }
 
+/// README's "The Watcher that watches" in `namespace`, as written: the RBAC, the Watcher,
+/// `kubectl wait`, the app; the pod injected, and `kubectl get pod` saying 2/2 Running.
+fn readme_use_case(namespace: &str) {
+    let n = namespace;
+    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/agent-rbac.yaml")]);
+    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/app-watcher.yaml")]);
+    kubectl(&["wait", "-n", n, "--for=condition=Ready", "watcher/app-watcher", "--timeout=60s"]);
+    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/app.yaml")]);
+    let injected =
+        kubectl(&["get", "pod", "shop", "-n", n, "-o", r"jsonpath={.metadata.annotations.watcher\.dev/injected}"]);
+    assert!(injected.starts_with("app-watcher@"), "the pod was injected: {injected:?}");
+    let wait = format!("--timeout={}s", POD_START.as_secs());
+    kubectl(&["wait", "-n", n, "--for=condition=Ready", "pod/shop", &wait]);
+    let got = kubectl(&["get", "pod", "shop", "-n", n, "--no-headers"]);
+    let columns: Vec<&str> = got.split_whitespace().collect();
+    assert_eq!(columns.get(1..3), Some(&["2/2", "Running"][..]), "kubectl get pod: {got}");
+}
+
 /// The app's log as the app wrote it: (lines, ERROR lines).
 fn app_log(namespace: &str) -> (usize, usize) {
     let log = kubectl(&["exec", "-n", namespace, "shop", "-c", "app", "--", "cat", "/var/log/app/app.log"]);
@@ -64,19 +83,7 @@ async fn the_readme_use_case_runs_on_a_node() {
     let operator = Operator::start(&operator_ns.name).await;
     let n = ns.name.as_str();
 
-    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/agent-rbac.yaml")]);
-    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/app-watcher.yaml")]);
-    kubectl(&["wait", "-n", n, "--for=condition=Ready", "watcher/app-watcher", "--timeout=60s"]);
-    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/app.yaml")]);
-    let injected =
-        kubectl(&["get", "pod", "shop", "-n", n, "-o", r"jsonpath={.metadata.annotations.watcher\.dev/injected}"]);
-    assert!(injected.starts_with("app-watcher@"), "the pod was injected: {injected:?}");
-
-    let wait = format!("--timeout={}s", POD_START.as_secs());
-    kubectl(&["wait", "-n", n, "--for=condition=Ready", "pod/shop", &wait]);
-    let got = kubectl(&["get", "pod", "shop", "-n", n, "--no-headers"]);
-    let columns: Vec<&str> = got.split_whitespace().collect();
-    assert_eq!(columns.get(1..3), Some(&["2/2", "Running"][..]), "kubectl get pod: {got}");
+    readme_use_case(n);
 
     // Three ERROR lines within a minute (one order in four fails, one order every 5 s): the Event.
     let described = wait_for(POD_START, || async {

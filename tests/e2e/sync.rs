@@ -1,5 +1,6 @@
-//! e2e: Secrets copied across namespaces by the `sync` controller (on by default), driven with
-//! `kubectl` as a user does: annotate, label namespaces, edit a copy, restart the operator.
+//! e2e: Secrets copied across namespaces by the `sync` controller (`--sync-secrets=true`; off by
+//! default), driven with `kubectl` as a user does: annotate, label namespaces, edit a copy,
+//! restart the operator, restart it with Secrets off (its copies stay).
 //! Run on purpose: `cargo test --test e2e sync:: -- --ignored`.
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
@@ -9,7 +10,9 @@ use serde_json::json;
 
 use crate::common;
 
-use common::{Operator, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_for, wait_until};
+use common::{
+    Operator, Registration, STEP, TestNamespace, client, exclusive, install_crds, kubectl, wait_for, wait_until,
+};
 
 const NAME: &str = "regcred-e2e";
 
@@ -52,7 +55,11 @@ async fn secrets_are_copied_level_based() {
         .expect("unrelated Secret");
 
     // The operator's own namespace is the default sync source namespace.
-    let operator = Operator::start(&source_ns.name).await;
+    let syncing_secrets = |namespace: &str| {
+        let namespace = namespace.to_owned();
+        async move { Operator::start_with(&namespace, None, Registration::Url, &["--sync-secrets=true"]).await }
+    };
+    let operator = syncing_secrets(&source_ns.name).await;
     let src = source_ns.name.as_str();
     kubectl(&["create", "secret", "generic", NAME, "-n", src, "--from-literal=token=v1"]);
     kubectl(&["label", "secret", NAME, "-n", src, "app=registry"]);
@@ -124,10 +131,37 @@ async fn secrets_are_copied_level_based() {
     let v2 = json!({"stringData": {"token": "v2"}}).to_string();
     kubectl(&["patch", "secret", NAME, "-n", src, "--type=merge", "-p", &v2]);
     kubectl(&["delete", "secret", NAME, "-n", two]);
-    let operator = Operator::start(src).await;
+    let operator = syncing_secrets(src).await;
     for namespace in [two, three] {
         wait_until(STEP, || has_copy_with(&client, namespace, "v2")).await;
     }
+
+    // Restarted with its defaults (Secrets not synced, as after an upgrade): no copy is made,
+    // updated or deleted, while ConfigMaps still are synced (a ConfigMap's copy proves the
+    // controller went round).
+    operator.stop().await;
+    let operator = Operator::start(src).await;
+    kubectl(&["label", "namespace", one, "--overwrite", "team=a"]);
+    kubectl(&["create", "configmap", NAME, "-n", src, "--from-literal=token=v1"]);
+    kubectl(&["annotate", "configmap", NAME, "-n", src, "watcher.dev/sync=team=a"]);
+    let config_maps =
+        |namespace: &str| Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), namespace);
+    for namespace in [one, two, three] {
+        let api = config_maps(namespace);
+        wait_until(STEP, || async { api.get_opt(NAME).await.ok().flatten().is_some() }).await;
+    }
+    assert!(copy(&client, one).await.is_none(), "no Secret copied with Secrets off");
+    for namespace in [two, three] {
+        assert!(has_copy_with(&client, namespace, "v2").await, "the copy in {namespace} stays as it was");
+    }
+    kubectl(&["label", "namespace", one, "--overwrite", "team=b"]);
+    kubectl(&["annotate", "configmap", NAME, "-n", src, "watcher.dev/sync-"]);
+    for namespace in [one, two, three] {
+        let api = config_maps(namespace);
+        wait_until(STEP, || async { api.get_opt(NAME).await.ok().flatten().is_none() }).await;
+    }
+    operator.stop().await;
+    let operator = syncing_secrets(src).await;
 
     // Removing the annotation deletes every copy, and only the copies.
     kubectl(&["annotate", "secret", NAME, "-n", src, "watcher.dev/sync-"]);

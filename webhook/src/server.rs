@@ -83,7 +83,7 @@ async fn mutate<S: WatcherSource>(State(state): State<Arc<WebhookState<S>>>, bod
     response
 }
 
-/// Serves `router` over TLS on `listener` until `shutdown` completes, then lets in-flight
+/// Serves `router` (the webhook's, or `/metrics`) over TLS on `listener` until `shutdown` completes, then lets in-flight
 /// requests finish (up to 20 s). `serving` turns true once the listener accepts.
 pub async fn serve_tls(
     listener: TcpListener,
@@ -98,7 +98,7 @@ pub async fn serve_tls(
     builder.timer(TokioTimer::new()).keep_alive(true).header_read_timeout(HANDSHAKE_TIMEOUT);
     let builder = Arc::new(builder);
     if let Ok(addr) = listener.local_addr() {
-        info!(%addr, "serving the admission webhook over TLS");
+        info!(%addr, "serving over TLS");
     }
     serving.store(true, Ordering::Release);
     let mut shutdown = std::pin::pin!(shutdown);

@@ -37,11 +37,14 @@ fn write_cert(ca: &Authority, dir: &Path) -> String {
 fn client(ca_pem: &str) -> TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).expect("CA PEM")).expect("root added");
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .expect("protocols")
         .with_root_certificates(roots)
         .with_no_client_auth();
+    // Every connection a full handshake: a resumed session shows the certificate of the session
+    // it resumes, not the one the server serves now.
+    config.resumption = rustls::client::Resumption::disabled();
     TlsConnector::from(Arc::new(config))
 }
 

@@ -101,6 +101,7 @@ fn annotated_pod_gets_container_config_volume_secret_and_annotation() {
             {"op": "add", "path": "/metadata/annotations/watcher.dev~1injected", "value": injected_value(&watcher)},
             {"op": "add", "path": "/metadata/annotations/watcher.dev~1injected-without-image",
              "value": without_image_value(&watcher)},
+            {"op": "add", "path": "/metadata/annotations/watcher.dev~1sidecars", "value": "log-watcher"},
             {"op": "add", "path": "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes",
              "value": "logs"},
             {"op": "add", "path": "/metadata/annotations/kubectl.kubernetes.io~1default-container", "value": "app"},
@@ -203,6 +204,7 @@ fn selector_injects_without_annotation_and_creates_annotations() {
             {"op": "add", "path": "/metadata/annotations",
              "value": {"watcher.dev/injected": format!("metrics@{}", selected.spec.spec_hash()),
                        "watcher.dev/injected-without-image": format!("metrics@{}", selected.spec.spec_hash_without_image()),
+                       "watcher.dev/sidecars": "metrics",
                        "kubectl.kubernetes.io/default-container": "app"}},
         ])
     );
@@ -238,11 +240,13 @@ fn annotation_order_first_then_selected_by_name_and_lists_created_once() {
             "/spec/volumes/-",
             "/metadata/annotations/watcher.dev~1injected",
             "/metadata/annotations/watcher.dev~1injected-without-image",
+            "/metadata/annotations/watcher.dev~1sidecars",
             "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes",
             "/metadata/annotations/kubectl.kubernetes.io~1default-container"
         ]
     );
     let annotations = &patched["metadata"]["annotations"];
+    assert_eq!(annotations["watcher.dev/sidecars"], "requested,zeta,alpha", "the containers, in the pod's order");
     assert_eq!(
         annotations["cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"],
         "v-requested,v-zeta,v-alpha"
@@ -323,6 +327,7 @@ fn existing_volume_and_pull_secret_are_not_duplicated() {
             "/spec/containers/-",
             "/metadata/annotations/watcher.dev~1injected",
             "/metadata/annotations/watcher.dev~1injected-without-image",
+            "/metadata/annotations/watcher.dev~1sidecars",
             "/metadata/annotations/kubectl.kubernetes.io~1default-container"
         ]
     );
@@ -332,7 +337,8 @@ fn existing_volume_and_pull_secret_are_not_duplicated() {
 #[test]
 fn earlier_injections_are_kept_in_the_annotation() {
     let pod = pod(
-        json!({"name": "p", "annotations": {"watcher.dev/inject": "first,log-watcher", "watcher.dev/injected": "first@abc"}}),
+        json!({"name": "p", "annotations": {"watcher.dev/inject": "first,log-watcher", "watcher.dev/injected": "first@abc",
+                                             "watcher.dev/sidecars": "first"}}),
         json!({"containers": [{"name": "app"}, {"name": "first"}]}),
     );
     let first = watcher("first", "team-a", json!({"container": {"name": "first"}}));
@@ -343,6 +349,7 @@ fn earlier_injections_are_kept_in_the_annotation() {
         patched["metadata"]["annotations"]["watcher.dev/injected"],
         format!("first@abc,{}", injected_value(&watcher))
     );
+    assert_eq!(patched["metadata"]["annotations"]["watcher.dev/sidecars"], "first,log-watcher");
 }
 
 #[test]
@@ -565,7 +572,8 @@ mod app {
                 "prometheus.io/port",
                 "prometheus.io/scrape",
                 "watcher.dev/injected",
-                "watcher.dev/injected-without-image"
+                "watcher.dev/injected-without-image",
+                "watcher.dev/sidecars"
             ]
         );
     }

@@ -31,6 +31,9 @@ fn no_subcommand_means_run_with_documented_defaults() {
     let run = cli.run;
     assert_eq!(run.webhook_addr, "0.0.0.0:8443".parse().expect("addr"));
     assert_eq!(run.metrics_addr, "0.0.0.0:8080".parse().expect("addr"));
+    assert_eq!(run.health_addr, "0.0.0.0:8081".parse().expect("addr"));
+    assert!(run.metrics_secure, "metrics are served behind authentication by default");
+    assert!(!run.sync_secrets, "Secrets are synced only when asked");
     assert_eq!(run.service_name, "watcher-operator");
     assert!(run.leader_election);
     assert_eq!(run.controllers, ControllerName::value_variants(), "every controller runs by default");

@@ -110,6 +110,7 @@ async fn named_annotated_pod_is_injected() {
             "/spec/imagePullSecrets",
             "/metadata/annotations/watcher.dev~1injected",
             "/metadata/annotations/watcher.dev~1injected-without-image",
+            "/metadata/annotations/watcher.dev~1sidecars",
             "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes"
         ]
     );

@@ -9,6 +9,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod security;
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The output of `program args...`, or `None` (test skipped) when the program is missing and
@@ -61,9 +63,20 @@ const HELM_LABELS: [&str; 4] =
 
 /// `helm template` of the chart into `namespace` with `--set` values; `None`: no helm here.
 fn render(namespace: &str, sets: &[&str]) -> Option<Vec<Value>> {
+    render_for(namespace, sets, &[])
+}
+
+/// What a server that serves ValidatingAdmissionPolicy (1.30+) tells Helm.
+const VAP: &str = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy";
+
+/// [`render`] for a server that serves `api_versions` (`--api-versions`).
+fn render_for(namespace: &str, sets: &[&str], api_versions: &[&str]) -> Option<Vec<Value>> {
     let mut args = vec!["template", "watcher-operator", CHART, "-n", namespace];
     for set in sets {
         args.extend(["--set", set]);
+    }
+    for api in api_versions {
+        args.extend(["--api-versions", api]);
     }
     run_tool("helm", &args).map(|yaml| documents(&yaml))
 }
@@ -100,28 +113,34 @@ fn without_helm_labels(mut object: Value) -> Value {
 
 /// The chart with its defaults installs what `kubectl apply -k deploy/` installs, object by
 /// object (Helm's own labels aside), except the Namespace, which `helm install
-/// --create-namespace` creates, and the CRDs, which both take byte for byte from `crds`.
+/// --create-namespace` creates, and the CRDs, which both take byte for byte from `crds`. Where
+/// kube-apiserver serves ValidatingAdmissionPolicy (1.30+), it also installs what
+/// `kubectl apply -k deploy/policies/` does.
 #[test]
 fn the_chart_installs_what_deploy_installs() {
-    let (Some(chart), Some(deploy)) = (render("watcher-system", &[]), run_tool("kubectl", &["kustomize", "deploy/"]))
-    else {
-        return;
-    };
-    let deploy: Vec<Value> = documents(&deploy)
-        .into_iter()
-        .filter(|o| !matches!(o["kind"].as_str(), Some("Namespace" | "CustomResourceDefinition")))
-        .collect();
-    let key = |o: &Value| {
-        format!("{}/{}", o["kind"].as_str().unwrap_or_default(), o["metadata"]["name"].as_str().unwrap_or_default())
-    };
-    let mut chart_keys: Vec<String> = chart.iter().map(key).collect();
-    let mut deploy_keys: Vec<String> = deploy.iter().map(key).collect();
-    chart_keys.sort();
-    deploy_keys.sort();
-    assert_eq!(chart_keys, deploy_keys, "the same objects");
-    for object in &deploy {
-        let rendered = chart.iter().find(|o| key(o) == key(object)).expect("rendered");
-        assert_eq!(without_helm_labels(rendered.clone()), *object, "{} differs from deploy/", key(object));
+    for (api_versions, directories) in [(&[][..], &["deploy/"][..]), (&[VAP][..], &["deploy/", "deploy/policies/"])] {
+        let Some(chart) = render_for("watcher-system", &[], api_versions) else { return };
+        let mut deploy = Vec::new();
+        for directory in directories {
+            let Some(built) = run_tool("kubectl", &["kustomize", directory]) else { return };
+            deploy.extend(
+                documents(&built)
+                    .into_iter()
+                    .filter(|o| !matches!(o["kind"].as_str(), Some("Namespace" | "CustomResourceDefinition"))),
+            );
+        }
+        let key = |o: &Value| {
+            format!("{}/{}", o["kind"].as_str().unwrap_or_default(), o["metadata"]["name"].as_str().unwrap_or_default())
+        };
+        let mut chart_keys: Vec<String> = chart.iter().map(key).collect();
+        let mut deploy_keys: Vec<String> = deploy.iter().map(key).collect();
+        chart_keys.sort();
+        deploy_keys.sort();
+        assert_eq!(chart_keys, deploy_keys, "the same objects ({api_versions:?})");
+        for object in &deploy {
+            let rendered = chart.iter().find(|o| key(o) == key(object)).expect("rendered");
+            assert_eq!(without_helm_labels(rendered.clone()), *object, "{} differs from {directories:?}", key(object));
+        }
     }
 }
 
@@ -183,6 +202,9 @@ const CALLS: &[(&str, &str, &[&str], &[&str])] = &[
     // Events (controller/src/context.rs), the self-managed registration (certs/src/registration.rs)
     // and the admission scope (controller/src/scope.rs: get, update).
     ("", "events.k8s.io", &["events"], &["create", "patch"]),
+    // Who reads /metrics (src/metrics_auth.rs), with metrics.secure (the default).
+    ("", "authentication.k8s.io", &["tokenreviews"], &["create"]),
+    ("", "authorization.k8s.io", &["subjectaccessreviews"], &["create"]),
     ("", "admissionregistration.k8s.io", &["mutatingwebhookconfigurations"], &["get", "patch", "update", "create"]),
     // watcher.rs and cluster_watcher.rs: the owned ConfigMaps (a labelled watch, POST, merge
     // patch, delete) and status.
@@ -204,7 +226,7 @@ const CALLS: &[(&str, &str, &[&str], &[&str])] = &[
     ("podset", "", &["pods"], &["get", "list", "watch", "create", "delete"]),
     // sync.rs: sources, copies by label, server-side apply, recreate and delete.
     ("sync", "", &["configmaps"], &["get", "list", "watch", "create", "patch", "update", "delete"]),
-    ("sync", "", &["secrets"], &["get", "list", "watch", "create", "patch", "update", "delete"]),
+    // Secrets only with sync.secrets (off by default): rbac_grants_only_what_the_enabled_controllers_need.
     // images.rs: workload templates (strategic merge patch, GET after a conflict) and status.
     ("images", "apps", &["deployments", "statefulsets", "daemonsets"], &["get", "list", "watch", "patch"]),
     ("images", "watcher.dev", &["imagepolicies/status"], &["get", "patch", "update"]),
@@ -241,13 +263,15 @@ fn rbac_grants_exactly_what_the_enabled_controllers_call() {
     }
 }
 
-/// Secrets cluster-wide only when sync copies them; cert-manager leaves only the rights the
-/// admission scope needs on the webhook configuration.
+/// Secrets cluster-wide only when sync copies them (sync.secrets, off by default); the reviews
+/// of /metrics only when it is secure; cert-manager leaves only the rights the admission scope
+/// needs on the webhook configuration.
 #[test]
 fn rbac_grants_only_what_the_enabled_controllers_need() {
-    let cases: [(&[&str], &[&str], &[&str]); 3] = [
-        (&[], &["secrets", "configmaps", "deployments", "pods", "pods/eviction", "ats/status"], &[]),
-        (&["sync.secrets=false"], &["configmaps"], &["secrets"]),
+    let cases: [(&[&str], &[&str], &[&str]); 4] = [
+        (&[], &["configmaps", "deployments", "pods", "pods/eviction", "ats/status", "tokenreviews"], &["secrets"]),
+        (&["sync.secrets=true"], &["secrets", "configmaps"], &[]),
+        (&["metrics.secure=false"], &["configmaps"], &["tokenreviews", "subjectaccessreviews"]),
         (&["certManager.enabled=true"], &["configmaps", "mutatingwebhookconfigurations"], &[]),
     ];
     for (sets, granted, refused) in cases {
@@ -260,14 +284,22 @@ fn rbac_grants_only_what_the_enabled_controllers_need() {
             assert!(!resources.iter().any(|r| r == resource), "{sets:?}: {resource} granted: {resources:?}");
         }
     }
-    // Only the tls Secret of its own namespace, when sync does not copy Secrets.
-    let Some(chart) = render("watcher-system", &["sync.secrets=false"]) else { return };
+    // By default, only the tls Secret of its own namespace, and the binary's own default.
+    let Some(chart) = render("watcher-system", &[]) else { return };
     let role = get(&chart, "Role");
     let secret_rules: Vec<&Value> =
         role["rules"].as_array().expect("rules").iter().filter(|r| r["resources"][0] == "secrets").collect();
     assert_eq!(secret_rules[0]["resourceNames"], serde_json::json!(["watcher-operator-tls"]));
-    let env = &get(&chart, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"];
-    assert!(env.as_array().expect("env").iter().any(|e| e["name"] == "WATCHER_SYNC_SECRETS" && e["value"] == "false"));
+    let env = |chart: &[Value]| get(chart, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"].clone();
+    assert!(!env(&chart).as_array().expect("env").iter().any(|e| e["name"] == "WATCHER_SYNC_SECRETS"));
+    let Some(syncing) = render("watcher-system", &["sync.secrets=true"]) else { return };
+    assert!(
+        env(&syncing)
+            .as_array()
+            .expect("env")
+            .iter()
+            .any(|e| e["name"] == "WATCHER_SYNC_SECRETS" && e["value"] == "true")
+    );
 }
 
 /// certManager.enabled: a Certificate (and a self-signed Issuer) into Secret
@@ -388,6 +420,7 @@ fn every_value_is_rendered_where_it_belongs() {
     let monitor = get(&chart, "ServiceMonitor");
     assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(monitor["spec"]["endpoints"][0]["scheme"], "https");
     assert_eq!(get(&chart, "PodDisruptionBudget")["spec"]["minAvailable"], 2);
 }
 
@@ -402,6 +435,10 @@ fn the_schema_refuses_wrong_values() {
         &["webhook.timeoutSeconds=60"],
         &["certManager.enabled=yes"],
         &["replicas=2"],
+        &["metrics.secure=maybe"],
+        &["metrics.readers[0].name=prometheus"],
+        &["networkPolicy.apiServerPorts={0}"],
+        &["policies.enabled=on"],
     ] {
         let Some(stderr) = refused(sets) else { return };
         assert!(stderr.contains("values don't meet the specifications of the schema"), "{sets:?}: {stderr}");
@@ -578,7 +615,7 @@ fn the_aggregated_cluster_roles_follow_kubernetes_own() {
     let Some(off) = render("watcher-system", &["rbac.aggregateClusterRoles=false"]) else { return };
     let roles: Vec<&str> =
         off.iter().filter(|o| o["kind"] == "ClusterRole").filter_map(|o| o["metadata"]["name"].as_str()).collect();
-    assert_eq!(roles, ["watcher-operator"]);
+    assert_eq!(roles, ["watcher-operator", "watcher-operator-metrics-reader"], "the operator's own roles only");
 }
 
 /// The chart renders the agent's image where users read it: the install notes, with the
