@@ -107,8 +107,31 @@ pub fn delete_cluster_wide_objects() {
 
 /// Whether the server serves ValidatingAdmissionPolicy (v1: Kubernetes 1.30 and later).
 pub fn serves_policies() -> bool {
-    try_kubectl(&["api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name"])
-        .is_ok_and(|names| names.lines().any(|n| n.starts_with("validatingadmissionpolicies")))
+    static SERVES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SERVES.get_or_init(|| {
+        try_kubectl(&["api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name"])
+            .is_ok_and(|names| names.lines().any(|n| n.starts_with("validatingadmissionpolicies")))
+    })
+}
+
+/// Who the operator of a test runs as: ServiceAccount `watcher-operator` of `namespace`, with
+/// the RBAC the chart grants it there (Secrets synced too, for the sync tests) and, where
+/// kube-apiserver serves ValidatingAdmissionPolicy, the chart's policies for it. Every test's
+/// operator is held as an installed one is. Returns its kubeconfig.
+pub fn operator_identity(namespace: &str) -> PathBuf {
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
+    let mut args = vec!["template", "watcher-operator", chart, "-n", namespace, "--set", "sync.secrets=true"];
+    args.extend(["--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml"]);
+    if serves_policies() {
+        args.extend(["--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"]);
+        args.extend(["--show-only", "templates/policies.yaml"]);
+    }
+    let rendered = Command::new("helm").args(&args).output().expect("helm on the PATH");
+    assert!(rendered.status.success(), "helm template: {}", String::from_utf8_lossy(&rendered.stderr));
+    let path = std::env::temp_dir().join(format!("watcher-e2e-{}-identity.yaml", std::process::id()));
+    std::fs::write(&path, &rendered.stdout).expect("written");
+    kubectl(&["apply", "-n", namespace, "-f", path.to_str().expect("UTF-8 path")]);
+    service_account_kubeconfig(namespace, "watcher-operator")
 }
 
 /// Tests of one binary run one at a time: each starts an operator, and operators share the
@@ -154,13 +177,15 @@ pub enum Registration {
 
 impl Operator {
     /// `watcher-operator run` as a user runs it outside the cluster: every default (all
-    /// controllers, leader election), plus only `--namespace`, the two addresses and
-    /// `--webhook-url`. Waits until `/readyz` answers 200.
+    /// controllers, leader election), plus only `--namespace`, the addresses and
+    /// `--webhook-url`, as the chart's ServiceAccount of `namespace` ([`operator_identity`]).
+    /// Waits until `/readyz` answers 200.
     pub async fn start(namespace: &str) -> Self {
         Self::start_as(namespace, None, Registration::Url).await
     }
 
-    /// [`Operator::start`] with another kubeconfig (e.g. a ServiceAccount's) and registration.
+    /// [`Operator::start`] with another kubeconfig (`None`: [`operator_identity`]) and
+    /// registration.
     pub async fn start_as(namespace: &str, kubeconfig: Option<&Path>, registration: Registration) -> Self {
         Self::start_with(namespace, kubeconfig, registration, &[]).await
     }
@@ -188,9 +213,11 @@ impl Operator {
         if let Some(url) = &url {
             command.arg(format!("--webhook-url={url}"));
         }
-        if let Some(kubeconfig) = kubeconfig {
-            command.env("KUBECONFIG", kubeconfig);
-        }
+        let identity = match kubeconfig {
+            Some(kubeconfig) => kubeconfig.to_owned(),
+            None => operator_identity(namespace),
+        };
+        command.env("KUBECONFIG", identity);
         let child = command
             .env("RUST_LOG", "info,watcher_controller=debug")
             .stdout(Stdio::inherit())

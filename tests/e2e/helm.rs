@@ -29,6 +29,8 @@ pub(crate) fn helm(args: &[&str]) -> String {
 /// applies the chart's `crds/` server-side, and on 1.24, which stores the CRDs without their CEL
 /// rules, that apply conflicts with kubectl's on `.spec.versions`.
 pub(crate) async fn helm_install(client: &kube::Client, release_namespace: &str, more: &[&str]) {
+    // What an earlier test's operator was given (its RBAC, its policies): Helm adopts nothing.
+    delete_cluster_wide_objects();
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     let installed = crds.get_opt("watchers.watcher.dev").await.expect("read the CRDs").is_some();
     let mut args = vec!["install", "watcher-operator", CHART, "-n", release_namespace];

@@ -205,7 +205,9 @@ const CALLS: &[(&str, &str, &[&str], &[&str])] = &[
     // Who reads /metrics (src/metrics_auth.rs), with metrics.secure (the default).
     ("", "authentication.k8s.io", &["tokenreviews"], &["create"]),
     ("", "authorization.k8s.io", &["subjectaccessreviews"], &["create"]),
-    ("", "admissionregistration.k8s.io", &["mutatingwebhookconfigurations"], &["get", "patch", "update", "create"]),
+    ("", "admissionregistration.k8s.io", &["mutatingwebhookconfigurations"], &["get", "patch", "update"]),
+    // A run by URL creates the configuration, and deletes it when it stops.
+    ("", "admissionregistration.k8s.io", &["mutatingwebhookconfigurations"], &["create", "delete"]),
     // watcher.rs and cluster_watcher.rs: the owned ConfigMaps (a labelled watch, POST, merge
     // patch, delete) and status.
     ("watcher", "", &["configmaps"], &["get", "list", "watch", "create", "patch", "update", "delete"]),
