@@ -197,37 +197,50 @@ impl Operator {
         registration: Registration,
         flags: &[&str],
     ) -> Self {
-        let metrics = free_port();
-        let health = free_port();
-        let webhook = free_port();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_watcher-operator"));
-        command
-            .arg("run")
-            .arg(format!("--namespace={namespace}"))
-            .arg(format!("--metrics-addr={metrics}"))
-            .arg(format!("--health-addr={health}"))
-            .arg(format!("--webhook-addr=0.0.0.0:{}", webhook.port()))
-            .args(flags);
-        let url = (registration == Registration::Url)
-            .then(|| format!("https://{}:{}/mutate", webhook_host(), webhook.port()));
-        if let Some(url) = &url {
-            command.arg(format!("--webhook-url={url}"));
-        }
         let identity = match kubeconfig {
             Some(kubeconfig) => kubeconfig.to_owned(),
             None => operator_identity(namespace),
         };
-        command.env("KUBECONFIG", identity);
-        let child = command
-            .env("RUST_LOG", "info,watcher_controller=debug")
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("operator starts");
-        let operator = Self { child, metrics, health, webhook, url };
-        let ready = format!("http://{health}/readyz");
-        wait_until(STEP, || async { http_get(&ready).await.is_some_and(|(status, _)| status == 200) }).await;
-        operator
+        // A free port may be taken by another process (the other version's suite) before the
+        // operator binds it: the operator then exits at once, and starts again on other ports.
+        for _ in 0..3 {
+            let (metrics, health, webhook) = (free_port(), free_port(), free_port());
+            let mut command = Command::new(env!("CARGO_BIN_EXE_watcher-operator"));
+            command
+                .arg("run")
+                .arg(format!("--namespace={namespace}"))
+                .arg(format!("--metrics-addr={metrics}"))
+                .arg(format!("--health-addr={health}"))
+                .arg(format!("--webhook-addr=0.0.0.0:{}", webhook.port()))
+                .args(flags);
+            let url = (registration == Registration::Url)
+                .then(|| format!("https://{}:{}/mutate", webhook_host(), webhook.port()));
+            if let Some(url) = &url {
+                command.arg(format!("--webhook-url={url}"));
+            }
+            let child = command
+                .env("KUBECONFIG", &identity)
+                .env("RUST_LOG", "info,watcher_controller=debug")
+                .stdout(Stdio::inherit())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("operator starts");
+            let mut operator = Self { child, metrics, health, webhook, url };
+            let ready = format!("http://{health}/readyz");
+            let start = Instant::now();
+            loop {
+                if http_get(&ready).await.is_some_and(|(status, _)| status == 200) {
+                    return operator;
+                }
+                if matches!(operator.child.try_wait(), Ok(Some(_))) {
+                    break;
+                }
+                assert!(start.elapsed() < STEP, "the operator was not ready within {STEP:?}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            eprintln!("the operator exited before it was ready: starting it again on other ports");
+        }
+        panic!("the operator exited before it was ready, three times");
     }
 
     /// The body of `GET /metrics`, over HTTPS with the test's own bearer token (kubeconfig's
