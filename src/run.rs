@@ -31,6 +31,9 @@ const LEASE_SECONDS: u64 = 15;
 const LEASE_GRACE_SECONDS: u64 = 5;
 /// How long in-flight work may take to finish after SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
+/// How long the controllers' reconciles in flight may take to finish at shutdown, before the
+/// Lease is released (within [`SHUTDOWN_GRACE`]).
+const CONTROLLERS_GRACE: Duration = Duration::from_secs(10);
 /// After SIGTERM the webhook reports unready this long before it stops accepting connections,
 /// so the Service's endpoints drop this pod first.
 const ENDPOINT_DRAIN: Duration = Duration::from_secs(3);
@@ -121,7 +124,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics_server =
         tokio::spawn(serve_metrics(args.metrics_addr, registry, metrics_serving, shutdown.wait()).await?);
 
-    let ctx = Arc::new(Context::new(client.clone(), metrics));
+    let ctx = Arc::new(Context::new(client.clone(), metrics).with_shutdown(shutdown.0.clone()));
     let sync_namespaces =
         if args.sync_namespaces.is_empty() { vec![namespace.clone()] } else { args.sync_namespaces.clone() };
     let registration = registration(&args, &namespace);
@@ -401,9 +404,15 @@ async fn run_controllers_while_leader(
     let metrics = controllers.ctx.metrics.clone();
     if !leader_election {
         metrics.set_leader(true);
-        tokio::select! {
-            () = controllers.run(&names, &namespace) => {},
-            () = &mut shutdown => {},
+        let run = controllers.run(&names, &namespace);
+        let mut run = std::pin::pin!(run);
+        let shutting_down = tokio::select! {
+            () = &mut run => false,
+            () = &mut shutdown => true,
+        };
+        if shutting_down {
+            // The controllers end by themselves, their reconciles in flight finished.
+            let _ = tokio::time::timeout(CONTROLLERS_GRACE, &mut run).await;
         }
         metrics.set_leader(false);
         return;
@@ -431,14 +440,21 @@ async fn run_controllers_while_leader(
         }
         info!(lease = LEASE_NAME, namespace, "became leader: starting controllers");
         metrics.set_leader(true);
-        let stop = tokio::select! {
-            () = controllers.run(&names, &namespace) => true,
+        let run = controllers.run(&names, &namespace);
+        let mut run = std::pin::pin!(run);
+        let (stop, shutting_down) = tokio::select! {
+            () = &mut run => (true, false),
             lost = leader.wait_for(|is_leader| !*is_leader) => {
                 warn!(lease = LEASE_NAME, "lost the lease: controllers stopped");
-                lost.is_err()
+                (lost.is_err(), false)
             }
-            () = &mut shutdown => true,
+            () = &mut shutdown => (true, true),
         };
+        if shutting_down {
+            // The controllers end by themselves, their reconciles in flight finished, before
+            // the Lease is released.
+            let _ = tokio::time::timeout(CONTROLLERS_GRACE, &mut run).await;
+        }
         metrics.set_leader(false);
         if stop {
             break;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
-use watcher_api::{INJECTION_DISABLED, INJECTION_LABEL, Watcher, injected_watchers, requested_watchers};
+use watcher_api::{INJECTION_DISABLED, INJECTION_LABEL, Watcher, annotation};
 
 use crate::{InjectOptions, PodView, SYSTEM_NAMESPACES};
 
@@ -67,7 +67,7 @@ pub struct Decision<'a> {
 /// its name for the Watchers after it.
 pub fn decide<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: &'a [W]) -> Vec<Decision<'a>> {
     let annotations = pod.annotations();
-    let requested = requested_watchers(annotations);
+    let requested = annotation::Inject::read(annotations);
     // One pass over the Watchers (a namespace may hold many): the first of each requested name,
     // and every one that selects the pod.
     let mut found: Vec<Option<&'a Watcher>> = vec![None; requested.len()];
@@ -97,7 +97,7 @@ pub fn decide<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: 
         }
     }
 
-    let already = injected_watchers(annotations);
+    let already = annotation::Injected::read(annotations);
     let spec = pod.spec.as_ref();
     let mut container_names: Vec<&str> = spec
         .map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()).map(|c| c.name.as_str()).collect())
@@ -179,7 +179,7 @@ impl Exclusion {
         match self {
             Self::SystemNamespace => format!("{namespace} is a system namespace, never injected"),
             Self::OperatorNamespace => format!("{namespace} is the operator's own namespace, never injected"),
-            Self::DisabledLabel => format!("namespace {namespace} is labelled watcher.dev/injection=disabled"),
+            Self::DisabledLabel => format!("namespace {namespace} is labelled {INJECTION_LABEL}={INJECTION_DISABLED}"),
             Self::NamespaceSelector => {
                 format!("the webhook configuration's namespaceSelector does not select namespace {namespace}")
             }

@@ -23,10 +23,8 @@ pub use options::{InjectOptions, SYSTEM_NAMESPACES, server_minor, supports_nativ
 pub use resources::{ResourceCompliance, ResourceReport, resource_compliance};
 pub use security::{Compliance, PodSecurityReport, compliance};
 use watcher_api::{
-    DEFAULT_CONTAINER_ANNOTATION, END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, INJECTED_ANNOTATION,
-    INJECTED_WITHOUT_IMAGE_ANNOTATION, LEFT_OUT_ANNOTATION, SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION,
-    SIDECARS_ANNOTATION, SUPERVISOR_NAME, Watcher, config_map_name, injected_annotation_value, injected_watchers,
-    injected_watchers_without_image,
+    DEFAULT_CONTAINER_ANNOTATION, END_SIDECARS_LABEL, SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, SUPERVISOR_NAME, Watcher,
+    annotation, config_map_name,
 };
 
 use crate::decide::{Verdict, decide};
@@ -166,7 +164,7 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
         if !left_out.is_empty() && injection.refused.is_none() {
             // Said on the pod, for the pod reconciler to report on the Watcher.
             let mut patch = admission.patch;
-            patch.set_annotations(vec![(LEFT_OUT_ANNOTATION, left_out.join("\n"))]);
+            patch.set_annotations(vec![(annotation::LeftOut::KEY, left_out.join("\n"))]);
             injection.patch = patch.ops;
         }
         return injection;
@@ -179,12 +177,13 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
     if admission.ended_file {
         patch.add_volume(watcher_api::ENDED_VOLUME, ending::ended_volume());
     }
-    let value = injected_annotation_value(admission.entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
-    let imageless = injected_annotation_value(admission.without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
-    let sidecars = (SIDECARS_ANNOTATION, admission.sidecars.join(","));
-    let mut annotations = vec![(INJECTED_ANNOTATION, value), (INJECTED_WITHOUT_IMAGE_ANNOTATION, imageless), sidecars];
+    let value = annotation::Injected::encode(admission.entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
+    let imageless = annotation::Injected::encode(admission.without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
+    let sidecars = (annotation::Sidecars::KEY, admission.sidecars.join(","));
+    let mut annotations =
+        vec![(annotation::Injected::KEY, value), (annotation::InjectedWithoutImage::KEY, imageless), sidecars];
     if !left_out.is_empty() {
-        annotations.push((LEFT_OUT_ANNOTATION, left_out.join("\n")));
+        annotations.push((annotation::LeftOut::KEY, left_out.join("\n")));
     }
     if let Some(volumes) = patch.local_volumes() {
         annotations.push((SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, volumes));
@@ -198,7 +197,7 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
     }
     if admission.to_end.len() > admission.ended_before {
         patch.add_label(END_SIDECARS_LABEL, "true");
-        annotations.push((END_SIDECARS_ANNOTATION, admission.to_end.join(",")));
+        annotations.push((annotation::EndSidecars::KEY, admission.to_end.join(",")));
     }
     patch.set_annotations(annotations);
     injection.patch = patch.ops;
@@ -251,11 +250,14 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
         (guard, ledger): (Option<security::Guard<'a>>, Option<resources::Ledger<'a>>),
         injection: Injection,
     ) -> Self {
-        let entries =
-            injected_watchers(pod.annotations()).iter().map(|(n, h)| ((*n).to_owned(), (*h).to_owned())).collect();
-        let without_image =
-            injected_watchers_without_image(pod.annotations()).map(|(n, h)| (n.to_owned(), h.to_owned()));
-        let named = pod.annotations().get(SIDECARS_ANNOTATION).into_iter().flat_map(|v| v.split(','));
+        let entries = annotation::Injected::read(pod.annotations())
+            .iter()
+            .map(|(n, h)| ((*n).to_owned(), (*h).to_owned()))
+            .collect();
+        let without_image = annotation::InjectedWithoutImage::read(pod.annotations())
+            .into_iter()
+            .map(|(n, h)| (n.to_owned(), h.to_owned()));
+        let named = pod.annotations().get(annotation::Sidecars::KEY).into_iter().flat_map(|v| v.split(','));
         let ends = ending::meant_to_end(pod);
         let to_end = if ends { ending::already_named(pod) } else { Vec::new() };
         Self {
@@ -429,7 +431,7 @@ pub fn app_report<W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watcher: &
 /// The names of the containers of `pod` that Watchers injected, as its `watcher.dev/injected`
 /// annotation and the Watchers of `namespace` say.
 fn injected_containers<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: &'a [W]) -> Vec<&'a str> {
-    let carried = injected_watchers(pod.annotations());
+    let carried = annotation::Injected::read(pod.annotations());
     watchers
         .iter()
         .map(Borrow::borrow)

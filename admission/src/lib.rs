@@ -30,6 +30,6 @@ pub use pod::{
     Annotations, ContainerView, DeviceView, EnvView, HandlerView, HostView, LifecycleView, MAX_ANNOTATION_BYTES,
     MountView, Named, OsView, PodMetaView, PodSpecView, PodView, PortView, VolumeView,
 };
-pub use rewrite::{NamespaceAdmission, PolicySource, original_images, rewrite_images};
+pub use rewrite::{NamespaceAdmission, PolicySource, rewrite_images};
 pub use scope::{Scope, Sent};
 pub use version::ServerVersion;

@@ -127,7 +127,7 @@ pub enum ContainerKind {
 
 /// The pod as the namespace's resource rules read it.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct PodResources {
+pub struct PodResourceView {
     /// Every container, init containers included.
     pub containers: Vec<ContainerResources>,
     /// `activeDeadlineSeconds` is set: the quota scope `Terminating`.
@@ -136,11 +136,38 @@ pub struct PodResources {
     pub priority_class: Option<String>,
 }
 
+/// The object whose rule a pod fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// A LimitRange, by name.
+    LimitRange(String),
+    /// A ResourceQuota, by name.
+    ResourceQuota(String),
+}
+
+impl Rule {
+    /// The object's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::LimitRange(name) | Self::ResourceQuota(name) => name,
+        }
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::LimitRange(name) => write!(f, "LimitRange {name}"),
+            Self::ResourceQuota(name) => write!(f, "ResourceQuota {name}"),
+        }
+    }
+}
+
 /// A rule a pod fails, as kube-apiserver would say it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
-    /// The object whose rule it is: `LimitRange bounds`, `ResourceQuota team`.
-    pub rule: String,
+    /// The object whose rule it is (shown as `LimitRange bounds`, `ResourceQuota team`).
+    pub rule: Rule,
     /// What fails, the same before and after a Watcher is added where it is the same failure.
     key: String,
     /// kube-apiserver's words for it alone.
@@ -217,7 +244,7 @@ impl ResourceRules {
     /// [`DEFAULT_REQUESTS`] and [`DEFAULT_LIMITS`]), and values brought within the
     /// LimitRanges' `min`, `max` and `maxLimitRequestRatio`. What still fails is
     /// [`Self::check`]'s to say.
-    pub fn fit(&self, resources: Option<&ResourceRequirements>, pod: &PodResources) -> Fitted {
+    pub fn fit(&self, resources: Option<&ResourceRequirements>, pod: &PodResourceView) -> Fitted {
         if self.is_empty() {
             return Fitted::default();
         }
@@ -260,7 +287,7 @@ impl ResourceRules {
     }
 
     /// Gives `fitting` the cpu and memory a quota counting `pod` makes every container state.
-    fn state_what_quotas_count(&self, fitting: &mut Fitting, pod: &PodResources) {
+    fn state_what_quotas_count(&self, fitting: &mut Fitting, pod: &PodResourceView) {
         let asked = self.quotas.iter().filter(|q| q.counts(pod)).flat_map(|q| q.hard.keys().map(move |k| (k, q)));
         for (key, quota) in asked.filter(|(k, _)| MUST_STATE.contains(&k.as_str())) {
             let (limit, resource) = match key.split_once('.') {
@@ -294,10 +321,10 @@ impl ResourceRules {
     /// Every rule `pod` fails, in kube-apiserver's words: the LimitRanges' (per container, then
     /// per pod), then the quotas' (a container that does not state what a quota counts, the
     /// pod past what is left of a quota).
-    pub fn check(&self, pod: &PodResources) -> Vec<Violation> {
+    pub fn check(&self, pod: &PodResourceView) -> Vec<Violation> {
         let mut found = Vec::new();
         for range in &self.limits {
-            let rule = format!("LimitRange {}", range.name);
+            let rule = Rule::LimitRange(range.name.clone());
             for container in &pod.containers {
                 for item in &range.container {
                     let failures = bounds(item, "Container", &container.requests, &container.limits);
@@ -338,7 +365,7 @@ impl ResourceRules {
     }
 
     /// The violations of `after` that `before` does not have: what adding containers made fail.
-    pub fn added(&self, before: &PodResources, after: &PodResources) -> Vec<Violation> {
+    pub fn added(&self, before: &PodResourceView, after: &PodResourceView) -> Vec<Violation> {
         new_in(&self.check(before), self.check(after))
     }
 }
@@ -489,12 +516,11 @@ pub fn describe(violations: &[Violation]) -> String {
         [one] => parts.push((*one).to_owned()),
         many => parts.push(format!("[{}]", many.join(", "))),
     }
-    let mut quotas: Vec<&str> =
-        violations.iter().filter(|v| v.group != Group::Limit).map(|v| v.rule.as_str()).collect();
+    let mut quotas: Vec<&Rule> = violations.iter().filter(|v| v.group != Group::Limit).map(|v| &v.rule).collect();
     quotas.dedup();
     for rule in quotas {
-        let name = rule.trim_start_matches("ResourceQuota ");
-        let of = violations.iter().filter(|v| v.rule == rule);
+        let name = rule.name();
+        let of = violations.iter().filter(|v| &v.rule == rule);
         let mut specify: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         let mut exceeded = Vec::new();
         for violation in of {
@@ -531,7 +557,7 @@ pub fn describe(violations: &[Violation]) -> String {
     parts.join("; ")
 }
 
-impl PodResources {
+impl PodResourceView {
     /// `pod` as the rules read it.
     pub fn of(pod: &PodView) -> Self {
         let Some(spec) = pod.spec.as_ref() else { return Self::default() };

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
 use serde_json::Value;
-use watcher_api::{CompiledPolicy, ORIGINAL_IMAGES_ANNOTATION, image};
+use watcher_api::{CompiledPolicy, annotation, image};
 
 use crate::{InjectOptions, Injection, PodView};
 
@@ -82,11 +82,6 @@ impl PolicySource for Vec<Arc<CompiledPolicy>> {
     }
 }
 
-/// The `container=image` entries of `watcher.dev/original-images`.
-pub fn original_images(value: &str) -> Vec<(&str, &str)> {
-    value.split(',').filter_map(|entry| entry.trim().split_once('=')).collect()
-}
-
 /// Rewrites the images of `pod` (created in `namespace`) and of the containers `injection`
 /// adds, with the rules of `policies` (first match wins, never chained), into `injection`'s
 /// patch, and records the originals in `watcher.dev/original-images`. Containers already listed
@@ -103,8 +98,8 @@ pub fn rewrite_images(
         return;
     }
     let Some(spec) = pod.spec.as_ref().filter(|spec| !spec.containers.is_empty()) else { return };
-    let recorded = pod.annotations().get(ORIGINAL_IMAGES_ANNOTATION).map(String::as_str).unwrap_or("");
-    let done: Vec<&str> = original_images(recorded).into_iter().map(|(name, _)| name).collect();
+    let done: Vec<&str> =
+        annotation::OriginalImages::read(pod.annotations()).into_iter().map(|(name, _)| name).collect();
     let mut originals: Vec<(String, String)> = Vec::new();
     let mut rewrite = |name: &str, image: &str| -> Option<String> {
         if done.contains(&name) {
@@ -150,18 +145,18 @@ pub fn rewrite_images(
         return;
     }
     injection.rewritten = originals.iter().map(|(name, _)| name.clone()).collect();
-    let entries = original_images(recorded)
-        .into_iter()
-        .map(|(name, image)| format!("{name}={image}"))
-        .chain(originals.iter().map(|(name, image)| format!("{name}={image}")))
-        .collect::<Vec<_>>()
-        .join(",");
+    let recorded = annotation::OriginalImages::read(pod.annotations());
+    let added = originals.iter().map(|(name, image)| (name.as_str(), image.as_str()));
+    let entries = annotation::OriginalImages::encode(recorded.into_iter().chain(added));
     let annotations_exist = pod.metadata.annotations.own.is_some()
         || injection.patch.iter().any(|op| matches!(op, PatchOperation::Add(a) if a.path == "/metadata/annotations"));
     let (path, value) = if annotations_exist {
-        (PointerBuf::from_tokens(["metadata", "annotations", ORIGINAL_IMAGES_ANNOTATION]), Value::String(entries))
+        (PointerBuf::from_tokens(["metadata", "annotations", annotation::OriginalImages::KEY]), Value::String(entries))
     } else {
-        (PointerBuf::from_tokens(["metadata", "annotations"]), serde_json::json!({ORIGINAL_IMAGES_ANNOTATION: entries}))
+        (
+            PointerBuf::from_tokens(["metadata", "annotations"]),
+            serde_json::json!({annotation::OriginalImages::KEY: entries}),
+        )
     };
     injection.patch.extend(ops);
     injection.patch.push(PatchOperation::Add(AddOperation { path, value }));

@@ -20,19 +20,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use watcher_api::CompiledPolicy;
 use watcher_api::validation::selector_problems;
-use watcher_api::{INJECT_ANNOTATION, PROBE_ANNOTATION, Watcher, requested_watchers};
+use watcher_api::{PROBE_ANNOTATION, Watcher, annotation};
 
 use crate::SYSTEM_NAMESPACES;
 
-/// The name of the condition that keeps `inject.watcher.dev` to the pods in scope.
-pub const SCOPE_CONDITION: &str = "watcher.dev/scope";
-/// The name of the condition that keeps pods asking for a required Watcher away from
-/// `inject.watcher.dev`.
-pub const NOT_REQUIRED_CONDITION: &str = "watcher.dev/not-required";
-/// The name of the condition of `required.watcher.dev`.
-pub const REQUIRED_CONDITION: &str = "watcher.dev/required";
-/// The prefix of every condition the operator writes (others, a user's, are kept as they are).
-pub const CONDITION_PREFIX: &str = "watcher.dev/";
+pub use watcher_api::{CONDITION_PREFIX, NOT_REQUIRED_CONDITION, REQUIRED_CONDITION, SCOPE_CONDITION};
 /// The longest expression kube-apiserver parses (cel-go's limit, in code points; the
 /// expressions are ASCII).
 pub const MAX_EXPRESSION_LEN: usize = 100_000;
@@ -237,11 +229,11 @@ impl Scope {
         if self.excluded.contains(namespace) {
             return Sent::No;
         }
-        let asked = requested_watchers(annotations);
+        let asked = annotation::Inject::read(annotations);
         if self.required.contains(namespace, labels, &asked) {
             return Sent::Required;
         }
-        let annotated = annotations.contains_key(INJECT_ANNOTATION) || annotations.contains_key(PROBE_ANNOTATION);
+        let annotated = annotations.contains_key(annotation::Inject::KEY) || annotations.contains_key(PROBE_ANNOTATION);
         if annotated || self.everywhere || self.pods.contains(namespace, labels, &[]) { Sent::Inject } else { Sent::No }
     }
 
@@ -287,7 +279,7 @@ impl Scope {
         let scope = (!self.everywhere).then(|| {
             let annotated = format!(
                 "has({ANNOTATIONS}) && ({} in {ANNOTATIONS} || {} in {ANNOTATIONS})",
-                literal(INJECT_ANNOTATION),
+                literal(annotation::Inject::KEY),
                 literal(PROBE_ANNOTATION)
             );
             let terms: Vec<String> = [Some(annotated), pods_expression(&self.pods)].into_iter().flatten().collect();
@@ -385,7 +377,7 @@ fn pods_expression(pods: &Pods) -> Option<String> {
     if !pods.named.is_empty() {
         let names: BTreeSet<String> =
             pods.named.iter().flat_map(|(ns, names)| names.iter().map(move |name| format!("{ns}/{name}"))).collect();
-        let annotation = literal(INJECT_ANNOTATION);
+        let annotation = literal(annotation::Inject::KEY);
         terms.push(format!(
             "(has({ANNOTATIONS}) && {annotation} in {ANNOTATIONS} && {ANNOTATIONS}[{annotation}].split(',')\
              .exists(n, request.namespace + '/' + n.trim() in {}))",

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 use watcher_admission::pod_security::{Level, NamespaceLevels, Policy, evaluate};
 use watcher_admission::{InjectOptions, Injection, PodView, inject, inject_at_level};
-use watcher_api::{END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, Watcher};
+use watcher_api::{END_SIDECARS_LABEL, Watcher, annotation};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/");
 
@@ -127,7 +127,7 @@ fn a_job_s_regular_sidecar_runs_under_the_supervisor_on(version: &str) {
     assert!(volumes.contains(&json!({"name": "watcher-dev-no-token", "emptyDir": {}})));
     assert!(volumes.contains(&ended_volume()), "{volumes:?}");
     assert_eq!(after["metadata"]["labels"][END_SIDECARS_LABEL], "true");
-    assert_eq!(after["metadata"]["annotations"][END_SIDECARS_ANNOTATION], "stubborn");
+    assert_eq!(after["metadata"]["annotations"][annotation::EndSidecars::KEY], "stubborn");
     // Its own labels are kept: the Job still owns the pod.
     assert_eq!(after["metadata"]["labels"]["job-name"], pod["metadata"]["labels"]["job-name"]);
 }
@@ -144,14 +144,14 @@ fn a_sidecar_without_a_command_is_named_and_left_as_it_is() {
     assert!(container(&after, "initContainers", "watcher-supervise").is_none(), "no supervisor to copy");
     let volumes = after["spec"]["volumes"].as_array().expect("volumes");
     assert!(!volumes.iter().any(|v| v["name"] == "watcher-ended"), "{volumes:?}");
-    assert_eq!(after["metadata"]["annotations"][END_SIDECARS_ANNOTATION], "looper");
+    assert_eq!(after["metadata"]["annotations"][annotation::EndSidecars::KEY], "looper");
     assert_eq!(after["metadata"]["labels"][END_SIDECARS_LABEL], "true");
 
     // With one of each, one supervisor serves the wrapped one; both are named.
     let (_, after) = injected(&pod, &[entrypoint(), stubborn()], false);
     let init = after["spec"]["initContainers"].as_array().expect("init containers");
     assert_eq!(init.iter().filter(|c| c["name"] == "watcher-supervise").count(), 1);
-    assert_eq!(after["metadata"]["annotations"][END_SIDECARS_ANNOTATION], "looper,stubborn");
+    assert_eq!(after["metadata"]["annotations"][annotation::EndSidecars::KEY], "looper,stubborn");
 }
 
 /// watcher-agent runs its image's entrypoint and reads the ended file itself: told where it is,
@@ -169,7 +169,7 @@ fn the_agent_is_told_of_the_ended_file() {
         assert_eq!(sidecar["volumeMounts"], json!([ended_mount()]));
         assert!(container(&after, "initContainers", "watcher-supervise").is_none(), "no supervisor to copy");
         assert!(after["spec"]["volumes"].as_array().expect("volumes").contains(&ended_volume()));
-        let named = after["metadata"]["annotations"].get(END_SIDECARS_ANNOTATION).and_then(Value::as_str);
+        let named = after["metadata"]["annotations"].get(annotation::EndSidecars::KEY).and_then(Value::as_str);
         assert_eq!(named, if native { None } else { Some("agent") });
     }
 }
@@ -189,7 +189,7 @@ fn native_sidecars_are_supervised_and_never_is_named_on_any_server() {
     assert_eq!(init[1]["command"][0], "/watcher-supervise/watcher-supervise");
     assert_eq!(init[1]["restartPolicy"], "Always");
     assert_eq!(after["metadata"]["labels"].get(END_SIDECARS_LABEL), None);
-    assert_eq!(after["metadata"]["annotations"].get(END_SIDECARS_ANNOTATION), None);
+    assert_eq!(after["metadata"]["annotations"].get(annotation::EndSidecars::KEY), None);
 
     // Without a command the kubelet's SIGTERM reaches the image's own process: nothing added.
     let (_, after) = injected(&pod, &[entrypoint()], true);
@@ -202,7 +202,7 @@ fn native_sidecars_are_supervised_and_never_is_named_on_any_server() {
     let (_, after) = injected(&pod, &[never], true);
     let sidecar = container(&after, "containers", "stubborn").expect("a regular container");
     assert_eq!(sidecar["command"][0], "/watcher-supervise/watcher-supervise");
-    assert_eq!(after["metadata"]["annotations"][END_SIDECARS_ANNOTATION], "stubborn");
+    assert_eq!(after["metadata"]["annotations"][annotation::EndSidecars::KEY], "stubborn");
 }
 
 /// Pods that run for ever (restartPolicy Always, as every Deployment's) are injected as before.
@@ -221,7 +221,7 @@ fn pods_not_meant_to_end_are_injected_as_before() {
             assert_eq!(injection.injected, ["other"], "{file}");
             let sidecar = container(&after, "containers", "other").expect("injected");
             assert_eq!(sidecar["command"], json!(["sleep", "1d"]), "{file}");
-            assert_eq!(after["metadata"]["annotations"].get(END_SIDECARS_ANNOTATION), None, "{file}");
+            assert_eq!(after["metadata"]["annotations"].get(annotation::EndSidecars::KEY), None, "{file}");
             assert!(container(&after, "initContainers", "watcher-supervise").is_none(), "{file}");
         }
     }
@@ -242,7 +242,7 @@ fn reinvocation_changes_nothing_and_a_later_watcher_is_named_too() {
     second.metadata.namespace = Some("capture".into());
     let (injection, after) = injected(&first, &[stubborn(), second], false);
     assert_eq!(injection.injected, ["second"]);
-    assert_eq!(after["metadata"]["annotations"][END_SIDECARS_ANNOTATION], "stubborn,second");
+    assert_eq!(after["metadata"]["annotations"][annotation::EndSidecars::KEY], "stubborn,second");
     let init = after["spec"]["initContainers"].as_array().expect("init containers");
     assert_eq!(init.iter().filter(|c| c["name"] == "watcher-supervise").count(), 1, "one supervisor");
     let volumes = after["spec"]["volumes"].as_array().expect("volumes");

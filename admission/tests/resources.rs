@@ -8,7 +8,7 @@
 use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use watcher_admission::resources::{PodResources, ResourceRules, describe};
+use watcher_admission::resources::{PodResourceView, ResourceRules, describe};
 use watcher_admission::{Guards, InjectOptions, PodView, inject_guarded};
 use watcher_api::Watcher;
 
@@ -111,11 +111,11 @@ proptest! {
         json_patch::patch(&mut patched, &injection.patch).expect("the patch applies");
         let after: PodView = serde_json::from_value(patched.clone()).expect("a pod");
         let injected = injection.injected.iter().any(|w| w == "viewer");
-        let before = rules.check(&PodResources::of(&view));
-        let added = rules.added(&PodResources::of(&view), &PodResources::of(&after));
+        let before = rules.check(&PodResourceView::of(&view));
+        let added = rules.added(&PodResourceView::of(&view), &PodResourceView::of(&after));
         prop_assert!(added.is_empty(), "patched, the pod fails {}", describe(&added));
         if before.is_empty() {
-            prop_assert!(rules.check(&PodResources::of(&after)).is_empty());
+            prop_assert!(rules.check(&PodResourceView::of(&after)).is_empty());
         }
         // Only the quota's room, which the tight quota has not, can keep a Watcher out.
         if quota_room != "tight" {
@@ -165,7 +165,7 @@ fn the_refused_cases_are_admitted_with_the_watcher_fitted() {
         let (patched, injection) = admitted(case, &rules, false);
         assert_eq!(injection.injected, ["tail"], "{case}: {:?}", injection.warnings);
         let after: PodView = serde_json::from_value(patched).expect("a pod");
-        assert_eq!(rules.check(&PodResources::of(&after)), [], "{case}");
+        assert_eq!(rules.check(&PodResourceView::of(&after)), [], "{case}");
         assert_eq!(injection.resources.len(), 1, "{case}: reported");
         assert!(injection.resources[0].violations.is_none());
     }
@@ -206,5 +206,5 @@ fn the_supervisor_is_fitted_too() {
     assert_eq!(supervisor["name"], "watcher-supervise");
     assert_eq!(supervisor["resources"]["requests"]["cpu"], "50m", "up to the LimitRange's min");
     let after: PodView = serde_json::from_value(patched).expect("a pod");
-    assert_eq!(rules.check(&PodResources::of(&after)), []);
+    assert_eq!(rules.check(&PodResourceView::of(&after)), []);
 }

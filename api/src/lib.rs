@@ -4,22 +4,21 @@
 // `#[kube(printcolumn(type_ = ..), printcolumn(type_ = ..))]` repeats keys across columns by design.
 #![allow(clippy::duplicated_attributes)]
 
-mod annotations;
+pub mod annotation;
 mod app;
 mod at;
 mod cluster_watcher;
 mod condition;
+mod ending;
 pub mod image;
 mod image_policy;
 mod pod_resources;
 mod podset;
 pub mod revision;
+mod selection;
 pub mod validation;
 mod watcher;
 
-pub use annotations::{
-    injected_annotation_value, injected_watchers, injected_watchers_without_image, requested_watchers,
-};
 pub use app::{
     AppAccess, AppVolumeMount, ENV_NAME, NO_TOKEN_VOLUME, SERVICE_ACCOUNT_PATH, ShareVolumes, TransferEnv,
     is_descending_path, is_env_name,
@@ -27,6 +26,7 @@ pub use app::{
 pub use at::{At, AtPhase, AtSpec, AtStatus, DEFAULT_AT_IMAGE};
 pub use cluster_watcher::{CLUSTER_WATCHER_KIND, ClusterWatcher, ClusterWatcherSpec, ClusterWatcherStatus};
 pub use condition::{Condition, condition, reasons, set_condition, types};
+pub use ending::{EndsByRestart, Regular, SidecarEnding, meant_to_end};
 pub use image_policy::{
     CompiledPolicy, ImagePolicy, ImagePolicySpec, ImagePolicyStatus, ImageRewrite, PolicyError, WorkloadCounts,
 };
@@ -48,10 +48,6 @@ pub const CATEGORY: &str = "watcher-dev";
 /// The field manager of every server-side apply this operator makes.
 pub const FIELD_MANAGER: &str = "watcher-operator";
 
-/// Pod annotation: comma-separated names of the Watchers (of the pod's namespace) a pod asks for.
-pub const INJECT_ANNOTATION: &str = "watcher.dev/inject";
-/// Pod annotation written by the webhook: `name@specHash` of every Watcher injected.
-pub const INJECTED_ANNOTATION: &str = "watcher.dev/injected";
 /// Namespace label: `watcher.dev/injection=disabled` turns injection off for the namespace.
 pub const INJECTION_LABEL: &str = "watcher.dev/injection";
 /// The value of [`INJECTION_LABEL`] that turns injection off.
@@ -69,23 +65,6 @@ pub const SYNC_ANNOTATION: &str = "watcher.dev/sync";
 pub const SYNCED_LABEL: &str = "watcher.dev/synced";
 /// Annotation on every copy: `<namespace>/<name>` of its source.
 pub const SYNCED_FROM_ANNOTATION: &str = "watcher.dev/synced-from";
-/// Annotation on pods and workloads whose images an ImagePolicy rewrote: `<container>=<image>,...`
-/// with the images as they were.
-pub const ORIGINAL_IMAGES_ANNOTATION: &str = "watcher.dev/original-images";
-/// Annotation on workloads whose templates the images controller rewrote:
-/// `<container>=<image>,...` with the images it wrote. An image that differs from the one
-/// written there was set by the workload's owner, and the owner wins.
-pub const REWRITTEN_IMAGES_ANNOTATION: &str = "watcher.dev/rewritten-images";
-/// Pod annotation written by the webhook beside [`INJECTED_ANNOTATION`]: `name@hash` of every
-/// Watcher injected, the hash taken of the spec without the sidecar's image. A pod whose entry
-/// equals the current spec's differs from it at most by image, and can be updated in place:
-/// decided from what the pod carries, with no revision kept (as OpenKruise's
-/// `sidecarset-hash-without-image`).
-pub const INJECTED_WITHOUT_IMAGE_ANNOTATION: &str = "watcher.dev/injected-without-image";
-/// Annotation on a pod whose sidecar image the pod reconciler updated in place
-/// (`updatePolicy: InPlace`): when, RFC 3339. A pod that has not come back running and ready
-/// with the new image some minutes later stops the rollout.
-pub const SIDECAR_UPDATED_ANNOTATION: &str = "watcher.dev/sidecar-updated";
 /// Annotation of the probe pod that `watcher-operator check` creates with a server-side dry
 /// run: the webhook answers such a dry run (only a dry run) with a patch that adds
 /// [`PROBED_ANNOTATION`], proving that kube-apiserver reaches it and applies its patch.
@@ -101,20 +80,8 @@ pub const PROBED_ANNOTATION: &str = "watcher.dev/probed";
 /// and carries a Watcher's sidecar as a regular container: `watcher.dev/end-sidecars=true`. The
 /// operator watches these pods, and ends their sidecars once the app containers have ended.
 pub const END_SIDECARS_LABEL: &str = "watcher.dev/end-sidecars";
-/// Annotation the webhook writes on every pod it injects: the names of the sidecar containers
-/// that Watchers put there (regular or native), comma-separated. The only containers whose image
-/// the operator may change later (an `InPlace` update; the ValidatingAdmissionPolicy
-/// `watcher-operator-pods` holds it to them), and never changed after admission.
-pub const SIDECARS_ANNOTATION: &str = "watcher.dev/sidecars";
-/// Annotation beside [`END_SIDECARS_LABEL`]: the names of the sidecar containers to end,
-/// comma-separated.
-pub const END_SIDECARS_ANNOTATION: &str = "watcher.dev/end-sidecars";
-/// Annotation the operator writes on a pod that is meant to end once its app containers have
-/// ended for good: when, RFC 3339. Sidecars that end by themselves read it through the
-/// downward API ([`ENDED_FILE`]); the others are switched to the supervisor's image.
-pub const SIDECARS_ENDED_ANNOTATION: &str = "watcher.dev/sidecars-ended";
 /// The downward API volume, in a pod that is meant to end, whose file `ended` holds
-/// [`SIDECARS_ENDED_ANNOTATION`] (empty until the operator writes it).
+/// [`annotation::SidecarsEnded`] (empty until the operator writes it).
 pub const ENDED_VOLUME: &str = "watcher-ended";
 /// Where a sidecar that ends by itself mounts [`ENDED_VOLUME`].
 pub const ENDED_DIR: &str = "/watcher-ended";
@@ -123,19 +90,29 @@ pub const ENDED_FILE: &str = "/watcher-ended/ended";
 /// The variable that gives [`ENDED_FILE`] to a sidecar that reads it itself (watcher-agent):
 /// set only in pods that are meant to end.
 pub const ENDED_FILE_ENV: &str = "WATCHER_ENDED_FILE";
-/// Annotation the operator writes on a pod whose sidecars it ended but that still run past the
-/// pod's grace period and a margin: their names, comma-separated. The pod is counted in the
-/// Watcher's `status.pods.cannotEnd`; the annotation goes once the pod has ended.
-pub const SIDECARS_CANNOT_END_ANNOTATION: &str = "watcher.dev/sidecars-cannot-end";
-/// Annotation the webhook writes on a pod it admitted without a Watcher the pod asks for,
-/// because the pod would fail its namespace's Pod Security level or resource rules with it: one
-/// line per Watcher, `NAME: why` (kube-apiserver's words). The pod reconciler reports it.
-pub const LEFT_OUT_ANNOTATION: &str = "watcher.dev/left-out";
 
-/// The Watchers `value` (a [`LEFT_OUT_ANNOTATION`]) names, each with why.
-pub fn left_out_watchers(value: &str) -> impl Iterator<Item = (&str, &str)> {
-    value.lines().filter_map(|line| line.split_once(": ")).map(|(name, why)| (name.trim(), why.trim()))
-}
+/// Annotation on a webhook configuration that a run by URL created (its value: that URL). A
+/// graceful stop of any later run by URL deletes it.
+pub const CREATED_BY_RUN_ANNOTATION: &str = "watcher.dev/created-by-run";
+/// Annotation on a webhook configuration that a run by URL took over: the `clientConfig`
+/// (JSON) it replaced, which a graceful stop of any later run by URL puts back.
+pub const REPLACED_REGISTRATION_ANNOTATION: &str = "watcher.dev/replaced-registration";
+/// Annotation on the webhook configuration when its conditions do not narrow what is sent: why.
+pub const ADMISSION_SCOPE_ANNOTATION: &str = "watcher.dev/admission-scope";
+/// Annotation on the certificate Secret: when its CA was last rotated (RFC 3339).
+pub const CA_ROTATED_AT_ANNOTATION: &str = "watcher.dev/ca-rotated-at";
+/// Annotation on a revision rebuilt from a pod: the pod (`<namespace>/<name>`).
+pub const REBUILT_FROM_ANNOTATION: &str = "watcher.dev/rebuilt-from";
+/// The prefix of every `matchConditions` entry the operator writes (others, a user's, are kept
+/// as they are).
+pub const CONDITION_PREFIX: &str = "watcher.dev/";
+/// The name of the condition that keeps `inject.watcher.dev` to the pods in scope.
+pub const SCOPE_CONDITION: &str = "watcher.dev/scope";
+/// The name of the condition that keeps pods asking for a required Watcher away from
+/// `inject.watcher.dev`.
+pub const NOT_REQUIRED_CONDITION: &str = "watcher.dev/not-required";
+/// The name of the condition of `required.watcher.dev`.
+pub const REQUIRED_CONDITION: &str = "watcher.dev/required";
 /// The supervisor's image (`watcher-supervise`): the init container that copies it into a pod
 /// that is meant to end, and the image its sidecars are switched to when the app has ended
 /// (`--supervisor-image`).

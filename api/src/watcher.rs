@@ -263,7 +263,7 @@ impl InjectionSpec {
     }
 
     /// The hash of this spec without the sidecar's image: equal for two specs that differ at
-    /// most by image (see [`crate::INJECTED_WITHOUT_IMAGE_ANNOTATION`]).
+    /// most by image (see [`crate::annotation::InjectedWithoutImage::KEY`]).
     pub fn hash_without_image(&self) -> String {
         let container = Container { image: None, ..self.container.clone() };
         injection_hash(&container, &self.volume, &self.image_pull_secrets, self.native_sidecar, self.config, &self.app)
@@ -385,24 +385,19 @@ impl WatcherSpec {
     /// that the app has ended: where it is a regular container, it is switched to the
     /// supervisor's image, and under `restartPolicy: OnFailure` a Job counts that restart
     /// toward its `backoffLimit`.
-    pub fn ends_by_restart(&self) -> Option<String> {
+    pub fn ends_by_restart(&self) -> Option<crate::EndsByRestart> {
         let container = &self.container;
         let image = container.image.as_deref().unwrap_or_default();
         let has_command = container.command.as_ref().is_some_and(|c| !c.is_empty());
-        if has_command || crate::image::is_agent_image(image) || self.native_sidecar == NativeSidecar::Always {
+        if crate::SidecarEnding::of(has_command, image).ends_by_itself() || self.native_sidecar == NativeSidecar::Always
+        {
             return None;
         }
         let regular = match self.native_sidecar {
-            NativeSidecar::Never => "nativeSidecar: Never",
-            _ => "before Kubernetes 1.29",
+            NativeSidecar::Never => crate::Regular::NativeSidecarNever,
+            _ => crate::Regular::BeforeNativeSidecars,
         };
-        Some(format!(
-            "its sidecar runs the entrypoint of {image}, which cannot be told that the app has ended: as a regular \
-             container ({regular}) it is ended by a switch to the supervisor's image, a restart the kubelet counts; \
-             a Job with restartPolicy OnFailure counts it toward its backoffLimit, so such a Job needs a \
-             backoffLimit of 1 more than its app needs (at least 1). Give the sidecar a command (it then ends by \
-             itself under watcher-supervise), or use restartPolicy Never"
-        ))
+        Some(crate::EndsByRestart { image: image.to_owned(), regular })
     }
 
     /// Whether a pod that asks for this Watcher is never admitted without it.

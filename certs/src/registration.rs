@@ -41,12 +41,7 @@ pub const WEBHOOK_CONFIGURATION: &str = "watcher-operator";
 pub const WEBHOOK_PATH: &str = "/mutate";
 /// The port of the Service in front of the webhook (`deploy/service.yaml`).
 pub const SERVICE_PORT: i32 = 443;
-/// Annotation on a configuration that a run by URL created (its value: that URL). A graceful
-/// stop of any later run by URL deletes it.
-pub const CREATED_BY_RUN_ANNOTATION: &str = "watcher.dev/created-by-run";
-/// Annotation on a configuration that a run by URL took over: the `clientConfig` (JSON) it
-/// replaced, which a graceful stop of any later run by URL puts back.
-pub const REPLACED_ANNOTATION: &str = "watcher.dev/replaced-registration";
+pub use watcher_api::{CREATED_BY_RUN_ANNOTATION, REPLACED_REGISTRATION_ANNOTATION as REPLACED_ANNOTATION};
 
 /// How kube-apiserver reaches the webhook.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -33,7 +33,7 @@ const CA_KEY: &str = "ca.key";
 const CA_BUNDLE: &str = "ca-bundle.crt";
 const TLS_CERT: &str = "tls.crt";
 const TLS_KEY: &str = "tls.key";
-const ROTATED_AT: &str = "watcher.dev/ca-rotated-at";
+use watcher_api::CA_ROTATED_AT_ANNOTATION as ROTATED_AT;
 /// The pause after a write before the Secret is read again: never a tight loop, whatever the
 /// API server answers.
 const STEP_PAUSE: Duration = Duration::from_secs(1);

@@ -14,7 +14,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use watcher_api::types;
-use watcher_api::{ClusterWatcher, UpdatePolicyType, Watcher, injected_watchers};
+use watcher_api::{ClusterWatcher, UpdatePolicyType, Watcher, annotation};
 use watcher_controller::revisions::{CLUSTER_WATCHER_LABEL, WATCHER_LABEL, injection_of, revision_name};
 
 /// What a `rollout` command is about: `NAME` or `watcher/NAME`, a Watcher of the namespace;
@@ -54,8 +54,8 @@ impl Target {
     /// As kubectl names the object: `watcher.watcher.dev/NAME`.
     fn resource(&self) -> String {
         match self {
-            Self::Watcher(_, name) => format!("watcher.watcher.dev/{name}"),
-            Self::Cluster(name) => format!("clusterwatcher.watcher.dev/{name}"),
+            Self::Watcher(_, name) => format!("watcher.{}/{name}", watcher_api::GROUP),
+            Self::Cluster(name) => format!("clusterwatcher.{}/{name}", watcher_api::GROUP),
         }
     }
 
@@ -230,7 +230,7 @@ pub(crate) fn history(watcher: &Watcher, revisions: &[ControllerRevision], pods:
     let current = watcher.spec.spec_hash();
     let mut carried: BTreeMap<String, usize> = BTreeMap::new();
     for pod in pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
-        for (watcher, hash) in injected_watchers(pod.annotations()) {
+        for (watcher, hash) in annotation::Injected::read(pod.annotations()) {
             if watcher == name {
                 *carried.entry(hash.to_owned()).or_default() += 1;
             }

@@ -8,55 +8,33 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::EventType;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::{info, instrument, warn};
+use tracing::{info, instrument};
 use watcher_api::{
     AT_LABEL, At, AtPhase, AtStatus, DEFAULT_AT_IMAGE, MANAGED_BY, MANAGED_BY_LABEL, condition, set_condition,
 };
 use watcher_api::{reasons, types};
 
+use crate::owned_pods::OwnedPods;
 use crate::{Context, Error, Result};
 
 const CONTROLLER: &str = "at";
 /// The container that runs the command.
 const CONTAINER: &str = "command";
 
-/// What the At controller shares between reconciles: the pods of Ats, cached.
-pub struct AtContext {
-    ctx: Arc<Context>,
-    /// Pods labelled `watcher.dev/at`.
-    pods: Store<Pod>,
-    listed: Arc<AtomicBool>,
-}
-
-impl AtContext {
-    /// A context over `pods`, already listed (for tests that fill the store themselves).
-    #[cfg(test)]
-    pub(crate) fn new(ctx: Arc<Context>, pods: Store<Pod>) -> Arc<Self> {
-        Arc::new(Self { ctx, pods, listed: Arc::new(AtomicBool::new(true)) })
-    }
-}
-
 /// Runs the At controller until shutdown.
 pub async fn run(ctx: Arc<Context>) {
-    let ats = Api::<At>::all(ctx.client.clone());
-    let api = Api::<Pod>::all(ctx.client.clone());
-    let (pods, owned, listed) = crate::cached_watch(api, watcher::Config::default().labels(AT_LABEL), |_| {});
-    let shared = Arc::new(AtContext { ctx, pods, listed });
-    let controller = Controller::new(ats, watcher::Config::default().any_semantic()).owns_stream(owned);
-    crate::run_controller(CONTROLLER, controller, crate::controller_config(), reconcile, error_policy, shared).await;
+    let (controller, pods) = OwnedPods::controller::<At>(&ctx, AT_LABEL);
+    crate::run_controller(CONTROLLER, controller, crate::controller_config(), ctx, Arc::new(pods), reconcile).await;
 }
 
 /// What to do for an At, decided from the At, its pod and the time.
@@ -240,22 +218,21 @@ pub fn desired_pod(at: &At) -> Option<Pod> {
 }
 
 /// Creates the pod if the time has come, follows it, and records the phase.
-#[instrument(skip(at, ctx), fields(namespace = at.namespace(), at = at.name_any()))]
-pub async fn reconcile(at: Arc<At>, ctx: Arc<AtContext>) -> Result<Action> {
-    reconcile_at(at, ctx, Timestamp::now()).await
+#[instrument(skip(at, ctx, owned), fields(namespace = at.namespace(), at = at.name_any()))]
+pub async fn reconcile(at: Arc<At>, ctx: Arc<Context>, owned: Arc<OwnedPods>) -> Result<Action> {
+    reconcile_at(at, &ctx, &owned, Timestamp::now()).await
 }
 
 /// [`reconcile`] as of `now`.
-async fn reconcile_at(at: Arc<At>, shared: Arc<AtContext>, now: Timestamp) -> Result<Action> {
-    if !shared.listed.load(Ordering::Acquire) {
+async fn reconcile_at(at: Arc<At>, ctx: &Context, owned: &OwnedPods, now: Timestamp) -> Result<Action> {
+    if !owned.is_listed() {
         return Ok(Action::requeue(crate::UNLISTED_RETRY)); // the cache would say "no pod"
     }
-    let ctx = &shared.ctx;
     let _timer = ctx.metrics.reconcile(CONTROLLER);
     let namespace = at.namespace().ok_or_else(|| Error::MissingNamespace(at.name_any()))?;
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), &namespace);
     let name = pod_name(&at.name_any());
-    let cached = shared.pods.get(&ObjectRef::new(&name).within(&namespace)).map(|pod| (*pod).clone());
+    let cached = owned.pods.get(&ObjectRef::new(&name).within(&namespace)).map(|pod| (*pod).clone());
     let mut pod = cached.filter(|pod| crate::is_controlled_by(pod, at.as_ref()));
     let recorded =
         at.status.as_ref().is_some_and(|s| s.pod_name.is_some() && !s.phase.is_some_and(AtPhase::is_finished));
@@ -276,11 +253,8 @@ async fn reconcile_at(at: Arc<At>, shared: Arc<AtContext>, now: Timestamp) -> Re
             Err(kube::Error::Api(status)) if crate::is_refusal(&status) => {
                 refused(&mut plan, &status.message, at.meta().generation);
                 let said = at.status.as_ref().and_then(|s| s.message.as_ref()) == plan.status.message.as_ref();
-                warn!(pod = name, message = status.message, "kube-apiserver refused the pod");
-                if !said {
-                    let note = plan.status.message.clone().unwrap_or_default();
-                    ctx.publish(&at.object_ref(&()), EventType::Warning, reasons::POD_REFUSED, note).await;
-                }
+                let note = plan.status.message.clone().unwrap_or_default();
+                crate::owned_pods::say_refused(ctx, at.as_ref(), &status.message, said, note).await;
             }
             Err(error) => return Err(error.into()),
         }
@@ -314,15 +288,9 @@ async fn reconcile_at(at: Arc<At>, shared: Arc<AtContext>, now: Timestamp) -> Re
 pub fn refused(plan: &mut Plan, message: &str, generation: Option<i64>) {
     plan.create_pod = false;
     plan.status.pod_name = None;
-    let message = format!("kube-apiserver refused the pod: {message}");
+    let message = crate::owned_pods::refusal(message);
     set_phase(&mut plan.status, AtPhase::Pending, reasons::POD_REFUSED, message, generation);
     plan.requeue = Some(plan.requeue.map_or(crate::REFUSED_RETRY, |r| r.min(crate::REFUSED_RETRY)));
-}
-
-/// Logs the failure and retries with backoff.
-pub fn error_policy(at: Arc<At>, error: &Error, ctx: Arc<AtContext>) -> Action {
-    warn!(namespace = at.namespace(), at = at.name_any(), %error, "reconcile failed");
-    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, at.as_ref()), error)
 }
 
 #[cfg(test)]

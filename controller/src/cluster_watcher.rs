@@ -43,8 +43,7 @@ const RETRY: Duration = Duration::from_secs(60);
 const WRITES_IN_FLIGHT: usize = 8;
 
 /// What the ClusterWatcher reconciler shares between reconciles.
-pub struct ClusterContext {
-    pub(crate) ctx: Arc<Context>,
+pub struct ClusterWatcherState {
     /// The Watchers, ClusterWatchers and namespaces.
     pub(crate) cache: WatcherCache,
     /// The operator's ConfigMaps (`app.kubernetes.io/managed-by=watcher-operator`).
@@ -61,10 +60,9 @@ pub struct ClusterContext {
     statuses: Recent<String, (String, ClusterWatcherStatus)>,
 }
 
-impl ClusterContext {
-    /// A context over the caches.
+impl ClusterWatcherState {
+    /// The state over the caches.
     pub fn new(
-        ctx: Arc<Context>,
         cache: WatcherCache,
         config_maps: Store<ConfigMap>,
         listed: Arc<AtomicBool>,
@@ -72,7 +70,7 @@ impl ClusterContext {
         revisions: watcher_cache::RevisionCache,
     ) -> Self {
         let (created, statuses) = (Mutex::default(), Recent::default());
-        Self { ctx, cache, config_maps, listed, scope, revisions, created, statuses }
+        Self { cache, config_maps, listed, scope, revisions, created, statuses }
     }
 
     /// `cluster` with the status this controller last knows: the cached one, or the one it
@@ -152,39 +150,43 @@ pub fn plan_config_maps(
 }
 
 /// Brings the ClusterWatcher's ConfigMaps and status up to date from the caches.
-#[instrument(skip(cluster, ctx), fields(cluster_watcher = cluster.name_any()))]
-pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -> Result<Action> {
+#[instrument(skip(cluster, ctx, state), fields(cluster_watcher = cluster.name_any()))]
+pub async fn reconcile(
+    cluster: Arc<ClusterWatcher>,
+    ctx: Arc<Context>,
+    state: Arc<ClusterWatcherState>,
+) -> Result<Action> {
     let keeps_revisions = crate::revisions::kept_for(&cluster.spec.watcher);
-    if !ctx.listed.load(Ordering::Acquire) || (keeps_revisions && !ctx.revisions.is_listed()) {
+    if !state.listed.load(Ordering::Acquire) || (keeps_revisions && !state.revisions.is_listed()) {
         return Ok(Action::requeue(crate::UNLISTED_RETRY));
     }
-    let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
+    let _timer = ctx.metrics.reconcile(CONTROLLER);
     let name = cluster.name_any();
-    let applies = ctx.cache.namespaces_of(&cluster);
+    let applies = state.cache.namespaces_of(&cluster);
     let uid = cluster.uid().unwrap_or_default();
-    let owned: Vec<Arc<ConfigMap>> = ctx
+    let owned: Vec<Arc<ConfigMap>> = state
         .config_maps
         .state()
         .into_iter()
         .filter(|c| c.labels().get(CLUSTER_WATCHER_LABEL) == Some(&name))
         .filter(|c| c.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid))
         .collect();
-    let created = created_not_cached(&ctx, &name);
-    let cached = |namespace: &str, name: &str| ctx.config_maps.get(&ObjectRef::new(name).within(namespace));
+    let created = created_not_cached(&state, &name);
+    let cached = |namespace: &str, name: &str| state.config_maps.get(&ObjectRef::new(name).within(namespace));
     let plan = plan_config_maps(&cluster, &applies, cached, &owned, &created);
-    let conflicts = write(&ctx, &cluster, plan).await?;
+    let conflicts = write(&ctx, &state, &cluster, plan).await?;
     // The spec's revision before the status says Ready (see the Watcher controller).
     if keeps_revisions {
-        crate::revisions::record(&ctx.ctx.client, &ctx.revisions, &cluster.across_namespaces()).await?;
+        crate::revisions::record(&ctx.client, &state.revisions, &cluster.across_namespaces()).await?;
     }
 
-    let cluster = ctx.as_known(&cluster);
-    let covered = ctx.scope.covers_in(applies.iter().map(String::as_str), &cluster.unplaced()).unwrap_or(false);
+    let cluster = state.as_known(&cluster);
+    let covered = state.scope.covers_in(applies.iter().map(String::as_str), &cluster.unplaced()).unwrap_or(false);
     let mut status = desired_status(&cluster, applies.len(), &conflicts, covered);
-    let cluster_defaults = ctx.cache.pod_security.get();
+    let cluster_defaults = state.cache.pod_security.get();
     let levels = applies
         .iter()
-        .map(|namespace| (namespace.as_str(), levels_in(&ctx.cache.namespaces, &cluster_defaults, namespace)));
+        .map(|namespace| (namespace.as_str(), levels_in(&state.cache.namespaces, &cluster_defaults, namespace)));
     let pod_security = grouped_pod_security_condition(&cluster.spec.watcher, levels, cluster.meta().generation);
     let known = cluster.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let newly_refused = pod_security
@@ -192,7 +194,8 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
         .filter(|c| c.reason == "CannotComply")
         .filter(|c| !known.iter().any(|old| old.type_ == c.type_ && old.message == c.message));
     if let Some(refused) = newly_refused {
-        publish(&ctx, &cluster, EventType::Warning, "PodSecurity", refused.message.clone()).await;
+        let note = refused.message.clone();
+        ctx.publish(&cluster.object_ref(&()), EventType::Warning, "PodSecurity", "Reconcile", note).await;
     }
     match pod_security {
         Some(condition) => set_condition(&mut status.conditions, condition),
@@ -206,9 +209,10 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
             cluster.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == types::READY)) != Some(c)
         });
         if let Some(invalid) = ready.filter(|_| became_invalid) {
-            publish(&ctx, &cluster, EventType::Warning, "InvalidSpec", invalid.message.clone()).await;
+            let note = invalid.message.clone();
+            ctx.publish(&cluster.object_ref(&()), EventType::Warning, "InvalidSpec", "Reconcile", note).await;
         }
-        let api = Api::<ClusterWatcher>::all(ctx.ctx.client.clone());
+        let api = Api::<ClusterWatcher>::all(ctx.client.clone());
         let patch = json!({"status": {
             "observedGeneration": status.observed_generation,
             "specHash": status.spec_hash,
@@ -218,7 +222,7 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
         match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(written) => {
                 let version = written.resource_version().unwrap_or_default();
-                ctx.statuses.insert(name.clone(), (version, status));
+                state.statuses.insert(name.clone(), (version, status));
             }
             Err(kube::Error::Api(refused)) if refused.code == 422 && became_invalid => {
                 warn!(message = refused.message, "the status of an invalid ClusterWatcher is refused");
@@ -226,22 +230,27 @@ pub async fn reconcile(cluster: Arc<ClusterWatcher>, ctx: Arc<ClusterContext>) -
             Err(error) => return Err(error.into()),
         }
     }
-    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, &cluster));
+    ctx.reconciled(&crate::object_key(CONTROLLER, &cluster));
     let pending = !conflicts.is_empty() || !covered;
     Ok(Action::requeue(if pending { RETRY } else { RESYNC }))
 }
 
 /// The namespaces where this process created `name`'s ConfigMap and the cache does not hold it
 /// yet (forgotten once it does).
-fn created_not_cached(ctx: &ClusterContext, name: &str) -> BTreeSet<String> {
-    let mut created = lock(&ctx.created);
-    created.retain(|key, _| ctx.config_maps.get(key).is_none());
+fn created_not_cached(state: &ClusterWatcherState, name: &str) -> BTreeSet<String> {
+    let mut created = lock(&state.created);
+    created.retain(|key, _| state.config_maps.get(key).is_none());
     created.iter().filter(|(_, owner)| *owner == name).filter_map(|(key, _)| key.namespace.clone()).collect()
 }
 
 /// Writes the plan, a few requests at a time; returns the namespaces in conflict.
-async fn write(ctx: &ClusterContext, cluster: &ClusterWatcher, plan: ConfigMapPlan) -> Result<BTreeSet<String>> {
-    let client = ctx.ctx.client.clone();
+async fn write(
+    ctx: &Context,
+    state: &ClusterWatcherState,
+    cluster: &ClusterWatcher,
+    plan: ConfigMapPlan,
+) -> Result<BTreeSet<String>> {
+    let client = ctx.client.clone();
     let name = config_map_name(&cluster.name_any());
     let mut conflicts = plan.conflicts;
     let creates = futures::stream::iter(plan.create.into_iter().map(|desired| {
@@ -268,7 +277,7 @@ async fn write(ctx: &ClusterContext, cluster: &ClusterWatcher, plan: ConfigMapPl
         if created {
             info!(namespace, config_map = name, "created ConfigMap");
             let key = ObjectRef::new(&name).within(&namespace);
-            lock(&ctx.created).insert(key, cluster.name_any());
+            lock(&state.created).insert(key, cluster.name_any());
         } else {
             conflicts.insert(namespace);
         }
@@ -343,22 +352,13 @@ pub fn desired_status(
     status
 }
 
-async fn publish(ctx: &ClusterContext, cluster: &ClusterWatcher, type_: EventType, reason: &str, note: String) {
-    ctx.ctx.publish(&cluster.object_ref(&()), type_, reason, note).await;
-}
-
-/// Logs the failure and retries with backoff.
-pub fn error_policy(cluster: Arc<ClusterWatcher>, error: &Error, ctx: Arc<ClusterContext>) -> Action {
-    warn!(cluster_watcher = cluster.name_any(), %error, "reconcile failed");
-    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, cluster.as_ref()), error)
-}
-
 /// Runs the ClusterWatcher reconciler until shutdown. Beside its own changes, a ClusterWatcher
 /// is looked at again when a Watcher of its name changes (a namespace taken over or handed
 /// back), when a ConfigMap of its name changes (`config_maps`), when any namespace changes
 /// (`namespace_changes`: one may now match), and when what is registered changes.
 pub(crate) async fn run(
-    shared: Arc<ClusterContext>,
+    ctx: Arc<Context>,
+    shared: Arc<ClusterWatcherState>,
     config_maps: impl futures::Stream<Item = ObjectRef<ClusterWatcher>> + Send + 'static,
     namespace_changes: tokio::sync::watch::Receiver<()>,
 ) {
@@ -380,9 +380,9 @@ pub(crate) async fn run(
         "clusterwatcher",
         Controller::for_shared_stream(changes, store).reconcile_all_on(all).reconcile_on(config_maps),
         crate::controller_config(),
-        reconcile,
-        error_policy,
+        ctx,
         shared,
+        reconcile,
     )
     .await;
 }

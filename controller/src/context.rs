@@ -4,15 +4,19 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::sync::watch;
 use tracing::warn;
 
 use crate::Metrics;
 use crate::runtime::lock;
 
-/// Shared state of the reconcilers.
+/// What every controller shares: the client, the metrics, the Recorder, per-object retry
+/// backoff and the process's shutdown. A controller takes it as it is, with its own few fields
+/// beside it (its reconciler's own struct), never wrapped.
 pub struct Context {
     /// Kubernetes API client.
     pub client: Client,
@@ -21,40 +25,50 @@ pub struct Context {
     /// Events, as `watcher-operator` (and the replica's pod, where `POD_NAME` says it).
     pub recorder: Recorder,
     backoff: Backoff,
+    /// Becomes true when the process stops: every controller then ends, its reconciles in
+    /// flight finished first.
+    shutdown: watch::Receiver<bool>,
 }
 
 impl Context {
-    /// A context over `client` that counts into `metrics`.
+    /// A context over `client` that counts into `metrics`, and stops with no signal (see
+    /// [`Context::with_shutdown`]).
     pub fn new(client: Client, metrics: Metrics) -> Self {
         let reporter =
             Reporter { controller: watcher_api::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, metrics, recorder, backoff: Backoff::default() }
+        let (_, shutdown) = watch::channel(false);
+        Self { client, metrics, recorder, backoff: Backoff::default(), shutdown }
     }
 
-    /// Publishes an Event of `type_` about `object`; a failure is logged, never returned (an
-    /// Event is a courtesy).
+    /// This context, its controllers ending once `shutdown` becomes true: the process's one
+    /// shutdown signal (the controllers catch none of their own).
+    pub fn with_shutdown(self, shutdown: watch::Receiver<bool>) -> Self {
+        Self { shutdown, ..self }
+    }
+
+    /// Resolves once the process stops; never where no shutdown was given.
+    pub(crate) fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut shutdown = self.shutdown.clone();
+        async move {
+            if shutdown.wait_for(|stop| *stop).await.is_err() {
+                std::future::pending::<()>().await; // no sender: nothing will stop it
+            }
+        }
+    }
+
+    /// Publishes an Event of `type_` about `regarding`, for `action` (`Reconcile`, `End`,
+    /// `Sync`, ...); a failure is logged, never returned (an Event is a courtesy).
     pub async fn publish(
         &self,
-        object: &k8s_openapi::api::core::v1::ObjectReference,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        self.publish_as(object, type_, reason, "Reconcile", note).await;
-    }
-
-    /// [`Context::publish`] with another `action` than `Reconcile` (`End`, `Sync`, ...).
-    pub async fn publish_as(
-        &self,
-        object: &k8s_openapi::api::core::v1::ObjectReference,
+        regarding: &ObjectReference,
         type_: EventType,
         reason: &str,
         action: &str,
         note: String,
     ) {
         let event = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
-        if let Err(error) = self.recorder.publish(&event, object).await {
+        if let Err(error) = self.recorder.publish(&event, regarding).await {
             warn!(%error, reason, "cannot publish an event");
         }
     }

@@ -29,10 +29,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, instrument, warn};
-use watcher_api::{
-    END_SIDECARS_ANNOTATION, END_SIDECARS_LABEL, ENDED_VOLUME, SIDECARS_CANNOT_END_ANNOTATION,
-    SIDECARS_ENDED_ANNOTATION, SUPERVISOR_NAME,
-};
+use watcher_api::{END_SIDECARS_LABEL, ENDED_VOLUME, SUPERVISOR_NAME, annotation};
 
 use crate::{Context, Error, Result};
 
@@ -43,35 +40,14 @@ const ENDING_MARGIN: Duration = Duration::from_secs(30);
 /// The kubelet's default termination grace period.
 const DEFAULT_GRACE: i64 = 30;
 
-/// What the ending controller shares between reconciles.
-pub struct EndingContext {
-    ctx: Arc<Context>,
-    /// The supervisor's image, which the sidecars are switched to.
-    image: String,
-}
-
-impl EndingContext {
-    /// A context that switches sidecars to `image`.
-    pub fn new(ctx: Arc<Context>, image: String) -> Arc<Self> {
-        Arc::new(Self { ctx, image })
-    }
-}
-
 /// Runs the ending controller until shutdown: pods labelled `watcher.dev/end-sidecars=true`.
 pub async fn run(ctx: Arc<Context>, supervisor_image: String) {
     let api = Api::<Pod>::all(ctx.client.clone());
     let selector = format!("{END_SIDECARS_LABEL}=true");
     let (store, pods, _) = crate::cached_watch(api, watcher::Config::default().labels(&selector), |_| {});
     let controller = Controller::for_stream(pods, store);
-    crate::run_controller(
-        CONTROLLER,
-        controller,
-        crate::controller_config(),
-        reconcile,
-        error_policy,
-        EndingContext::new(ctx, supervisor_image),
-    )
-    .await;
+    let image = Arc::new(supervisor_image);
+    crate::run_controller(CONTROLLER, controller, crate::controller_config(), ctx, image, reconcile).await;
 }
 
 /// What to do with a pod, from what it carries.
@@ -88,8 +64,9 @@ pub enum Next {
     /// in `own` end by themselves), and switch the sidecars in `switch` (index in
     /// `spec.containers`, name) to the supervisor's image.
     End { own: Vec<String>, switch: Vec<(usize, String)> },
-    /// Switched: these sidecars have still to stop. `overdue`: longer than the pod's grace
-    /// period and a margin, since `since` (seconds since the Unix epoch).
+    /// Switched: these sidecars have still to stop. `overdue`: they have run longer than the
+    /// pod's grace period and a margin since `watcher.dev/sidecars-ended`; `recheck`: when to
+    /// look again (at that deadline, or in a second once past it).
     Ending { running: Vec<String>, overdue: bool, recheck: Duration },
 }
 
@@ -100,13 +77,14 @@ pub fn next(pod: &Pod, image: &str, now: i64) -> Next {
     let restart = spec.restart_policy.as_deref().unwrap_or("Always");
     let phase = status.and_then(|s| s.phase.as_deref());
     let over = pod.metadata.deletion_timestamp.is_some() || matches!(phase, Some("Succeeded" | "Failed"));
-    if over && pod.annotations().contains_key(SIDECARS_CANNOT_END_ANNOTATION) {
+    if over && pod.annotations().contains_key(annotation::SidecarsCannotEnd::KEY) {
         return Next::Unmark;
     }
-    if over || !matches!(restart, "Never" | "OnFailure") {
+    let os = spec.os.as_ref().map(|os| os.name.as_str());
+    if over || !watcher_api::meant_to_end(spec.restart_policy.as_deref(), os) {
         return Next::Nothing;
     }
-    let named = pod.annotations().get(END_SIDECARS_ANNOTATION).map(String::as_str).unwrap_or_default();
+    let named = pod.annotations().get(annotation::EndSidecars::KEY).map(String::as_str).unwrap_or_default();
     let named: Vec<&str> = named.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
     let (sidecars, apps): (Vec<_>, Vec<_>) =
         spec.containers.iter().enumerate().partition(|(_, c)| named.contains(&c.name.as_str()));
@@ -124,7 +102,7 @@ pub fn next(pod: &Pod, image: &str, now: i64) -> Next {
         .filter(|(_, c)| c.image.as_deref() != Some(image))
         .map(|(index, c)| (*index, c.name.clone()))
         .collect();
-    if !switch.is_empty() || !pod.annotations().contains_key(SIDECARS_ENDED_ANNOTATION) {
+    if !switch.is_empty() || !pod.annotations().contains_key(annotation::SidecarsEnded::KEY) {
         let own = own.iter().map(|(_, c)| c.name.clone()).collect();
         return Next::End { own, switch };
     }
@@ -136,7 +114,7 @@ pub fn next(pod: &Pod, image: &str, now: i64) -> Next {
     if running.is_empty() {
         return Next::Nothing; // the kubelet has yet to write the phase
     }
-    let since = pod.annotations().get(SIDECARS_ENDED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let since = pod.annotations().get(annotation::SidecarsEnded::KEY).and_then(|t| t.parse::<jiff::Timestamp>().ok());
     let grace = spec.termination_grace_period_seconds.unwrap_or(DEFAULT_GRACE).max(0);
     let deadline = since.map_or(now, |t| t.as_second()) + grace + ENDING_MARGIN.as_secs() as i64;
     let overdue = now >= deadline;
@@ -175,7 +153,7 @@ pub fn end_patch(sidecars: &[(usize, String)], image: &str, now: &str) -> Vec<Pa
         }));
     }
     ops.push(PatchOperation::Add(AddOperation {
-        path: PointerBuf::from_tokens(["metadata", "annotations", SIDECARS_ENDED_ANNOTATION]),
+        path: PointerBuf::from_tokens(["metadata", "annotations", annotation::SidecarsEnded::KEY]),
         value: Value::String(now.to_owned()),
     }));
     ops
@@ -185,7 +163,7 @@ pub fn end_patch(sidecars: &[(usize, String)], image: &str, now: &str) -> Vec<Pa
 /// where its sidecar is ended by a restart in pods that are meant to end, said before any pod;
 /// `None` where it ends by itself (the condition is then taken away).
 pub fn restart_condition(spec: &watcher_api::WatcherSpec, generation: Option<i64>) -> Option<watcher_api::Condition> {
-    let why = spec.ends_by_restart()?;
+    let why = spec.ends_by_restart()?.to_string();
     Some(watcher_api::condition(watcher_api::types::ENDS_WITHOUT_RESTART, false, "ImageSwitch", why, generation))
 }
 
@@ -210,17 +188,19 @@ pub fn supervisor_image<'p>(pod: &'p Pod, default: &'p str) -> &'p str {
     own.filter(|image| !image.is_empty()).unwrap_or(default)
 }
 
-#[instrument(skip(pod, ctx), fields(namespace = pod.namespace(), pod = pod.name_any()))]
-async fn reconcile(pod: Arc<Pod>, ctx: Arc<EndingContext>) -> Result<Action> {
-    let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
+/// Ends the sidecars of `pod` once its app has ended, switching those that cannot end by
+/// themselves to `default_image` (the supervisor's, `--supervisor-image`) or the pod's own.
+#[instrument(skip(pod, ctx, default_image), fields(namespace = pod.namespace(), pod = pod.name_any()))]
+async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>, default_image: Arc<String>) -> Result<Action> {
+    let _timer = ctx.metrics.reconcile(CONTROLLER);
     let namespace = pod.namespace().ok_or_else(|| Error::MissingNamespace(pod.name_any()))?;
     let now = jiff::Timestamp::now();
-    let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), &namespace);
-    let image = supervisor_image(&pod, &ctx.image);
+    let api = Api::<Pod>::namespaced(ctx.client.clone(), &namespace);
+    let image = supervisor_image(&pod, &default_image);
     let action: Result<Action> = match next(&pod, image, now.as_second()) {
         Next::Nothing | Next::Wait => Ok(Action::await_change()),
         Next::Unmark => {
-            let unmark = json!({"metadata": {"annotations": {SIDECARS_CANNOT_END_ANNOTATION: null}}});
+            let unmark = json!({"metadata": {"annotations": {annotation::SidecarsCannotEnd::KEY: null}}});
             match api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&unmark)).await {
                 Ok(_) => Ok(Action::await_change()),
                 Err(kube::Error::Api(status)) if status.code == 404 => Ok(Action::await_change()),
@@ -234,15 +214,16 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<EndingContext>) -> Result<Action> {
                 return Err(error.into());
             }
             info!(own = ?own, switched = ?switched, "the app containers have ended: ending the sidecars");
-            publish(&ctx, &pod, EventType::Normal, "SidecarsEnding", ending_note(&own, &switched, image)).await;
+            let note = ending_note(&own, &switched, image);
+            ctx.publish(&pod.object_ref(&()), EventType::Normal, "SidecarsEnding", "End", note).await;
             Ok(Action::requeue(ENDING_MARGIN))
         }
         Next::Ending { running, overdue, recheck } => {
-            let marked = pod.annotations().get(SIDECARS_CANNOT_END_ANNOTATION).map(String::as_str);
+            let marked = pod.annotations().get(annotation::SidecarsCannotEnd::KEY).map(String::as_str);
             let names = running.join(",");
             if overdue && marked != Some(names.as_str()) {
                 // Counted on the Watcher (`status.pods.cannotEnd`) from what the pod carries.
-                let mark = json!({"metadata": {"annotations": {SIDECARS_CANNOT_END_ANNOTATION: names}}});
+                let mark = json!({"metadata": {"annotations": {annotation::SidecarsCannotEnd::KEY: names}}});
                 if let Err(error) = api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&mark)).await {
                     return Err(error.into());
                 }
@@ -253,13 +234,13 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<EndingContext>) -> Result<Action> {
                     running.join(", "),
                 );
                 warn!(sidecars = ?running, "sidecars still run after their app ended");
-                publish(&ctx, &pod, EventType::Warning, "SidecarCannotEnd", note).await;
+                ctx.publish(&pod.object_ref(&()), EventType::Warning, "SidecarCannotEnd", "End", note).await;
             }
             Ok(Action::requeue(recheck))
         }
     };
     if action.is_ok() {
-        ctx.ctx.reconciled(&crate::object_key(CONTROLLER, pod.as_ref()));
+        ctx.reconciled(&crate::object_key(CONTROLLER, pod.as_ref()));
     }
     action
 }
@@ -274,16 +255,6 @@ fn ending_note(own: &[String], switched: &[&str], image: &str) -> String {
         parts.push(format!("{} switched to {image} (a restart the kubelet counts)", switched.join(", ")));
     }
     format!("The app containers have ended: ending the sidecars: {}", parts.join("; "))
-}
-
-async fn publish(ctx: &EndingContext, pod: &Pod, type_: EventType, reason: &str, note: String) {
-    ctx.ctx.publish_as(&pod.object_ref(&()), type_, reason, "End", note).await;
-}
-
-/// Logs the failure and retries with backoff.
-pub fn error_policy(pod: Arc<Pod>, error: &Error, ctx: Arc<EndingContext>) -> Action {
-    warn!(namespace = pod.namespace(), pod = pod.name_any(), %error, "reconcile failed");
-    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, pod.as_ref()), error)
 }
 
 #[cfg(test)]

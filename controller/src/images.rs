@@ -24,12 +24,9 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use tracing::{info, instrument, warn};
+use tracing::{info, instrument};
 use watcher_api::image::{self, Rule};
-use watcher_api::{
-    ImagePolicy, ImagePolicyStatus, ORIGINAL_IMAGES_ANNOTATION, REWRITTEN_IMAGES_ANNOTATION, WorkloadCounts, condition,
-    set_condition,
-};
+use watcher_api::{ImagePolicy, ImagePolicyStatus, WorkloadCounts, annotation, condition, set_condition};
 
 use watcher_api::{reasons, types};
 use watcher_cache::PolicyCache;
@@ -89,7 +86,7 @@ fn strip_meta(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectM
     meta.managed_fields = None;
     meta.labels = None;
     if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|key, _| key == ORIGINAL_IMAGES_ANNOTATION || key == REWRITTEN_IMAGES_ANNOTATION);
+        annotations.retain(|key, _| key == annotation::OriginalImages::KEY || key == annotation::RewrittenImages::KEY);
     }
 }
 
@@ -127,18 +124,14 @@ impl<'a> Recorded<'a> {
     /// The two annotations of a workload.
     pub fn of(annotations: &'a BTreeMap<String, String>) -> Self {
         Self {
-            originals: annotations.get(ORIGINAL_IMAGES_ANNOTATION).map(String::as_str),
-            rewritten: annotations.get(REWRITTEN_IMAGES_ANNOTATION).map(String::as_str),
+            originals: annotations.get(annotation::OriginalImages::KEY).map(String::as_str),
+            rewritten: annotations.get(annotation::RewrittenImages::KEY).map(String::as_str),
         }
     }
 }
 
 fn parse_entries(value: Option<&str>) -> BTreeMap<&str, &str> {
-    value.unwrap_or("").split(',').filter_map(|entry| entry.trim().split_once('=')).collect()
-}
-
-fn join_entries(entries: &BTreeMap<&str, &str>) -> String {
-    entries.iter().map(|(n, i)| format!("{n}={i}")).collect::<Vec<_>>().join(",")
+    annotation::OriginalImages::decode(value.unwrap_or("")).into_iter().collect()
 }
 
 /// What `rules` make of a workload's template, or `None` when it is already as planned.
@@ -179,7 +172,8 @@ pub fn plan_template(spec: &PodSpec, recorded: Recorded<'_>, rules: &[&Rule]) ->
         rewritten.insert(name, target);
     }
     let rewritten: BTreeMap<&str, &str> = rewritten.iter().map(|(n, i)| (*n, i.as_str())).collect();
-    let (original_images, rewritten_images) = (join_entries(&originals), join_entries(&rewritten));
+    let original_images = annotation::OriginalImages::encode(originals.iter().map(|(n, i)| (*n, *i)));
+    let rewritten_images = annotation::RewrittenImages::encode(rewritten.iter().map(|(n, i)| (*n, *i)));
     let unchanged = images.is_empty()
         && recorded.originals.unwrap_or("") == original_images
         && recorded.rewritten.unwrap_or("") == rewritten_images;
@@ -208,11 +202,11 @@ pub fn template_patch(resource_version: Option<&str>, rewrite: &TemplateRewrite)
             .map(|(name, _, image)| json!({"name": name, "image": image}))
             .collect::<Vec<_>>()
     };
-    let annotation = |value: &str| if value.is_empty() { serde_json::Value::Null } else { json!(value) };
+    let value_of = |value: &str| if value.is_empty() { serde_json::Value::Null } else { json!(value) };
     let mut patch = json!({
         "metadata": {"resourceVersion": resource_version, "annotations": {
-            ORIGINAL_IMAGES_ANNOTATION: annotation(&rewrite.original_images),
-            REWRITTEN_IMAGES_ANNOTATION: annotation(&rewrite.rewritten_images),
+            annotation::OriginalImages::KEY: value_of(&rewrite.original_images),
+            annotation::RewrittenImages::KEY: value_of(&rewrite.rewritten_images),
         }},
     });
     let mut pod_spec = serde_json::Map::new();
@@ -228,9 +222,8 @@ pub fn template_patch(resource_version: Option<&str>, rewrite: &TemplateRewrite)
     patch
 }
 
-/// What the images controller shares between reconciles.
-pub struct ImagesContext {
-    ctx: Arc<Context>,
+/// What the images controller keeps between reconciles: the policies and the workloads, cached.
+pub struct ImagesState {
     cache: PolicyCache,
     deployments: Store<Deployment>,
     stateful_sets: Store<StatefulSet>,
@@ -251,7 +244,7 @@ pub async fn run(ctx: Arc<Context>, cache: PolicyCache) {
             policies.state().iter().filter(|p| p.spec.workloads).map(|p| ObjectRef::from(p.as_ref())).collect()
         }
     };
-    let shared = Arc::new(ImagesContext { ctx: ctx.clone(), cache, deployments, stateful_sets, daemon_sets, listed });
+    let shared = Arc::new(ImagesState { cache, deployments, stateful_sets, daemon_sets, listed });
     let (m1, m2, m3) = (mapper.clone(), mapper.clone(), mapper);
     crate::run_controller(
         CONTROLLER,
@@ -260,9 +253,9 @@ pub async fn run(ctx: Arc<Context>, cache: PolicyCache) {
             .watches_stream(stateful_set_events, move |_| m2())
             .watches_stream(daemon_set_events, move |_| m3()),
         crate::controller_config().debounce(DEBOUNCE),
-        reconcile,
-        error_policy,
+        ctx,
         shared,
+        reconcile,
     )
     .await;
 }
@@ -277,12 +270,12 @@ fn workload_stream<W: Workload>(client: &kube::Client) -> (Store<W>, WorkloadEve
 
 /// Reports the policy's validity and workload counts; with `workloads: true` rewrites the
 /// templates of the workloads it selects.
-#[instrument(skip(policy, ctx), fields(policy = policy.name_any()))]
-pub async fn reconcile(policy: Arc<ImagePolicy>, ctx: Arc<ImagesContext>) -> Result<Action> {
-    if !ctx.listed.iter().all(|l| l.load(Ordering::Acquire)) {
+#[instrument(skip(policy, ctx, state), fields(policy = policy.name_any()))]
+pub async fn reconcile(policy: Arc<ImagePolicy>, ctx: Arc<Context>, state: Arc<ImagesState>) -> Result<Action> {
+    if !state.listed.iter().all(|l| l.load(Ordering::Acquire)) {
         return Ok(Action::requeue(crate::UNLISTED_RETRY)); // counts would be short
     }
-    let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
+    let _timer = ctx.metrics.reconcile(CONTROLLER);
     let compiled = policy.compile();
     let generation = policy.meta().generation;
     let mut status = policy.status.clone().unwrap_or_default();
@@ -301,21 +294,21 @@ pub async fn reconcile(policy: Arc<ImagePolicy>, ctx: Arc<ImagesContext>) -> Res
     status.workloads = None;
     if compiled.rules.is_ok() && policy.spec.workloads {
         let mut counts = WorkloadCounts::default();
-        rewrite_all(&ctx, &compiled, &ctx.deployments, &mut counts).await?;
-        rewrite_all(&ctx, &compiled, &ctx.stateful_sets, &mut counts).await?;
-        rewrite_all(&ctx, &compiled, &ctx.daemon_sets, &mut counts).await?;
+        rewrite_all(&ctx, &state, &compiled, &state.deployments, &mut counts).await?;
+        rewrite_all(&ctx, &state, &compiled, &state.stateful_sets, &mut counts).await?;
+        rewrite_all(&ctx, &state, &compiled, &state.daemon_sets, &mut counts).await?;
         status.workloads = Some(counts);
     }
     write_status(&ctx, &policy, status).await?;
-    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, policy.as_ref()));
+    ctx.reconciled(&crate::object_key(CONTROLLER, policy.as_ref()));
     Ok(Action::requeue(RESYNC))
 }
 
-async fn write_status(ctx: &ImagesContext, policy: &ImagePolicy, status: ImagePolicyStatus) -> Result<()> {
+async fn write_status(ctx: &Context, policy: &ImagePolicy, status: ImagePolicyStatus) -> Result<()> {
     if policy.status.as_ref() == Some(&status) {
         return Ok(());
     }
-    let api = Api::<ImagePolicy>::all(ctx.ctx.client.clone());
+    let api = Api::<ImagePolicy>::all(ctx.client.clone());
     let patch = json!({"status": {
         "observedGeneration": status.observed_generation,
         "workloads": status.workloads,
@@ -327,16 +320,17 @@ async fn write_status(ctx: &ImagesContext, policy: &ImagePolicy, status: ImagePo
 
 /// Rewrites the cached workloads of one kind that `policy` selects and matches.
 async fn rewrite_all<W: Workload>(
-    ctx: &ImagesContext,
+    ctx: &Context,
+    state: &ImagesState,
     policy: &watcher_api::CompiledPolicy,
     store: &Store<W>,
     counts: &mut WorkloadCounts,
 ) -> Result<()> {
-    let all = ctx.cache.compiled();
+    let all = state.cache.compiled();
     let own: Vec<&Rule> = policy.valid_rules().iter().collect();
     for workload in store.state() {
         let namespace = workload.namespace().unwrap_or_default();
-        let labels = ctx.cache.namespace_labels(&namespace);
+        let labels = state.cache.namespace_labels(&namespace);
         let Some(spec) = workload.pod_spec() else { continue };
         if !policy.selects(&labels) || !template_matches(spec, Recorded::of(workload.annotations()), &own) {
             continue;
@@ -354,9 +348,9 @@ async fn rewrite_all<W: Workload>(
 
 /// Brings one workload's template to what `rules` make of it; retries on a conflict with the
 /// workload as it is then. Returns whether the template carries images the controller wrote.
-async fn patch_template<W: Workload>(ctx: &ImagesContext, cached: &W, rules: &[&Rule]) -> Result<bool> {
+async fn patch_template<W: Workload>(ctx: &Context, cached: &W, rules: &[&Rule]) -> Result<bool> {
     let namespace = cached.namespace().unwrap_or_default();
-    let api = Api::<W>::namespaced(ctx.ctx.client.clone(), &namespace);
+    let api = Api::<W>::namespaced(ctx.client.clone(), &namespace);
     let mut current = cached.clone();
     for attempt in 1..=PATCH_ATTEMPTS {
         let recorded = Recorded::of(current.annotations());
@@ -389,18 +383,11 @@ async fn patch_template<W: Workload>(ctx: &ImagesContext, cached: &W, rules: &[&
     Ok(false)
 }
 
-/// Logs the failure and retries with backoff.
-pub fn error_policy(policy: Arc<ImagePolicy>, error: &crate::Error, ctx: Arc<ImagesContext>) -> Action {
-    warn!(policy = policy.name_any(), %error, "reconcile failed");
-    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, policy.as_ref()), error)
-}
-
-/// A context over stores filled by the test.
+/// The state over stores filled by the test.
 #[cfg(test)]
-fn context_for_tests(ctx: Arc<Context>, cache: PolicyCache, deployments: Store<Deployment>) -> Arc<ImagesContext> {
+fn state_for_tests(cache: PolicyCache, deployments: Store<Deployment>) -> Arc<ImagesState> {
     let listed = [Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(true))];
-    Arc::new(ImagesContext {
-        ctx,
+    Arc::new(ImagesState {
         cache,
         deployments,
         stateful_sets: kube::runtime::reflector::store().0,

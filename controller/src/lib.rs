@@ -12,6 +12,7 @@ mod error;
 pub mod images;
 mod metrics;
 mod owned;
+mod owned_pods;
 pub mod pod_security_probe;
 pub mod pods;
 pub mod podset;

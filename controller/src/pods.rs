@@ -28,14 +28,14 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
-use tracing::{info, instrument, warn};
+use tracing::{info, instrument};
 use watcher_api::{ClusterWatcher, UpdatePolicyType, Watcher};
 use watcher_cache::{PolicyCache, WatcherCache};
 
 use crate::revisions;
 use crate::{Context, Error, Result};
 #[cfg(test)]
-use fixtures::{context_for_tests, context_with_cache};
+use fixtures::{reconciler_for_tests, reconciler_with_cache};
 use status::{
     ENDED_CONDITION, LEFT_OUT_CONDITION, RUNNING_CONDITION, count, ended_condition, left_out_condition, live_pods_of,
     patch_status, publish, running_condition, set_kubelet_condition, shown, standing, terminating_pods_of,
@@ -57,9 +57,8 @@ const RECREATING_OWNERS: [&str; 3] = ["ReplicaSet", "StatefulSet", "DaemonSet"];
 
 pub use self::meta::PodMeta;
 
-/// What the pod reconciler shares between reconciles.
-pub struct PodsContext {
-    ctx: Arc<Context>,
+/// What the pod reconciler keeps between reconciles.
+pub struct PodsState {
     /// The Watchers and ClusterWatchers: where a ClusterWatcher applies.
     cache: WatcherCache,
     pods: Arc<PodIndex>,
@@ -90,8 +89,7 @@ pub async fn run(
     let (missed_tx, missed_rx) = futures::channel::mpsc::unbounded();
     let (cluster_missed_tx, cluster_missed) = futures::channel::mpsc::unbounded();
     let namespace_changes = policies.changes();
-    let shared = Arc::new(PodsContext {
-        ctx,
+    let shared = Arc::new(PodsState {
         cache: cache.clone(),
         pods,
         policies: Some(policies),
@@ -114,9 +112,9 @@ pub async fn run(
             .reconcile_all_on(futures::stream::select_all([resyncs.boxed(), synced_rx.boxed(), missed_rx.boxed()]))
             .reconcile_on(pods_rx),
         crate::controller_config().debounce(DEBOUNCE),
-        reconcile,
-        error_policy,
+        ctx.clone(),
         shared.clone(),
+        reconcile,
     );
     let (changes, resyncs) = watcher_cache::split_cluster(cache.subscribe(), cache.cluster.clone());
     let namespaces = watcher_cache::changed(namespace_changes);
@@ -131,9 +129,9 @@ pub async fn run(
             ]))
             .reconcile_on(cluster_rx),
         crate::controller_config().debounce(DEBOUNCE),
-        reconcile_cluster,
-        cluster_error_policy,
+        ctx,
         shared,
+        reconcile_cluster,
     );
     futures::join!(fan_out, watchers, clusters);
 }
@@ -276,30 +274,39 @@ enum Subject {
 
 /// Counts the Watcher's pods, takes a step of its rollout (`Recreate`, `InPlace`), and records
 /// the counts.
-#[instrument(skip(watcher, ctx), fields(namespace = watcher.namespace(), watcher = watcher.name_any()))]
-pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<PodsContext>) -> Result<Action> {
-    if let Some(wait) = unready(&ctx) {
+#[instrument(skip(watcher, ctx, state), fields(namespace = watcher.namespace(), watcher = watcher.name_any()))]
+pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<Context>, state: Arc<PodsState>) -> Result<Action> {
+    if let Some(wait) = unready(&state) {
         return Ok(wait);
     }
     let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
-    let action =
-        reconcile_subject(&watcher, std::slice::from_ref(&namespace), &Subject::Watcher(namespace.clone()), &ctx)
-            .await?;
-    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
+    let action = reconcile_subject(
+        &watcher,
+        std::slice::from_ref(&namespace),
+        &Subject::Watcher(namespace.clone()),
+        &ctx,
+        &state,
+    )
+    .await?;
+    ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
     Ok(action)
 }
 
 /// [`reconcile`] for a ClusterWatcher: its pods in every namespace where it applies, one
 /// rollout across all of them, oldest first; its revisions in the operator's namespace.
-#[instrument(skip(cluster, ctx), fields(clusterwatcher = cluster.name_any()))]
-pub async fn reconcile_cluster(cluster: Arc<ClusterWatcher>, ctx: Arc<PodsContext>) -> Result<Action> {
-    if let Some(wait) = unready(&ctx) {
+#[instrument(skip(cluster, ctx, state), fields(clusterwatcher = cluster.name_any()))]
+pub async fn reconcile_cluster(
+    cluster: Arc<ClusterWatcher>,
+    ctx: Arc<Context>,
+    state: Arc<PodsState>,
+) -> Result<Action> {
+    if let Some(wait) = unready(&state) {
         return Ok(wait);
     }
-    let namespaces = ctx.cache.namespaces_of(&cluster);
+    let namespaces = state.cache.namespaces_of(&cluster);
     let watcher = cluster.across_namespaces();
-    let action = reconcile_subject(&watcher, &namespaces, &Subject::Cluster(cluster.clone()), &ctx).await?;
-    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, cluster.as_ref()));
+    let action = reconcile_subject(&watcher, &namespaces, &Subject::Cluster(cluster.clone()), &ctx, &state).await?;
+    ctx.reconciled(&crate::object_key(CONTROLLER, cluster.as_ref()));
     Ok(action)
 }
 
@@ -308,7 +315,7 @@ pub async fn reconcile_cluster(cluster: Arc<ClusterWatcher>, ctx: Arc<PodsContex
 async fn write_counts(
     watcher: &Watcher,
     subject: &Subject,
-    ctx: &PodsContext,
+    ctx: &Context,
     counts: watcher_api::PodCounts,
     revisions: Option<(String, String)>,
 ) -> Result<()> {
@@ -347,11 +354,11 @@ async fn write_counts(
 
 /// What to do until the pods and the revisions are listed: counts would be short, and the
 /// cache would say "no revision".
-fn unready(ctx: &PodsContext) -> Option<Action> {
-    if !ctx.pods.is_synced() {
+fn unready(state: &PodsState) -> Option<Action> {
+    if !state.pods.is_synced() {
         return Some(Action::await_change()); // every Watcher is counted when the list is in
     }
-    if !ctx.revisions.is_listed() {
+    if !state.revisions.is_listed() {
         return Some(Action::requeue(crate::UNLISTED_RETRY));
     }
     None
@@ -361,18 +368,19 @@ async fn reconcile_subject(
     watcher: &Watcher,
     namespaces: &[String],
     subject: &Subject,
-    ctx: &PodsContext,
+    ctx: &Context,
+    state: &PodsState,
 ) -> Result<Action> {
-    let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
+    let _timer = ctx.metrics.reconcile(CONTROLLER);
     let rolls = watcher.spec.update_policy.type_ != UpdatePolicyType::Report;
     let keeps_revisions = revisions::kept_for(&watcher.spec);
-    let rebuilt = if keeps_revisions { rebuild_unkept(watcher, namespaces, ctx).await? } else { Vec::new() };
-    let (mut counts, step, running) = ctx.pods.with_namespaces(namespaces, |pods| {
+    let rebuilt = if keeps_revisions { rebuild_unkept(watcher, namespaces, ctx, state).await? } else { Vec::new() };
+    let (mut counts, step, running) = state.pods.with_namespaces(namespaces, |pods| {
         let counts = count(watcher, pods);
         let running = running_condition(watcher, pods, &counts);
         let ended = ended_condition(watcher, pods, &counts);
         let left_out = left_out_condition(watcher, pods);
-        let step = keeps_revisions.then(|| plan_step(watcher, pods, ctx, namespaces, &counts, &rebuilt));
+        let step = keeps_revisions.then(|| plan_step(watcher, pods, state, namespaces, &counts, &rebuilt));
         (counts, step, (running, ended, left_out))
     });
     let mut conditions = watcher.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
@@ -380,7 +388,7 @@ async fn reconcile_subject(
     let action = match step {
         None => Action::await_change(),
         Some(step) => {
-            revisions::write(step.revisions, &ctx.ctx.client, &revisions_namespace(watcher, ctx)).await?;
+            revisions::write(step.revisions, &ctx.client, &revisions_namespace(watcher, state)).await?;
             revisions = Some((step.current, step.stable));
             if rolls {
                 let (action, patched, written) = roll(watcher, subject, step.rollout, ctx).await?;
@@ -398,10 +406,10 @@ async fn reconcile_subject(
         // would be mostly zeros that no alert or panel reads.
         let by_namespace = namespaces
             .iter()
-            .map(|ns| (ns.clone(), ctx.pods.with_namespace(ns, |pods| count(watcher, pods))))
+            .map(|ns| (ns.clone(), state.pods.with_namespace(ns, |pods| count(watcher, pods))))
             .filter(|(_, counts)| counts.matched > 0)
             .collect();
-        ctx.ctx.metrics.set_cluster_pods(&cluster.name_any(), by_namespace);
+        ctx.metrics.set_cluster_pods(&cluster.name_any(), by_namespace);
     }
     write_counts(watcher, subject, ctx, counts, revisions).await?;
     let (running, ended, left_out) = running;
@@ -418,18 +426,6 @@ impl Subject {
             Self::Cluster(_) => watcher_api::CLUSTER_WATCHER_KIND,
         }
     }
-}
-
-/// Logs the failure and retries with backoff.
-pub fn error_policy(watcher: Arc<Watcher>, error: &Error, ctx: Arc<PodsContext>) -> Action {
-    warn!(namespace = watcher.namespace(), watcher = watcher.name_any(), %error, "pod reconcile failed");
-    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, watcher.as_ref()), error)
-}
-
-/// [`error_policy`] for a ClusterWatcher.
-pub fn cluster_error_policy(cluster: Arc<ClusterWatcher>, error: &Error, ctx: Arc<PodsContext>) -> Action {
-    warn!(clusterwatcher = cluster.name_any(), %error, "pod reconcile failed");
-    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, cluster.as_ref()), error)
 }
 
 #[cfg(test)]

@@ -8,26 +8,23 @@
 //! created or deleted pods waits for the cache to show those writes before the next one plans.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::EventType;
-use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
+use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::{info, instrument, warn};
+use tracing::{info, instrument};
 use watcher_api::{
     DEFAULT_PODSET_IMAGE, MANAGED_BY, MANAGED_BY_LABEL, POD_TEMPLATE_HASH_LABEL, PODSET_LABEL, PodSet, PodSetStatus,
     condition, set_condition, stable_hash,
 };
 use watcher_api::{reasons, types};
 
+use crate::owned_pods::OwnedPods;
 use crate::runtime::lock;
 use crate::{Context, Error, Result};
 
@@ -40,29 +37,31 @@ const SCRIPT: &str = "echo \"$MESSAGE\"; trap 'exit 0' TERM; while true; do slee
 /// trusts the cache again anyway (a missed event).
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What the PodSet controller shares between reconciles: the pods of PodSets, cached, and the
+/// What the PodSet controller keeps between reconciles: the pods of PodSets, cached, and the
 /// creations and deletions the cache has not shown yet.
-pub struct PodSetContext {
-    ctx: Arc<Context>,
+pub struct PodSetState {
     /// Pods labelled `watcher.dev/podset`.
-    pods: Store<Pod>,
-    listed: Arc<AtomicBool>,
+    owned: OwnedPods,
     expectations: Mutex<HashMap<String, Expected>>,
 }
 
 /// Writes of one reconcile that the cache must show before the next one plans: otherwise it
 /// would count pods it just created as missing and create them again.
-struct Expected {
+pub(crate) struct Expected {
     created: Vec<String>,
     deleted: Vec<String>,
     since: Instant,
 }
 
-impl PodSetContext {
-    /// A context over `pods`, already listed (for tests that fill the store themselves).
+impl PodSetState {
+    /// The state over `pods`, already listed, expecting `expectations` (for tests that fill the
+    /// store themselves).
     #[cfg(test)]
-    pub(crate) fn new(ctx: Arc<Context>, pods: Store<Pod>) -> Arc<Self> {
-        Arc::new(Self { ctx, pods, listed: Arc::new(AtomicBool::new(true)), expectations: Mutex::default() })
+    pub(crate) fn listed(
+        pods: kube::runtime::reflector::Store<Pod>,
+        expectations: HashMap<String, Expected>,
+    ) -> Arc<Self> {
+        Arc::new(Self { owned: OwnedPods::listed(pods), expectations: Mutex::new(expectations) })
     }
 
     /// Whether the cache shows what the last reconcile of `key` wrote (or it waited long enough).
@@ -84,12 +83,9 @@ impl PodSetContext {
 
 /// Runs the PodSet controller until shutdown.
 pub async fn run(ctx: Arc<Context>) {
-    let podsets = Api::<PodSet>::all(ctx.client.clone());
-    let api = Api::<Pod>::all(ctx.client.clone());
-    let (pods, owned, listed) = crate::cached_watch(api, watcher::Config::default().labels(PODSET_LABEL), |_| {});
-    let shared = Arc::new(PodSetContext { ctx, pods, listed, expectations: Mutex::default() });
-    let controller = Controller::new(podsets, watcher::Config::default().any_semantic()).owns_stream(owned);
-    crate::run_controller(CONTROLLER, controller, crate::controller_config(), reconcile, error_policy, shared).await;
+    let (controller, owned) = OwnedPods::controller::<PodSet>(&ctx, PODSET_LABEL);
+    let state = Arc::new(PodSetState { owned, expectations: Mutex::default() });
+    crate::run_controller(CONTROLLER, controller, crate::controller_config(), ctx, state, reconcile).await;
 }
 
 /// What to change, decided from the PodSet and the pods it owns.
@@ -219,18 +215,18 @@ pub fn desired_pod(podset: &PodSet) -> Option<Pod> {
 }
 
 /// Creates and deletes pods towards the plan and records the status.
-#[instrument(skip(podset, shared), fields(namespace = podset.namespace(), podset = podset.name_any()))]
-pub async fn reconcile(podset: Arc<PodSet>, shared: Arc<PodSetContext>) -> Result<Action> {
-    if !shared.listed.load(Ordering::Acquire) {
+#[instrument(skip(podset, ctx, shared), fields(namespace = podset.namespace(), podset = podset.name_any()))]
+pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>, shared: Arc<PodSetState>) -> Result<Action> {
+    if !shared.owned.is_listed() {
         return Ok(Action::requeue(crate::UNLISTED_RETRY)); // the cache would say "no pods"
     }
-    let ctx = &shared.ctx;
     let _timer = ctx.metrics.reconcile(CONTROLLER);
     let namespace = podset.namespace().ok_or_else(|| Error::MissingNamespace(podset.name_any()))?;
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), &namespace);
     let key = crate::object_key(CONTROLLER, podset.as_ref());
     // The label is a hint; ownership is what counts.
     let owned: Vec<Pod> = shared
+        .owned
         .pods
         .state()
         .iter()
@@ -254,12 +250,10 @@ pub async fn reconcile(podset: Arc<PodSet>, shared: Arc<PodSetContext>) -> Resul
                 Ok(created) => expected.created.extend(created.metadata.name),
                 Err(kube::Error::Api(status)) if crate::is_refusal(&status) => {
                     refused(&mut plan.status, &status.message, podset.meta().generation);
-                    warn!(message = status.message, "kube-apiserver refused a pod");
-                    if !said_already(&podset, &plan.status) {
-                        let note = plan.status.conditions.iter().find(|c| c.type_ == types::READY);
-                        let note = note.map(|c| c.message.clone()).unwrap_or_default();
-                        ctx.publish(&podset.object_ref(&()), EventType::Warning, reasons::POD_REFUSED, note).await;
-                    }
+                    let note = plan.status.conditions.iter().find(|c| c.type_ == types::READY);
+                    let note = note.map(|c| c.message.clone()).unwrap_or_default();
+                    let said = said_already(&podset, &plan.status);
+                    crate::owned_pods::say_refused(&ctx, podset.as_ref(), &status.message, said, note).await;
                     requeue = Some(crate::REFUSED_RETRY);
                     break;
                 }
@@ -295,7 +289,7 @@ pub async fn reconcile(podset: Arc<PodSet>, shared: Arc<PodSetContext>) -> Resul
 /// kube-apiserver refused a pod (`message`, its words): `Ready` says so until a pod is created
 /// again (after [`crate::REFUSED_RETRY`]).
 pub fn refused(status: &mut PodSetStatus, message: &str, generation: Option<i64>) {
-    let message = format!("kube-apiserver refused the pod: {message}");
+    let message = crate::owned_pods::refusal(message);
     set_condition(&mut status.conditions, condition(types::READY, false, reasons::POD_REFUSED, message, generation));
 }
 
@@ -303,12 +297,6 @@ pub fn refused(status: &mut PodSetStatus, message: &str, generation: Option<i64>
 fn said_already(podset: &PodSet, status: &PodSetStatus) -> bool {
     let ready = |s: &PodSetStatus| s.conditions.iter().find(|c| c.type_ == types::READY).map(|c| c.message.clone());
     podset.status.as_ref().and_then(ready) == ready(status)
-}
-
-/// Logs the failure and retries with backoff.
-pub fn error_policy(podset: Arc<PodSet>, error: &Error, ctx: Arc<PodSetContext>) -> Action {
-    warn!(namespace = podset.namespace(), podset = podset.name_any(), %error, "reconcile failed");
-    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, podset.as_ref()), error)
 }
 
 #[cfg(test)]

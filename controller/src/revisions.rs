@@ -51,8 +51,7 @@ pub fn first_sight(watcher: &Watcher, namespace: &str, mine: &[&ControllerRevisi
     plan_revisions(watcher, namespace, mine, &BTreeSet::new(), "").create
 }
 
-/// Annotation on a revision rebuilt from a pod: the pod (`<namespace>/<name>`).
-pub const REBUILT_FROM_ANNOTATION: &str = "watcher.dev/rebuilt-from";
+pub use watcher_api::REBUILT_FROM_ANNOTATION;
 
 /// The number of a revision rebuilt for a spec older than every kept one: before the oldest
 /// (kube-apiserver takes no negative number).

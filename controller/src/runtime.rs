@@ -1,7 +1,11 @@
 //! What every controller repeats, once: its settings, the cached watches it reads, logging
 //! what its run yields, the backoff key of an object, ownership, and locking shared state.
 
+use std::sync::Arc;
+
 use watcher_cache::watch::log_watch_error;
+
+use crate::Context;
 
 pub(crate) use watcher_cache::lock;
 pub(crate) use watcher_cache::watch::cached_watch;
@@ -12,29 +16,53 @@ pub(crate) fn controller_config() -> kube::runtime::controller::Config {
     kube::runtime::controller::Config::default().concurrency(CONCURRENCY)
 }
 
-/// Runs `controller` until shutdown (SIGTERM or Ctrl-C) with `config` (the shared
-/// [`controller_config`], or one debounced from it), each result of its run logged as
-/// [`log_run_result`] says: how every controller ends its `run`.
-pub(crate) async fn run_controller<K, Ctx, Fut>(
+/// Runs `controller` until the process stops (the [`Context`]'s one shutdown signal: its
+/// reconciles in flight finish first) with `config` (the shared [`controller_config`], or one
+/// debounced from it). Each reconcile gets the object, the shared [`Context`] and the
+/// controller's own `state`; a failure goes to the one [`error_policy`]; each result of the run
+/// is logged as [`log_run_result`] says.
+pub(crate) async fn run_controller<K, S, Fut>(
     name: &'static str,
     controller: kube::runtime::Controller<K>,
     config: kube::runtime::controller::Config,
-    reconcile: impl FnMut(std::sync::Arc<K>, std::sync::Arc<Ctx>) -> Fut,
-    error_policy: impl Fn(std::sync::Arc<K>, &Fut::Error, std::sync::Arc<Ctx>) -> kube::runtime::controller::Action,
-    ctx: std::sync::Arc<Ctx>,
+    ctx: Arc<Context>,
+    state: Arc<S>,
+    reconcile: impl Fn(Arc<K>, Arc<Context>, Arc<S>) -> Fut,
 ) where
     K: Clone + kube::Resource + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: std::fmt::Debug + Eq + std::hash::Hash + Clone + Unpin,
-    Fut: futures::TryFuture<Ok = kube::runtime::controller::Action> + Send + 'static,
-    Fut::Error: std::error::Error + Send + 'static,
+    K::DynamicType: Default + std::fmt::Debug + Eq + std::hash::Hash + Clone + Unpin,
+    S: Send + Sync + 'static,
+    Fut: std::future::Future<Output = crate::Result<kube::runtime::controller::Action>> + Send + 'static,
 {
     use futures::StreamExt;
+    let stopped = ctx.stopped();
     controller
         .with_config(config)
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .graceful_shutdown_on(stopped)
+        .run(
+            move |object, ctx| reconcile(object, ctx, state.clone()),
+            move |object, error, ctx| error_policy(name, object.as_ref(), error, &ctx),
+            ctx,
+        )
         .for_each(|result| async move { log_run_result(name, result) })
         .await;
+}
+
+/// How every controller takes a failed reconcile: logged, counted, and retried with the
+/// object's backoff.
+pub(crate) fn error_policy<K: kube::Resource>(
+    controller: &'static str,
+    object: &K,
+    error: &crate::Error,
+    ctx: &Context,
+) -> kube::runtime::controller::Action
+where
+    K::DynamicType: Default,
+{
+    use kube::ResourceExt;
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    tracing::warn!(controller, kind, namespace = object.namespace(), name = object.name_any(), %error, "reconcile failed");
+    ctx.retry_after_error(controller, object_key(controller, object), error)
 }
 
 /// Reconciles in flight per controller: 16 made the start-up burst (a status patch and a
@@ -121,7 +149,8 @@ pub(crate) fn restricted_context() -> k8s_openapi::api::core::v1::SecurityContex
 }
 
 /// The backoff key of `object` in `controller` (a Watcher has one per controller).
-pub(crate) fn object_key<K: kube::ResourceExt>(controller: &str, object: &K) -> String {
+pub(crate) fn object_key<K: kube::Resource>(controller: &str, object: &K) -> String {
+    use kube::ResourceExt;
     format!("{controller}:{}/{}", object.namespace().unwrap_or_default(), object.name_any())
 }
 

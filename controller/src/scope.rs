@@ -41,8 +41,7 @@ use crate::ScopeState;
 pub const INJECT_WEBHOOK: &str = "inject.watcher.dev";
 /// The webhook the operator adds for pods that ask for a required Watcher.
 pub const REQUIRED_WEBHOOK: &str = "required.watcher.dev";
-/// Annotation on the configuration when its conditions do not narrow what is sent: why.
-pub const SCOPE_ANNOTATION: &str = "watcher.dev/admission-scope";
+pub use watcher_api::ADMISSION_SCOPE_ANNOTATION as SCOPE_ANNOTATION;
 
 /// Changes arriving together (`kubectl apply -f` of many Watchers) make one write.
 const DEBOUNCE: Duration = Duration::from_millis(200);

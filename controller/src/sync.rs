@@ -270,23 +270,10 @@ pub fn plan<K: Synced>(
     plan
 }
 
-/// What the sync controllers of one process share.
-pub struct SyncContext {
-    ctx: Arc<Context>,
-}
-
-impl SyncContext {
-    /// A context over `ctx`, recording Events as the operator.
-    pub fn new(ctx: Arc<Context>) -> Self {
-        Self { ctx }
-    }
-}
-
 /// Runs the sync controllers (Secrets and ConfigMaps) until shutdown, with sources in
 /// `source_namespaces`.
 /// `secrets: false` syncs ConfigMaps only (the operator then needs no access to Secrets).
 pub async fn run(ctx: Arc<Context>, source_namespaces: Vec<String>, secrets: bool) {
-    let shared = Arc::new(SyncContext::new(ctx.clone()));
     let (namespace_store, writer) = reflector::store::<NamespaceMeta>();
     let (changed, _) = broadcast::channel::<()>(16);
     let notify = changed.clone();
@@ -310,10 +297,9 @@ pub async fn run(ctx: Arc<Context>, source_namespaces: Vec<String>, secrets: boo
         if namespace_store.wait_until_ready().await.is_err() {
             return;
         }
-        let config_maps =
-            run_kind::<ConfigMap>(&shared, &source_namespaces, namespace_store.clone(), changed.subscribe());
+        let config_maps = run_kind::<ConfigMap>(&ctx, &source_namespaces, namespace_store.clone(), changed.subscribe());
         if secrets {
-            let secrets = run_kind::<Secret>(&shared, &source_namespaces, namespace_store.clone(), changed.subscribe());
+            let secrets = run_kind::<Secret>(&ctx, &source_namespaces, namespace_store.clone(), changed.subscribe());
             futures::join!(secrets, config_maps);
         } else {
             config_maps.await;
@@ -395,12 +381,12 @@ struct Watched<K: kube::Resource<DynamicType = ()> + 'static> {
 }
 
 async fn run_kind<K: Synced>(
-    shared: &Arc<SyncContext>,
+    ctx: &Arc<Context>,
     source_namespaces: &[String],
     namespaces: Store<NamespaceMeta>,
     mut namespace_changes: broadcast::Receiver<()>,
 ) {
-    let client = shared.ctx.client.clone();
+    let client = ctx.client.clone();
     let (requests, queue) = mpsc::unbounded_channel::<ScheduleRequest<SourceKey>>();
     let enqueue = {
         let requests = requests.clone();
@@ -437,9 +423,9 @@ async fn run_kind<K: Synced>(
         };
         let queue = debounced_scheduler(tokio_stream_of(queue), DEBOUNCE);
         let reconciles = queue.for_each(|key| {
-            let (caches, shared, requests) = (caches.clone(), shared.clone(), requests.clone());
+            let (caches, ctx, requests) = (caches.clone(), ctx.clone(), requests.clone());
             async move {
-                let requeue = reconcile_key(&key, &caches, &shared).await;
+                let requeue = reconcile_key(&key, &caches, &ctx).await;
                 if let Some(after) = requeue {
                     let _ =
                         requests.send(ScheduleRequest { message: key, run_at: tokio::time::Instant::now() + after });
@@ -462,19 +448,19 @@ fn tokio_stream_of<T>(mut receiver: mpsc::UnboundedReceiver<T>) -> impl futures:
 }
 
 /// One reconcile from the caches; returns when to look again, if at all.
-async fn reconcile_key<K: Synced>(key: &SourceKey, caches: &Caches<K>, shared: &SyncContext) -> Option<Duration> {
+async fn reconcile_key<K: Synced>(key: &SourceKey, caches: &Caches<K>, ctx: &Context) -> Option<Duration> {
     let source = caches.source(key);
     let named: Vec<Arc<K>> = caches.copies.state().into_iter().filter(|c| c.name_any() == key.name).collect();
     let namespaces = caches.namespaces.state();
     let backoff_key = format!("{CONTROLLER}:{}:{key}", K::KIND);
-    match reconcile(key, source.as_deref(), &namespaces, &named, shared).await {
+    match reconcile(key, source.as_deref(), &namespaces, &named, ctx).await {
         Ok(requeue) => {
-            shared.ctx.reconciled(&backoff_key);
+            ctx.reconciled(&backoff_key);
             requeue
         }
         Err(error) => {
             warn!(controller = CONTROLLER, kind = K::KIND, source = %key, %error, "sync failed");
-            Some(shared.ctx.backoff_after_error(CONTROLLER, backoff_key, &error))
+            Some(ctx.backoff_after_error(CONTROLLER, backoff_key, &error))
         }
     }
 }
@@ -486,16 +472,16 @@ pub async fn reconcile<K: Synced>(
     source: Option<&K>,
     namespaces: &[Arc<NamespaceMeta>],
     named: &[Arc<K>],
-    shared: &SyncContext,
+    ctx: &Context,
 ) -> Result<Option<Duration>> {
-    let _timer = shared.ctx.metrics.reconcile(CONTROLLER);
+    let _timer = ctx.metrics.reconcile(CONTROLLER);
     let plan = plan(key, source, namespaces, named);
     if let (Some(error), Some(source)) = (&plan.invalid_selector, source) {
         let note = format!("annotation {SYNC_ANNOTATION} is not a label selector: {error}; copies left as they are");
-        publish(shared, source, EventType::Warning, "InvalidSyncSelector", note).await;
+        ctx.publish(&source.object_ref(&()), EventType::Warning, "InvalidSyncSelector", "Sync", note).await;
         return Ok(None);
     }
-    let client = &shared.ctx.client;
+    let client = &ctx.client;
     let mut conflicts = plan.conflicts.clone();
     let mut failure = None;
 
@@ -534,14 +520,14 @@ pub async fn reconcile<K: Synced>(
         }
         if !conflicts.is_empty() {
             conflicts.sort();
-            shared.ctx.metrics.sync_conflicts(K::KIND, conflicts.len());
+            ctx.metrics.sync_conflicts(K::KIND, conflicts.len());
             let note = format!(
                 "{} {} exists in namespace(s) {} and is not a copy of {key}: left alone",
                 K::KIND,
                 key.name,
                 conflicts.join(", ")
             );
-            publish(shared, source, EventType::Warning, "SyncConflict", note).await;
+            ctx.publish(&source.object_ref(&()), EventType::Warning, "SyncConflict", "Sync", note).await;
         }
     }
     match failure {
@@ -602,10 +588,6 @@ async fn delete_copy<K: Synced>(api: &Api<K>, name: &str, uid: Option<String>) -
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
         Err(error) => Err(Error::from(error)),
     }
-}
-
-async fn publish<K: Synced>(shared: &SyncContext, source: &K, type_: EventType, reason: &str, note: String) {
-    shared.ctx.publish_as(&source.object_ref(&()), type_, reason, "Sync", note).await;
 }
 
 #[cfg(test)]

@@ -41,8 +41,7 @@ const SCOPE_PENDING_RETRY: Duration = Duration::from_secs(10);
 const CONFLICT_RETRY: Duration = Duration::from_secs(60);
 
 /// What the Watcher controller shares between reconciles: the owned ConfigMaps, cached.
-pub struct WatcherContext {
-    ctx: Arc<Context>,
+pub struct WatcherState {
     /// ConfigMaps labelled `app.kubernetes.io/managed-by=watcher-operator`, without managedFields.
     config_maps: Store<ConfigMap>,
     /// Whether the ConfigMaps' initial list is in.
@@ -62,9 +61,8 @@ pub struct WatcherContext {
     revisions: watcher_cache::RevisionCache,
 }
 
-impl WatcherContext {
+impl WatcherState {
     pub(crate) fn with(
-        ctx: Arc<Context>,
         config_maps: Store<ConfigMap>,
         listed: Arc<AtomicBool>,
         scope: ScopeStatus,
@@ -73,32 +71,27 @@ impl WatcherContext {
     ) -> Self {
         let (written, statuses) = (Recent::default(), Recent::default());
         let pod_security = Default::default();
-        Self { ctx, config_maps, listed, scope, written, statuses, namespaces, pod_security, revisions }
+        Self { config_maps, listed, scope, written, statuses, namespaces, pod_security, revisions }
     }
 
     /// A context over `config_maps`, already listed, and no revisions (for tests that fill the
     /// store themselves).
     #[cfg(test)]
     pub(crate) fn new(
-        ctx: Arc<Context>,
         config_maps: Store<ConfigMap>,
         scope: ScopeStatus,
         namespaces: Store<crate::sync::NamespaceMeta>,
     ) -> Arc<Self> {
         let revisions = watcher_cache::RevisionCache::holding(Vec::new(), "watcher-system");
-        Arc::new(Self::with(ctx, config_maps, Arc::new(AtomicBool::new(true)), scope, namespaces, revisions))
+        Arc::new(Self::with(config_maps, Arc::new(AtomicBool::new(true)), scope, namespaces, revisions))
     }
 
-    /// [`WatcherContext::new`] over these revisions.
+    /// [`WatcherState::new`] over these revisions.
     #[cfg(test)]
-    pub(crate) fn with_revisions(
-        ctx: Arc<Context>,
-        config_maps: Store<ConfigMap>,
-        revisions: watcher_cache::RevisionCache,
-    ) -> Arc<Self> {
+    pub(crate) fn with_revisions(config_maps: Store<ConfigMap>, revisions: watcher_cache::RevisionCache) -> Arc<Self> {
         let (listed, scope, namespaces) =
             (Arc::new(AtomicBool::new(true)), ScopeStatus::every_pod(), kube::runtime::reflector::store().0);
-        Arc::new(Self::with(ctx, config_maps, listed, scope, namespaces, revisions))
+        Arc::new(Self::with(config_maps, listed, scope, namespaces, revisions))
     }
 
     /// Judges Pod Security under the cluster's configuration as `shared` holds it (from the
@@ -154,34 +147,35 @@ enum ConfigOutcome {
 
 /// Brings the Watcher's ConfigMap and status up to date from the cache: a steady state makes no
 /// request, a first reconcile two (the ConfigMap, the status).
-#[instrument(skip(watcher, ctx), fields(namespace = watcher.namespace(), watcher = watcher.name_any()))]
-pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Result<Action> {
+#[instrument(skip(watcher, ctx, state), fields(namespace = watcher.namespace(), watcher = watcher.name_any()))]
+pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<Context>, state: Arc<WatcherState>) -> Result<Action> {
     let keeps_revisions = crate::revisions::kept_for(&watcher.spec);
-    if !ctx.listed.load(Ordering::Acquire) || (keeps_revisions && !ctx.revisions.is_listed()) {
+    if !state.listed.load(Ordering::Acquire) || (keeps_revisions && !state.revisions.is_listed()) {
         return Ok(Action::requeue(crate::UNLISTED_RETRY)); // the cache would say "absent"
     }
     // Until the leader has read the webhook configuration: no Ready flapping at each start. A
     // change of what is registered reconciles every Watcher; the requeue is a safety net.
-    let Some(covered) = ctx.scope.covers(&watcher) else { return Ok(Action::requeue(SCOPE_PENDING_RETRY)) };
-    let _timer = ctx.ctx.metrics.reconcile(CONTROLLER);
+    let Some(covered) = state.scope.covers(&watcher) else { return Ok(Action::requeue(SCOPE_PENDING_RETRY)) };
+    let _timer = ctx.metrics.reconcile(CONTROLLER);
     let namespace = watcher.namespace().ok_or_else(|| Error::MissingNamespace(watcher.name_any()))?;
-    let outcome = apply_config_map(&watcher, &ctx, &namespace).await?;
+    let outcome = apply_config_map(&watcher, &ctx, &state, &namespace).await?;
 
     // The spec's revision before the status says Ready: a rollout that starts right after the
     // pods were created still finds the spec they carry.
     if keeps_revisions {
-        crate::revisions::record(&ctx.ctx.client, &ctx.revisions, &watcher).await?;
+        crate::revisions::record(&ctx.client, &state.revisions, &watcher).await?;
     }
     let requeue = if matches!(outcome, ConfigOutcome::Conflict(_)) { CONFLICT_RETRY } else { RESYNC };
-    let current = ctx.status(&watcher);
+    let current = state.status(&watcher);
     let mut status = desired_status(&watcher, current.clone(), &outcome, covered);
     let pod_security =
-        pod_security_condition(&watcher.spec, &namespace, &ctx.levels(&namespace), watcher.meta().generation);
+        pod_security_condition(&watcher.spec, &namespace, &state.levels(&namespace), watcher.meta().generation);
     let newly_refused = pod_security.as_ref().filter(|c| c.reason == "CannotComply").filter(|c| {
         !current.iter().flat_map(|s| &s.conditions).any(|old| old.type_ == c.type_ && old.message == c.message)
     });
     if let Some(refused) = newly_refused {
-        publish(&ctx, &watcher, EventType::Warning, "PodSecurity", refused.message.clone()).await;
+        let note = refused.message.clone();
+        ctx.publish(&watcher.object_ref(&()), EventType::Warning, "PodSecurity", "Reconcile", note).await;
     }
     match pod_security {
         Some(condition) => set_condition(&mut status.conditions, condition),
@@ -194,9 +188,10 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
         if let Some(invalid) = invalid {
             // Said where it can always be said: a status write is refused where kube-apiserver
             // validates the whole object on it (no ratcheting before 1.30).
-            publish(&ctx, &watcher, EventType::Warning, "InvalidSpec", invalid.message.clone()).await;
+            let note = invalid.message.clone();
+            ctx.publish(&watcher.object_ref(&()), EventType::Warning, "InvalidSpec", "Reconcile", note).await;
         }
-        let api = Api::<Watcher>::namespaced(ctx.ctx.client.clone(), &namespace);
+        let api = Api::<Watcher>::namespaced(ctx.client.clone(), &namespace);
         let patch = json!({"status": {
             "configMapName": status.config_map_name,
             "observedGeneration": status.observed_generation,
@@ -206,7 +201,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
         match api.patch_status(&watcher.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(written) => {
                 let version = written.resource_version().unwrap_or_default();
-                ctx.statuses.insert(ObjectRef::from(watcher.as_ref()), (version, status));
+                state.statuses.insert(ObjectRef::from(watcher.as_ref()), (version, status));
             }
             Err(kube::Error::Api(refused)) if refused.code == 422 && invalid.is_some() => {
                 warn!(
@@ -217,18 +212,23 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<WatcherContext>) -> Resul
             Err(error) => return Err(error.into()),
         }
     }
-    ctx.ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
+    ctx.reconciled(&crate::object_key(CONTROLLER, watcher.as_ref()));
     Ok(Action::requeue(requeue))
 }
 
 /// The Watcher's ConfigMap as its `configData` says: created, updated or deleted; a ConfigMap of
 /// that name the Watcher does not own is a conflict, never overwritten.
-async fn apply_config_map(watcher: &Watcher, ctx: &WatcherContext, namespace: &str) -> Result<ConfigOutcome> {
+async fn apply_config_map(
+    watcher: &Watcher,
+    ctx: &Context,
+    state: &WatcherState,
+    namespace: &str,
+) -> Result<ConfigOutcome> {
     let name = config_map_name(&watcher.name_any());
-    let api = Api::<ConfigMap>::namespaced(ctx.ctx.client.clone(), namespace);
+    let api = Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace);
     let key = ObjectRef::new(&name).within(namespace);
-    let cached = ctx.config_map(&key);
-    let remember = |written: ConfigMap| ctx.written.insert(key.clone(), written);
+    let cached = state.config_map(&key);
+    let remember = |written: ConfigMap| state.written.insert(key.clone(), written);
     let conflict = || {
         ConfigOutcome::Conflict(format!(
             "ConfigMap {name} exists and is not owned by this Watcher; delete or rename it"
@@ -243,7 +243,7 @@ async fn apply_config_map(watcher: &Watcher, ctx: &WatcherContext, namespace: &s
                 // A write that fails (the ConfigMap deleted meanwhile, or changed) forgets what
                 // was written: the next reconcile reads the cache again.
                 let patched = api.patch(&name, &PatchParams::default(), &patch).await.inspect_err(|_| {
-                    ctx.written.remove(&key);
+                    state.written.remove(&key);
                 })?;
                 remember(patched);
                 info!(config_map = name, "updated ConfigMap");
@@ -269,7 +269,7 @@ async fn apply_config_map(watcher: &Watcher, ctx: &WatcherContext, namespace: &s
                 preconditions: Some(Preconditions { uid: existing.uid(), resource_version: None }),
                 ..DeleteParams::default()
             };
-            ctx.written.remove(&key);
+            state.written.remove(&key);
             match api.delete(&name, &params).await {
                 Ok(_) => info!(config_map = name, "deleted ConfigMap: no config data left"),
                 Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
@@ -284,16 +284,6 @@ async fn apply_config_map(watcher: &Watcher, ctx: &WatcherContext, namespace: &s
 
 fn ready_condition(status: &WatcherStatus) -> Option<&watcher_api::Condition> {
     status.conditions.iter().find(|c| c.type_ == types::READY)
-}
-
-async fn publish(ctx: &WatcherContext, watcher: &Watcher, type_: EventType, reason: &str, note: String) {
-    ctx.ctx.publish(&watcher.object_ref(&()), type_, reason, note).await;
-}
-
-/// Logs the failure and retries with backoff.
-pub fn error_policy(watcher: Arc<Watcher>, error: &Error, ctx: Arc<WatcherContext>) -> Action {
-    warn!(namespace = watcher.namespace(), watcher = watcher.name_any(), %error, "reconcile failed");
-    ctx.ctx.retry_after_error(CONTROLLER, crate::object_key(CONTROLLER, watcher.as_ref()), error)
 }
 
 /// The ConfigMap a Watcher should own, or `None` when it has no config data.

@@ -19,7 +19,7 @@ use crate::Context;
 use crate::owned::{WATCHER_LABEL, owner_of};
 use crate::scope::ScopeStatus;
 use crate::standing::relabelled;
-use crate::watcher::{WatcherContext, error_policy, reconcile};
+use crate::watcher::{WatcherState, reconcile};
 
 const CONTROLLER: &str = "watcher";
 
@@ -65,8 +65,7 @@ pub async fn run(
     let triggers = scope.gate(triggers);
     let resyncs = scope.gate(resyncs);
     let coverage = scope.coverage_changes(cache.store.clone());
-    let cluster = Arc::new(crate::cluster_watcher::ClusterContext::new(
-        ctx.clone(),
+    let cluster = Arc::new(crate::cluster_watcher::ClusterWatcherState::new(
         cache.clone(),
         config_maps.clone(),
         listed.clone(),
@@ -74,7 +73,7 @@ pub async fn run(
         revisions.clone(),
     ));
     let namespaces = cache.namespaces.clone();
-    let shared = Arc::new(WatcherContext::with(ctx, config_maps, listed, scope, namespaces, revisions));
+    let shared = Arc::new(WatcherState::with(config_maps, listed, scope, namespaces, revisions));
     shared.follow_pod_security(cache.pod_security.clone());
     let relabelled = relabelled_watchers(cache.clone(), namespace_changes.clone());
     // A change of the cluster's Pod Security defaults (learned at start) judges every Watcher
@@ -86,11 +85,11 @@ pub async fn run(
             .reconcile_all_on(futures::stream::select(resyncs, watcher_cache::changed(defaults_changes)))
             .reconcile_on(futures::stream::select_all([coverage.boxed(), for_watchers.boxed(), relabelled.boxed()])),
         crate::controller_config(),
-        reconcile,
-        error_policy,
+        ctx.clone(),
         shared,
+        reconcile,
     );
-    let clusters = crate::cluster_watcher::run(cluster, for_cluster, namespace_changes);
+    let clusters = crate::cluster_watcher::run(ctx.clone(), cluster, for_cluster, namespace_changes);
     // The fan-out ends with its watch, which ends only on shutdown.
     futures::join!(watchers, clusters, fan_out);
 }

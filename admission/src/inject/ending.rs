@@ -23,8 +23,8 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 use watcher_api::{
-    END_SIDECARS_ANNOTATION, ENDED_DIR, ENDED_FILE, ENDED_FILE_ENV, ENDED_VOLUME, NO_TOKEN_VOLUME,
-    SERVICE_ACCOUNT_PATH, SIDECARS_ENDED_ANNOTATION, SUPERVISOR_DIR, SUPERVISOR_NAME,
+    ENDED_DIR, ENDED_FILE, ENDED_FILE_ENV, ENDED_VOLUME, NO_TOKEN_VOLUME, SERVICE_ACCOUNT_PATH, SUPERVISOR_DIR,
+    SUPERVISOR_NAME, SidecarEnding, annotation,
 };
 
 use crate::PodView;
@@ -32,14 +32,14 @@ use crate::PodView;
 /// Whether `pod` is meant to end: its `restartPolicy` is `Never` or `OnFailure`.
 pub(super) fn meant_to_end(pod: &PodView) -> bool {
     let spec = pod.spec.as_ref();
-    matches!(spec.and_then(|s| s.restart_policy.as_deref()), Some("Never" | "OnFailure"))
-        && spec.and_then(|s| s.os.as_ref()).is_none_or(|os| os.name != "windows")
+    let os = spec.and_then(|s| s.os.as_ref()).map(|os| os.name.as_str());
+    watcher_api::meant_to_end(spec.and_then(|s| s.restart_policy.as_deref()), os)
 }
 
 /// The sidecars of `pod` that an earlier admission already named to be ended.
 pub(super) fn already_named(pod: &PodView) -> Vec<String> {
     let own = pod.metadata.annotations.own.as_ref();
-    let value = own.and_then(|a| a.get(END_SIDECARS_ANNOTATION)).map(String::as_str).unwrap_or_default();
+    let value = own.and_then(|a| a.get(annotation::EndSidecars::KEY)).map(String::as_str).unwrap_or_default();
     value.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect()
 }
 
@@ -102,8 +102,8 @@ pub(super) fn supervise(sidecar: &mut Value) -> Result<Supervised, NotSupervised
         Some(Value::Array(command)) if !command.is_empty() => Some(command.clone()),
         _ => None,
     };
-    let agent = fields.get("image").and_then(Value::as_str).is_some_and(watcher_api::image::is_agent_image);
-    if command.is_none() && !agent {
+    let image = fields.get("image").and_then(Value::as_str).unwrap_or_default();
+    if !SidecarEnding::of(command.is_some(), image).ends_by_itself() {
         return Ok(Supervised::Entrypoint);
     }
     let mounts = fields.get("volumeMounts").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
@@ -153,7 +153,7 @@ fn push(fields: &mut serde_json::Map<String, Value>, key: &str, value: Value) {
 /// The downward API volume whose file `ended` holds `watcher.dev/sidecars-ended`: empty until
 /// the operator writes the annotation, which the kubelet then puts in the file.
 pub(super) fn ended_volume() -> Value {
-    let field = format!("metadata.annotations['{SIDECARS_ENDED_ANNOTATION}']");
+    let field = format!("metadata.annotations['{}']", annotation::SidecarsEnded::KEY);
     json!({"name": ENDED_VOLUME, "downwardAPI": {"items": [{"path": "ended", "fieldRef": {"fieldPath": field}}]}})
 }
 

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use serde_json::Value;
 use watcher_api::Watcher;
 
-use crate::resources::{ContainerKind, ContainerResources, PodResources, ResourceRules, Violation, describe};
+use crate::resources::{ContainerKind, ContainerResources, PodResourceView, ResourceRules, Violation, describe};
 
 /// What the namespace's resource rules did to one Watcher of one pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,7 +35,7 @@ pub(super) struct Fits {
 /// The pod under the namespace's rules, as the Watchers admitted so far leave it.
 pub(super) struct Ledger<'a> {
     rules: &'a ResourceRules,
-    pod: PodResources,
+    pod: PodResourceView,
     /// What the pod fails as it stands (judged once, then as each Watcher is added).
     failing: Vec<Violation>,
 }
@@ -50,7 +50,7 @@ impl<'a> Ledger<'a> {
     /// The ledger of `pod` under `rules`; `None` where the namespace has no rule.
     pub(super) fn of(rules: &'a ResourceRules, pod: &crate::PodView) -> Option<Self> {
         (!rules.is_empty()).then(|| {
-            let pod = PodResources::of(pod);
+            let pod = PodResourceView::of(pod);
             Self { rules, failing: rules.check(&pod), pod }
         })
     }
@@ -96,7 +96,7 @@ impl<'a> Ledger<'a> {
         let added: Vec<Violation> = crate::resources::new_in(&self.failing, failing.iter().cloned());
         if !added.is_empty() {
             let words = describe(&added);
-            let mut failed: Vec<&str> = added.iter().map(|v| v.rule.as_str()).collect();
+            let mut failed: Vec<String> = added.iter().map(|v| v.rule.to_string()).collect();
             failed.dedup();
             let why = format!("the pod would fail its namespace's {} with it: {words}", failed.join(", "));
             return Err(LeftOut { report: report(Vec::new(), Some(words)), why });
@@ -135,7 +135,7 @@ pub enum ResourceCompliance {
 
 /// How `watcher` stands towards `rules` (its sidecar as a regular container).
 pub fn resource_compliance(watcher: &Watcher, rules: &ResourceRules) -> ResourceCompliance {
-    let mut ledger = Ledger { rules, pod: PodResources::default(), failing: Vec::new() };
+    let mut ledger = Ledger { rules, pod: PodResourceView::default(), failing: Vec::new() };
     match ledger.admit(watcher, false, None) {
         Err(left_out) => ResourceCompliance::CannotComply(left_out.report.violations.unwrap_or_default()),
         Ok((_, None)) => ResourceCompliance::AsWritten,

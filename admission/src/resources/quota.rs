@@ -1,7 +1,7 @@
 //! A namespace's ResourceQuota as admission reads it: which pods it counts, the containers that
 //! do not state what it counts, and what a pod would take past what is left of it.
 
-use super::{Group, MUST_STATE, PodResources, Values, Violation};
+use super::{Group, MUST_STATE, PodResourceView, Rule, Values, Violation};
 
 /// A namespace's ResourceQuota: what it allows, what is used, which pods it counts.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -16,7 +16,7 @@ pub(super) struct Quota {
 
 impl Quota {
     /// Whether the quota counts `pod` (its scopes, its scope selector).
-    pub(super) fn counts(&self, pod: &PodResources) -> bool {
+    pub(super) fn counts(&self, pod: &PodResourceView) -> bool {
         let best_effort = pod.best_effort();
         let scope = |name: &str| match name {
             "Terminating" => pod.terminating,
@@ -49,7 +49,7 @@ impl Quota {
     }
 
     /// A container that does not state cpu or memory where the quota counts them.
-    pub(super) fn unstated(&self, pod: &PodResources) -> Vec<Violation> {
+    pub(super) fn unstated(&self, pod: &PodResourceView) -> Vec<Violation> {
         let required: Vec<&str> = self.hard.keys().map(String::as_str).filter(|k| MUST_STATE.contains(k)).collect();
         let mut found = Vec::new();
         for container in &pod.containers {
@@ -61,7 +61,7 @@ impl Quota {
                 };
                 if !stated {
                     found.push(Violation {
-                        rule: format!("ResourceQuota {}", self.name),
+                        rule: Rule::ResourceQuota(self.name.clone()),
                         key: format!("{}/state/{resource}", container.name),
                         message: format!("must specify {resource} for: {}", container.name),
                         group: Group::Specify { resource: (*resource).to_owned(), container: container.name.clone() },
@@ -73,7 +73,7 @@ impl Quota {
     }
 
     /// Each resource of the quota the pod would take past what is left of it.
-    pub(super) fn exceeded(&self, pod: &PodResources) -> Vec<Violation> {
+    pub(super) fn exceeded(&self, pod: &PodResourceView) -> Vec<Violation> {
         let mut found = Vec::new();
         let (requests, limits) = (pod.total(false), pod.total(true));
         for (key, hard) in &self.hard {
@@ -89,7 +89,7 @@ impl Quota {
             let used = self.used.get(key).map(|v| v.amount).unwrap_or_default();
             if used + requested > hard.amount {
                 found.push(Violation {
-                    rule: format!("ResourceQuota {}", self.name),
+                    rule: Rule::ResourceQuota(self.name.clone()),
                     key: format!("exceeded/{key}"),
                     message: format!(
                         "exceeded quota: {}, requested: {key}={requested}, used: {key}={used}, limited: {key}={}",

@@ -31,17 +31,17 @@ fn quota(version: &str) -> ResourceRules {
 
 /// The request's pod, and the same pod without its container `tail` (the Watcher's) and
 /// that container.
-fn request(case: &str) -> (PodView, PodResources, Container) {
+fn request(case: &str) -> (PodView, PodResourceView, Container) {
     let pod: serde_json::Value = fixture(&format!("{case}-request.json"));
     let view: PodView = serde_json::from_value(pod.clone()).expect("a pod");
     let mut without = pod.clone();
     let containers = without["spec"]["containers"].as_array_mut().expect("containers");
     let tail = containers.pop().expect("the Watcher's container, last");
-    let before = PodResources::of(&serde_json::from_value(without).expect("a pod"));
+    let before = PodResourceView::of(&serde_json::from_value(without).expect("a pod"));
     (view, before, serde_json::from_value(tail).expect("a container"))
 }
 
-fn fitted(rules: &ResourceRules, before: &PodResources, tail: &Container) -> PodResources {
+fn fitted(rules: &ResourceRules, before: &PodResourceView, tail: &Container) -> PodResourceView {
     let fit = rules.fit(tail.resources.as_ref(), before);
     let resources = fit.resources.as_ref().or(tail.resources.as_ref());
     before.with(ContainerResources::new(&tail.name, ContainerKind::Regular, resources))
@@ -59,7 +59,7 @@ fn says_what_kube_apiserver_refused_in_its_words() {
         ];
         for (case, rules) in cases {
             let (pod, before, _) = request(case);
-            let violations = rules.check(&PodResources::of(&pod));
+            let violations = rules.check(&PodResourceView::of(&pod));
             assert_eq!(describe(&violations), refusal(&format!("{case}-{version}.json")), "{case} on {version}");
             assert!(rules.check(&before).is_empty(), "{case} on {version}: the app alone passes");
         }
@@ -119,7 +119,7 @@ fn room_in_the_quota_is_what_hard_and_used_leave() {
         let after = fitted(&rules, &before, &tail);
         let added = rules.added(&before, &after);
         assert_eq!(describe(&added), refusal(&format!("quota-exceeded-{version}.json")));
-        assert_eq!(added[0].rule, "ResourceQuota team");
+        assert_eq!(added[0].rule.to_string(), "ResourceQuota team");
     }
 }
 
@@ -146,7 +146,7 @@ fn bounds_no_value_satisfies_are_said() {
     let low = bounds_range("low", serde_json::json!({"type": "Container", "max": {"cpu": "100m"}}));
     let high = bounds_range("high", serde_json::json!({"type": "Container", "min": {"cpu": "200m"}}));
     let rules = ResourceRules::new([&low, &high], []);
-    let before = PodResources::default();
+    let before = PodResourceView::default();
     let fit = rules.fit(None, &before);
     let after = before.with(ContainerResources::new("tail", ContainerKind::Regular, fit.resources.as_ref()));
     let added = rules.added(&before, &after);
@@ -184,7 +184,7 @@ fn native_sidecars_add_to_the_pod_and_init_containers_peak() {
         requests: Some(BTreeMap::from([("cpu".to_owned(), Quantity(cpu.to_owned()))])),
         ..Default::default()
     };
-    let pod = PodResources {
+    let pod = PodResourceView {
         containers: vec![
             ContainerResources::new("first", ContainerKind::Init, Some(&quantity("500m"))),
             ContainerResources::new("sidecar", ContainerKind::Sidecar, Some(&quantity("100m"))),

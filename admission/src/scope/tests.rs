@@ -187,9 +187,9 @@ fn pods() -> Vec<Pod> {
     let annotation_sets: Vec<Option<BTreeMap<String, String>>> = vec![
         None,
         Some(labels(&[("kubectl.kubernetes.io/restartedAt", "now")])),
-        Some(labels(&[(INJECT_ANNOTATION, "log-watcher")])),
-        Some(labels(&[(INJECT_ANNOTATION, " nothing , audit ")])),
-        Some(labels(&[(INJECT_ANNOTATION, "audit' || true")])),
+        Some(labels(&[(annotation::Inject::KEY, "log-watcher")])),
+        Some(labels(&[(annotation::Inject::KEY, " nothing , audit ")])),
+        Some(labels(&[(annotation::Inject::KEY, "audit' || true")])),
         Some(labels(&[(PROBE_ANNOTATION, "")])),
     ];
     let namespaces =
@@ -258,7 +258,7 @@ fn every_pod_the_webhook_would_change_is_sent() {
         let asks_required = watchers.iter().filter(|w| w.spec.is_required()).any(|w| {
             w.metadata.namespace.as_deref() == Some(&pod.namespace)
                 && !options.never_mutated(&pod.namespace)
-                && (requested_watchers(pod.annotations.as_ref().unwrap_or(&BTreeMap::new()))
+                && (annotation::Inject::read(pod.annotations.as_ref().unwrap_or(&BTreeMap::new()))
                     .contains(&w.name_any().as_str())
                     || w.selects(pod.labels.as_ref().unwrap_or(&BTreeMap::new())))
         });
@@ -502,7 +502,7 @@ fn a_cluster_watcher_is_in_scope_where_it_applies() {
 
     let conditions = scope.conditions();
     let api = Some(labels(&[("app", "api")]));
-    let asking = Some(labels(&[(INJECT_ANNOTATION, "audit")]));
+    let asking = Some(labels(&[(annotation::Inject::KEY, "audit")]));
     for (namespace, pod_labels, annotations, expected) in [
         ("team-a", api.clone(), None, Sent::Required),
         ("team-b", None, asking.clone(), Sent::Required),

@@ -14,9 +14,9 @@ use watcher_admission::resources::ResourceRules;
 use watcher_admission::scope::Conditions;
 use watcher_admission::{
     Asked, Exclusion, Guards, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, app_report, decide, exclusion,
-    inject_guarded, original_images, rewrite_images,
+    inject_guarded, rewrite_images,
 };
-use watcher_api::{ClusterWatcher, CompiledPolicy, ORIGINAL_IMAGES_ANNOTATION, Watcher, image, injected_watchers};
+use watcher_api::{ClusterWatcher, CompiledPolicy, Watcher, annotation, image};
 
 /// Why the namespace or the pod is kept from the webhook.
 #[derive(Debug, PartialEq, Eq, Serialize)]
@@ -239,7 +239,7 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
     let namespace = scope.namespace;
     let excluded = exclusion(namespace, scope.namespace_labels, pod.labels(), scope.selectors, scope.options)
         .map(|reason| Excluded { reason, message: reason.message(namespace) });
-    let carried = Carried { carried: injected_watchers(pod.annotations()), watchers: scope.watchers };
+    let carried = Carried { carried: annotation::Injected::read(pod.annotations()), watchers: scope.watchers };
     let mut lines = match &excluded {
         Some(excluded) => excluded_lines(existing, excluded, &carried),
         None => {
@@ -311,8 +311,12 @@ fn asked_lines(pod: &PodView, existing: bool, scope: &Scope<'_>, carried: &Carri
         let injected = existing && carried.hash_of(&name).is_some();
         let message = match (&watcher.spec.selector, injected) {
             (_, true) => "injected at creation, and no longer asked for".to_owned(),
-            (None, _) => format!("not asked: not named in watcher.dev/inject, and Watcher {name} has no selector"),
-            (Some(_), _) => "not asked: not named in watcher.dev/inject, and its selector does not match".to_owned(),
+            (None, _) => {
+                format!("not asked: not named in {}, and Watcher {name} has no selector", annotation::Inject::KEY)
+            }
+            (Some(_), _) => {
+                format!("not asked: not named in {}, and its selector does not match", annotation::Inject::KEY)
+            }
         };
         lines.push(WatcherLine::new(name.clone(), injected, carried.up_to_date(&name), "NotAsked", message));
     }
@@ -327,8 +331,8 @@ fn decided_line(
     carried: &Carried<'_>,
 ) -> WatcherLine {
     let how = match decision.asked {
-        Asked::Annotation => ("Annotation", "asked by annotation watcher.dev/inject"),
-        Asked::Selector => ("Selector", "selected by the Watcher's spec.selector"),
+        Asked::Annotation => ("Annotation", format!("asked by annotation {}", annotation::Inject::KEY)),
+        Asked::Selector => ("Selector", "selected by the Watcher's spec.selector".to_owned()),
     };
     let line = |injected: bool, reason: &'static str, message: String| {
         WatcherLine::new(decision.name.clone(), injected, carried.up_to_date(&decision.name), reason, message)
@@ -588,7 +592,7 @@ fn rewritten_images(pod: &PodView, policies: &[Arc<CompiledPolicy>]) -> Vec<Imag
         spec.and_then(|s| s.containers.iter().chain(s.init_containers.iter().flatten()).find(|c| c.name == name))
             .and_then(|c| c.image.clone())
     };
-    original_images(pod.annotations().get(ORIGINAL_IMAGES_ANNOTATION).map(String::as_str).unwrap_or(""))
+    annotation::OriginalImages::read(pod.annotations())
         .into_iter()
         .map(|(container, from)| ImageLine {
             container: container.to_owned(),

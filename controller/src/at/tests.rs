@@ -167,7 +167,8 @@ where
         writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod));
     }
     let server = tokio::spawn(script(verifier));
-    let action = reconcile_at(Arc::new(at), super::AtContext::new(ctx.clone(), store), now).await.expect("reconciled");
+    let owned = crate::owned_pods::OwnedPods::listed(store);
+    let action = reconcile_at(Arc::new(at), &ctx, &owned, now).await.expect("reconciled");
     drop(ctx);
     server.await.expect("scenario passed");
     action

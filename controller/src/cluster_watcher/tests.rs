@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use watcher_api::{ClusterWatcher, Watcher};
 use watcher_cache::WatcherCache;
 
-use super::{ClusterContext, desired_config_map, plan_config_maps, reconcile};
+use super::{ClusterWatcherState, desired_config_map, plan_config_maps, reconcile};
 use crate::Context;
 use crate::fixtures::ApiServerVerifier;
 use crate::scope::ScopeStatus;
@@ -56,7 +56,8 @@ struct Cluster {
     namespaces: Writer<NamespaceMeta>,
     watchers: Writer<Watcher>,
     config_maps: Writer<ConfigMap>,
-    ctx: Arc<ClusterContext>,
+    context: Arc<Context>,
+    reconciler: Arc<ClusterWatcherState>,
 }
 
 fn cluster(ctx: Arc<Context>, namespaces: &[NamespaceMeta], config_maps: Vec<ConfigMap>) -> Cluster {
@@ -73,8 +74,9 @@ fn cluster(ctx: Arc<Context>, namespaces: &[NamespaceMeta], config_maps: Vec<Con
     }
     let listed = Arc::new(AtomicBool::new(true));
     let revisions = watcher_cache::RevisionCache::holding(Vec::new(), "watcher-system");
-    let ctx = Arc::new(ClusterContext::new(ctx, cache, config_map_store, listed, ScopeStatus::every_pod(), revisions));
-    Cluster { namespaces: namespace_writer, watchers, config_maps: config_map_writer, ctx }
+    let reconciler =
+        Arc::new(ClusterWatcherState::new(cache, config_map_store, listed, ScopeStatus::every_pod(), revisions));
+    Cluster { namespaces: namespace_writer, watchers, config_maps: config_map_writer, context: ctx, reconciler }
 }
 
 /// Ours, as the cache holds it after the create.
@@ -104,7 +106,8 @@ async fn reconcile_with<F: Future<Output = ()> + Send + 'static>(
     verifier: ApiServerVerifier,
 ) -> Action {
     let server = tokio::spawn(scenario(verifier));
-    let action = reconcile(Arc::new(cluster), state.ctx.clone()).await.expect("reconciled");
+    let action =
+        reconcile(Arc::new(cluster), state.context.clone(), state.reconciler.clone()).await.expect("reconciled");
     drop(state);
     server.await.expect("scenario passed");
     action
@@ -163,7 +166,7 @@ async fn a_steady_state_reads_and_writes_nothing() {
     let cw = ClusterWatcher { status: Some(super::desired_status(&cw, 2, &BTreeSet::new(), true)), ..cw };
     let state = cluster(ctx, &namespaces, vec![ours(&cw, "team-a"), ours(&cw, "team-b")]);
     let server = tokio::spawn(verifier.expect_no_more());
-    reconcile(Arc::new(cw), state.ctx.clone()).await.expect("reconciled");
+    reconcile(Arc::new(cw), state.context.clone(), state.reconciler.clone()).await.expect("reconciled");
     drop(state);
     server.await.expect("no request");
 }
@@ -240,8 +243,8 @@ async fn a_same_named_watcher_takes_a_namespace_over_and_hands_it_back() {
     let mut state = cluster(ctx, &namespaces, vec![ours(&cw, "team-a"), ours(&cw, "team-b")]);
     let taken = own_watcher("team-b");
     state.watchers.apply_watcher_event(&Event::Apply(taken.clone()));
-    state.ctx.cache.invalidate();
-    assert_eq!(state.ctx.cache.namespaces_of(&cw), ["team-a"]);
+    state.reconciler.cache.invalidate();
+    assert_eq!(state.reconciler.cache.namespaces_of(&cw), ["team-a"]);
 
     let server = tokio::spawn(async move {
         let delete = verifier.expect(Method::DELETE, "/api/v1/namespaces/team-b/configmaps/log-agent-config").await;
@@ -251,7 +254,7 @@ async fn a_same_named_watcher_takes_a_namespace_over_and_hands_it_back() {
         status.ok(&echo());
         verifier
     });
-    reconcile(Arc::new(cw.clone()), state.ctx.clone()).await.expect("reconciled");
+    reconcile(Arc::new(cw.clone()), state.context.clone(), state.reconciler.clone()).await.expect("reconciled");
     let mut verifier = server.await.expect("taken over");
 
     // The Watcher's controller creates its own ConfigMap there; then the Watcher is deleted:
@@ -268,17 +271,17 @@ async fn a_same_named_watcher_takes_a_namespace_over_and_hands_it_back() {
     });
     state.config_maps.apply_watcher_event(&Event::Apply(theirs.clone()));
     state.watchers.apply_watcher_event(&Event::Delete(taken));
-    state.ctx.cache.invalidate();
+    state.reconciler.cache.invalidate();
     state.namespaces.apply_watcher_event(&Event::Apply(namespace("team-b", "payments"))); // no change
     let cw = ClusterWatcher { status: Some(super::desired_status(&cw, 1, &BTreeSet::new(), true)), ..cw };
-    assert_eq!(state.ctx.cache.namespaces_of(&cw), ["team-a", "team-b"], "handed back");
+    assert_eq!(state.reconciler.cache.namespaces_of(&cw), ["team-a", "team-b"], "handed back");
     let server = tokio::spawn(async move {
         let status = verifier.expect(Method::PATCH, STATUS_PATH).await;
         assert_eq!(status.body["status"]["conditions"][0]["reason"], "ConfigMapConflict");
         status.ok(&echo());
         verifier
     });
-    reconcile(Arc::new(cw.clone()), state.ctx.clone()).await.expect("reconciled");
+    reconcile(Arc::new(cw.clone()), state.context.clone(), state.reconciler.clone()).await.expect("reconciled");
     let mut verifier = server.await.expect("a conflict while theirs is there");
 
     // Garbage collection removes theirs: one create, and Ready again.
@@ -296,7 +299,7 @@ async fn a_same_named_watcher_takes_a_namespace_over_and_hands_it_back() {
         status.ok(&echo());
         verifier.expect_no_more().await;
     });
-    reconcile(Arc::new(cw), state.ctx.clone()).await.expect("reconciled");
+    reconcile(Arc::new(cw), state.context.clone(), state.reconciler.clone()).await.expect("reconciled");
     drop(state);
     server.await.expect("handed back");
 }

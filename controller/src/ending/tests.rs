@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
-use watcher_api::SIDECARS_ENDED_ANNOTATION;
+use watcher_api::annotation;
 
 use super::*;
 
@@ -16,7 +16,7 @@ fn versions(file: &str) -> Vec<Pod> {
 
 /// Seconds since the epoch of the pod's `watcher.dev/sidecars-ended`, or of its creation.
 fn ended_at(pod: &Pod) -> i64 {
-    let ended = pod.annotations().get(SIDECARS_ENDED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let ended = pod.annotations().get(annotation::SidecarsEnded::KEY).and_then(|t| t.parse::<jiff::Timestamp>().ok());
     ended.or_else(|| pod.metadata.creation_timestamp.as_ref().map(|t| t.0)).expect("a time").as_second()
 }
 
@@ -142,7 +142,7 @@ fn pods_not_meant_to_end_or_naming_no_sidecar_are_left_alone() {
     always.spec.as_mut().expect("spec").restart_policy = Some("Always".into());
     assert_eq!(next(&always, IMAGE, 0), Next::Nothing);
     let mut unnamed = plain.clone();
-    unnamed.metadata.annotations.as_mut().expect("annotations").remove(END_SIDECARS_ANNOTATION);
+    unnamed.metadata.annotations.as_mut().expect("annotations").remove(annotation::EndSidecars::KEY);
     assert_eq!(next(&unnamed, IMAGE, 0), Next::Nothing);
 }
 
@@ -167,7 +167,7 @@ fn an_ended_pod_that_was_marked_is_unmarked() {
         let mut pod = versions(file).pop().expect("versions");
         assert_eq!(next(&pod, IMAGE, 0), Next::Nothing, "{file}");
         let annotations = pod.metadata.annotations.get_or_insert_default();
-        annotations.insert(SIDECARS_CANNOT_END_ANNOTATION.into(), "stubborn".into());
+        annotations.insert(annotation::SidecarsCannotEnd::KEY.into(), "stubborn".into());
         assert_eq!(next(&pod, IMAGE, 0), Next::Unmark, "{file}");
     }
 }
@@ -188,7 +188,7 @@ fn the_patch_switches_only_the_containers_it_names() {
         .filter_map(|c| c["image"].as_str())
         .collect();
     assert_eq!(images, ["busybox:1.36", IMAGE]);
-    assert_eq!(value["metadata"]["annotations"][SIDECARS_ENDED_ANNOTATION], Value::from("2026-11-26T10:00:00Z"));
+    assert_eq!(value["metadata"]["annotations"][annotation::SidecarsEnded::KEY], Value::from("2026-11-26T10:00:00Z"));
     // The containers in another order (a stale index): the test fails, nothing is written.
     let mut other = serde_json::to_value(&pod).expect("pod");
     other["spec"]["containers"].as_array_mut().expect("containers").reverse();
@@ -229,7 +229,8 @@ fn sidecars_that_read_the_ended_file_are_marked_not_switched() {
         });
         assert_eq!(end, Some((vec![sidecar.to_owned()], vec![])), "{file}");
         // Marked: the same version is not ended twice.
-        let marked = pods.iter().find(|p| p.annotations().contains_key(SIDECARS_ENDED_ANNOTATION)).expect("marked");
+        let marked =
+            pods.iter().find(|p| p.annotations().contains_key(annotation::SidecarsEnded::KEY)).expect("marked");
         assert!(!matches!(next(marked, IMAGE, ended_at(marked)), Next::End { .. }), "{file}");
         let last = pods.last().expect("versions");
         let status = last.status.as_ref().expect("status");

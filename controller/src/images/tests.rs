@@ -10,7 +10,7 @@ use watcher_api::ImagePolicy;
 use watcher_api::image::Rule;
 use watcher_cache::PolicyCache;
 
-use super::{Recorded, TemplateRewrite, context_for_tests, plan_template, reconcile, template_matches, template_patch};
+use super::{Recorded, TemplateRewrite, plan_template, reconcile, state_for_tests, template_matches, template_patch};
 use crate::Context;
 
 fn rules(pairs: &[(&str, &str)]) -> Vec<Rule> {
@@ -222,12 +222,12 @@ fn deployment(resource_version: &str, image: &str, recorded: Option<(&str, &str)
     .expect("valid Deployment")
 }
 
-fn context(ctx: Arc<Context>, policy: &ImagePolicy, deployment: Deployment) -> Arc<super::ImagesContext> {
+fn context(ctx: Arc<Context>, policy: &ImagePolicy, deployment: Deployment) -> (Arc<Context>, Arc<super::ImagesState>) {
     let (policies, mut writer) = reflector::store();
     writer.apply_watcher_event(&Event::Apply(policy.clone()));
     let (deployments, mut deployment_writer) = reflector::store();
     deployment_writer.apply_watcher_event(&Event::Apply(deployment));
-    context_for_tests(ctx, PolicyCache::from_stores(policies, reflector::store().0), deployments)
+    (ctx, state_for_tests(PolicyCache::from_stores(policies, reflector::store().0), deployments))
 }
 
 fn expected_patch(resource_version: &str) -> Value {
@@ -255,7 +255,7 @@ async fn a_template_is_patched_with_its_resource_version_then_the_status_counts_
         status.ok(&self::policy(None));
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(policy), shared).await.expect("reconciled");
+    reconcile(Arc::new(policy), shared.0, shared.1).await.expect("reconciled");
     server.await.expect("scenario passed");
 }
 
@@ -279,7 +279,7 @@ async fn a_conflict_is_retried_from_the_workload_as_it_is_now() {
         status.ok(&self::policy(None));
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(policy), shared).await.expect("reconciled");
+    reconcile(Arc::new(policy), shared.0, shared.1).await.expect("reconciled");
     server.await.expect("scenario passed");
 }
 
@@ -300,7 +300,7 @@ async fn a_steady_state_writes_nothing() {
         ),
     );
     let server = tokio::spawn(api.expect_no_more());
-    reconcile(Arc::new(policy), shared).await.expect("reconciled");
+    reconcile(Arc::new(policy), shared.0, shared.1).await.expect("reconciled");
     server.await.expect("no request");
 }
 
@@ -327,7 +327,7 @@ async fn an_image_the_owner_sets_is_never_reverted() {
         status.ok(&self::policy(None));
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(policy), shared).await.expect("reconciled");
+    reconcile(Arc::new(policy), shared.0, shared.1).await.expect("reconciled");
     server.await.expect("scenario passed");
 }
 
@@ -346,6 +346,6 @@ async fn an_invalid_rule_is_reported_and_never_applied() {
         status.ok(&self::policy(None));
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(invalid), shared).await.expect("reconciled");
+    reconcile(Arc::new(invalid), shared.0, shared.1).await.expect("reconciled");
     server.await.expect("scenario passed");
 }

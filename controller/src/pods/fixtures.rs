@@ -9,44 +9,30 @@ use watcher_api::Watcher;
 use watcher_cache::WatcherCache;
 
 use super::store::{CountedPod, Interner, PodIndex, SidecarLookup, containers_of};
-use super::{PodMeta, PodsContext};
+use super::{PodMeta, PodsState};
 use crate::Context;
-use crate::runtime::lock;
 
-/// A context over `pods`, for tests that fill the index themselves.
-pub(super) fn context_for_tests(
+/// The shared context and the reconciler's state over `pods`, for tests that fill the index
+/// themselves (dropped together, they let a mocked server see that no request follows).
+pub(super) fn reconciler_for_tests(
     ctx: Arc<Context>,
     pods: PodIndex,
     revisions: Vec<k8s_openapi::api::apps::v1::ControllerRevision>,
-) -> Arc<PodsContext> {
+) -> (Arc<Context>, Arc<PodsState>) {
     let cache = WatcherCache::from_store(kube::runtime::reflector::store().0).0;
-    context_with_cache(ctx, pods, revisions, cache)
+    reconciler_with_cache(ctx, pods, revisions, cache)
 }
 
-/// [`context_for_tests`] over the Watchers, ClusterWatchers and namespaces of `cache`.
-pub(super) fn context_with_cache(
+/// [`reconciler_for_tests`] over the Watchers, ClusterWatchers and namespaces of `cache`.
+pub(super) fn reconciler_with_cache(
     ctx: Arc<Context>,
     pods: PodIndex,
     revisions: Vec<k8s_openapi::api::apps::v1::ControllerRevision>,
     cache: WatcherCache,
-) -> Arc<PodsContext> {
+) -> (Arc<Context>, Arc<PodsState>) {
     let revisions = watcher_cache::RevisionCache::holding(revisions, cache.operator_namespace());
     let rebuilt = Mutex::default();
-    Arc::new(PodsContext { ctx, cache, pods: Arc::new(pods), policies: None, revisions, rebuilt })
-}
-
-/// The same caches and memory of rebuilt specs, over another client (a test's next scenario).
-impl PodsContext {
-    pub(super) fn over(&self, ctx: Arc<Context>) -> Arc<Self> {
-        Arc::new(Self {
-            ctx,
-            cache: self.cache.clone(),
-            pods: self.pods.clone(),
-            policies: self.policies.clone(),
-            revisions: self.revisions.clone(),
-            rebuilt: Mutex::new(lock(&self.rebuilt).clone()),
-        })
-    }
+    (ctx, Arc::new(PodsState { cache, pods: Arc::new(pods), policies: None, revisions, rebuilt }))
 }
 
 impl CountedPod {

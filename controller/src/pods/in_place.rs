@@ -21,10 +21,7 @@ use json_patch::PatchOperation;
 use kube::ResourceExt;
 use serde_json::json;
 use watcher_api::image::{self, Rule};
-use watcher_api::{
-    INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, InjectionSpec, ORIGINAL_IMAGES_ANNOTATION,
-    SIDECAR_UPDATED_ANNOTATION, Watcher, injected_annotation_value, injected_watchers, injected_watchers_without_image,
-};
+use watcher_api::{InjectionSpec, Watcher, annotation};
 
 use super::CountedPod;
 
@@ -115,10 +112,7 @@ pub fn in_flight(pod: &CountedPod, container: &str) -> bool {
 /// The image admission wrote for `wanted`, as the pod records it: the original is in
 /// `watcher.dev/original-images` when an ImagePolicy rewrote it.
 fn originals(pod: &CountedPod) -> BTreeMap<&str, &str> {
-    pod.annotations()
-        .get(ORIGINAL_IMAGES_ANNOTATION)
-        .map(|recorded| recorded.split(',').filter_map(|entry| entry.trim().split_once('=')).collect())
-        .unwrap_or_default()
+    annotation::OriginalImages::read(pod.annotations()).into_iter().collect()
 }
 
 /// How `pod`, injected with an older spec of `watcher`, is brought to the current spec:
@@ -136,8 +130,11 @@ pub fn update(
     let current = watcher.spec.injection();
     let watcher_name = watcher.name_any();
     let annotations = pod.annotations();
-    let full = injected_watchers(annotations).into_iter().find(|(n, _)| *n == watcher_name).map(|(_, h)| h);
-    let imageless = injected_watchers_without_image(annotations).find(|(n, _)| *n == watcher_name).map(|(_, h)| h);
+    let full = annotation::Injected::read(annotations).into_iter().find(|(n, _)| *n == watcher_name).map(|(_, h)| h);
+    let imageless = annotation::InjectedWithoutImage::read(annotations)
+        .into_iter()
+        .find(|(n, _)| *n == watcher_name)
+        .map(|(_, h)| h);
     // Whether `image` is the one the pod was injected with.
     let injected_with: Box<dyn Fn(&str) -> bool> = match (imageless, full, carried) {
         (Some(imageless), Some(full), _) => {
@@ -190,27 +187,28 @@ fn patch_ops(
     let index = sidecar.index.to_string();
     let name = watcher.name_any();
     let hash = watcher.spec.spec_hash();
-    let entries: Vec<(&str, &str)> = injected_watchers(pod.annotations())
+    let entries: Vec<(&str, &str)> = annotation::Injected::read(pod.annotations())
         .into_iter()
         .map(|(n, h)| if n == name { (n, hash.as_str()) } else { (n, h) })
         .collect();
     // The hash without image stays the same; a pod injected before it carried one gets it.
     let imageless = watcher.spec.spec_hash_without_image();
     let mut without_image: Vec<(&str, &str)> =
-        injected_watchers_without_image(pod.annotations()).filter(|(n, _)| *n != name).collect();
+        annotation::InjectedWithoutImage::read(pod.annotations()).into_iter().filter(|(n, _)| *n != name).collect();
     without_image.push((name.as_str(), imageless.as_str()));
-    let annotation = |key: &str| format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"));
+    let path_of = |key: &str| format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"));
     let mut ops = json!([
         // The resourceVersion the plan was made from: a pod changed since is a conflict.
         {"op": "replace", "path": "/metadata/resourceVersion", "value": &*spec.resource_version},
         {"op": "test", "path": format!("/spec/{list}/{index}/name"), "value": &*sidecar.name},
         {"op": "replace", "path": format!("/spec/{list}/{index}/image"), "value": target},
-        {"op": "replace", "path": annotation(INJECTED_ANNOTATION), "value": injected_annotation_value(entries)},
-        {"op": "add", "path": annotation(INJECTED_WITHOUT_IMAGE_ANNOTATION), "value": injected_annotation_value(without_image)},
-        {"op": "add", "path": annotation(SIDECAR_UPDATED_ANNOTATION), "value": now},
+        {"op": "replace", "path": path_of(annotation::Injected::KEY), "value": annotation::Injected::encode(entries)},
+        {"op": "add", "path": path_of(annotation::InjectedWithoutImage::KEY),
+         "value": annotation::InjectedWithoutImage::encode(without_image)},
+        {"op": "add", "path": path_of(annotation::SidecarUpdated::KEY), "value": now},
     ]);
     // An image an ImagePolicy rewrote keeps its original on record, as admission does.
-    if pod.annotations().contains_key(ORIGINAL_IMAGES_ANNOTATION) {
+    if pod.annotations().contains_key(annotation::OriginalImages::KEY) {
         let mut originals = originals(pod);
         let container = &*sidecar.name;
         if target != wanted {
@@ -218,9 +216,9 @@ fn patch_ops(
         } else {
             originals.remove(container);
         }
-        let value = originals.iter().map(|(c, i)| format!("{c}={i}")).collect::<Vec<_>>().join(",");
+        let value = annotation::OriginalImages::encode(originals.iter().map(|(c, i)| (*c, *i)));
         if let Some(list) = ops.as_array_mut() {
-            list.push(json!({"op": "replace", "path": annotation(ORIGINAL_IMAGES_ANNOTATION), "value": value}));
+            list.push(json!({"op": "replace", "path": path_of(annotation::OriginalImages::KEY), "value": value}));
         }
     }
     serde_json::from_value(ops).unwrap_or_default()

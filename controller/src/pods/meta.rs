@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use watcher_api::INJECTED_ANNOTATION;
+use watcher_api::annotation;
 
 /// A pod, reduced as it is decoded (see the module's documentation).
 #[derive(kube::Resource, Clone, Debug, Default, PartialEq, Serialize)]
@@ -222,7 +222,7 @@ impl<'de> Deserialize<'de> for PodMeta {
                 let mut seen_metadata = false;
                 while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                     let wanted = !seen_metadata
-                        || pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(INJECTED_ANNOTATION));
+                        || pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(annotation::Injected::KEY));
                     match key.as_ref() {
                         "metadata" => {
                             pod.metadata = map.next_value::<Metadata>()?.into();

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use watcher_api::{SIDECAR_UPDATED_ANNOTATION, UpdatePolicyType, Watcher};
+use watcher_api::{UpdatePolicyType, Watcher, annotation};
 
 use super::in_place::{self, IN_PLACE_DEADLINE, Update};
 use super::{CountedPod, live_pods_of, shown, standing, terminating_pods_of};
@@ -158,7 +158,7 @@ fn count_up_to_date(rollout: &mut Rollout, watcher: &Watcher, hash: &str, all: &
         if policy.type_ == UpdatePolicyType::InPlace && in_place::in_flight(pod, container) {
             rollout.in_flight.push(shown(watcher, pod));
             let updated =
-                pod.annotations().get(SIDECAR_UPDATED_ANNOTATION).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+                pod.annotations().get(annotation::SidecarUpdated::KEY).and_then(|t| t.parse::<jiff::Timestamp>().ok());
             if updated.is_some_and(|at| now.duration_since(at) > deadline) {
                 rollout.stuck.push(format!(
                     "pod {} has not run the new sidecar image within {} minutes of its update",
@@ -173,7 +173,10 @@ fn count_up_to_date(rollout: &mut Rollout, watcher: &Watcher, hash: &str, all: &
 /// The spec hash `pod` carries for `watcher`.
 fn pod_hash(watcher: &Watcher, pod: &CountedPod) -> Option<String> {
     let name = kube::ResourceExt::name_any(watcher);
-    watcher_api::injected_watchers(pod.annotations()).into_iter().find(|(n, _)| *n == name).map(|(_, h)| h.to_owned())
+    watcher_api::annotation::Injected::read(pod.annotations())
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, h)| h.to_owned())
 }
 
 /// The `SidecarsUpdated` condition of a rollout: status, reason and message with the counts.

@@ -6,15 +6,13 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use watcher_api::types;
-use watcher_api::{
-    ClusterWatcher, LEFT_OUT_ANNOTATION, PodCounts, SIDECARS_CANNOT_END_ANNOTATION, SUPERVISOR_NAME, Watcher,
-    condition, injected_watchers, left_out_watchers, requested_watchers, set_condition,
-};
+use watcher_api::{ClusterWatcher, PodCounts, SUPERVISOR_NAME, Watcher, annotation, condition, set_condition};
 
+use super::Subject;
 use super::in_place::Blocked;
 use super::rollout;
 use super::store::{CountedPod, containers_of};
-use super::{PodsContext, Subject};
+use crate::Context;
 use crate::Result;
 
 /// How a pod stands towards one Watcher.
@@ -28,8 +26,8 @@ pub(super) struct PodStanding {
 pub(super) fn standing(watcher: &Watcher, hash: &str, pod: &CountedPod) -> PodStanding {
     let name = watcher.name_any();
     let annotations = pod.annotations();
-    let matched = requested_watchers(annotations).contains(&name.as_str()) || watcher.selects(pod.labels());
-    let entry = injected_watchers(annotations).into_iter().find(|(n, _)| *n == name);
+    let matched = annotation::Inject::read(annotations).contains(&name.as_str()) || watcher.selects(pod.labels());
+    let entry = annotation::Injected::read(annotations).into_iter().find(|(n, _)| *n == name);
     PodStanding { matched, injected: entry.is_some(), up_to_date: entry.is_some_and(|(_, h)| h == hash) }
 }
 
@@ -54,7 +52,7 @@ pub(super) fn count(watcher: &Watcher, pods: &[&CountedPod]) -> PodCounts {
 /// The first of `containers` that the ending controller ended in `pod` but still runs, as the
 /// pod's `watcher.dev/sidecars-cannot-end` says (the pod cannot finish).
 pub(super) fn kept_running<'p>(pod: &'p CountedPod, containers: &[String]) -> Option<&'p str> {
-    let named = pod.annotations().get(SIDECARS_CANNOT_END_ANNOTATION)?;
+    let named = pod.annotations().get(annotation::SidecarsCannotEnd::KEY)?;
     named.split(',').map(str::trim).find(|n| containers.iter().any(|c| c == n))
 }
 
@@ -69,7 +67,7 @@ pub(super) fn ended_condition(
     let containers = containers_of(watcher);
     let name = watcher.name_any();
     let mut kept: Vec<(&CountedPod, &str)> = live_pods_of(watcher, pods)
-        .filter(|p| injected_watchers(p.annotations()).iter().any(|(n, _)| *n == name))
+        .filter(|p| annotation::Injected::read(p.annotations()).iter().any(|(n, _)| *n == name))
         .filter_map(|p| kept_running(p, &containers).map(|c| (p, c)))
         .collect();
     kept.sort_by(|a, b| a.0.created.cmp(&b.0.created).then_with(|| a.0.name.cmp(&b.0.name)));
@@ -100,10 +98,10 @@ pub(super) fn ended_condition(
 pub(super) fn left_out_condition(watcher: &Watcher, pods: &[&CountedPod]) -> Option<(bool, String, String)> {
     let name = watcher.name_any();
     let mut left: Vec<(&CountedPod, String)> = live_pods_of(watcher, pods)
-        .filter(|p| !injected_watchers(p.annotations()).iter().any(|(n, _)| *n == name))
+        .filter(|p| !annotation::Injected::read(p.annotations()).iter().any(|(n, _)| *n == name))
         .filter_map(|p| {
-            let value = p.annotations().get(LEFT_OUT_ANNOTATION)?;
-            let why = left_out_watchers(value).find(|(n, _)| *n == name)?.1.to_owned();
+            let left_out = annotation::LeftOut::read(p.annotations());
+            let why = left_out.into_iter().find(|(n, _)| *n == name)?.1.to_owned();
             Some((p, why))
         })
         .collect();
@@ -153,7 +151,7 @@ pub(super) fn running_condition(
     let containers = containers_of(watcher);
     let name = watcher.name_any();
     let mut blocked: Vec<(&CountedPod, &str, &Blocked)> = live_pods_of(watcher, pods)
-        .filter(|p| injected_watchers(p.annotations()).iter().any(|(n, _)| *n == name))
+        .filter(|p| annotation::Injected::read(p.annotations()).iter().any(|(n, _)| *n == name))
         .filter_map(|p| blocked_in(p, &containers).map(|(c, why)| (p, c, why)))
         .collect();
     blocked.sort_by(|a, b| a.0.created.cmp(&b.0.created).then_with(|| a.0.name.cmp(&b.0.name)));
@@ -214,20 +212,15 @@ pub(super) fn terminating_pods_of(watcher: &Watcher, hash: &str, pods: &[&Counte
 }
 
 /// Merge-patches the status of the Watcher or ClusterWatcher.
-pub(super) async fn patch_status(
-    subject: &Subject,
-    name: &str,
-    ctx: &PodsContext,
-    patch: serde_json::Value,
-) -> Result<()> {
+pub(super) async fn patch_status(subject: &Subject, name: &str, ctx: &Context, patch: serde_json::Value) -> Result<()> {
     let params = PatchParams::default();
     match subject {
         Subject::Watcher(namespace) => {
-            let api = Api::<Watcher>::namespaced(ctx.ctx.client.clone(), namespace);
+            let api = Api::<Watcher>::namespaced(ctx.client.clone(), namespace);
             api.patch_status(name, &params, &Patch::Merge(&patch)).await?;
         }
         Subject::Cluster(_) => {
-            let api = Api::<ClusterWatcher>::all(ctx.ctx.client.clone());
+            let api = Api::<ClusterWatcher>::all(ctx.client.clone());
             api.patch_status(name, &params, &Patch::Merge(&patch)).await?;
         }
     }
@@ -239,7 +232,7 @@ pub(super) async fn patch_status(
 pub(super) async fn set_rollout_condition(
     watcher: &Watcher,
     subject: &Subject,
-    ctx: &PodsContext,
+    ctx: &Context,
     rollout: &rollout::Rollout,
 ) -> Result<Option<Vec<watcher_api::Condition>>> {
     let (status, reason, message) = rollout::condition(watcher, rollout);
@@ -265,7 +258,7 @@ pub(super) async fn set_rollout_condition(
 pub(super) async fn set_kubelet_condition(
     watcher: &Watcher,
     subject: &Subject,
-    ctx: &PodsContext,
+    ctx: &Context,
     type_: &str,
     condition_now: Option<(bool, String, String)>,
     mut conditions: Vec<watcher_api::Condition>,
@@ -291,7 +284,7 @@ pub(super) async fn set_kubelet_condition(
 
 /// Publishes an Event about the Watcher or ClusterWatcher.
 pub(super) async fn publish(
-    ctx: &PodsContext,
+    ctx: &Context,
     subject: &Subject,
     watcher: &Watcher,
     type_: EventType,
@@ -303,5 +296,5 @@ pub(super) async fn publish(
         Subject::Watcher(_) => watcher.object_ref(&()),
         Subject::Cluster(cluster) => cluster.object_ref(&()),
     };
-    ctx.ctx.publish_as(&regarding, type_, reason, action, note).await;
+    ctx.publish(&regarding, type_, reason, action, note).await;
 }

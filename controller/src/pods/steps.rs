@@ -12,12 +12,13 @@ use kube::api::{Api, EvictParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use tracing::{info, warn};
-use watcher_api::{PodCounts, Watcher, injected_watchers};
+use watcher_api::{PodCounts, Watcher, annotation};
 
 use super::rollout;
 use super::status::{publish, set_rollout_condition};
 use super::store::CountedPod;
-use super::{EVICTION_RETRY, PodsContext, Subject};
+use super::{EVICTION_RETRY, PodsState, Subject};
+use crate::Context;
 use crate::Result;
 use crate::revisions;
 use crate::runtime::lock;
@@ -42,12 +43,12 @@ pub(super) struct Step {
 pub(super) fn plan_step(
     watcher: &Watcher,
     pods: &[&CountedPod],
-    ctx: &PodsContext,
+    state: &PodsState,
     namespaces: &[String],
     counts: &PodCounts,
     rebuilt: &[Arc<ControllerRevision>],
 ) -> Step {
-    let mut all = ctx.revisions.store.state();
+    let mut all = state.revisions.store.state();
     all.extend(
         rebuilt.iter().filter(|r| !all.iter().any(|a| a.metadata.name == r.metadata.name)).cloned().collect::<Vec<_>>(),
     );
@@ -55,7 +56,7 @@ pub(super) fn plan_step(
     let name = watcher.name_any();
     let mut carried_by: BTreeMap<String, usize> = BTreeMap::new();
     for pod in pods {
-        for (_, hash) in injected_watchers(pod.annotations()).into_iter().filter(|(n, _)| *n == name) {
+        for (_, hash) in annotation::Injected::read(pod.annotations()).into_iter().filter(|(n, _)| *n == name) {
             *carried_by.entry(hash.to_owned()).or_default() += 1;
         }
     }
@@ -65,13 +66,13 @@ pub(super) fn plan_step(
     let current = revisions::revision_name(&name, &watcher.spec.spec_hash());
     let policies: Vec<(&str, Vec<Arc<watcher_api::CompiledPolicy>>)> = namespaces
         .iter()
-        .map(|ns| (ns.as_str(), ctx.policies.as_ref().map(|p| p.policies_for(ns)).unwrap_or_default()))
+        .map(|ns| (ns.as_str(), state.policies.as_ref().map(|p| p.policies_for(ns)).unwrap_or_default()))
         .filter(|(_, policies)| !policies.is_empty())
         .collect();
     let rules: rollout::Rules<'_> =
         policies.iter().map(|(ns, policies)| (*ns, policies.iter().flat_map(|p| p.valid_rules()).collect())).collect();
     Step {
-        revisions: revisions::plan_revisions(watcher, &revisions_namespace(watcher, ctx), &mine, &carried, &stable),
+        revisions: revisions::plan_revisions(watcher, &revisions_namespace(watcher, state), &mine, &carried, &stable),
         rollout: rollout::plan(watcher, pods, &mine, &rules, jiff::Timestamp::now()),
         current,
         stable,
@@ -90,24 +91,25 @@ pub(super) const REBUILDS_REMEMBERED: usize = 10_000;
 pub(super) async fn rebuild_unkept(
     watcher: &Watcher,
     namespaces: &[String],
-    ctx: &PodsContext,
+    ctx: &Context,
+    state: &PodsState,
 ) -> Result<Vec<Arc<ControllerRevision>>> {
     let name = watcher.name_any();
     let current = watcher.spec.spec_hash();
-    let all = ctx.revisions.store.state();
+    let all = state.revisions.store.state();
     let mine = revisions::revisions_of(watcher, &all);
     let kept = |hash: &str| {
         let revision = revisions::revision_name(&name, hash);
         mine.iter().any(|r| r.metadata.name.as_deref() == Some(revision.as_str()))
     };
     let uid = watcher.uid().unwrap_or_default();
-    let unkept: BTreeMap<String, (String, String)> = ctx.pods.with_namespaces(namespaces, |pods| {
+    let unkept: BTreeMap<String, (String, String)> = state.pods.with_namespaces(namespaces, |pods| {
         let mut unkept = BTreeMap::new();
         // From the oldest pod that carries it (any pod holds the spec; one pod, predictably).
         let mut live: Vec<&&CountedPod> = pods.iter().filter(|p| !p.terminating()).collect();
         live.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
         for pod in live {
-            for (_, hash) in injected_watchers(pod.annotations()).into_iter().filter(|(n, _)| *n == name) {
+            for (_, hash) in annotation::Injected::read(pod.annotations()).into_iter().filter(|(n, _)| *n == name) {
                 if hash != current && !kept(hash) {
                     unkept.entry(hash.to_owned()).or_insert_with(|| (pod.namespace().to_owned(), pod.name.to_string()));
                 }
@@ -118,7 +120,7 @@ pub(super) async fn rebuild_unkept(
     let mut rebuilt = Vec::new();
     for (hash, (namespace, pod)) in unkept.into_iter().take(REBUILDS_PER_RECONCILE) {
         {
-            let mut tried = lock(&ctx.rebuilt);
+            let mut tried = lock(&state.rebuilt);
             if tried.len() >= REBUILDS_REMEMBERED {
                 tried.clear();
             }
@@ -126,7 +128,7 @@ pub(super) async fn rebuild_unkept(
                 continue;
             }
         }
-        let Some(stored) = Api::<Pod>::namespaced(ctx.ctx.client.clone(), &namespace).get_opt(&pod).await? else {
+        let Some(stored) = Api::<Pod>::namespaced(ctx.client.clone(), &namespace).get_opt(&pod).await? else {
             continue;
         };
         let Some(spec) = revisions::rebuild::rebuild(&stored, &name, &watcher.spec.container.name, &hash) else {
@@ -134,13 +136,13 @@ pub(super) async fn rebuild_unkept(
             continue;
         };
         let number = revisions::rebuilt_number(&mine);
-        let Some(mut revision) = revisions::revision_of(watcher, &spec, &revisions_namespace(watcher, ctx), number)
+        let Some(mut revision) = revisions::revision_of(watcher, &spec, &revisions_namespace(watcher, state), number)
         else {
             continue;
         };
         let from = format!("{namespace}/{pod}");
         revision.metadata.annotations = Some([(revisions::REBUILT_FROM_ANNOTATION.to_owned(), from.clone())].into());
-        revisions::create(&ctx.ctx.client, &revision).await?;
+        revisions::create(&ctx.client, &revision).await?;
         info!(revision = revision.name_any(), from, "rebuilt the revision of a spec pods carry from a pod");
         rebuilt.push(Arc::new(revision));
     }
@@ -148,8 +150,8 @@ pub(super) async fn rebuild_unkept(
 }
 
 /// Where `watcher`'s revisions are kept: its namespace; a ClusterWatcher's, the operator's.
-pub(super) fn revisions_namespace(watcher: &Watcher, ctx: &PodsContext) -> String {
-    watcher.namespace().unwrap_or_else(|| ctx.cache.operator_namespace().to_owned())
+pub(super) fn revisions_namespace(watcher: &Watcher, state: &PodsState) -> String {
+    watcher.namespace().unwrap_or_else(|| state.cache.operator_namespace().to_owned())
 }
 
 /// One step of a rollout (its revisions kept before): the in-place patches, then the evictions, an
@@ -159,17 +161,17 @@ pub(super) async fn roll(
     watcher: &Watcher,
     subject: &Subject,
     mut rollout: rollout::Rollout,
-    ctx: &PodsContext,
+    ctx: &Context,
 ) -> Result<(Action, usize, Option<Vec<watcher_api::Condition>>)> {
     let mut patched = Vec::new();
     let mut conflict = false;
     for patch in &rollout.patches {
-        let api = Api::<Pod>::namespaced(ctx.ctx.client.clone(), &patch.namespace);
+        let api = Api::<Pod>::namespaced(ctx.client.clone(), &patch.namespace);
         let ops = Patch::Json::<()>(json_patch::Patch(patch.ops.clone()));
         match api.patch(&patch.pod, &PatchParams::default(), &ops).await {
             Ok(_) => {
                 info!(pod = patch.pod, image = patch.image, "sidecar image updated in place");
-                ctx.ctx.metrics.in_place_update();
+                ctx.metrics.in_place_update();
                 patched.push(patch.pod.as_str());
             }
             // Changed since it was cached (409), or its container moved (422, the test op):
@@ -192,7 +194,7 @@ pub(super) async fn roll(
     rollout.outdated -= patched.len();
     rollout.in_flight.extend(patched.iter().cloned());
     let written = set_rollout_condition(watcher, subject, ctx, &rollout).await?;
-    let mut action = evict_names(&ctx.ctx.client, &rollout.evictions).await?;
+    let mut action = evict_names(&ctx.client, &rollout.evictions).await?;
     if conflict || !patched.is_empty() || !rollout.in_flight.is_empty() {
         action = Action::requeue(IN_PLACE_RECHECK.min(EVICTION_RETRY));
     }

@@ -7,11 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use kube::ResourceExt;
 use kube::runtime::watcher;
-use watcher_api::{
-    INJECT_ANNOTATION, INJECTED_ANNOTATION, INJECTED_WITHOUT_IMAGE_ANNOTATION, LEFT_OUT_ANNOTATION,
-    ORIGINAL_IMAGES_ANNOTATION, SIDECAR_UPDATED_ANNOTATION, SIDECARS_CANNOT_END_ANNOTATION, SUPERVISOR_NAME, Watcher,
-    injected_watchers,
-};
+use watcher_api::{SUPERVISOR_NAME, Watcher, annotation};
 
 use super::PodMeta;
 use super::RECREATING_OWNERS;
@@ -42,13 +38,13 @@ pub(super) const CANNOT_START: [&str; 8] = [
 
 /// The annotations a [`CountedPod`] keeps.
 pub(super) const KEPT_ANNOTATIONS: [&str; 7] = [
-    INJECT_ANNOTATION,
-    INJECTED_ANNOTATION,
-    INJECTED_WITHOUT_IMAGE_ANNOTATION,
-    SIDECAR_UPDATED_ANNOTATION,
-    ORIGINAL_IMAGES_ANNOTATION,
-    SIDECARS_CANNOT_END_ANNOTATION,
-    LEFT_OUT_ANNOTATION,
+    annotation::Inject::KEY,
+    annotation::Injected::KEY,
+    annotation::InjectedWithoutImage::KEY,
+    annotation::SidecarUpdated::KEY,
+    annotation::OriginalImages::KEY,
+    annotation::SidecarsCannotEnd::KEY,
+    annotation::LeftOut::KEY,
 ];
 
 /// A pod as the pod reconciler keeps it: only what counting and eviction read, 48 bytes of its
@@ -188,8 +184,10 @@ impl CountedPod {
 /// The sidecars of the Watchers `pod` carries, with what the kubelet reports of them.
 pub(super) fn injected_spec(pod: &PodMeta, lookup: &SidecarLookup) -> Option<InjectedSpec> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let mut wanted: Vec<String> =
-        injected_watchers(pod.annotations()).into_iter().flat_map(|(name, _)| lookup(namespace, name)).collect();
+    let mut wanted: Vec<String> = annotation::Injected::read(pod.annotations())
+        .into_iter()
+        .flat_map(|(name, _)| lookup(namespace, name))
+        .collect();
     let spec = pod.spec.as_ref().filter(|_| !wanted.is_empty())?;
     // The supervisor's init container, which the webhook adds for the Watchers' sidecars of a
     // pod that is meant to end: one that cannot start keeps the pod from running.

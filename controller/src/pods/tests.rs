@@ -6,7 +6,7 @@ use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use watcher_api::{PodCounts, Watcher};
 
-use super::{CountedPod, PodIndex, PodMeta, context_for_tests, count, reconcile};
+use super::{CountedPod, PodIndex, PodMeta, count, reconcile, reconciler_for_tests};
 use crate::Context;
 
 /// The pods a `Recreate` rollout evicts now.
@@ -205,7 +205,7 @@ async fn changed_counts_are_written_with_one_event() {
     let w = watcher("Report", 1, None);
     let pods = [("asked", json!({}), json!({"watcher.dev/inject": "log-watcher"}), None)];
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, store(&pods), Vec::new());
+    let shared = reconciler_for_tests(ctx, store(&pods), Vec::new());
     let server = tokio::spawn(async move {
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         assert_eq!(
@@ -221,7 +221,7 @@ async fn changed_counts_are_written_with_one_event() {
         event.created();
         api.expect_no_more().await;
     });
-    let action = reconcile(Arc::new(w), shared.clone()).await.expect("reconciled");
+    let action = reconcile(Arc::new(w), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     assert_eq!(action, Action::await_change());
     drop(shared);
     server.await.expect("scenario passed");
@@ -257,7 +257,7 @@ async fn the_pod_counts_are_exported_as_the_status_says_after_a_reconcile() {
         ),
     ];
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, store(&pods), Vec::new());
+    let shared = reconciler_for_tests(ctx, store(&pods), Vec::new());
     let server = tokio::spawn(async move {
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         let written = status.body["status"].clone();
@@ -266,7 +266,7 @@ async fn the_pod_counts_are_exported_as_the_status_says_after_a_reconcile() {
         api.expect_no_more().await;
         written
     });
-    reconcile(Arc::new(w.clone()), shared.clone()).await.expect("reconciled");
+    reconcile(Arc::new(w.clone()), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     drop(shared);
     let written = server.await.expect("scenario passed");
     let mut cached = serde_json::to_value(&w).expect("JSON");
@@ -293,9 +293,9 @@ async fn unchanged_counts_write_nothing() {
     let w = watcher("Report", 1, Some(json!({"pods": {"matched": 1, "injected": 0, "upToDate": 0, "missing": 1}})));
     let pods = [("asked", json!({}), json!({"watcher.dev/inject": "log-watcher"}), None)];
     let (ctx, api) = Context::test();
-    let shared = context_for_tests(ctx, store(&pods), Vec::new());
+    let shared = reconciler_for_tests(ctx, store(&pods), Vec::new());
     let server = tokio::spawn(api.expect_no_more());
-    reconcile(Arc::new(w), shared.clone()).await.expect("reconciled");
+    reconcile(Arc::new(w), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     drop(shared);
     server.await.expect("no request at all");
 }
@@ -315,7 +315,7 @@ async fn recreate_evicts_through_the_eviction_api_and_waits_on_a_budget() {
         ("b", json!({"app": "web"}), json!({}), Some("ReplicaSet")),
     ];
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, store(&pods), Vec::new());
+    let shared = reconciler_for_tests(ctx, store(&pods), Vec::new());
     let hash = w.spec.spec_hash();
     let server = tokio::spawn(async move {
         // The current spec is kept as a revision first.
@@ -343,7 +343,7 @@ async fn recreate_evicts_through_the_eviction_api_and_waits_on_a_budget() {
         status.ok(&watcher_echo());
         api.expect_no_more().await;
     });
-    let action = reconcile(Arc::new(w), shared.clone()).await.expect("reconciled");
+    let action = reconcile(Arc::new(w), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     assert_eq!(action, Action::requeue(super::EVICTION_RETRY));
     drop(shared);
     server.await.expect("scenario passed");
@@ -381,7 +381,7 @@ async fn in_place_patches_one_container_image_within_the_cap() {
     let resource_version = pods[0]["metadata"]["resourceVersion"].clone();
     let (ctx, mut api) = Context::test();
     let metrics = ctx.metrics.clone();
-    let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1)]);
+    let shared = reconciler_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1)]);
     let hash = new.spec.spec_hash();
     let server = tokio::spawn(async move {
         let revision = api.expect(Method::POST, &format!("{FX_REVISIONS}?fieldManager=watcher-operator")).await;
@@ -421,7 +421,7 @@ async fn in_place_patches_one_container_image_within_the_cap() {
         drift.created();
         api.expect_no_more().await;
     });
-    let action = reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");
+    let action = reconcile(Arc::new(new), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     assert_eq!(action, Action::requeue(super::EVICTION_RETRY));
     assert_eq!(metrics.in_place_updates(), 1);
     drop(shared);
@@ -439,7 +439,7 @@ async fn in_place_needs_no_revision_of_the_old_spec() {
     let pods = [as_injected_today(stored_replica(1)), as_injected_today(stored_replica(2))];
     let (ctx, mut api) = Context::test();
     let metrics = ctx.metrics.clone();
-    let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![]);
+    let shared = reconciler_for_tests(ctx, stored_index(&pods, &new), vec![]);
     let hash = new.spec.spec_hash();
     let stored = pods[0].clone();
     let server = tokio::spawn(async move {
@@ -472,7 +472,7 @@ async fn in_place_needs_no_revision_of_the_old_spec() {
         api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await.created();
         api.expect_no_more().await;
     });
-    let action = reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");
+    let action = reconcile(Arc::new(new), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     assert_eq!(action, Action::requeue(super::EVICTION_RETRY));
     assert_eq!(metrics.in_place_updates(), 1);
     drop(shared);
@@ -490,7 +490,7 @@ async fn a_change_of_share_volumes_is_a_recreate_not_in_place() {
     let pods = [as_injected_today(stored_replica(1)), as_injected_today(stored_replica(2))];
     let (ctx, mut api) = Context::test();
     let metrics = ctx.metrics.clone();
-    let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1)]);
+    let shared = reconciler_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1)]);
     let hash = new.spec.spec_hash();
     let server = tokio::spawn(async move {
         let revision = api.expect(Method::POST, &format!("{FX_REVISIONS}?fieldManager=watcher-operator")).await;
@@ -509,7 +509,7 @@ async fn a_change_of_share_volumes_is_a_recreate_not_in_place() {
         api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await.created();
         api.expect_no_more().await;
     });
-    let action = reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");
+    let action = reconcile(Arc::new(new), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     assert_eq!(action, Action::requeue(super::EVICTION_RETRY));
     assert_eq!(metrics.in_place_updates(), 0, "nothing patched in place");
     drop(shared);
@@ -529,9 +529,9 @@ async fn revisions_are_created_once_and_pruned_beyond_the_history() {
     let mut steady = current.clone();
     steady.status = Some(serde_json::from_value(status.clone()).expect("status"));
     let (ctx, api) = Context::test();
-    let shared = context_for_tests(ctx, stored_index(&[stored_replica(1)], &steady), vec![old_revision(1)]);
+    let shared = reconciler_for_tests(ctx, stored_index(&[stored_replica(1)], &steady), vec![old_revision(1)]);
     let server = tokio::spawn(api.expect_no_more());
-    reconcile(Arc::new(steady), shared.clone()).await.expect("reconciled");
+    reconcile(Arc::new(steady), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     drop(shared);
     server.await.expect("a steady state writes nothing");
 
@@ -548,7 +548,7 @@ async fn revisions_are_created_once_and_pruned_beyond_the_history() {
     newest.status = Some(serde_json::from_value(status).expect("status"));
     let doomed: Vec<String> = revisions[1..3].iter().map(|r| r.metadata.name.clone().expect("name")).collect();
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, stored_index(&[stored_replica(1)], &newest), revisions);
+    let shared = reconciler_for_tests(ctx, stored_index(&[stored_replica(1)], &newest), revisions);
     let server = tokio::spawn(async move {
         // 12 revisions, 10 kept: the two oldest that no pod carries go; then the condition
         // (paused), the counts and their Event.
@@ -566,7 +566,7 @@ async fn revisions_are_created_once_and_pruned_beyond_the_history() {
         assert_eq!(deleted, doomed);
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(newest), shared.clone()).await.expect("reconciled");
+    reconcile(Arc::new(newest), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     drop(shared);
     server.await.expect("scenario passed");
 }
@@ -583,7 +583,7 @@ async fn the_revision_of_a_spec_only_pods_carry_is_rebuilt_from_a_pod() {
     let (old_hash, new_hash) = (old.spec.spec_hash(), new.spec.spec_hash());
     let pods = [stored_replica(1), stored_replica(2)];
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![]);
+    let shared = reconciler_for_tests(ctx, stored_index(&pods, &new), vec![]);
     let stored = pods[0].clone();
     let server = tokio::spawn(async move {
         api.expect(Method::GET, "/api/v1/namespaces/fx-limits/pods/web-1").await.ok(&stored);
@@ -607,9 +607,9 @@ async fn the_revision_of_a_spec_only_pods_carry_is_rebuilt_from_a_pod() {
         api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await.created();
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(new.clone()), shared.clone()).await.expect("reconciled");
+    reconcile(Arc::new(new.clone()), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     let (ctx, api) = Context::test();
-    let again = shared.over(ctx);
+    let again = (ctx, shared.1.clone());
     drop(shared);
     server.await.expect("rebuilt once");
     let server = tokio::spawn(async move {
@@ -626,7 +626,7 @@ async fn the_revision_of_a_spec_only_pods_carry_is_rebuilt_from_a_pod() {
         api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await.created();
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(new), again.clone()).await.expect("reconciled again");
+    reconcile(Arc::new(new), again.0.clone(), again.1.clone()).await.expect("reconciled again");
     drop(again);
     server.await.expect("no second read of the pod");
 }
@@ -650,7 +650,7 @@ async fn a_stuck_pod_halts_the_rollout() {
     let pods = [stuck, stored_replica(2)];
     let current = desired_revision(&new, "fx-limits", 2).expect("revision");
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1), current]);
+    let shared = reconciler_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1), current]);
     let server = tokio::spawn(async move {
         let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/fx-limits/events").await;
         assert_eq!(event.body["reason"], "SidecarUpdateStuck");
@@ -675,7 +675,7 @@ async fn a_stuck_pod_halts_the_rollout() {
         revisions.ok(&watcher_echo());
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(new), shared.clone()).await.expect("reconciled");
+    reconcile(Arc::new(new), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     drop(shared);
     server.await.expect("scenario passed: no pod patched");
 }
@@ -864,7 +864,7 @@ async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_parti
         meta(name, namespace, json!({"app": "web"}), old.clone(), Some("ReplicaSet"), created, false)
     });
     let (ctx, mut api) = Context::test();
-    let shared = super::context_with_cache(ctx, PodIndex::with_pods(pods), Vec::new(), cache);
+    let shared = super::reconciler_with_cache(ctx, PodIndex::with_pods(pods), Vec::new(), cache);
     let status_path = "/apis/watcher.dev/v1alpha1/clusterwatchers/log-watcher/status";
     let echo = serde_json::to_value(&cluster).expect("JSON");
     let hash = cluster.spec.watcher.spec_hash();
@@ -914,9 +914,11 @@ async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_parti
         event.created();
         api.expect_no_more().await;
     });
-    let action = super::reconcile_cluster(Arc::new(cluster.clone()), shared.clone()).await.expect("reconciled");
+    let action = super::reconcile_cluster(Arc::new(cluster.clone()), shared.0.clone(), shared.1.clone())
+        .await
+        .expect("reconciled");
     assert_eq!(action, Action::requeue(super::EVICTION_RETRY));
-    let counted = shared.ctx.metrics.cluster_pods();
+    let counted = shared.0.metrics.cluster_pods();
     drop(shared);
     server.await.expect("scenario passed");
 
@@ -979,7 +981,7 @@ async fn a_sidecar_the_kubelet_cannot_start_is_reported() {
     );
     let status_path = "/apis/watcher.dev/v1alpha1/namespaces/kubelet-cap/watchers/plain-watcher/status";
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, stored_index(std::slice::from_ref(&stored), &watcher), Vec::new());
+    let shared = reconciler_for_tests(ctx, stored_index(std::slice::from_ref(&stored), &watcher), Vec::new());
     let echo = serde_json::to_value(&watcher).expect("JSON");
     let server = tokio::spawn(async move {
         let counts = api.expect(Method::PATCH, status_path).await;
@@ -1007,7 +1009,7 @@ async fn a_sidecar_the_kubelet_cannot_start_is_reported() {
         condition.ok(&echo);
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(watcher.clone()), shared.clone()).await.expect("reconciled");
+    reconcile(Arc::new(watcher.clone()), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     drop(shared);
     server.await.expect("counted, said, conditioned");
 
@@ -1035,7 +1037,7 @@ async fn a_sidecar_the_kubelet_cannot_start_is_reported() {
         .expect("status"),
     );
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, stored_index(&[running], &watcher), Vec::new());
+    let shared = reconciler_for_tests(ctx, stored_index(&[running], &watcher), Vec::new());
     let echo = serde_json::to_value(&watcher).expect("JSON");
     let server = tokio::spawn(async move {
         let counts = api.expect(Method::PATCH, status_path).await;
@@ -1047,7 +1049,7 @@ async fn a_sidecar_the_kubelet_cannot_start_is_reported() {
         condition.ok(&echo);
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(reported), shared.clone()).await.expect("reconciled");
+    reconcile(Arc::new(reported), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     drop(shared);
     server.await.expect("started again");
 }
@@ -1077,7 +1079,7 @@ async fn a_pod_kept_from_ending_is_reported() {
     let status_path = format!("/apis/watcher.dev/v1alpha1/namespaces/{namespace}/watchers/stubborn/status");
     let events_path = format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events");
     let (ctx, mut api) = Context::test();
-    let shared = context_for_tests(ctx, stored_index(&stored, &watcher), Vec::new());
+    let shared = reconciler_for_tests(ctx, stored_index(&stored, &watcher), Vec::new());
     let echo = serde_json::to_value(&watcher).expect("JSON");
     let server = tokio::spawn(async move {
         let counts = api.expect(Method::PATCH, &status_path).await;
@@ -1109,7 +1111,7 @@ async fn a_pod_kept_from_ending_is_reported() {
         condition.ok(&echo);
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(watcher.clone()), shared.clone()).await.expect("reconciled");
+    reconcile(Arc::new(watcher.clone()), shared.0.clone(), shared.1.clone()).await.expect("reconciled");
     drop(shared);
     server.await.expect("counted, said, conditioned");
 

@@ -132,11 +132,11 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     let (ctx, verifier) = Context::test();
-    let shared = super::PodSetContext::new(ctx, cached(pods));
+    let shared = super::PodSetState::listed(cached(pods), Default::default());
     let server = tokio::spawn(script(verifier));
-    reconcile(Arc::new(set), shared.clone()).await.expect("reconciled");
+    reconcile(Arc::new(set), ctx.clone(), shared.clone()).await.expect("reconciled");
     let expected = std::mem::take(&mut *shared.expectations.lock().expect("lock"));
-    drop(shared); // lets the scenario see that no request follows
+    drop((shared, ctx)); // lets the scenario see that no request follows
     server.await.expect("scenario passed");
     expected
 }
@@ -173,20 +173,15 @@ async fn scale_up_creates_the_missing_pods_and_leaves_foreign_ones_alone() {
     // The pods' events have not reached the cache yet: the next reconcile waits for them rather
     // than creating two more.
     let (ctx, mut api) = Context::test();
-    let waiting = Arc::new(super::PodSetContext {
-        ctx,
-        pods: cached(&cache),
-        listed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
-        expectations: std::sync::Mutex::new(expected),
-    });
-    let action = reconcile(Arc::new(podset(2, "hello")), waiting.clone()).await.expect("reconciled");
+    let waiting = super::PodSetState::listed(cached(&cache), expected);
+    let action = reconcile(Arc::new(podset(2, "hello")), ctx.clone(), waiting.clone()).await.expect("reconciled");
     assert_eq!(action, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1)));
     let next = api.expect(Method::POST, "/api/v1/namespaces/team-a/pods");
     assert!(
         tokio::time::timeout(std::time::Duration::from_millis(100), next).await.is_err(),
         "no pod is created twice"
     );
-    drop(waiting);
+    drop((waiting, ctx));
 }
 
 #[tokio::test]

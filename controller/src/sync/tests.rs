@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
-use super::{NamespaceMeta, Plan, SourceKey, SyncContext, desired_copy, plan, reconcile};
+use super::{NamespaceMeta, Plan, SourceKey, desired_copy, plan, reconcile};
 use crate::Context;
 
 const SOURCE_NS: &str = "watcher-system";
@@ -217,7 +217,7 @@ async fn first_sync_looks_then_applies_each_copy() {
         );
         api.expect_no_more().await;
     });
-    let shared = SyncContext::new(ctx);
+    let shared = ctx;
     let requeue = reconcile(&key(), Some(&source), &cluster(), &[], &shared).await.expect("synced");
     assert_eq!(requeue, None);
     drop(shared);
@@ -230,7 +230,7 @@ async fn a_steady_state_makes_no_request() {
     let source = source(Some(""), "e30=");
     let copies = [copy_in(&source, "team-a"), copy_in(&source, "team-b")];
     let server = tokio::spawn(api.expect_no_more());
-    let shared = SyncContext::new(ctx.clone());
+    let shared = ctx.clone();
     let requeue = reconcile(&key(), Some(&source), &cluster(), &copies, &shared).await.expect("in sync");
     assert_eq!(requeue, None);
     assert_eq!(ctx.metrics.reconciles_of("sync"), 1);
@@ -250,7 +250,7 @@ async fn a_deleted_source_deletes_its_copies_by_uid() {
         }
         api.expect_no_more().await;
     });
-    let shared = SyncContext::new(ctx);
+    let shared = ctx;
     reconcile::<Secret>(&key(), None, &cluster(), &copies, &shared).await.expect("deleted");
     drop(shared);
     server.await.expect("scenario passed");
@@ -273,7 +273,7 @@ async fn an_object_that_is_not_a_copy_is_left_alone_with_an_event() {
         event.created();
         api.expect_no_more().await;
     });
-    let shared = SyncContext::new(ctx.clone());
+    let shared = ctx.clone();
     let requeue = reconcile(&key(), Some(&source), &cluster(), &[], &shared).await.expect("reconciled");
     assert_eq!(requeue, Some(super::CONFLICT_RETRY), "looked at again: the object is not watched");
     assert_eq!(ctx.metrics.sync_conflicts_of("Secret"), 1);
@@ -302,7 +302,7 @@ async fn a_hand_added_key_is_removed_by_a_replace() {
         replace.ok(&body);
         api.expect_no_more().await;
     });
-    let shared = SyncContext::new(ctx);
+    let shared = ctx;
     reconcile(&key(), Some(&source), &cluster(), &[edited], &shared).await.expect("reconciled");
     drop(shared);
     server.await.expect("scenario passed");

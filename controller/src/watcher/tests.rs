@@ -9,7 +9,7 @@ use watcher_api::Watcher;
 use kube::runtime::reflector;
 use kube::runtime::watcher::Event;
 
-use super::{WatcherContext, desired_config_map, error_policy, reconcile};
+use super::{WatcherState, desired_config_map, reconcile};
 use crate::fixtures::ApiServerVerifier;
 use crate::scope::{Registered, ScopeStatus};
 use crate::{Context, Metrics};
@@ -68,7 +68,8 @@ where
     let server = tokio::spawn(scenario(verifier));
     let result = reconcile(
         Arc::new(watcher),
-        WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod(), reflector::store().0),
+        ctx.clone(),
+        WatcherState::new(store, ScopeStatus::every_pod(), reflector::store().0),
     )
     .await;
     let metrics = ctx.metrics.clone();
@@ -214,9 +215,8 @@ async fn api_errors_back_off_and_are_counted() {
 
     let (ctx, _api) = Context::test();
     let watcher = Arc::new(watcher);
-    let shared = WatcherContext::new(ctx.clone(), reflector::store().0, ScopeStatus::every_pod(), reflector::store().0);
-    let first = error_policy(watcher.clone(), &error, shared.clone());
-    let second = error_policy(watcher.clone(), &error, shared);
+    let first = crate::runtime::error_policy("watcher", watcher.as_ref(), &error, &ctx);
+    let second = crate::runtime::error_policy("watcher", watcher.as_ref(), &error, &ctx);
     assert_eq!(first, Action::requeue(std::time::Duration::from_secs(5)));
     assert_eq!(second, Action::requeue(std::time::Duration::from_secs(10)));
     assert_eq!(ctx.metrics.errors_of("watcher", "api_server_error"), 2);
@@ -282,7 +282,7 @@ async fn a_reconcile_before_the_caches_see_its_writes_repeats_none() {
     let watcher = watcher(spec_with_config(), None);
     let (ctx, mut api) = Context::test();
     let (store, mut writer) = reflector::store();
-    let shared = WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod(), reflector::store().0);
+    let shared = WatcherState::new(store, ScopeStatus::every_pod(), reflector::store().0);
     let server = tokio::spawn(async move {
         let create = api.expect(Method::POST, CREATE_PATH).await;
         let mut created = create.body.clone();
@@ -299,8 +299,8 @@ async fn a_reconcile_before_the_caches_see_its_writes_repeats_none() {
     let mut stale = watcher.clone(); // the cache's copy: no status, no ConfigMap yet
     stale.metadata.resource_version = Some("100".into());
     let stale = Arc::new(stale);
-    reconcile(stale.clone(), shared.clone()).await.expect("first");
-    reconcile(stale.clone(), shared.clone()).await.expect("second, before the caches catch up");
+    reconcile(stale.clone(), ctx.clone(), shared.clone()).await.expect("first");
+    reconcile(stale.clone(), ctx.clone(), shared.clone()).await.expect("second, before the caches catch up");
     let written = shared.written.take();
     let statuses = shared.statuses.take();
     let store = shared.config_maps.clone();
@@ -314,11 +314,11 @@ async fn a_reconcile_before_the_caches_see_its_writes_repeats_none() {
     caught_up["status"] = serde_json::to_value(statuses.values().next().expect("kept").1.1.clone()).expect("JSON");
     let caught_up: Watcher = serde_json::from_value(caught_up).expect("Watcher");
     let (ctx, api) = Context::test();
-    let shared = WatcherContext::new(ctx.clone(), store, ScopeStatus::every_pod(), reflector::store().0);
+    let shared = WatcherState::new(store, ScopeStatus::every_pod(), reflector::store().0);
     shared.written.restore(written);
     shared.statuses.restore(statuses);
     let server = tokio::spawn(api.expect_no_more());
-    reconcile(Arc::new(caught_up), shared.clone()).await.expect("steady");
+    reconcile(Arc::new(caught_up), ctx.clone(), shared.clone()).await.expect("steady");
     let forgotten = shared.written.len() == 0 && shared.statuses.len() == 0;
     drop((shared, ctx));
     server.await.expect("no request");
@@ -333,17 +333,13 @@ async fn ready_waits_for_the_admission_scope() {
     let spec = json!({"container": {"name": "log-watcher", "image": "busybox:1.36", "command": ["tail", "-F", "/var/log/app/app.log"]},
                       "selector": {"matchLabels": {"app": "web"}}});
     let (ctx, mut api) = Context::test();
-    let pending = WatcherContext::new(
-        ctx.clone(),
-        reflector::store().0,
-        ScopeStatus::fixed(Registered::Pending),
-        reflector::store().0,
-    );
-    let action = reconcile(Arc::new(watcher(spec.clone(), None)), pending).await.expect("reconciled");
+    let pending =
+        WatcherState::new(reflector::store().0, ScopeStatus::fixed(Registered::Pending), reflector::store().0);
+    let action = reconcile(Arc::new(watcher(spec.clone(), None)), ctx.clone(), pending).await.expect("reconciled");
     assert_eq!(action, Action::requeue(super::SCOPE_PENDING_RETRY));
 
     let stale = ScopeStatus::fixed(Registered::Scoped(Arc::new(watcher_admission::Scope::default())));
-    let shared = WatcherContext::new(ctx.clone(), reflector::store().0, stale, reflector::store().0);
+    let shared = WatcherState::new(reflector::store().0, stale, reflector::store().0);
     let server = tokio::spawn(async move {
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         let ready = &status.body["status"]["conditions"][0];
@@ -354,7 +350,7 @@ async fn ready_waits_for_the_admission_scope() {
         status.ok(&watcher_echo(json!({"container": {"name": "log-watcher"}})));
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(watcher(spec, None)), shared).await.expect("reconciled");
+    reconcile(Arc::new(watcher(spec, None)), ctx.clone(), shared).await.expect("reconciled");
     drop(ctx);
     server.await.expect("scenario passed");
 }
@@ -370,7 +366,7 @@ async fn a_config_map_deleted_before_the_cache_saw_it_is_created_again() {
     changed["metadata"]["resourceVersion"] = json!("200");
     let changed: Watcher = serde_json::from_value(changed).expect("Watcher");
     let (ctx, mut api) = Context::test();
-    let shared = WatcherContext::new(ctx.clone(), reflector::store().0, ScopeStatus::every_pod(), reflector::store().0);
+    let shared = WatcherState::new(reflector::store().0, ScopeStatus::every_pod(), reflector::store().0);
     let server = tokio::spawn(async move {
         let create = api.expect(Method::POST, CREATE_PATH).await;
         let mut created = create.body.clone();
@@ -387,10 +383,10 @@ async fn a_config_map_deleted_before_the_cache_saw_it_is_created_again() {
         api.expect(Method::PATCH, STATUS_PATH).await.ok(&watcher_echo(spec_with_config()));
         api.expect_no_more().await;
     });
-    reconcile(Arc::new(watcher), shared.clone()).await.expect("created");
-    let error = reconcile(Arc::new(changed.clone()), shared.clone()).await.expect_err("404");
+    reconcile(Arc::new(watcher), ctx.clone(), shared.clone()).await.expect("created");
+    let error = reconcile(Arc::new(changed.clone()), ctx.clone(), shared.clone()).await.expect_err("404");
     assert_eq!(error.metric_label(), "api_rejected", "a 4xx: retried with a backoff");
-    reconcile(Arc::new(changed), shared.clone()).await.expect("created again");
+    reconcile(Arc::new(changed), ctx.clone(), shared.clone()).await.expect("created again");
     drop((shared, ctx));
     server.await.expect("scenario passed");
 }
@@ -422,8 +418,8 @@ async fn the_revision_of_a_new_spec_is_written_before_ready() {
         api.expect_no_more().await;
     });
     let revisions = watcher_cache::RevisionCache::holding(Vec::new(), "watcher-system");
-    let shared = WatcherContext::with_revisions(ctx.clone(), reflector::store().0, revisions);
-    reconcile(Arc::new(new.clone()), shared).await.expect("reconciled");
+    let shared = WatcherState::with_revisions(reflector::store().0, revisions);
+    reconcile(Arc::new(new.clone()), ctx.clone(), shared).await.expect("reconciled");
     drop(ctx);
     server.await.expect("the revision, then the status");
 
@@ -433,12 +429,9 @@ async fn the_revision_of_a_new_spec_is_written_before_ready() {
         api.expect(Method::PATCH, STATUS_PATH).await.ok(&watcher_echo(spec));
         api.expect_no_more().await;
     });
-    let shared = WatcherContext::with_revisions(
-        ctx.clone(),
-        reflector::store().0,
-        watcher_cache::RevisionCache::holding(vec![kept], "x"),
-    );
-    reconcile(Arc::new(new), shared).await.expect("reconciled");
+    let shared =
+        WatcherState::with_revisions(reflector::store().0, watcher_cache::RevisionCache::holding(vec![kept], "x"));
+    reconcile(Arc::new(new), ctx.clone(), shared).await.expect("reconciled");
     drop(ctx);
     server.await.expect("no revision written again");
 

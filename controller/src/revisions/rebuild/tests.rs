@@ -16,7 +16,7 @@ fn fixture_watcher(name: &str) -> Watcher {
 /// The hash `pod` carries for `watcher`.
 fn carried(pod: &Pod, watcher: &str) -> String {
     let annotations = pod.metadata.annotations.as_ref().expect("annotations");
-    let entries = watcher_api::injected_watchers(annotations);
+    let entries = watcher_api::annotation::Injected::read(annotations);
     entries.iter().find(|(n, _)| *n == watcher).map(|(_, h)| (*h).to_owned()).expect("injected")
 }
 
