@@ -494,7 +494,7 @@ struct Controllers {
 
 impl Controllers {
     /// Runs the named controllers and the admission scope's writer, once the caches have
-    /// synced, until they all stop (on SIGTERM).
+    /// synced, until they all stop (at shutdown: the process's one signal, through the Context).
     async fn run(&self, names: &[ControllerName], namespace: &str) {
         if self.cache_ready.clone().wait_for(|ready| *ready).await.is_err() {
             return;
@@ -507,7 +507,7 @@ impl Controllers {
             self.policies.clone(),
         );
         let scope_writer = scope_writer.with_metrics(self.ctx.metrics.clone());
-        // The writer runs as long as the controllers do (they end on SIGTERM), and stops with
+        // The writer runs as long as the controllers do (they end at shutdown), and stops with
         // them when the lease is lost: only the leader writes.
         let runs = names.iter().map(|name| match name {
             ControllerName::Watcher => watcher_controller::watchers::run(

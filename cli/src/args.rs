@@ -427,6 +427,50 @@ pub fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
     }
 }
 
+/// What an operator's container runs with, of the options other commands ask about: its
+/// controllers and the supervisor's image.
+#[derive(Debug, PartialEq)]
+pub struct DeployedOptions {
+    /// `--controllers`.
+    pub controllers: Vec<ControllerName>,
+    /// `--supervisor-image`.
+    pub supervisor_image: String,
+}
+
+/// The options of an operator container with these `args` and `env` (a Deployment's): each as
+/// its args set it, else its variable in `env` (never this process's), else its default; read
+/// through the options' own definitions (their flag, variable, default and parser).
+pub fn deployed_options(args: &[String], env: &BTreeMap<String, String>) -> Result<DeployedOptions, clap::Error> {
+    const WANTED: [&str; 2] = ["controllers", "supervisor_image"];
+    let run = RunArgs::augment_args(clap::Command::new("run"));
+    let mut command = clap::Command::new("run").no_binary_name(true);
+    let mut argv: Vec<String> = Vec::new();
+    for option in run.get_arguments().filter(|a| WANTED.contains(&a.get_id().as_str())) {
+        let Some(long) = option.get_long() else { continue };
+        let flag = format!("--{long}");
+        let mut given = false;
+        let mut tokens = args.iter();
+        while let Some(token) = tokens.next() {
+            if token.strip_prefix(&flag).is_some_and(|rest| rest.starts_with('=')) {
+                argv.push(token.clone());
+                given = true;
+            } else if *token == flag {
+                argv.extend([token.clone()].into_iter().chain(tokens.next().cloned()));
+                given = true;
+            }
+        }
+        let variable = option.get_env().and_then(|name| name.to_str()).and_then(|name| env.get(name));
+        if let Some(value) = variable.filter(|_| !given) {
+            argv.push(format!("{flag}={value}"));
+        }
+        command = command.arg(option.clone().env(None::<&str>));
+    }
+    let matches = command.try_get_matches_from(argv)?;
+    let controllers = matches.get_many::<ControllerName>("controllers").into_iter().flatten().copied().collect();
+    let supervisor_image = matches.get_one::<String>("supervisor_image").cloned().unwrap_or_default();
+    Ok(DeployedOptions { controllers, supervisor_image })
+}
+
 /// What the process does: run the operator (`run`, the default command), or another command.
 pub enum Job {
     /// The webhook and the controllers, with these flags.

@@ -11,7 +11,7 @@ pub mod pod_security_config;
 mod rollout;
 
 pub use args::{
-    CertsArgs, CheckArgs, CheckInjectArgs, Cli, ClusterArgs, Command, ControllerName, DEFAULT_FILTER, InjectArgs, Job,
-    LogFormat, Output, RolloutArgs, RolloutCommand, RolloutStatusArgs, RolloutUndoArgs, RunArgs, Tool, causes, execute,
-    run_args,
+    CertsArgs, CheckArgs, CheckInjectArgs, Cli, ClusterArgs, Command, ControllerName, DEFAULT_FILTER, DeployedOptions,
+    InjectArgs, Job, LogFormat, Output, RolloutArgs, RolloutCommand, RolloutStatusArgs, RolloutUndoArgs, RunArgs, Tool,
+    causes, deployed_options, execute, run_args,
 };

@@ -20,7 +20,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -133,7 +133,7 @@ pub async fn run(
         shared,
         reconcile_cluster,
     );
-    futures::join!(fan_out, watchers, clusters);
+    crate::runtime::with_feeds(futures::future::join(watchers, clusters).map(|_| ()), fan_out).await;
 }
 
 /// The sidecars of Watcher `name` in `namespace`, as the cache holds it.

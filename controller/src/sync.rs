@@ -305,9 +305,11 @@ pub async fn run(ctx: Arc<Context>, source_namespaces: Vec<String>, secrets: boo
             config_maps.await;
         }
     };
+    // Its own loops, not kube's controllers: they stop where they are when the process does.
     tokio::select! {
         () = namespaces => warn!(controller = CONTROLLER, "the namespace watch ended"),
         () = controllers => {},
+        () = ctx.stopped() => {},
     }
 }
 

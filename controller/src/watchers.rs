@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -90,8 +90,7 @@ pub async fn run(
         reconcile,
     );
     let clusters = crate::cluster_watcher::run(ctx.clone(), cluster, for_cluster, namespace_changes);
-    // The fan-out ends with its watch, which ends only on shutdown.
-    futures::join!(watchers, clusters, fan_out);
+    crate::runtime::with_feeds(futures::future::join(watchers, clusters).map(|_| ()), fan_out).await;
 }
 
 /// The Watchers of each namespace whose Pod Security levels change (labelled, relabelled,

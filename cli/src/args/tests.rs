@@ -148,3 +148,27 @@ fn crds_yaml_is_five_documents() {
     assert_eq!(yaml.matches("---\n").count(), 5);
     assert!(yaml.contains("name: watchers.watcher.dev"));
 }
+
+/// A Deployment's options are read as its container has them: args first, then its `env`,
+/// then the default; never the variables of the process that reads them.
+#[test]
+fn deployed_options_come_from_the_containers_args_and_env() {
+    use std::collections::BTreeMap;
+    let env = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    };
+    let args = |list: &[&str]| -> Vec<String> { list.iter().map(|a| (*a).to_owned()).collect() };
+    let defaults = deployed_options(&args(&["--namespace=watcher-system"]), &env(&[])).expect("defaults");
+    assert_eq!(defaults.controllers.len(), 6);
+    assert_eq!(defaults.supervisor_image, watcher_api::DEFAULT_SUPERVISOR_IMAGE);
+    let from_env = deployed_options(&[], &env(&[("WATCHER_CONTROLLERS", "watcher,at")])).expect("env");
+    assert_eq!(from_env.controllers, [ControllerName::Watcher, ControllerName::At]);
+    let both = deployed_options(
+        &args(&["--controllers", "pods", "--supervisor-image=mirror.example/watcher-supervise:0.1.0"]),
+        &env(&[("WATCHER_CONTROLLERS", "watcher"), ("WATCHER_SUPERVISOR_IMAGE", "ignored:1")]),
+    )
+    .expect("args win");
+    assert_eq!(both.controllers, [ControllerName::Pods]);
+    assert_eq!(both.supervisor_image, "mirror.example/watcher-supervise:0.1.0");
+    assert!(deployed_options(&args(&["--controllers=nonsense"]), &env(&[])).is_err());
+}

@@ -136,28 +136,25 @@ pub(super) async fn deployment(client: &Client, report: &mut Report, namespace: 
 pub(crate) fn pods_that_end(deployment: &Deployment) -> Result<String, String> {
     let template = deployment.spec.as_ref().and_then(|s| s.template.spec.as_ref());
     let container = template.and_then(|s| s.containers.first());
-    let env = |name: &str| {
-        let vars = container.and_then(|c| c.env.as_ref());
-        vars.into_iter().flatten().find(|e| e.name == name).and_then(|e| e.value.clone())
-    };
-    let flag = |name: &str| {
-        let args = container.and_then(|c| c.args.as_ref());
-        let prefix = format!("--{name}=");
-        args.into_iter().flatten().find_map(|a| a.strip_prefix(&prefix).map(str::to_owned))
-    };
-    let controllers = flag("controllers").or_else(|| env("WATCHER_CONTROLLERS"));
-    let image = flag("supervisor-image")
-        .or_else(|| env("WATCHER_SUPERVISOR_IMAGE"))
-        .unwrap_or_else(|| watcher_api::DEFAULT_SUPERVISOR_IMAGE.to_owned());
-    match controllers {
-        Some(list) if !list.split(',').any(|c| c.trim() == "pods") => Err(format!(
-            "the operator runs the controllers {list}, not `pods`: the regular sidecars of pods that are meant to \
-             end (Jobs, CronJobs, Ats) are never ended"
-        )),
-        _ => Ok(format!(
-            "the `pods` controller ends the regular sidecars of pods that are meant to end (supervisor image {image})"
-        )),
+    let args = container.and_then(|c| c.args.clone()).unwrap_or_default();
+    let vars = container.and_then(|c| c.env.as_ref()).into_iter().flatten();
+    let env = vars.filter_map(|e| Some((e.name.clone(), e.value.clone()?))).collect();
+    let options = crate::deployed_options(&args, &env).map_err(|error| {
+        format!("cannot read the operator's --controllers and --supervisor-image: {}", error.kind())
+    })?;
+    if !options.controllers.contains(&crate::ControllerName::Pods) {
+        let name = |c: &crate::ControllerName| clap::ValueEnum::to_possible_value(c).map(|v| v.get_name().to_owned());
+        let list: Vec<String> = options.controllers.iter().filter_map(name).collect();
+        return Err(format!(
+            "the operator runs the controllers {}, not `pods`: the regular sidecars of pods that are meant to end \
+             (Jobs, CronJobs, Ats) are never ended",
+            list.join(",")
+        ));
     }
+    Ok(format!(
+        "the `pods` controller ends the regular sidecars of pods that are meant to end (supervisor image {})",
+        options.supervisor_image
+    ))
 }
 
 /// The Lease of the replica that runs the controllers: held, and renewed within its duration.

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+use super::ROOT;
 
 /// The shipped Rust sources of the workspace (tests, benches, fuzz targets and fixtures aside),
 /// each with its text up to its `#[cfg(test)]` module.
