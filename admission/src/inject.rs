@@ -371,8 +371,8 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
 
     /// What `watcher`'s containers get under the namespace's resource rules; `None` (said)
     /// where the pod would fail them with it.
-    fn fit_resources(&mut self, name: &str, watcher: &Watcher, native: bool) -> Option<resources::Fits> {
-        let Some(ledger) = self.ledger.as_mut() else { return Some(resources::Fits::default()) };
+    fn fit_resources(&mut self, name: &str, watcher: &Watcher, native: bool) -> Option<resources::WatcherResources> {
+        let Some(ledger) = self.ledger.as_mut() else { return Some(resources::WatcherResources::default()) };
         let supervisor = ending::resources();
         let supervised = self.ends && !self.supervisor_counted && ending::has_command(&watcher.spec.container);
         match ledger.admit(watcher, native, supervised.then_some((SUPERVISOR_NAME, &supervisor))) {

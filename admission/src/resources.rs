@@ -30,6 +30,30 @@ pub const DEFAULT_LIMITS: [(&str, &str); 2] = [("cpu", "100m"), ("memory", "64Mi
 /// The resources a quota makes every container state (kube-apiserver's pod evaluator).
 const MUST_STATE: [&str; 6] = ["cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory"];
 
+/// What a key of a quota's `hard` counts of the pods' containers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Counted<'a> {
+    /// The requests of a resource (`requests.cpu`; a bare `cpu`, `memory` or
+    /// `ephemeral-storage` counts requests too).
+    Requests(&'a str),
+    /// The limits of a resource (`limits.memory`).
+    Limits(&'a str),
+    /// Something no container states (`pods`, `count/...`, a scope's extended resource).
+    Other,
+}
+
+impl<'a> Counted<'a> {
+    /// What quota key `key` counts.
+    fn of(key: &'a str) -> Self {
+        match key.split_once('.') {
+            Some(("limits", resource)) => Self::Limits(resource),
+            Some(("requests", resource)) => Self::Requests(resource),
+            None if matches!(key, "cpu" | "memory" | "ephemeral-storage") => Self::Requests(key),
+            _ => Self::Other,
+        }
+    }
+}
+
 /// A resource's amount and how it was written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Value {
@@ -185,7 +209,7 @@ enum Group {
 
 /// A container as [`ResourceRules::fit`] leaves it: what is set and why.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Fitted {
+pub struct ContainerFit {
     /// The requests and limits it gets; `None` where nothing changed.
     pub resources: Option<ResourceRequirements>,
     /// What was set, each with the rule that asked for it (`requests.cpu: 50m (LimitRange
@@ -244,11 +268,11 @@ impl ResourceRules {
     /// [`DEFAULT_REQUESTS`] and [`DEFAULT_LIMITS`]), and values brought within the
     /// LimitRanges' `min`, `max` and `maxLimitRequestRatio`. What still fails is
     /// [`Self::check`]'s to say.
-    pub fn fit(&self, resources: Option<&ResourceRequirements>, pod: &PodResourceView) -> Fitted {
+    pub fn fit(&self, resources: Option<&ResourceRequirements>, pod: &PodResourceView) -> ContainerFit {
         if self.is_empty() {
-            return Fitted::default();
+            return ContainerFit::default();
         }
-        let mut fitting = Fitting {
+        let mut fitting = FitDraft {
             requests: values(resources.and_then(|r| r.requests.as_ref())),
             limits: values(resources.and_then(|r| r.limits.as_ref())),
             set: Vec::new(),
@@ -275,7 +299,7 @@ impl ResourceRules {
             }
         }
         if fitting.set.is_empty() && !defaulted {
-            return Fitted::default();
+            return ContainerFit::default();
         }
         let list = |values: &Values| -> Option<BTreeMap<String, Quantity>> {
             (!values.is_empty()).then(|| values.iter().map(|(k, v)| (k.clone(), Quantity(v.text.clone()))).collect())
@@ -283,17 +307,17 @@ impl ResourceRules {
         let claims = resources.and_then(|r| r.claims.clone());
         let requirements =
             ResourceRequirements { claims, limits: list(&fitting.limits), requests: list(&fitting.requests) };
-        Fitted { resources: Some(requirements), set: fitting.set }
+        ContainerFit { resources: Some(requirements), set: fitting.set }
     }
 
     /// Gives `fitting` the cpu and memory a quota counting `pod` makes every container state.
-    fn state_what_quotas_count(&self, fitting: &mut Fitting, pod: &PodResourceView) {
+    fn state_what_quotas_count(&self, fitting: &mut FitDraft, pod: &PodResourceView) {
         let asked = self.quotas.iter().filter(|q| q.counts(pod)).flat_map(|q| q.hard.keys().map(move |k| (k, q)));
         for (key, quota) in asked.filter(|(k, _)| MUST_STATE.contains(&k.as_str())) {
-            let (limit, resource) = match key.split_once('.') {
-                Some(("limits", resource)) => (true, resource),
-                Some((_, resource)) => (false, resource),
-                None => (false, key.as_str()),
+            let (limit, resource) = match Counted::of(key) {
+                Counted::Limits(resource) => (true, resource),
+                Counted::Requests(resource) => (false, resource),
+                Counted::Other => continue,
             };
             let why = format!("ResourceQuota {}: counts {key}", quota.name);
             if limit && !fitting.limits.contains_key(resource) {
@@ -376,13 +400,13 @@ pub fn new_in(was: &[Violation], is: impl IntoIterator<Item = Violation>) -> Vec
 }
 
 /// A container's requests and limits on their way to what the namespace needs.
-struct Fitting {
+struct FitDraft {
     requests: Values,
     limits: Values,
     set: Vec<String>,
 }
 
-impl Fitting {
+impl FitDraft {
     fn set_request(&mut self, resource: &str, value: Value, why: &str) {
         self.set.push(format!("requests.{resource}: {} ({why})", value.text));
         self.requests.insert(resource.to_owned(), value);

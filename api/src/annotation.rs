@@ -27,8 +27,8 @@ macro_rules! list_annotation {
     };
 }
 
-/// Names, comma-separated (`a,b`): the shape of the lists of Watchers and of containers.
-macro_rules! names_annotation {
+/// An annotation's type: its doc and its key.
+macro_rules! annotation_type {
     ($(#[$doc:meta])* $type:ident = $key:literal) => {
         $(#[$doc])*
         pub struct $type;
@@ -36,7 +36,16 @@ macro_rules! names_annotation {
         impl $type {
             /// The annotation's key.
             pub const KEY: &'static str = $key;
+        }
+    };
+}
 
+/// Names, comma-separated (`a,b`): the shape of the lists of Watchers and of containers.
+macro_rules! names_annotation {
+    ($(#[$doc:meta])* $type:ident = $key:literal) => {
+        annotation_type!($(#[$doc])* $type = $key);
+
+        impl $type {
             /// The annotation's text for `names`.
             pub fn encode<S: AsRef<str>>(names: &[S]) -> String {
                 names.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(",")
@@ -56,13 +65,9 @@ macro_rules! names_annotation {
 /// `container=image`.
 macro_rules! pairs_annotation {
     ($(#[$doc:meta])* $type:ident = $key:literal, $separator:literal, $unpaired:expr) => {
-        $(#[$doc])*
-        pub struct $type;
+        annotation_type!($(#[$doc])* $type = $key);
 
         impl $type {
-            /// The annotation's key.
-            pub const KEY: &'static str = $key;
-
             /// The annotation's text for `pairs`.
             pub fn encode<A: AsRef<str>, B: AsRef<str>>(pairs: impl IntoIterator<Item = (A, B)>) -> String {
                 let pairs = pairs.into_iter().map(|(a, b)| format!("{}{}{}", a.as_ref(), $separator, b.as_ref()));
@@ -83,13 +88,9 @@ macro_rules! pairs_annotation {
 /// A moment, RFC 3339.
 macro_rules! time_annotation {
     ($(#[$doc:meta])* $type:ident = $key:literal) => {
-        $(#[$doc])*
-        pub struct $type;
+        annotation_type!($(#[$doc])* $type = $key);
 
         impl $type {
-            /// The annotation's key.
-            pub const KEY: &'static str = $key;
-
             /// The annotation's text for `at`.
             pub fn encode(at: jiff::Timestamp) -> String {
                 at.to_string()
@@ -108,14 +109,13 @@ macro_rules! time_annotation {
     };
 }
 
-/// The Watchers (of the pod's namespace) a pod asks for: their names, comma-separated, read
-/// trimmed and each once, in the order written.
-pub struct Inject;
+annotation_type! {
+    /// The Watchers (of the pod's namespace) a pod asks for: their names, comma-separated, read
+    /// trimmed and each once, in the order written.
+    Inject = "watcher.dev/inject"
+}
 
 impl Inject {
-    /// The annotation's key.
-    pub const KEY: &'static str = "watcher.dev/inject";
-
     /// The annotation's text for `names`.
     pub fn encode<S: AsRef<str>>(names: &[S]) -> String {
         names.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(",")
@@ -185,16 +185,15 @@ time_annotation! {
     SidecarUpdated = "watcher.dev/sidecar-updated"
 }
 
-/// Written by the webhook on a pod it admitted without a Watcher the pod asks for, because the
-/// pod would fail its namespace's Pod Security level or resource rules with it: one line per
-/// Watcher, `NAME: why` (kube-apiserver's words). The pod reconciler reports it. A line without
-/// `: ` is skipped.
-pub struct LeftOut;
+annotation_type! {
+    /// Written by the webhook on a pod it admitted without a Watcher the pod asks for, because
+    /// the pod would fail its namespace's Pod Security level or resource rules with it: one line
+    /// per Watcher, `NAME: why` (kube-apiserver's words). The pod reconciler reports it. A line
+    /// without `: ` is skipped.
+    LeftOut = "watcher.dev/left-out"
+}
 
 impl LeftOut {
-    /// The annotation's key.
-    pub const KEY: &'static str = "watcher.dev/left-out";
-
     /// The annotation's text for `watchers`, each with why.
     pub fn encode<A: AsRef<str>, B: AsRef<str>>(watchers: impl IntoIterator<Item = (A, B)>) -> String {
         let lines = watchers.into_iter().map(|(name, why)| format!("{}: {}", name.as_ref(), why.as_ref()));

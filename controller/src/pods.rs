@@ -38,7 +38,7 @@ use crate::{Context, Error, Result};
 use fixtures::{reconciler_for_tests, reconciler_with_cache};
 use status::{
     ENDED_CONDITION, LEFT_OUT_CONDITION, RUNNING_CONDITION, count, ended_condition, left_out_condition, live_pods_of,
-    patch_status, publish, running_condition, set_kubelet_condition, shown, standing, terminating_pods_of,
+    patch_status, running_condition, set_kubelet_condition, shown, standing, terminating_pods_of,
 };
 use steps::{plan_step, rebuild_unkept, revisions_namespace, roll};
 use store::{CountedPod, PodIndex, SidecarLookup, containers_of};
@@ -346,7 +346,7 @@ async fn write_counts(
                 counts.matched,
                 subject.kind()
             );
-            publish(ctx, subject, watcher, EventType::Warning, "InjectionDrift", "Count", note).await;
+            ctx.publish(&subject.regarding(watcher), EventType::Warning, "InjectionDrift", "Count", note).await;
         }
     }
     Ok(())
@@ -424,6 +424,15 @@ impl Subject {
         match self {
             Self::Watcher(_) => "Watcher",
             Self::Cluster(_) => watcher_api::CLUSTER_WATCHER_KIND,
+        }
+    }
+
+    /// What an Event about it regards: the Watcher, or the ClusterWatcher whose Watcher across
+    /// its namespaces `watcher` is.
+    fn regarding(&self, watcher: &Watcher) -> k8s_openapi::api::core::v1::ObjectReference {
+        match self {
+            Self::Watcher(_) => kube::Resource::object_ref(watcher, &()),
+            Self::Cluster(cluster) => kube::Resource::object_ref(cluster.as_ref(), &()),
         }
     }
 }

@@ -26,7 +26,7 @@ pub struct ResourceReport {
 
 /// The resources each container a Watcher adds gets; `None` where it keeps its own.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Fits {
+pub(super) struct WatcherResources {
     pub(super) sidecar: Option<ResourceRequirements>,
     pub(super) init: Vec<Option<ResourceRequirements>>,
     pub(super) supervisor: Option<ResourceRequirements>,
@@ -55,7 +55,7 @@ impl<'a> Ledger<'a> {
         })
     }
 
-    /// Fits `watcher`'s containers (the sidecar a native one where `native`; the supervisor's
+    /// WatcherResources `watcher`'s containers (the sidecar a native one where `native`; the supervisor's
     /// `supervisor` where it is yet to be added) and adds them to the pod; `Err` where the pod
     /// would then fail a rule it passes without them.
     pub(super) fn admit(
@@ -63,7 +63,7 @@ impl<'a> Ledger<'a> {
         watcher: &Watcher,
         native: bool,
         supervisor: Option<(&str, &ResourceRequirements)>,
-    ) -> Result<(Fits, Option<ResourceReport>), LeftOut> {
+    ) -> Result<(WatcherResources, Option<ResourceReport>), LeftOut> {
         let spec = &watcher.spec;
         let sidecar_kind = if native { ContainerKind::Sidecar } else { ContainerKind::Regular };
         // The supervisor's init container first: it goes in before the pod's own.
@@ -106,7 +106,7 @@ impl<'a> Ledger<'a> {
         let mut fitted = fitted.into_iter();
         let supervisor = if supervisor.is_some() { fitted.next().flatten() } else { None };
         let sidecar = fitted.next_back().flatten();
-        let fits = Fits { sidecar, init: fitted.collect(), supervisor };
+        let fits = WatcherResources { sidecar, init: fitted.collect(), supervisor };
         let report = (!adapted.is_empty()).then(|| report(adapted, None));
         Ok((fits, report))
     }

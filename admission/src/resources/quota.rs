@@ -1,7 +1,7 @@
 //! A namespace's ResourceQuota as admission reads it: which pods it counts, the containers that
 //! do not state what it counts, and what a pod would take past what is left of it.
 
-use super::{Group, MUST_STATE, PodResourceView, Rule, Values, Violation};
+use super::{Counted, Group, MUST_STATE, PodResourceView, Rule, Values, Violation};
 
 /// A namespace's ResourceQuota: what it allows, what is used, which pods it counts.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -54,10 +54,10 @@ impl Quota {
         let mut found = Vec::new();
         for container in &pod.containers {
             for resource in &required {
-                let stated = match resource.split_once('.') {
-                    Some(("limits", r)) => container.limits.contains_key(r),
-                    Some((_, r)) => container.requests.contains_key(r),
-                    None => container.requests.contains_key(*resource),
+                let stated = match Counted::of(resource) {
+                    Counted::Limits(r) => container.limits.contains_key(r),
+                    Counted::Requests(r) => container.requests.contains_key(r),
+                    Counted::Other => true,
                 };
                 if !stated {
                     found.push(Violation {
@@ -77,13 +77,10 @@ impl Quota {
         let mut found = Vec::new();
         let (requests, limits) = (pod.total(false), pod.total(true));
         for (key, hard) in &self.hard {
-            let requested = match key.split_once('.') {
-                Some(("limits", r)) => limits.get(r).copied(),
-                Some(("requests", r)) => requests.get(r).copied(),
-                None if matches!(key.as_str(), "cpu" | "memory" | "ephemeral-storage") => {
-                    requests.get(key.as_str()).copied()
-                }
-                _ => None,
+            let requested = match Counted::of(key) {
+                Counted::Limits(r) => limits.get(r).copied(),
+                Counted::Requests(r) => requests.get(r).copied(),
+                Counted::Other => None,
             };
             let Some(requested) = requested else { continue };
             let used = self.used.get(key).map(|v| v.amount).unwrap_or_default();

@@ -203,5 +203,5 @@ fn no_rules_change_nothing() {
     let rules = ResourceRules::default();
     assert!(rules.is_empty());
     let (_, before, tail) = request("quota-must-specify");
-    assert_eq!(rules.fit(tail.resources.as_ref(), &before), Fitted::default());
+    assert_eq!(rules.fit(tail.resources.as_ref(), &before), ContainerFit::default());
 }

@@ -1,9 +1,9 @@
 //! How pods stand towards a Watcher: the counts of `status.pods`, its conditions, the Events
 //! and status patches that say so.
 
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::{Resource, ResourceExt};
 use serde_json::json;
 use watcher_api::types;
 use watcher_api::{ClusterWatcher, PodCounts, SUPERVISOR_NAME, Watcher, annotation, condition, set_condition};
@@ -244,7 +244,7 @@ pub(super) async fn set_rollout_condition(
     }
     if reason == "Stuck" && existing.is_none_or(|c| c.reason != "Stuck") {
         let stuck = "SidecarUpdateStuck";
-        publish(ctx, subject, watcher, EventType::Warning, stuck, "Update", message.clone()).await;
+        ctx.publish(&subject.regarding(watcher), EventType::Warning, stuck, "Update", message.clone()).await;
     }
     set_condition(&mut conditions, condition(types::SIDECARS_UPDATED, status, reason, message, generation));
     patch_status(subject, &watcher.name_any(), ctx, json!({"status": {"conditions": conditions}})).await?;
@@ -274,27 +274,10 @@ pub(super) async fn set_kubelet_condition(
             LEFT_OUT_CONDITION => "WatcherLeftOut",
             _ => "SidecarCannotEnd",
         };
-        publish(ctx, subject, watcher, EventType::Warning, event, "Count", message.clone()).await;
+        ctx.publish(&subject.regarding(watcher), EventType::Warning, event, "Count", message.clone()).await;
     }
     let generation = watcher.metadata.generation;
     set_condition(&mut conditions, condition(type_, status, &reason, message, generation));
     patch_status(subject, &watcher.name_any(), ctx, json!({"status": {"conditions": &conditions}})).await?;
     Ok(conditions)
-}
-
-/// Publishes an Event about the Watcher or ClusterWatcher.
-pub(super) async fn publish(
-    ctx: &Context,
-    subject: &Subject,
-    watcher: &Watcher,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) {
-    let regarding = match subject {
-        Subject::Watcher(_) => watcher.object_ref(&()),
-        Subject::Cluster(cluster) => cluster.object_ref(&()),
-    };
-    ctx.publish(&regarding, type_, reason, action, note).await;
 }

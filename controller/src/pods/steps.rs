@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use watcher_api::{PodCounts, Watcher, annotation};
 
 use super::rollout;
-use super::status::{publish, set_rollout_condition};
+use super::status::set_rollout_condition;
 use super::store::CountedPod;
 use super::{EVICTION_RETRY, PodsState, Subject};
 use crate::Context;
@@ -185,7 +185,7 @@ pub(super) async fn roll(
         let image = rollout.patches.first().map(|p| p.image.as_str()).unwrap_or_default();
         let note =
             format!("sidecar image updated in place to {image} in {} pod(s): {}", patched.len(), patched.join(", "));
-        publish(ctx, subject, watcher, EventType::Normal, "SidecarUpdated", "Update", note).await;
+        ctx.publish(&subject.regarding(watcher), EventType::Normal, "SidecarUpdated", "Update", note).await;
     }
     // The condition counts a pod patched now as on the current spec and updating, as the
     // counts do.
