@@ -158,13 +158,13 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
         injection.skipped = Some("no requested Watcher exists".into());
         return injection;
     }
-    let left_out = admission.left_out.iter().map(|(name, why)| format!("{name}: {why}")).collect::<Vec<_>>();
+    let left_out = annotation::LeftOut::encode(admission.left_out.iter().map(|(name, why)| (name, why)));
     if injection.injected.is_empty() {
         injection.skipped = Some("every Watcher the pod asks for is injected or cannot be".into());
         if !left_out.is_empty() && injection.refused.is_none() {
             // Said on the pod, for the pod reconciler to report on the Watcher.
             let mut patch = admission.patch;
-            patch.set_annotations(vec![(annotation::LeftOut::KEY, left_out.join("\n"))]);
+            patch.set_annotations(vec![(annotation::LeftOut::KEY, left_out)]);
             injection.patch = patch.ops;
         }
         return injection;
@@ -178,12 +178,13 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
         patch.add_volume(watcher_api::ENDED_VOLUME, ending::ended_volume());
     }
     let value = annotation::Injected::encode(admission.entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
-    let imageless = annotation::Injected::encode(admission.without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
-    let sidecars = (annotation::Sidecars::KEY, admission.sidecars.join(","));
+    let imageless =
+        annotation::InjectedWithoutImage::encode(admission.without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
+    let sidecars = (annotation::Sidecars::KEY, annotation::Sidecars::encode(&admission.sidecars));
     let mut annotations =
         vec![(annotation::Injected::KEY, value), (annotation::InjectedWithoutImage::KEY, imageless), sidecars];
     if !left_out.is_empty() {
-        annotations.push((annotation::LeftOut::KEY, left_out.join("\n")));
+        annotations.push((annotation::LeftOut::KEY, left_out));
     }
     if let Some(volumes) = patch.local_volumes() {
         annotations.push((SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, volumes));
@@ -197,7 +198,7 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
     }
     if admission.to_end.len() > admission.ended_before {
         patch.add_label(END_SIDECARS_LABEL, "true");
-        annotations.push((annotation::EndSidecars::KEY, admission.to_end.join(",")));
+        annotations.push((annotation::EndSidecars::KEY, annotation::EndSidecars::encode(&admission.to_end)));
     }
     patch.set_annotations(annotations);
     injection.patch = patch.ops;
@@ -257,7 +258,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
         let without_image = annotation::InjectedWithoutImage::read(pod.annotations())
             .into_iter()
             .map(|(n, h)| (n.to_owned(), h.to_owned()));
-        let named = pod.annotations().get(annotation::Sidecars::KEY).into_iter().flat_map(|v| v.split(','));
+        let named = annotation::Sidecars::read(pod.annotations()).into_iter();
         let ends = ending::meant_to_end(pod);
         let to_end = if ends { ending::already_named(pod) } else { Vec::new() };
         Self {
@@ -273,7 +274,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             patch: PodPatch::new(pod),
             injected_names: None,
             entries,
-            sidecars: named.filter(|n| !n.is_empty()).map(str::to_owned).collect(),
+            sidecars: named.map(str::to_owned).collect(),
             without_image: without_image.collect(),
             ends,
             ended_before: to_end.len(),

@@ -84,8 +84,7 @@ pub fn next(pod: &Pod, image: &str, now: i64) -> Next {
     if over || !watcher_api::meant_to_end(spec.restart_policy.as_deref(), os) {
         return Next::Nothing;
     }
-    let named = pod.annotations().get(annotation::EndSidecars::KEY).map(String::as_str).unwrap_or_default();
-    let named: Vec<&str> = named.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+    let named = annotation::EndSidecars::read(pod.annotations());
     let (sidecars, apps): (Vec<_>, Vec<_>) =
         spec.containers.iter().enumerate().partition(|(_, c)| named.contains(&c.name.as_str()));
     if sidecars.is_empty() || apps.is_empty() {
@@ -114,7 +113,7 @@ pub fn next(pod: &Pod, image: &str, now: i64) -> Next {
     if running.is_empty() {
         return Next::Nothing; // the kubelet has yet to write the phase
     }
-    let since = pod.annotations().get(annotation::SidecarsEnded::KEY).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let since = annotation::SidecarsEnded::get(pod.annotations()).and_then(Result::ok);
     let grace = spec.termination_grace_period_seconds.unwrap_or(DEFAULT_GRACE).max(0);
     let deadline = since.map_or(now, |t| t.as_second()) + grace + ENDING_MARGIN.as_secs() as i64;
     let overdue = now >= deadline;
@@ -209,7 +208,7 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>, default_image: Arc<String>)
         }
         Next::End { own, switch } => {
             let switched: Vec<&str> = switch.iter().map(|(_, n)| n.as_str()).collect();
-            let patch = json_patch::Patch(end_patch(&switch, image, &now.to_string()));
+            let patch = json_patch::Patch(end_patch(&switch, image, &annotation::SidecarsEnded::encode(now)));
             if let Err(error) = api.patch(&pod.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await {
                 return Err(error.into());
             }
@@ -219,9 +218,9 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>, default_image: Arc<String>)
             Ok(Action::requeue(ENDING_MARGIN))
         }
         Next::Ending { running, overdue, recheck } => {
-            let marked = pod.annotations().get(annotation::SidecarsCannotEnd::KEY).map(String::as_str);
-            let names = running.join(",");
-            if overdue && marked != Some(names.as_str()) {
+            let marked = annotation::SidecarsCannotEnd::read(pod.annotations());
+            let names = annotation::SidecarsCannotEnd::encode(&running);
+            if overdue && marked != running.iter().map(String::as_str).collect::<Vec<_>>() {
                 // Counted on the Watcher (`status.pods.cannotEnd`) from what the pod carries.
                 let mark = json!({"metadata": {"annotations": {annotation::SidecarsCannotEnd::KEY: names}}});
                 if let Err(error) = api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&mark)).await {

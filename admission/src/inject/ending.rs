@@ -39,8 +39,7 @@ pub(super) fn meant_to_end(pod: &PodView) -> bool {
 /// The sidecars of `pod` that an earlier admission already named to be ended.
 pub(super) fn already_named(pod: &PodView) -> Vec<String> {
     let own = pod.metadata.annotations.own.as_ref();
-    let value = own.and_then(|a| a.get(annotation::EndSidecars::KEY)).map(String::as_str).unwrap_or_default();
-    value.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect()
+    own.map(annotation::EndSidecars::read).unwrap_or_default().into_iter().map(str::to_owned).collect()
 }
 
 /// How a sidecar is made to end with its app.

@@ -105,7 +105,7 @@ pub fn plan(
     if policy.paused || !rollout.stuck.is_empty() {
         budget = 0; // paused, or never a wave of broken pods
     }
-    let now_text = now.to_string();
+    let now_text = annotation::SidecarUpdated::encode(now);
     let mut recreate = Vec::new();
     for pod in updatable.iter().filter(outdated) {
         rollout.outdated += 1;
@@ -157,8 +157,7 @@ fn count_up_to_date(rollout: &mut Rollout, watcher: &Watcher, hash: &str, all: &
         rollout.updated += 1;
         if policy.type_ == UpdatePolicyType::InPlace && in_place::in_flight(pod, container) {
             rollout.in_flight.push(shown(watcher, pod));
-            let updated =
-                pod.annotations().get(annotation::SidecarUpdated::KEY).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            let updated = annotation::SidecarUpdated::get(pod.annotations()).and_then(Result::ok);
             if updated.is_some_and(|at| now.duration_since(at) > deadline) {
                 rollout.stuck.push(format!(
                     "pod {} has not run the new sidecar image within {} minutes of its update",

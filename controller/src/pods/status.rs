@@ -52,8 +52,7 @@ pub(super) fn count(watcher: &Watcher, pods: &[&CountedPod]) -> PodCounts {
 /// The first of `containers` that the ending controller ended in `pod` but still runs, as the
 /// pod's `watcher.dev/sidecars-cannot-end` says (the pod cannot finish).
 pub(super) fn kept_running<'p>(pod: &'p CountedPod, containers: &[String]) -> Option<&'p str> {
-    let named = pod.annotations().get(annotation::SidecarsCannotEnd::KEY)?;
-    named.split(',').map(str::trim).find(|n| containers.iter().any(|c| c == n))
+    annotation::SidecarsCannotEnd::read(pod.annotations()).into_iter().find(|n| containers.iter().any(|c| c == n))
 }
 
 /// `SidecarsEnded`: `False` (`CannotEnd`) while pods that are meant to end cannot, a sidecar of
