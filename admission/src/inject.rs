@@ -177,9 +177,8 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
     if admission.ended_file {
         patch.add_volume(watcher_api::ENDED_VOLUME, ending::ended_volume());
     }
-    let value = annotation::Injected::encode(admission.entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
-    let imageless =
-        annotation::InjectedWithoutImage::encode(admission.without_image.iter().map(|(n, h)| (n.as_str(), h.as_str())));
+    let value = annotation::Injected::encode(admission.entries.iter().map(|(n, h)| (n, h)));
+    let imageless = annotation::InjectedWithoutImage::encode(admission.without_image.iter().map(|(n, h)| (n, h)));
     let sidecars = (annotation::Sidecars::KEY, annotation::Sidecars::encode(&admission.sidecars));
     let mut annotations =
         vec![(annotation::Injected::KEY, value), (annotation::InjectedWithoutImage::KEY, imageless), sidecars];
