@@ -5,6 +5,10 @@
 //! Every sample of `deploy/samples/` and every example of README is valid; each mistake a
 //! user made on a real cluster is refused, naming the field.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
@@ -144,12 +148,25 @@ fn openapi_errors(schema: &Value, value: &Value, path: &str, errors: &mut Vec<St
 /// Every error kube-apiserver would give `object` at create: OpenAPI first, then CEL (which
 /// runs only on an object the OpenAPI rules accept, as in kube-apiserver).
 fn refusals(object: &Value) -> Vec<String> {
+    thread_local! {
+        /// Each kind's schema and its compiled rules, made once a thread (`validate` would
+        /// compile every rule again for each object).
+        static SCHEMAS: RefCell<HashMap<String, Rc<(Value, kube_cel::CompiledSchema)>>> = RefCell::default();
+    }
     let kind = object["kind"].as_str().expect("kind");
-    let schema = schema(kind);
+    let compiled = SCHEMAS.with_borrow_mut(|schemas| {
+        let entry = schemas.entry(kind.to_owned()).or_insert_with(|| {
+            let schema = schema(kind);
+            let compiled = kube_cel::compile_schema(&schema);
+            Rc::new((schema, compiled))
+        });
+        Rc::clone(entry)
+    });
+    let (schema, rules) = &*compiled;
     let mut errors = Vec::new();
-    openapi_errors(&schema, object, "", &mut errors);
+    openapi_errors(schema, object, "", &mut errors);
     if errors.is_empty()
-        && let Err(failures) = kube_cel::Validator::new().validate(&schema, object, None)
+        && let Err(failures) = kube_cel::Validator::new().validate_compiled(rules, object, None)
     {
         errors.extend(failures.iter().map(|f| format!("{}: {}", f.field_path, f.message)));
     }

@@ -86,20 +86,31 @@ fn compile(expression: &str) -> cel::Program {
     cel::Program::compile(expression).unwrap_or_else(|e| panic!("{e}: {expression}"))
 }
 
-/// Where kube-apiserver sends `pod` with the conditions of `scope` registered: the webhook
-/// `inject.watcher.dev` takes it when every one of its conditions holds, `required.watcher.dev`
-/// when its condition holds. Never both.
-fn sent_by_cel(conditions: &Conditions, review: &Value) -> Sent {
-    let scope = conditions.scope.as_deref().map(compile);
-    let required = conditions.required.as_deref().map(compile);
-    let required = required.is_some_and(|p| evaluate(&p, review));
-    let in_scope = scope.is_none_or(|p| evaluate(&p, review));
-    // inject.watcher.dev: the scope, and not a required pod.
-    match (in_scope && !required, required) {
-        (true, true) => unreachable!(),
-        (true, false) => Sent::Inject,
-        (false, true) => Sent::Required,
-        (false, false) => Sent::No,
+/// The matchConditions of a registration, compiled once, as kube-apiserver compiles them when the
+/// registration is written.
+struct Compiled {
+    scope: Option<cel::Program>,
+    required: Option<cel::Program>,
+}
+
+impl Compiled {
+    fn of(conditions: &Conditions) -> Self {
+        Self { scope: conditions.scope.as_deref().map(compile), required: conditions.required.as_deref().map(compile) }
+    }
+
+    /// Where kube-apiserver sends the pod of `review`: the webhook `inject.watcher.dev` takes it
+    /// when every one of its conditions holds, `required.watcher.dev` when its condition holds.
+    /// Never both.
+    fn sends(&self, review: &Value) -> Sent {
+        let required = self.required.as_ref().is_some_and(|p| evaluate(p, review));
+        let in_scope = self.scope.as_ref().is_none_or(|p| evaluate(p, review));
+        // inject.watcher.dev: the scope, and not a required pod.
+        match (in_scope && !required, required) {
+            (true, true) => unreachable!(),
+            (true, false) => Sent::Inject,
+            (false, true) => Sent::Required,
+            (false, false) => Sent::No,
+        }
     }
 }
 
@@ -218,8 +229,9 @@ fn the_conditions_send_exactly_the_pods_the_scope_says() {
     let conditions = scope.conditions();
     assert!(conditions.scope.is_some() && conditions.required.is_some());
     let mut counts = BTreeMap::new();
+    let compiled = Compiled::of(&conditions);
     for pod in pods() {
-        let by_cel = sent_by_cel(&conditions, &pod.review());
+        let by_cel = compiled.sends(&pod.review());
         assert_eq!(by_cel, pod.sends(&scope), "{pod:?}");
         *counts.entry(format!("{by_cel:?}")).or_insert(0) += 1;
     }
@@ -514,7 +526,7 @@ fn a_cluster_watcher_is_in_scope_where_it_applies() {
     ] {
         let pod = Pod { namespace: namespace.into(), labels: pod_labels, annotations };
         assert_eq!(pod.sends(&scope), expected, "{pod:?}");
-        assert_eq!(sent_by_cel(&conditions, &pod.review()), expected, "{pod:?}");
+        assert_eq!(Compiled::of(&conditions).sends(&pod.review()), expected, "{pod:?}");
     }
 
     let shared = cluster.unplaced();

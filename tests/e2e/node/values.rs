@@ -4,18 +4,8 @@
 //! exact for the latencies logged, the JSON field as a label, one match and one Event per stack
 //! trace quoting the exception's first line.
 
-use super::{POD_START, SAMPLES, require_node, sample};
+use super::{POD_START, SAMPLES, faster, require_node, sample};
 use crate::common::{Operator, TestNamespace, client, exclusive, http_get, install_crds, kubectl, wait_for};
-
-/// The sample `file`, its app writing every second instead of every five (the test waits less;
-/// what is written is the same).
-fn faster(file: &str) -> String {
-    let text = std::fs::read_to_string(format!("{SAMPLES}/{file}")).expect("sample");
-    assert!(text.contains("sleep 5"), "{file}: the app sleeps 5 s between orders");
-    let path = std::env::temp_dir().join(format!("watcher-e2e-{}-{file}", std::process::id()));
-    std::fs::write(&path, text.replace("sleep 5", "sleep 1")).expect("written");
-    path.display().to_string()
-}
 
 /// The sidecar's `/metrics` of pod `pod`.
 async fn metrics(namespace: &str, pod: &str) -> String {
