@@ -21,7 +21,7 @@ use json_patch::{AddOperation, PatchOperation};
 use options::native_sidecar;
 pub use options::{InjectOptions, SYSTEM_NAMESPACES, server_minor, supports_native_sidecars};
 pub use resources::{ResourceCompliance, ResourceReport, resource_compliance};
-pub use security::{Compliance, PodSecurityReport, compliance};
+pub use security::{Compliance, PodSecurityReport, Refusal, RunsAsRoot, compliance};
 use watcher_api::{
     DEFAULT_CONTAINER_ANNOTATION, END_SIDECARS_LABEL, SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, SUPERVISOR_NAME, Watcher,
     annotation, config_map_name,

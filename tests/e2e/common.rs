@@ -400,16 +400,18 @@ pub async fn http_get(url: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-/// Polls `check` every 250 ms until it holds; panics after `timeout`.
+/// Polls `check` until it holds (pausing as [`FIRST_PAUSE`] says); panics after `timeout`.
 pub async fn wait_until<F, Fut>(timeout: Duration, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
     let start = Instant::now();
+    let mut pause = FIRST_PAUSE;
     while !check().await {
         assert!(start.elapsed() < timeout, "condition not met within {timeout:?}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(pause).await;
+        pause = next_pause(pause);
     }
 }
 
@@ -420,13 +422,26 @@ where
     Fut: Future<Output = Option<T>>,
 {
     let start = Instant::now();
+    let mut pause = FIRST_PAUSE;
     loop {
         if let Some(value) = get().await {
             return value;
         }
         assert!(start.elapsed() < timeout, "value not there within {timeout:?}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(pause).await;
+        pause = next_pause(pause);
     }
+}
+
+/// The first pause of [`wait_until`] and [`wait_for`]; each next one is half as long again, up
+/// to [`LAST_PAUSE`]: what comes within a second is seen at once, and a wait of a minute asks
+/// (often by running `kubectl`) a few dozen times, not hundreds, leaving the machine to the
+/// servers and the other tests.
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const LAST_PAUSE: Duration = Duration::from_secs(1);
+
+fn next_pause(pause: Duration) -> Duration {
+    (pause * 3 / 2).min(LAST_PAUSE)
 }
 
 /// The RFC 3339 time `offset_seconds` from now.

@@ -40,10 +40,11 @@ pub(super) struct Ledger<'a> {
     failing: Vec<Violation>,
 }
 
-/// A Watcher left out: the report, and the words of the warning.
+/// A Watcher left out: the report, the words of the warning, and the rules the pod would fail.
 pub(super) struct LeftOut {
     pub(super) report: ResourceReport,
     pub(super) why: String,
+    pub(super) violations: Vec<Violation>,
 }
 
 impl<'a> Ledger<'a> {
@@ -63,7 +64,7 @@ impl<'a> Ledger<'a> {
         watcher: &Watcher,
         native: bool,
         supervisor: Option<(&str, &ResourceRequirements)>,
-    ) -> Result<(WatcherResources, Option<ResourceReport>), LeftOut> {
+    ) -> Result<(WatcherResources, Option<ResourceReport>), Box<LeftOut>> {
         let spec = &watcher.spec;
         let sidecar_kind = if native { ContainerKind::Sidecar } else { ContainerKind::Regular };
         // The supervisor's init container first: it goes in before the pod's own.
@@ -99,7 +100,7 @@ impl<'a> Ledger<'a> {
             let mut failed: Vec<String> = added.iter().map(|v| v.rule.to_string()).collect();
             failed.dedup();
             let why = format!("the pod would fail its namespace's {} with it: {words}", failed.join(", "));
-            return Err(LeftOut { report: report(Vec::new(), Some(words)), why });
+            return Err(Box::new(LeftOut { report: report(Vec::new(), Some(words)), why, violations: added }));
         }
         self.pod = after;
         self.failing = failing;
@@ -129,15 +130,15 @@ pub enum ResourceCompliance {
     /// They pass once the webhook sets these values (`container: what, ...`).
     Adapted(Vec<String>),
     /// No value passes, or its containers alone do not fit in what is left of a quota: the
-    /// rules it fails, in kube-apiserver's words.
-    CannotComply(String),
+    /// rules it fails (in kube-apiserver's words: [`crate::resources::describe`]).
+    CannotComply(Vec<Violation>),
 }
 
 /// How `watcher` stands towards `rules` (its sidecar as a regular container).
 pub fn resource_compliance(watcher: &Watcher, rules: &ResourceRules) -> ResourceCompliance {
     let mut ledger = Ledger { rules, pod: PodResourceView::default(), failing: Vec::new() };
     match ledger.admit(watcher, false, None) {
-        Err(left_out) => ResourceCompliance::CannotComply(left_out.report.violations.unwrap_or_default()),
+        Err(left_out) => ResourceCompliance::CannotComply(left_out.violations),
         Ok((_, None)) => ResourceCompliance::AsWritten,
         Ok((_, Some(report))) => ResourceCompliance::Adapted(
             report.adapted.into_iter().map(|(container, set)| format!("{container}: {}", set.join(", "))).collect(),

@@ -183,8 +183,8 @@ pub(super) fn startable(watcher: &Watcher, pod: &PodView, adapted: &mut Adapted)
 
 /// What a Watcher adds would run as root where the pod asks for non-root: its containers' names,
 /// quoted.
-#[derive(Debug)]
-pub(super) struct RunsAsRoot(Vec<String>);
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunsAsRoot(Vec<String>);
 
 impl std::fmt::Display for RunsAsRoot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -205,16 +205,34 @@ pub enum Compliance {
     AsWritten,
     /// They pass once the webhook sets these fields (`container: field, field`).
     Adapted(Vec<String>),
-    /// It asks for what the policy forbids: these checks fail, in kube-apiserver's words.
-    CannotComply(String),
+    /// It asks for what the policy forbids, or could not start under it.
+    CannotComply(Refusal),
+}
+
+/// Why a Watcher cannot comply with a Pod Security policy; shown in kube-apiserver's words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// These checks fail.
+    Checks(Failures),
+    /// Its containers would run as root where the pod asks for non-root.
+    RunsAsRoot(RunsAsRoot),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Checks(failures) => failures.fmt(f),
+            Self::RunsAsRoot(root) => root.fmt(f),
+        }
+    }
 }
 
 /// How `watcher` stands towards `policy` on a server of minor version `server`.
 pub fn compliance(watcher: &Watcher, policy: Policy, server: Option<u32>) -> Compliance {
     let pod = PodView::default();
     let guard = Guard { policy, server: server.unwrap_or(NEWEST_MINOR), pod: PodFacts::default() };
-    let admitted = guard.admit(watcher, &pod).map_err(|failures| failures.to_string()).and_then(|mut adapted| {
-        startable(watcher, &pod, &mut adapted).map_err(|root| root.to_string())?;
+    let admitted = guard.admit(watcher, &pod).map_err(Refusal::Checks).and_then(|mut adapted| {
+        startable(watcher, &pod, &mut adapted).map_err(Refusal::RunsAsRoot)?;
         Ok(adapted)
     });
     match admitted {

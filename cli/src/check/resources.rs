@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use watcher_admission::resources::ResourceRules;
+use watcher_admission::resources::describe;
 use watcher_admission::{ResourceCompliance, resource_compliance};
 
 use super::Report;
@@ -74,10 +75,11 @@ pub(super) fn judge(
         let Some(rules) = rules.get(namespace) else { continue };
         let kind = if watcher.cluster_watcher().is_some() { "ClusterWatcher" } else { "Watcher" };
         match resource_compliance(watcher, rules) {
-            ResourceCompliance::CannotComply(words) => cannot.push(format!(
-                "{kind} {} in {namespace} ({}): {words}",
+            ResourceCompliance::CannotComply(violations) => cannot.push(format!(
+                "{kind} {} in {namespace} ({}): {}",
                 watcher.name_any(),
-                rules.names().join(", ")
+                rules.names().join(", "),
+                describe(&violations)
             )),
             ResourceCompliance::Adapted(_) => fitted += 1,
             ResourceCompliance::AsWritten => {}
