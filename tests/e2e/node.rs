@@ -16,7 +16,7 @@ mod values;
 
 use std::time::Duration;
 
-use common::{Operator, TestNamespace, client, exclusive, http_get, install_crds, kubectl, wait_for, wait_until};
+use common::{Operator, STEP, TestNamespace, client, exclusive, http_get, install_crds, kubectl, wait_for, wait_until};
 
 /// How long a pod may take to run on the node (image already there).
 const POD_START: Duration = Duration::from_secs(120);
@@ -108,17 +108,27 @@ async fn the_readme_use_case_runs_on_a_node() {
     assert!(event.contains(" ERROR order "), "the note names the line: {event}");
 
     // The sidecar's metrics at the pod's IP: every line the app wrote, the first included, each
-    // counted once. The app writes on: its log read before and after the scrape brackets it.
+    // counted once. The app writes on (a line a second, and the agent looks every 250 ms): its
+    // log read before the scrapes and after the one that has caught up with it brackets it.
     let ip = kubectl(&["get", "pod", "shop", "-n", n, "-o", "jsonpath={.status.podIP}"]);
     let url = format!("http://{}:9102/metrics", ip.trim());
     wait_until(POD_START, || async { http_get(&url).await.is_some_and(|(status, _)| status == 200) }).await;
-    let (lines_before, errors_before) = app_log(n);
-    let (_, metrics) = http_get(&url).await.expect("the sidecar's /metrics");
-    let (lines_after, errors_after) = app_log(n);
     let source = [("source", "/var/log/app/*.log")];
-    let lines = sample(&metrics, "watcher_agent_lines_total", &source).expect("lines counted") as usize;
-    let errors = sample(&metrics, "watcher_agent_matches_total", &[("rule", "error"), source[0]])
-        .expect("matches counted") as usize;
+    let counts = |metrics: &str| {
+        let lines = sample(metrics, "watcher_agent_lines_total", &source).expect("lines counted") as usize;
+        let errors = sample(metrics, "watcher_agent_matches_total", &[("rule", "error"), source[0]])
+            .expect("matches counted") as usize;
+        (lines, errors)
+    };
+    let (lines_before, errors_before) = app_log(n);
+    let metrics = wait_for(STEP, || async {
+        let (_, metrics) = http_get(&url).await?;
+        let (lines, errors) = counts(&metrics);
+        (lines >= lines_before && errors >= errors_before).then_some(metrics)
+    })
+    .await;
+    let (lines_after, errors_after) = app_log(n);
+    let (lines, errors) = counts(&metrics);
     assert!(
         (lines_before..=lines_after).contains(&lines),
         "{lines} lines counted, {lines_before}..{lines_after} written"
