@@ -111,7 +111,11 @@ async fn helm_install_follows_a_run_by_url_that_was_killed() {
     let configurations =
         Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(client.clone());
 
-    Operator::start(&run_ns.name).await.kill();
+    // Ready means serving; the configuration follows the certificate, so the run is killed once
+    // it has registered.
+    let killed = Operator::start(&run_ns.name).await;
+    wait_for(STEP, || async { configurations.get_opt("watcher-operator").await.ok().flatten() }).await;
+    killed.kill();
     let leftover = configurations.get("watcher-operator").await.expect("the killed run's configuration is left");
     assert!(leftover.annotations().contains_key("watcher.dev/created-by-run"), "{:?}", leftover.metadata);
     let pre = std::process::Command::new(env!("CARGO_BIN_EXE_watcher-operator"))

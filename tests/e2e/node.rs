@@ -224,6 +224,14 @@ async fn a_plain_sidecar_runs_in_a_restricted_namespace_on_a_node() {
 /// by the supervisor's 3 s grace period and the agent's 5 s linger.
 const ENDED_WITHIN: i64 = 10;
 
+/// How long after the operator wrote `watcher.dev/sidecars-ended` a sidecar that reads it from
+/// the downward API may run at the most: the kubelet refreshes the volume when the pod changes,
+/// and now and then only at its next sync of the pod (kubernetes/kubernetes#59813; its sync
+/// period is 1 min) or at the operator's next write (`sidecars-cannot-end`, 60 s on), then the
+/// supervisor's grace period. The test allows this for one sidecar of a namespace's pods and
+/// says so; the others end within [`ENDED_WITHIN`].
+const KUBELET_REFRESH: i64 = 75;
+
 /// What the tests of pods that are meant to end share: the operator with its defaults, and a
 /// namespace `<prefix>-<mode>` per way the server injects (`Auto`; also `Never` where it has
 /// native sidecars), each with README's agent Watcher (`nativeSidecar` the mode) and its RBAC.
@@ -332,13 +340,26 @@ fn create_pods_that_end(n: &str, native: &str) {
 /// by themselves, with none).
 type Finished = (String, i64, i32);
 
-/// The pods of namespace `n` that have ended, with their phase and their containers.
-async fn ended_pods(client: &Client, n: &str) -> Vec<(String, String, Vec<Finished>)> {
+/// A pod of namespace `n` that has ended: its name, its phase, its containers, and when the
+/// operator wrote `watcher.dev/sidecars-ended` on it (seconds since the epoch), if it did.
+#[derive(Debug)]
+struct EndedPod {
+    name: String,
+    phase: String,
+    finished: Vec<Finished>,
+    marked_ended: Option<i64>,
+}
+
+/// The pods of namespace `n` that have ended.
+async fn ended_pods(client: &Client, n: &str) -> Vec<EndedPod> {
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), n);
     let list = pods.list(&ListParams::default()).await.expect("list pods");
     list.items
         .into_iter()
         .filter_map(|pod| {
+            let marked_ended = watcher_api::annotation::SidecarsEnded::get(pod.metadata.annotations.as_ref()?)
+                .and_then(Result::ok)
+                .map(|at| at.as_second());
             let status = pod.status?;
             let phase = status.phase.filter(|p| p == "Succeeded" || p == "Failed")?;
             let statuses = status.container_statuses.into_iter().flatten();
@@ -346,7 +367,7 @@ async fn ended_pods(client: &Client, n: &str) -> Vec<(String, String, Vec<Finish
             let finished = statuses
                 .filter_map(|s| Some((s.name, s.state?.terminated?.finished_at?.0.as_second(), s.restart_count)))
                 .collect();
-            Some((pod.metadata.name?, phase, finished))
+            Some(EndedPod { name: pod.metadata.name?, phase, finished, marked_ended })
         })
         .collect()
 }
@@ -355,7 +376,8 @@ async fn ended_pods(client: &Client, n: &str) -> Vec<(String, String, Vec<Finish
 /// native sidecars (1.24) as injected by default, and on one with them (1.36) both with
 /// `nativeSidecar: Never` and with native sidecars. Each Job completes (or fails, as its app
 /// decided), the CronJob's run and the At too, each pod's sidecars ending within
-/// [`ENDED_WITHIN`] s of its app, as the kubelet's own timestamps say.
+/// [`ENDED_WITHIN`] s of its app, as the kubelet's own timestamps say (one of them within
+/// [`KUBELET_REFRESH`] s of the operator's mark, where the kubelet delivers it late).
 #[tokio::test]
 #[ignore = "needs a cluster with a node: KUBECONFIG, and the images watcher-agent:0.1.0, watcher-supervise:0.1.0 and e2e-looper:0.1.0 on the node"]
 async fn pods_that_are_meant_to_end_end_on_a_node() {
@@ -401,10 +423,11 @@ async fn pods_that_are_meant_to_end_end_on_a_node() {
             ("tick-", "Succeeded"),
             ("hello-at", "Succeeded"),
         ];
+        let mut late = Vec::new();
         for (prefix, phase) in expect {
-            let (name, got, finished) = ended
+            let EndedPod { name, phase: got, finished, marked_ended } = ended
                 .iter()
-                .find(|(name, _, _)| name.starts_with(prefix))
+                .find(|pod| pod.name.starts_with(prefix))
                 .unwrap_or_else(|| panic!("{mode}: no ended pod {prefix}: {ended:?}"));
             assert_eq!(got, phase, "{mode}: pod {name}");
             let app = ["app", "command"].iter().find_map(|c| finished.iter().find(|(n, ..)| n == c));
@@ -416,12 +439,26 @@ async fn pods_that_are_meant_to_end_end_on_a_node() {
             assert!(sidecars.peek().is_some(), "{mode}: pod {name} has a sidecar: {finished:?}");
             for (container, ended, restarts) in sidecars {
                 let after = ended - app_ended;
-                assert!(after <= ENDED_WITHIN, "{mode}: pod {name}: {container} ended {after} s after the app");
+                let said = format!("{mode}: pod {name}: {container} ended {after} s after the app");
+                match marked_ended.map(|at| at - app_ended) {
+                    // Ended by the operator's mark, which the kubelet delivers.
+                    Some(marked) => {
+                        let said = format!("{said}, watcher.dev/sidecars-ended written {marked} s after it");
+                        assert!(marked <= ENDED_WITHIN, "{said}: the operator was late");
+                        assert!(after - marked <= KUBELET_REFRESH, "{said}");
+                        if after > ENDED_WITHIN {
+                            eprintln!("{said}: the kubelet refreshed the downward API volume late");
+                            late.push(said);
+                        }
+                    }
+                    None => assert!(after <= ENDED_WITHIN, "{said}"),
+                }
                 // Only a regular sidecar that runs another image's entrypoint is switched.
                 let switched = container == "looper" && !(*mode == "Auto" && native);
                 assert_eq!(*restarts, i32::from(switched), "{mode}: pod {name}: {container}'s restarts");
             }
         }
+        assert!(late.len() <= 1, "{mode}: more than one sidecar ended late: {late:#?}");
     }
     ending.stop().await;
 }
