@@ -39,6 +39,12 @@ const CONTROLLER: &str = "ending";
 const ENDING_MARGIN: Duration = Duration::from_secs(30);
 /// The kubelet's default termination grace period.
 const DEFAULT_GRACE: i64 = 30;
+/// How long after `watcher.dev/sidecars-ended` sidecars that read it may still run before it is
+/// written again: they end within seconds of reading it (the supervisor's grace period, the
+/// agent's linger), and the kubelet, which refreshes the downward API volume when the pod
+/// changes, now and then misses a change until its next sync of the pod, a minute on
+/// (kubernetes/kubernetes#59813); another change is refreshed at once.
+const REMIND_AFTER: i64 = 10;
 
 /// Runs the ending controller until shutdown: pods labelled `watcher.dev/end-sidecars=true`.
 pub async fn run(ctx: Arc<Context>, supervisor_image: String) {
@@ -68,6 +74,10 @@ pub enum Next {
     /// pod's grace period and a margin since `watcher.dev/sidecars-ended`; `recheck`: when to
     /// look again (at that deadline, or in a second once past it).
     Ending { running: Vec<String>, overdue: bool, recheck: Duration },
+    /// These sidecars read `watcher.dev/sidecars-ended` and still run [`REMIND_AFTER`] s after
+    /// it was written, promptly after the app ended: write it again (the time it is written),
+    /// once, so that the kubelet refreshes the volume on this change of the pod.
+    Remind { running: Vec<String> },
 }
 
 /// The next step for `pod`, its sidecars to be switched to `image`, at `now` (seconds since
@@ -113,12 +123,29 @@ pub fn next(pod: &Pod, image: &str, now: i64) -> Next {
     if running.is_empty() {
         return Next::Nothing; // the kubelet has yet to write the phase
     }
-    let since = annotation::SidecarsEnded::get(pod.annotations()).and_then(Result::ok);
+    let since = annotation::SidecarsEnded::get(pod.annotations()).and_then(Result::ok).map(|t| t.as_second());
     let grace = spec.termination_grace_period_seconds.unwrap_or(DEFAULT_GRACE).max(0);
-    let deadline = since.map_or(now, |t| t.as_second()) + grace + ENDING_MARGIN.as_secs() as i64;
+    let deadline = since.unwrap_or(now) + grace + ENDING_MARGIN.as_secs() as i64;
     let overdue = now >= deadline;
-    let recheck = Duration::from_secs(u64::try_from(deadline - now).unwrap_or(0).max(1));
+    // Written promptly after the app's end (not written again yet), read by a sidecar still
+    // running: written again at `since + REMIND_AFTER`.
+    let reads_it = |name: &String| sidecars.iter().any(|(_, c)| &c.name == name && ends_by_itself(c));
+    let app_ended = apps.iter().filter_map(|(_, c)| finished_at(reported(&c.name)?)).max();
+    let remind_at = since
+        .filter(|since| running.iter().any(reads_it) && app_ended.is_some_and(|end| *since < end + REMIND_AFTER))
+        .map(|since| since + REMIND_AFTER);
+    if remind_at.is_some_and(|at| now >= at) && !overdue {
+        return Next::Remind { running };
+    }
+    let look = remind_at.map_or(deadline, |at| at.min(deadline));
+    let recheck = Duration::from_secs(u64::try_from(look - now).unwrap_or(0).max(1));
     Next::Ending { running, overdue, recheck: if overdue { ENDING_MARGIN } else { recheck } }
+}
+
+/// When a container's last run ended (seconds since the Unix epoch), as the kubelet says.
+fn finished_at(status: &ContainerStatus) -> Option<i64> {
+    let terminated = status.state.as_ref()?.terminated.as_ref()?;
+    Some(terminated.finished_at.as_ref()?.0.as_second())
 }
 
 /// Whether `sidecar` ends by itself once `watcher.dev/sidecars-ended` is written: it mounts the
@@ -216,6 +243,17 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>, default_image: Arc<String>)
             let note = ending_note(&own, &switched, image);
             ctx.publish(&pod.object_ref(&()), EventType::Normal, "SidecarsEnding", "End", note).await;
             Ok(Action::requeue(ENDING_MARGIN))
+        }
+        Next::Remind { running } => {
+            let mark = json!({"metadata": {"annotations": {annotation::SidecarsEnded::KEY: annotation::SidecarsEnded::encode(now)}}});
+            match api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&mark)).await {
+                Ok(_) => {
+                    info!(sidecars = ?running, "sidecars still run {REMIND_AFTER} s after they were told the app ended: told again");
+                    Ok(Action::requeue(Duration::from_secs(REMIND_AFTER.unsigned_abs())))
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(Action::await_change()),
+                Err(error) => Err(error.into()),
+            }
         }
         Next::Ending { running, overdue, recheck } => {
             let marked = annotation::SidecarsCannotEnd::read(pod.annotations());

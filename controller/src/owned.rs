@@ -21,7 +21,7 @@ pub use watcher_api::revision::{CLUSTER_WATCHER_LABEL, WATCHER_LABEL};
 
 /// What the controller wrote, until its cache holds it: a cache trails a write by milliseconds
 /// to seconds, so an entry older than [`FORGET_AFTER`] (its object deleted meanwhile, say) is
-/// dropped at the next write rather than kept for the life of the process.
+/// answered no more, and dropped at the next write rather than kept for the life of the process.
 pub(crate) struct Recent<K, V>(Mutex<HashMap<K, (Instant, V)>>);
 
 /// How long a written object is kept at most, waiting for the cache to hold it.
@@ -35,8 +35,11 @@ impl<K: std::hash::Hash + Eq, V: Clone> Recent<K, V> {
         map.insert(key, (now, value));
     }
 
+    /// What was written, unless it was written longer than [`FORGET_AFTER`] ago: the cache
+    /// holds it by then, or what happened to it since.
     pub(crate) fn get(&self, key: &K) -> Option<V> {
-        lock(&self.0).get(key).map(|(_, value)| value.clone())
+        let map = lock(&self.0);
+        map.get(key).filter(|(at, _)| at.elapsed() < FORGET_AFTER).map(|(_, value)| value.clone())
     }
 
     pub(crate) fn remove(&self, key: &K) {

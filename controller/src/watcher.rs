@@ -120,6 +120,19 @@ impl WatcherState {
         }
     }
 
+    /// The cache has seen `config_map` applied or deleted: a write of this controller is
+    /// forgotten once the cache has held its version (or a later one), so that a ConfigMap
+    /// deleted afterwards, before any reconcile looked, is found absent and created again.
+    pub(crate) fn saw(&self, config_map: &ConfigMap) {
+        let (Some(name), Some(namespace)) = (&config_map.metadata.name, &config_map.metadata.namespace) else {
+            return;
+        };
+        let key = ObjectRef::new(name).within(namespace);
+        if self.written.get(&key).is_some_and(|ours| caught_up(Some(&config_map.metadata), &ours.metadata)) {
+            self.written.remove(&key);
+        }
+    }
+
     /// The Watcher's status as this controller last knows it.
     fn status(&self, watcher: &Watcher) -> Option<WatcherStatus> {
         let key = ObjectRef::from(watcher);

@@ -42,11 +42,16 @@ pub async fn run(
     let labels = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
     let api = Api::<ConfigMap>::all(ctx.client.clone());
     let (config_maps, changed, listed) = crate::cached_watch(api, watcher::Config::default().labels(&labels), |_| {});
+    let namespaces = cache.namespaces.clone();
+    let shared =
+        Arc::new(WatcherState::with(config_maps.clone(), listed.clone(), scope.clone(), namespaces, revisions.clone()));
     let (to_watchers, for_watchers) = futures::channel::mpsc::unbounded();
     let (to_cluster, for_cluster) = futures::channel::mpsc::unbounded();
+    let seen = shared.clone();
     let fan_out = changed.for_each(move |config_map| {
         match config_map {
             Ok(config_map) => {
+                seen.saw(&config_map);
                 if let Some(name) = config_map.labels().get(WATCHER_LABEL) {
                     let namespace = config_map.namespace().unwrap_or_default();
                     let _ = to_watchers.unbounded_send(ObjectRef::<Watcher>::new(name).within(&namespace));
@@ -72,8 +77,6 @@ pub async fn run(
         scope.clone(),
         revisions.clone(),
     ));
-    let namespaces = cache.namespaces.clone();
-    let shared = Arc::new(WatcherState::with(config_maps, listed, scope, namespaces, revisions));
     shared.follow_pod_security(cache.pod_security.clone());
     let relabelled = relabelled_watchers(cache.clone(), namespace_changes.clone());
     // A change of the cluster's Pod Security defaults (learned at start) judges every Watcher

@@ -224,12 +224,14 @@ async fn a_plain_sidecar_runs_in_a_restricted_namespace_on_a_node() {
 /// by the supervisor's 3 s grace period and the agent's 5 s linger.
 const ENDED_WITHIN: i64 = 10;
 
-/// How long after the operator wrote `watcher.dev/sidecars-ended` a sidecar that reads it from
-/// the downward API may run at the most: the kubelet refreshes the volume when the pod changes,
-/// and now and then only at its next sync of the pod (kubernetes/kubernetes#59813; its sync
-/// period is 1 min) or at the operator's next write (`sidecars-cannot-end`, 60 s on), then the
-/// supervisor's grace period. The test allows this for one sidecar of a namespace's pods and
-/// says so; the others end within [`ENDED_WITHIN`].
+/// How long after the operator last wrote `watcher.dev/sidecars-ended` a sidecar that reads it
+/// from the downward API may run, at the most. The kubelet refreshes the volume when the pod
+/// changes, but now and then it misses a change until its next sync of the pod, a minute on
+/// (kubernetes/kubernetes#59813). The operator therefore writes the annotation again 10 s on if
+/// such a sidecar still runs, and the kubelet refreshes the volume on that change. Should the
+/// kubelet miss that change too, the operator's next write (`sidecars-cannot-end`, 60 s on) or
+/// the kubelet's sync ends the sidecar. The test allows this for one sidecar of a namespace's pods
+/// and says so; the others end within [`ENDED_WITHIN`] of the last write.
 const KUBELET_REFRESH: i64 = 75;
 
 /// What the tests of pods that are meant to end share: the operator with its defaults, and a
@@ -376,8 +378,8 @@ async fn ended_pods(client: &Client, n: &str) -> Vec<EndedPod> {
 /// native sidecars (1.24) as injected by default, and on one with them (1.36) both with
 /// `nativeSidecar: Never` and with native sidecars. Each Job completes (or fails, as its app
 /// decided), the CronJob's run and the At too, each pod's sidecars ending within
-/// [`ENDED_WITHIN`] s of its app, as the kubelet's own timestamps say (one of them within
-/// [`KUBELET_REFRESH`] s of the operator's mark, where the kubelet delivers it late).
+/// [`ENDED_WITHIN`] s of the operator's last mark, as the kubelet's own timestamps say (one of
+/// them within [`KUBELET_REFRESH`] s, where the kubelet delivers it late).
 #[tokio::test]
 #[ignore = "needs a cluster with a node: KUBECONFIG, and the images watcher-agent:0.1.0, watcher-supervise:0.1.0 and e2e-looper:0.1.0 on the node"]
 async fn pods_that_are_meant_to_end_end_on_a_node() {
@@ -441,12 +443,14 @@ async fn pods_that_are_meant_to_end_end_on_a_node() {
                 let after = ended - app_ended;
                 let said = format!("{mode}: pod {name}: {container} ended {after} s after the app");
                 match marked_ended.map(|at| at - app_ended) {
-                    // Ended by the operator's mark, which the kubelet delivers.
+                    // Ended by the operator's mark (written promptly, or again 10 s on), which
+                    // the kubelet delivers.
                     Some(marked) => {
-                        let said = format!("{said}, watcher.dev/sidecars-ended written {marked} s after it");
-                        assert!(marked <= ENDED_WITHIN, "{said}: the operator was late");
+                        let said = format!("{said}, watcher.dev/sidecars-ended last written {marked} s after it");
+                        // Within ENDED_WITHIN, or again 10 s after that, with a look's delay.
+                        assert!(marked <= 2 * ENDED_WITHIN + 5, "{said}: the operator was late");
                         assert!(after - marked <= KUBELET_REFRESH, "{said}");
-                        if after > ENDED_WITHIN {
+                        if after - marked > ENDED_WITHIN {
                             eprintln!("{said}: the kubelet refreshed the downward API volume late");
                             late.push(said);
                         }

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
-use watcher_admission::resources::ResourceRules;
-use watcher_admission::resources::describe;
+use watcher_admission::resources::{ResourceRules, describe};
 use watcher_admission::{ResourceCompliance, resource_compliance};
 
 use super::Report;

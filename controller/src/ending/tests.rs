@@ -28,6 +28,7 @@ fn word(next: &Next) -> &'static str {
         Next::Wait => "wait",
         Next::End { .. } => "end",
         Next::Ending { .. } => "ending",
+        Next::Remind { .. } => "remind",
     }
 }
 
@@ -241,6 +242,43 @@ fn sidecars_that_read_the_ended_file_are_marked_not_switched() {
         let image = last.spec.as_ref().and_then(|s| s.containers.iter().find(|c| c.name == sidecar)?.image.clone());
         assert_ne!(image.as_deref(), Some(IMAGE), "{file}: its image was never switched");
     }
+}
+
+/// A sidecar that reads the ended file and still runs [`REMIND_AFTER`] s after the mark (the
+/// kubelet has not refreshed the volume) is told again, once: the mark written anew, which the
+/// kubelet refreshes on that change of the pod; until then, the next look is at that time.
+/// Switched sidecars are never told again: a restart ends them.
+#[test]
+fn a_sidecar_that_reads_the_mark_and_runs_on_is_told_again_once() {
+    let pods = versions("job-1.24-onfailure-ends-itself");
+    let marked = pods
+        .iter()
+        .find(|p| matches!(next(p, IMAGE, ended_at(p)), Next::Ending { .. }))
+        .expect("a version after the mark, the sidecar still running");
+    let at = ended_at(marked);
+    let Next::Ending { running, overdue, recheck } = next(marked, IMAGE, at + 1) else { panic!("ending") };
+    assert_eq!((running, overdue), (vec!["stubborn".to_owned()], false));
+    assert_eq!(recheck, Duration::from_secs(REMIND_AFTER.unsigned_abs() - 1), "looked at again when due");
+    assert_eq!(next(marked, IMAGE, at + REMIND_AFTER), Next::Remind { running: vec!["stubborn".to_owned()] });
+
+    // The mark as the reminder writes it: not told a third time, and overdue as from then.
+    let reminded_at = jiff::Timestamp::from_second(at + REMIND_AFTER).expect("a time");
+    let mut reminded = marked.clone();
+    reminded
+        .annotations_mut()
+        .insert(annotation::SidecarsEnded::KEY.to_owned(), annotation::SidecarsEnded::encode(reminded_at));
+    let now = at + REMIND_AFTER + 1;
+    let Next::Ending { overdue, recheck, .. } = next(&reminded, IMAGE, now) else { panic!("ending") };
+    assert!(!overdue);
+    assert_eq!(recheck, Duration::from_secs(30 + 30 - 1), "the grace period and the margin from the reminder");
+
+    let switched = versions("job-1.24-succeeds");
+    let switched = switched
+        .iter()
+        .find(|p| matches!(next(p, IMAGE, ended_at(p)), Next::Ending { .. }))
+        .expect("a version after the switch");
+    let at = ended_at(switched);
+    assert!(matches!(next(switched, IMAGE, at + REMIND_AFTER), Next::Ending { .. }), "a switched sidecar");
 }
 
 /// `EndsWithoutRestart` before any pod: `False` only for a sidecar that runs another image's

@@ -391,6 +391,44 @@ async fn a_config_map_deleted_before_the_cache_saw_it_is_created_again() {
     server.await.expect("scenario passed");
 }
 
+/// A ConfigMap the controller wrote, that its cache then held and saw deleted before any
+/// reconcile looked (a ConfigMap deleted by hand right after a change of `configData`): the
+/// next reconcile creates it again, instead of taking what it wrote for what the cache lacks.
+#[tokio::test]
+async fn a_config_map_deleted_after_the_cache_held_it_is_created_again() {
+    let watcher = watcher(spec_with_config(), None);
+    let (ctx, mut api) = Context::test();
+    let (store, mut writer) = reflector::store();
+    let shared = WatcherState::new(store, ScopeStatus::every_pod(), reflector::store().0);
+    let (created_tx, created_rx) = tokio::sync::oneshot::channel();
+    let server = tokio::spawn(async move {
+        let create = api.expect(Method::POST, CREATE_PATH).await;
+        let mut created = create.body.clone();
+        created["metadata"]["resourceVersion"] = json!("101");
+        create.respond(http::StatusCode::CREATED, &created);
+        let _ = created_tx.send(created);
+        api.expect(Method::PATCH, STATUS_PATH).await.ok(&watcher_echo(spec_with_config()));
+        // Deleted: created again.
+        let again = api.expect(Method::POST, CREATE_PATH).await;
+        assert_eq!(again.body["data"], json!({"LEVEL": "debug"}));
+        let body = again.body.clone();
+        again.respond(http::StatusCode::CREATED, &body);
+        api.expect(Method::PATCH, STATUS_PATH).await.ok(&watcher_echo(spec_with_config()));
+        api.expect_no_more().await;
+    });
+    let watcher = Arc::new(watcher);
+    reconcile(watcher.clone(), ctx.clone(), shared.clone()).await.expect("created");
+    let created: ConfigMap = serde_json::from_value(created_rx.await.expect("created")).expect("ConfigMap");
+    // The cache's feed: the ConfigMap at 101, then its deletion.
+    for event in [Event::Apply(created.clone()), Event::Delete(created.clone())] {
+        writer.apply_watcher_event(&event);
+        shared.saw(&created);
+    }
+    reconcile(watcher, ctx.clone(), shared.clone()).await.expect("created again");
+    drop((shared, ctx));
+    server.await.expect("scenario passed");
+}
+
 /// A Watcher whose revisions are kept has the revision of each spec written when the spec is
 /// first seen, before its status says Ready: pods injected and changed a moment later still
 /// find the spec they carry. A spec whose revision is there writes none; a `Report` Watcher
