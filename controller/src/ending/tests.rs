@@ -40,6 +40,18 @@ fn life(file: &str) -> Vec<&'static str> {
     words
 }
 
+/// The first version of `file` after the mark (and the switch, if any), its sidecar still
+/// running, with the time of the mark.
+fn after_the_mark(file: &str) -> (Pod, i64) {
+    let pods = versions(file);
+    let pod = pods
+        .into_iter()
+        .find(|p| matches!(next(p, IMAGE, ended_at(p)), Next::Ending { .. }))
+        .unwrap_or_else(|| panic!("{file}: a version after the mark, the sidecar still running"));
+    let at = ended_at(&pod);
+    (pod, at)
+}
+
 #[test]
 fn a_job_whose_app_succeeds_has_its_sidecar_ended_once_and_ends() {
     for version in ["1.24", "1.36"] {
@@ -106,16 +118,11 @@ fn the_agent_is_ended_with_its_app() {
 /// pod is reported as kept from ending, and looked at again.
 #[test]
 fn a_sidecar_still_running_long_after_the_switch_is_overdue() {
-    let pods = versions("job-1.24-succeeds");
-    let switched = pods
-        .iter()
-        .find(|p| matches!(next(p, IMAGE, ended_at(p)), Next::Ending { .. }))
-        .expect("a version after the switch, the sidecar still running");
-    let at = ended_at(switched);
-    let Next::Ending { running, overdue, recheck } = next(switched, IMAGE, at + 1) else { panic!("ending") };
+    let (switched, at) = after_the_mark("job-1.24-succeeds");
+    let Next::Ending { running, overdue, recheck } = next(&switched, IMAGE, at + 1) else { panic!("ending") };
     assert_eq!((running, overdue), (vec!["stubborn".to_owned()], false));
     assert_eq!(recheck, Duration::from_secs(30 + 30 - 1), "the grace period and the margin, less the second gone");
-    let Next::Ending { overdue, recheck, .. } = next(switched, IMAGE, at + 60) else { panic!("ending") };
+    let Next::Ending { overdue, recheck, .. } = next(&switched, IMAGE, at + 60) else { panic!("ending") };
     assert!(overdue);
     assert_eq!(recheck, ENDING_MARGIN);
 }
@@ -250,16 +257,11 @@ fn sidecars_that_read_the_ended_file_are_marked_not_switched() {
 /// Switched sidecars are never told again: a restart ends them.
 #[test]
 fn a_sidecar_that_reads_the_mark_and_runs_on_is_told_again_once() {
-    let pods = versions("job-1.24-onfailure-ends-itself");
-    let marked = pods
-        .iter()
-        .find(|p| matches!(next(p, IMAGE, ended_at(p)), Next::Ending { .. }))
-        .expect("a version after the mark, the sidecar still running");
-    let at = ended_at(marked);
-    let Next::Ending { running, overdue, recheck } = next(marked, IMAGE, at + 1) else { panic!("ending") };
+    let (marked, at) = after_the_mark("job-1.24-onfailure-ends-itself");
+    let Next::Ending { running, overdue, recheck } = next(&marked, IMAGE, at + 1) else { panic!("ending") };
     assert_eq!((running, overdue), (vec!["stubborn".to_owned()], false));
     assert_eq!(recheck, Duration::from_secs(REMIND_AFTER.unsigned_abs() - 1), "looked at again when due");
-    assert_eq!(next(marked, IMAGE, at + REMIND_AFTER), Next::Remind { running: vec!["stubborn".to_owned()] });
+    assert_eq!(next(&marked, IMAGE, at + REMIND_AFTER), Next::Remind { running: vec!["stubborn".to_owned()] });
 
     // The mark as the reminder writes it: not told a third time, and overdue as from then.
     let reminded_at = jiff::Timestamp::from_second(at + REMIND_AFTER).expect("a time");
@@ -272,13 +274,8 @@ fn a_sidecar_that_reads_the_mark_and_runs_on_is_told_again_once() {
     assert!(!overdue);
     assert_eq!(recheck, Duration::from_secs(30 + 30 - 1), "the grace period and the margin from the reminder");
 
-    let switched = versions("job-1.24-succeeds");
-    let switched = switched
-        .iter()
-        .find(|p| matches!(next(p, IMAGE, ended_at(p)), Next::Ending { .. }))
-        .expect("a version after the switch");
-    let at = ended_at(switched);
-    assert!(matches!(next(switched, IMAGE, at + REMIND_AFTER), Next::Ending { .. }), "a switched sidecar");
+    let (switched, at) = after_the_mark("job-1.24-succeeds");
+    assert!(matches!(next(&switched, IMAGE, at + REMIND_AFTER), Next::Ending { .. }), "a switched sidecar");
 }
 
 /// `EndsWithoutRestart` before any pod: `False` only for a sidecar that runs another image's
