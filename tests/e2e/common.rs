@@ -8,9 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery;
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, ResourceExt};
 
@@ -106,32 +108,51 @@ pub fn delete_cluster_wide_objects() {
 }
 
 /// Whether the server serves ValidatingAdmissionPolicy (v1: Kubernetes 1.30 and later).
-pub fn serves_policies() -> bool {
-    static SERVES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SERVES.get_or_init(|| {
-        try_kubectl(&["api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name"])
-            .is_ok_and(|names| names.lines().any(|n| n.starts_with("validatingadmissionpolicies")))
-    })
+pub async fn serves_policies(client: &Client) -> bool {
+    client
+        .list_api_group_resources("admissionregistration.k8s.io/v1")
+        .await
+        .is_ok_and(|list| list.resources.iter().any(|r| r.name == "validatingadmissionpolicies"))
 }
 
 /// Who the operator of a test runs as: ServiceAccount `watcher-operator` of `namespace`, with
 /// the RBAC the chart grants it there (Secrets synced too, for the sync tests) and, where
 /// kube-apiserver serves ValidatingAdmissionPolicy, the chart's policies for it. Every test's
 /// operator is held as an installed one is. Returns its kubeconfig.
-pub fn operator_identity(namespace: &str) -> PathBuf {
+pub async fn operator_identity(client: &Client, namespace: &str) -> PathBuf {
     let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
     let mut args = vec!["template", "watcher-operator", chart, "-n", namespace, "--set", "sync.secrets=true"];
     args.extend(["--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml"]);
-    if serves_policies() {
+    if serves_policies(client).await {
         args.extend(["--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"]);
         args.extend(["--show-only", "templates/policies.yaml"]);
     }
     let rendered = Command::new("helm").args(&args).output().expect("helm on the PATH");
     assert!(rendered.status.success(), "helm template: {}", String::from_utf8_lossy(&rendered.stderr));
-    let path = std::env::temp_dir().join(format!("watcher-e2e-{}-identity.yaml", std::process::id()));
-    std::fs::write(&path, &rendered.stdout).expect("written");
-    kubectl(&["apply", "-n", namespace, "-f", path.to_str().expect("UTF-8 path")]);
-    service_account_kubeconfig(namespace, "watcher-operator")
+    let objects: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&String::from_utf8_lossy(&rendered.stdout)).expect("the chart renders YAML");
+    apply_objects(client, namespace, &objects).await;
+    service_account_kubeconfig(client, namespace, "watcher-operator").await
+}
+
+/// Applies `objects` (server-side, as the tests' field manager), the namespaced ones in
+/// `namespace`: what the harness sets up for a test, as `kubectl apply` would, without a
+/// `kubectl` process each.
+pub async fn apply_objects(client: &Client, namespace: &str, objects: &[serde_json::Value]) {
+    let params = PatchParams::apply("watcher-operator-e2e").force();
+    for object in objects.iter().filter(|o| !o.is_null()) {
+        let object: DynamicObject = serde_json::from_value(object.clone()).expect("a Kubernetes object");
+        let types = object.types.clone().expect("apiVersion and kind");
+        let gvk = GroupVersionKind::try_from(&types).expect("apiVersion");
+        let (resource, capabilities) = discovery::pinned_kind(client, &gvk).await.expect("the kind is served");
+        let api: Api<DynamicObject> = match capabilities.scope {
+            discovery::Scope::Namespaced => Api::namespaced_with(client.clone(), namespace, &resource),
+            discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(&object.name_any(), &params, &Patch::Apply(&object))
+            .await
+            .unwrap_or_else(|e| panic!("{} {} applied: {e}", types.kind, object.name_any()));
+    }
 }
 
 /// Tests of one binary run one at a time: each starts an operator, and operators share the
@@ -199,7 +220,7 @@ impl Operator {
     ) -> Self {
         let identity = match kubeconfig {
             Some(kubeconfig) => kubeconfig.to_owned(),
-            None => operator_identity(namespace),
+            None => operator_identity(&client().await, namespace).await,
         };
         // A free port may be taken by another process (the other version's suite) before the
         // operator binds it: the operator then exits at once, and starts again on other ports.
@@ -346,18 +367,23 @@ pub fn try_kubectl_apply(namespace: &str, manifest: &serde_json::Value) -> Resul
     try_kubectl(&["apply", "-n", namespace, "-f", path.to_str().expect("UTF-8 path")])
 }
 
-/// A kubeconfig for ServiceAccount `namespace/name` on the test's cluster, with a token from
-/// `kubectl create token`: a process using it has exactly that account's RBAC.
-pub fn service_account_kubeconfig(namespace: &str, name: &str) -> PathBuf {
-    let token = kubectl(&["create", "token", name, "-n", namespace, "--duration=2h"]);
-    let current: serde_json::Value =
-        serde_json::from_str(&kubectl(&["config", "view", "--raw", "--minify", "--flatten", "-o", "json"]))
-            .expect("kubectl config view is JSON");
-    let cluster = current["clusters"][0]["cluster"].clone();
+/// A kubeconfig for ServiceAccount `namespace/name` on the test's cluster, with a token of a
+/// TokenRequest (as `kubectl create token`): a process using it has exactly that account's RBAC.
+pub async fn service_account_kubeconfig(client: &Client, namespace: &str, name: &str) -> PathBuf {
+    let request: TokenRequest =
+        serde_json::from_value(serde_json::json!({"spec": {"audiences": [], "expirationSeconds": 7200}}))
+            .expect("TokenRequest");
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .expect("a token for the ServiceAccount")
+        .status
+        .expect("the token")
+        .token;
     let config = serde_json::json!({
         "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "e2e", "cluster": cluster}],
-        "users": [{"name": name, "user": {"token": token.trim()}}],
+        "clusters": [{"name": "e2e", "cluster": kubeconfig_entry("clusters", "cluster")}],
+        "users": [{"name": name, "user": {"token": token}}],
         "contexts": [{"name": name, "context": {"cluster": "e2e", "user": name, "namespace": namespace}}],
         "current-context": name,
     });
@@ -368,7 +394,23 @@ pub fn service_account_kubeconfig(namespace: &str, name: &str) -> PathBuf {
 
 /// The bearer token of the test's kubeconfig (`cluster-up`'s admin has one).
 pub fn kubeconfig_token() -> String {
-    kubectl(&["config", "view", "--raw", "--minify", "-o", "jsonpath={.users[0].user.token}"]).trim().to_owned()
+    kubeconfig_entry("users", "user")["token"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The current context's entry of `list` (`clusters` or `users`, their `field`: `cluster`,
+/// `user`) in the test's kubeconfig (`KUBECONFIG`'s first file, as `kubectl config view
+/// --minify` shows it).
+fn kubeconfig_entry(list: &str, field: &str) -> serde_json::Value {
+    let paths = std::env::var("KUBECONFIG").expect("a cluster: set KUBECONFIG");
+    let path = std::env::split_paths(&paths).next().expect("a kubeconfig path");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let config: serde_json::Value = serde_saphyr::from_str(&text).expect("the kubeconfig is YAML");
+    let current = config["current-context"].as_str().expect("current-context");
+    let named = |list: &str, name: &str| {
+        config[list].as_array().and_then(|l| l.iter().find(|e| e["name"] == name)).cloned().unwrap_or_default()
+    };
+    let context = named("contexts", current);
+    named(list, context["context"][field].as_str().expect("the context names it"))[field].clone()
 }
 
 /// `GET https://ADDR/metrics` (the operator's own certificate, not verified here) with `token`

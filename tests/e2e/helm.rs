@@ -60,7 +60,7 @@ async fn helm_install_runs_and_uninstall_keeps_the_crds_and_watchers() {
     let _ = Api::<Deployment>::namespaced(client.clone(), r)
         .patch("watcher-operator", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}})))
         .await;
-    let kubeconfig = service_account_kubeconfig(r, "watcher-operator");
+    let kubeconfig = service_account_kubeconfig(&client, r, "watcher-operator").await;
     let operator = Operator::start_as(r, Some(&kubeconfig), Registration::Url).await;
 
     let ns = TestNamespace::create(&client, "watcher-e2e-helm-apps").await;

@@ -36,7 +36,7 @@ async fn installed_operator_works_under_its_own_rbac() {
     let client = client().await;
     let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
     kubectl(&["apply", "-k", deploy]);
-    if common::serves_policies() {
+    if common::serves_policies(&client).await {
         kubectl(&["apply", "-k", &format!("{deploy}/policies")]);
     }
     wait_for_crds_established();
@@ -48,7 +48,7 @@ async fn installed_operator_works_under_its_own_rbac() {
     let installed = client_config(&client).await.expect("deploy/ installs the webhook configuration");
     assert!(installed.service.is_some() && installed.url.is_none());
 
-    let kubeconfig = service_account_kubeconfig(OPERATOR_NAMESPACE, "watcher-operator");
+    let kubeconfig = service_account_kubeconfig(&client, OPERATOR_NAMESPACE, "watcher-operator").await;
     let operator = Operator::start_as(OPERATOR_NAMESPACE, Some(&kubeconfig), Registration::Url).await;
     let url = operator.url.clone().expect("registered by URL");
 

@@ -116,12 +116,12 @@ fn refused_by(result: Result<String, String>, policy: &str, words: &str) {
 #[ignore = "needs a cluster: KUBECONFIG"]
 async fn the_policies_hold_the_operators_own_service_account() {
     let _one = exclusive().await;
-    if !serves_policies() {
+    let client = client().await;
+    if !serves_policies(&client).await {
         eprintln!("kube-apiserver before 1.30 serves no ValidatingAdmissionPolicy: only RBAC holds the operator");
         assert!(try_kubectl(&["apply", "-k", concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/policies")]).is_err());
         return;
     }
-    let client = client().await;
     delete_cluster_wide_objects();
     kubectl(&["apply", "-k", concat!(env!("CARGO_MANIFEST_DIR"), "/deploy")]);
     kubectl(&["apply", "-k", concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/policies")]);
@@ -131,7 +131,7 @@ async fn the_policies_hold_the_operators_own_service_account() {
         .await;
     let ns = TestNamespace::create(&client, "watcher-e2e-fence").await;
     let n = ns.name.as_str();
-    let operator = service_account_kubeconfig("watcher-system", "watcher-operator");
+    let operator = service_account_kubeconfig(&client, "watcher-system", "watcher-operator").await;
 
     // A privileged pod in kube-system: its token cannot make one.
     let evil = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "watcher-e2e-evil", "namespace": "kube-system"},
