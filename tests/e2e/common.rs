@@ -25,16 +25,19 @@ pub async fn client() -> Client {
     Client::try_default().await.expect("a cluster: set KUBECONFIG")
 }
 
-/// The annotation [`install_crds`] marks each CRD it applied with: a digest of what it applied.
-const APPLIED_DIGEST: &str = "e2e.watcher-operator/applied-digest";
+/// The annotation [`install_crds`] marks each CRD it applied with: a digest of what it applied
+/// and the generation the server gave it, `<digest>@<generation>`.
+const APPLIED_DIGEST: &str = "e2e.watcher-operator/applied";
 
 /// Applies the operator's CRDs and waits until the API server serves them. A CRD already
-/// established as this build applied it (its [`APPLIED_DIGEST`]) is left as it is: each test
-/// calls this, and kube-apiserver compiles every CEL rule of a CRD it is sent, changed or not.
+/// established as this build applied it is left as it is: each test calls this, and
+/// kube-apiserver compiles every CEL rule of a CRD it is sent, changed or not. As this build
+/// applied it: the [`APPLIED_DIGEST`] of this build's CRD at the generation the CRD has now, so
+/// that a test that changes a CRD (an older release's) has it applied again.
 pub async fn install_crds(client: &Client) {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     let params = PatchParams::apply("watcher-operator-e2e").force();
-    for mut crd in watcher_api::crds() {
+    for crd in watcher_api::crds() {
         let name = crd.name_any();
         let digest = {
             use std::hash::{Hash, Hasher};
@@ -42,17 +45,20 @@ pub async fn install_crds(client: &Client) {
             serde_json::to_string(&crd).expect("CRD as JSON").hash(&mut hasher);
             format!("{:016x}", hasher.finish())
         };
+        let applied_at = |crd: &CustomResourceDefinition| format!("{digest}@{}", crd.metadata.generation.unwrap_or(0));
         let stored = api.get_opt(&name).await.expect("read the CRD");
         if stored.is_some_and(|s| {
-            s.annotations().get(APPLIED_DIGEST) == Some(&digest)
+            s.annotations().get(APPLIED_DIGEST) == Some(&applied_at(&s))
                 && conditions::is_crd_established().matches_object(Some(&s))
         }) {
             continue;
         }
-        crd.annotations_mut().insert(APPLIED_DIGEST.to_owned(), digest);
-        api.patch(&name, &params, &Patch::Apply(&crd)).await.expect("CRD applied");
+        let applied = api.patch(&name, &params, &Patch::Apply(&crd)).await.expect("CRD applied");
         let established = await_condition(api.clone(), &name, conditions::is_crd_established());
         tokio::time::timeout(STEP, established).await.expect("CRD established in time").expect("watch");
+        // Metadata only: the generation stays.
+        let mark = serde_json::json!({"metadata": {"annotations": {APPLIED_DIGEST: applied_at(&applied)}}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&mark)).await.expect("CRD marked");
     }
 }
 
