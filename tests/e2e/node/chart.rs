@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
 use super::{POD_START, readme_use_case, require_node};
@@ -22,16 +23,14 @@ use crate::helm::{CHART, helm, helm_install};
 
 /// A pod that asks for `watcher`, created as a dry run (nothing stored): whether kube-apiserver
 /// reached the webhook through the Service and applied its patch.
-fn injected_on_a_dry_run(namespace: &str, watcher: &str) -> bool {
-    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+async fn injected_on_a_dry_run(client: &kube::Client, namespace: &str, watcher: &str) -> bool {
+    let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"generateName": "probe-", "annotations": {"watcher.dev/inject": watcher}},
-        "spec": {"containers": [{"name": "app", "image": "busybox:1.36"}]}});
-    let path = std::env::temp_dir().join(format!("watcher-e2e-{}-dry.json", std::process::id()));
-    std::fs::write(&path, pod.to_string()).expect("written");
-    let path = path.to_str().expect("UTF-8 path");
-    let created = kubectl(&["create", "-n", namespace, "--dry-run=server", "-o", "json", "-f", path]);
-    let created: Value = serde_json::from_str(&created).expect("JSON");
-    created["metadata"]["annotations"]["watcher.dev/injected"].as_str().is_some_and(|v| v.starts_with(watcher))
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36"}]}}))
+    .expect("pod");
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    let created = Api::<Pod>::namespaced(client.clone(), namespace).create(&dry_run, &pod).await.expect("created");
+    created.annotations().get("watcher.dev/injected").is_some_and(|v| v.starts_with(watcher))
 }
 
 /// The IPs of the operator's ready pods (not terminating).
@@ -102,7 +101,7 @@ async fn the_chart_runs_in_the_cluster_and_prometheus_scrapes_it_with_a_token() 
         wait_for(STEP, || async { leases.get_opt("watcher-operator").await.ok().flatten().and_then(holder) }).await;
     kubectl(&["delete", "pod", &leader, "-n", r, "--wait=false"]);
     for _ in 0..5 {
-        assert!(injected_on_a_dry_run(n, "app-watcher"), "a pod made while the leader goes is injected");
+        assert!(injected_on_a_dry_run(&client, n, "app-watcher").await, "a pod made while the leader goes is injected");
     }
     let new_leader = wait_for(STEP, || async {
         let now = leases.get_opt("watcher-operator").await.ok().flatten().and_then(holder)?;
@@ -128,13 +127,14 @@ async fn the_chart_runs_in_the_cluster_and_prometheus_scrapes_it_with_a_token() 
         .expect("kubectl rollout status");
     let (mut made, started) = (0, Instant::now());
     while rolling.try_wait().expect("rollout status").is_none() {
-        assert!(injected_on_a_dry_run(n, "app-watcher"), "pod {made} during the upgrade was injected");
+        assert!(injected_on_a_dry_run(&client, n, "app-watcher").await, "pod {made} during the upgrade was injected");
         made += 1;
         assert!(started.elapsed() < std::time::Duration::from_secs(200), "the upgrade did not finish");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert!(rolling.wait().expect("rollout status").success(), "the upgrade rolled out");
     assert!(made >= 2, "{made} pods made during the upgrade");
-    assert!(injected_on_a_dry_run(n, "app-watcher"));
+    assert!(injected_on_a_dry_run(&client, n, "app-watcher").await);
 
     // Prometheus in the cluster, scraping each replica as the ServiceMonitor does (HTTPS
     // verified with the operator's CA, its own ServiceAccount token), and two jobs that must be
