@@ -3,6 +3,7 @@
 
 #![allow(dead_code, unreachable_pub)] // each test file uses a different part of the harness
 
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -80,8 +81,22 @@ pub struct TestNamespace {
 }
 
 impl TestNamespace {
+    /// `<prefix>-<pid>`, or `<prefix>-<pid>-<n>` for the n-th namespace of the same prefix in
+    /// this process: tests run one after another in one process (the node's) never wait for
+    /// the namespace controller to finish deleting the one before.
     pub async fn create(client: &Client, prefix: &str) -> Self {
-        let name = format!("{prefix}-{}", std::process::id() % 100_000);
+        static MADE: std::sync::Mutex<BTreeMap<String, u32>> = std::sync::Mutex::new(BTreeMap::new());
+        let earlier = {
+            let mut made = MADE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let count = made.entry(prefix.to_owned()).or_default();
+            *count += 1;
+            *count - 1
+        };
+        let pid = std::process::id() % 100_000;
+        let name = match earlier {
+            0 => format!("{prefix}-{pid}"),
+            n => format!("{prefix}-{pid}-{}", n + 1),
+        };
         let api = Api::<Namespace>::all(client.clone());
         let namespace: Namespace =
             serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("namespace");
