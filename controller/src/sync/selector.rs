@@ -133,14 +133,14 @@ mod tests {
 
     use super::*;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    fn labels<const N: usize>(pairs: [(&str, &str); N]) -> BTreeMap<String, String> {
+        BTreeMap::from(pairs.map(|(k, v)| (k.to_owned(), v.to_owned())))
     }
 
     #[test]
     fn kubectl_syntax_selects_as_kubectl_does() {
-        let a = labels(&[("team", "a"), ("env", "dev"), ("tier", "web")]);
-        let b = labels(&[("team", "b"), ("legacy", "")]);
+        let a = labels([("team", "a"), ("env", "dev"), ("tier", "web")]);
+        let b = labels([("team", "b"), ("legacy", "")]);
         for (selector, selects_a, selects_b) in [
             ("", true, true),
             ("  ", true, true),

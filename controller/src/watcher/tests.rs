@@ -50,6 +50,33 @@ fn status_of(watcher: &Watcher, config_map_name: Option<&str>, message: &str) ->
     })
 }
 
+/// The controller's state with an empty ConfigMap cache that the test feeds (its writer).
+fn state_fed_by_the_test() -> (Arc<WatcherState>, reflector::store::Writer<ConfigMap>) {
+    let (store, writer) = reflector::store();
+    (WatcherState::new(store, ScopeStatus::every_pod(), reflector::store().0), writer)
+}
+
+/// Answers the ConfigMap's create as kube-apiserver does, at resourceVersion 101: the object
+/// created.
+async fn created_at_101(api: &mut ApiServerVerifier) -> Value {
+    let create = api.expect(Method::POST, CREATE_PATH).await;
+    let mut created = create.body.clone();
+    created["metadata"]["resourceVersion"] = json!("101");
+    create.respond(http::StatusCode::CREATED, &created);
+    created
+}
+
+/// Expects the ConfigMap created again with `data` and answers it, then the Watcher's status;
+/// then nothing more.
+async fn created_again_then_nothing(mut api: ApiServerVerifier, data: Value) {
+    let again = api.expect(Method::POST, CREATE_PATH).await;
+    assert_eq!(again.body["data"], data);
+    let body = again.body.clone();
+    again.respond(http::StatusCode::CREATED, &body);
+    api.expect(Method::PATCH, STATUS_PATH).await.ok(&watcher_echo(spec_with_config()));
+    api.expect_no_more().await;
+}
+
 /// Runs one reconcile, with `cached` in the ConfigMap cache, against the scenario, and asserts
 /// the scenario saw every request.
 async fn run_scenario<F>(
@@ -281,13 +308,9 @@ async fn an_invalid_spec_is_said_by_an_event_where_the_status_is_refused() {
 async fn a_reconcile_before_the_caches_see_its_writes_repeats_none() {
     let watcher = watcher(spec_with_config(), None);
     let (ctx, mut api) = Context::test();
-    let (store, mut writer) = reflector::store();
-    let shared = WatcherState::new(store, ScopeStatus::every_pod(), reflector::store().0);
+    let (shared, mut writer) = state_fed_by_the_test();
     let server = tokio::spawn(async move {
-        let create = api.expect(Method::POST, CREATE_PATH).await;
-        let mut created = create.body.clone();
-        created["metadata"]["resourceVersion"] = json!("101");
-        create.respond(http::StatusCode::CREATED, &created);
+        let created = created_at_101(&mut api).await;
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         let mut echo = watcher_echo(spec_with_config());
         echo["metadata"]["resourceVersion"] = json!("102");
@@ -368,20 +391,12 @@ async fn a_config_map_deleted_before_the_cache_saw_it_is_created_again() {
     let (ctx, mut api) = Context::test();
     let shared = WatcherState::new(reflector::store().0, ScopeStatus::every_pod(), reflector::store().0);
     let server = tokio::spawn(async move {
-        let create = api.expect(Method::POST, CREATE_PATH).await;
-        let mut created = create.body.clone();
-        created["metadata"]["resourceVersion"] = json!("101");
-        create.respond(http::StatusCode::CREATED, &created);
+        created_at_101(&mut api).await;
         api.expect(Method::PATCH, STATUS_PATH).await.ok(&watcher_echo(spec_with_config()));
         // Deleted by hand; the cache never saw it. The data changed: a patch, answered 404.
         api.expect(Method::PATCH, CM_PATH).await.fail(404, "NotFound");
         // Forgotten: created again.
-        let again = api.expect(Method::POST, CREATE_PATH).await;
-        assert_eq!(again.body["data"], json!({"LEVEL": "info"}));
-        let body = again.body.clone();
-        again.respond(http::StatusCode::CREATED, &body);
-        api.expect(Method::PATCH, STATUS_PATH).await.ok(&watcher_echo(spec_with_config()));
-        api.expect_no_more().await;
+        created_again_then_nothing(api, json!({"LEVEL": "info"})).await;
     });
     reconcile(Arc::new(watcher), ctx.clone(), shared.clone()).await.expect("created");
     let error = reconcile(Arc::new(changed.clone()), ctx.clone(), shared.clone()).await.expect_err("404");
@@ -398,23 +413,13 @@ async fn a_config_map_deleted_before_the_cache_saw_it_is_created_again() {
 async fn a_config_map_deleted_after_the_cache_held_it_is_created_again() {
     let watcher = watcher(spec_with_config(), None);
     let (ctx, mut api) = Context::test();
-    let (store, mut writer) = reflector::store();
-    let shared = WatcherState::new(store, ScopeStatus::every_pod(), reflector::store().0);
+    let (shared, mut writer) = state_fed_by_the_test();
     let (created_tx, created_rx) = tokio::sync::oneshot::channel();
     let server = tokio::spawn(async move {
-        let create = api.expect(Method::POST, CREATE_PATH).await;
-        let mut created = create.body.clone();
-        created["metadata"]["resourceVersion"] = json!("101");
-        create.respond(http::StatusCode::CREATED, &created);
-        let _ = created_tx.send(created);
+        let _ = created_tx.send(created_at_101(&mut api).await);
         api.expect(Method::PATCH, STATUS_PATH).await.ok(&watcher_echo(spec_with_config()));
         // Deleted: created again.
-        let again = api.expect(Method::POST, CREATE_PATH).await;
-        assert_eq!(again.body["data"], json!({"LEVEL": "debug"}));
-        let body = again.body.clone();
-        again.respond(http::StatusCode::CREATED, &body);
-        api.expect(Method::PATCH, STATUS_PATH).await.ok(&watcher_echo(spec_with_config()));
-        api.expect_no_more().await;
+        created_again_then_nothing(api, json!({"LEVEL": "debug"})).await;
     });
     let watcher = Arc::new(watcher);
     reconcile(watcher.clone(), ctx.clone(), shared.clone()).await.expect("created");
