@@ -67,9 +67,19 @@ fn readme_use_case(namespace: &str) {
     assert!(injected.starts_with("app-watcher@"), "the pod was injected: {injected:?}");
     let wait = format!("--timeout={}s", POD_START.as_secs());
     kubectl(&["wait", "-n", n, "--for=condition=Ready", "pod/shop", &wait]);
-    let got = kubectl(&["get", "pod", "shop", "-n", n, "--no-headers"]);
-    let columns: Vec<&str> = got.split_whitespace().collect();
-    assert_eq!(columns.get(1..3), Some(&["2/2", "Running"][..]), "kubectl get pod: {got}");
+    // Then `kubectl get pod`, looked at again for a few seconds as a user would: once on 1.24
+    // it said 1/2 right after `kubectl wait` returned (the kubelet's log showing the sidecar
+    // ready before, and no container unready after).
+    let start = std::time::Instant::now();
+    loop {
+        let got = kubectl(&["get", "pod", "shop", "-n", n, "--no-headers"]);
+        let columns: Vec<&str> = got.split_whitespace().collect();
+        if columns.get(1..3) == Some(&["2/2", "Running"][..]) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "kubectl get pod: {got}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// The app's log as the app wrote it: (lines, ERROR lines).
