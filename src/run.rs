@@ -85,7 +85,16 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .context("cannot reach Kubernetes (tried in-cluster config, KUBECONFIG, ~/.kube/config)")?;
     let namespace = args.namespace.clone().unwrap_or_else(|| own_namespace(&client));
-    info!(namespace, controllers = ?args.controllers, leader_election = args.leader_election, "starting");
+    info!(
+        version = watcher_build_info::VERSION,
+        revision = watcher_build_info::REVISION,
+        profile = watcher_build_info::PROFILE,
+        target = watcher_build_info::TARGET,
+        namespace,
+        controllers = ?args.controllers,
+        leader_election = args.leader_election,
+        "starting"
+    );
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let shutdown = Shutdown(shutdown_rx);

@@ -48,6 +48,11 @@ pub(crate) fn registry(
     certs: Arc<watcher_certs::CertStore>,
 ) -> (Registry, watcher_controller::Metrics, watcher_webhook::Metrics) {
     let mut registry = Registry::default();
+    registry.register(
+        "watcher_operator_build",
+        "What this binary is: its version, commit (revision), cargo profile and target; always 1",
+        prometheus_client::metrics::info::Info::new(watcher_build_info::LABELS),
+    );
     let controllers = watcher_controller::Metrics::register(&mut registry);
     let webhook = watcher_webhook::Metrics::register(&mut registry);
     let collector = watcher_controller::WatcherCollector::new(

@@ -48,7 +48,7 @@ fn the_app_sample_is_watched_as_readme_says() {
     let env: Vec<&str> = sidecar["env"].as_array().into_iter().flatten().filter_map(|e| e["name"].as_str()).collect();
     assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "POD_UID"]);
     assert_eq!(sidecar["envFrom"], serde_json::json!([{"configMapRef": {"name": "app-watcher-config"}}]));
-    assert_eq!(sidecar["image"], "watcher-agent:0.1.0");
+    assert_eq!(sidecar["image"], "watcher-agent:0.2.0");
     let annotations = &pod["metadata"]["annotations"];
     assert_eq!(
         (&annotations["prometheus.io/scrape"], &annotations["prometheus.io/port"]),

@@ -32,7 +32,7 @@ fn stubborn() -> Watcher {
 
 /// watcher-agent, which runs its image's entrypoint and ends by itself.
 fn agent() -> Watcher {
-    watcher("agent", json!({"selector": {}, "container": {"name": "agent", "image": "watcher-agent:0.1.0"}}))
+    watcher("agent", json!({"selector": {}, "container": {"name": "agent", "image": "watcher-agent:0.2.0"}}))
 }
 
 /// A sidecar that runs another image's entrypoint.
@@ -117,7 +117,7 @@ fn a_job_s_regular_sidecar_runs_under_the_supervisor_on(version: &str) {
     assert!(mounts.contains(&ended_mount()), "the supervisor reads the ended file: {mounts:?}");
     let init = after["spec"]["initContainers"].as_array().expect("init containers");
     assert_eq!(init[0]["name"], "watcher-supervise", "before the pod's own init containers");
-    assert_eq!(init[0]["image"], "watcher-supervise:0.1.0");
+    assert_eq!(init[0]["image"], "watcher-supervise:0.2.0");
     assert_eq!(init[0]["command"], json!(["/usr/local/bin/watcher-supervise", "install", "/watcher-supervise"]));
     // No API token for it: nothing for the ServiceAccount plugin to add, no reinvocation.
     assert!(init[0]["volumeMounts"].as_array().expect("mounts").contains(&json!({"name": "watcher-dev-no-token",

@@ -33,7 +33,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some("version" | "--version") => {
-            println!("watcher-agent {}", env!("CARGO_PKG_VERSION"));
+            println!("watcher-agent {}", watcher_build_info::LONG_VERSION);
             ExitCode::SUCCESS
         }
         Some(other) => {

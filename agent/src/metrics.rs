@@ -183,6 +183,11 @@ impl Families {
 
     /// Registers every family in `registry`, with its help text.
     fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "watcher_agent_build",
+            "What this binary is: its version, commit (revision), cargo profile and target; always 1",
+            prometheus_client::metrics::info::Info::new(watcher_build_info::LABELS),
+        );
         registry.register("watcher_agent_lines", "Lines read, per source", self.lines.clone());
         registry.register(
             "watcher_agent_matches",

@@ -116,7 +116,7 @@ pub const REQUIRED_CONDITION: &str = "watcher.dev/required";
 /// The supervisor's image (`watcher-supervise`): the init container that copies it into a pod
 /// that is meant to end, and the image its sidecars are switched to when the app has ended
 /// (`--supervisor-image`).
-pub const DEFAULT_SUPERVISOR_IMAGE: &str = "watcher-supervise:0.1.0";
+pub const DEFAULT_SUPERVISOR_IMAGE: &str = concat!("watcher-supervise:", env!("CARGO_PKG_VERSION"));
 /// The name of the supervisor's init container and of the volume it copies itself into.
 pub const SUPERVISOR_NAME: &str = "watcher-supervise";
 /// Where a supervised sidecar finds the supervisor: the volume's mount path.

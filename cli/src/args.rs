@@ -12,7 +12,7 @@ use crate::offline;
 /// Injects Watcher sidecars into pods, rewrites their images, and reconciles Watcher,
 /// ClusterWatcher, At, PodSet and ImagePolicy resources and synced Secrets and ConfigMaps.
 #[derive(Debug, Parser)]
-#[command(name = "watcher-operator", version, about, args_conflicts_with_subcommands = true)]
+#[command(name = "watcher-operator", version = watcher_build_info::LONG_VERSION, about, args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
     command: Option<Command>,

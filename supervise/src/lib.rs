@@ -49,7 +49,8 @@ const USAGE: &str = "usage:
                                                          (SIGKILL after the grace period, default 3 s) and
                                                          exit 0
   watcher-supervise ended                                exit 0 at once (the image's entrypoint: a sidecar
-                                                         switched to this image has ended)";
+                                                         switched to this image has ended)
+  watcher-supervise --version                            print the version, commit, profile and target";
 
 /// What the command line asks for.
 #[derive(Debug, PartialEq, Eq)]
@@ -69,6 +70,8 @@ pub enum Command {
     Ended,
     /// Print the usage.
     Help,
+    /// Print what this binary is (version, commit, profile, target).
+    Version,
 }
 
 /// A command line that cannot be run.
@@ -93,6 +96,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
         },
         Some("run") => parse_run(&args[1..]),
         Some("help" | "--help" | "-h") => Ok(Command::Help),
+        Some("version" | "--version" | "-V") => Ok(Command::Version),
         _ => Ok(Command::Ended),
     }
 }
@@ -139,6 +143,10 @@ pub fn execute(command: Command) -> ExitCode {
     match command {
         Command::Help => {
             println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Command::Version => {
+            println!("watcher-supervise {}", watcher_build_info::LONG_VERSION);
             ExitCode::SUCCESS
         }
         Command::Ended => {
@@ -292,6 +300,7 @@ mod tests {
             Ok(Command::Run { grace: DEFAULT_GRACE, ended: None, command: args(&["sleep", "9"]) })
         );
         assert_eq!(parse(&args(&["--help"])), Ok(Command::Help));
+        assert_eq!(parse(&args(&["--version"])), Ok(Command::Version));
     }
 
     #[test]

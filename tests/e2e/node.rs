@@ -1,7 +1,7 @@
 //! e2e on a real node: pods run (containerd and a kubelet), so what the kubelet does with an
 //! injected pod is what is checked: the sidecar started, the agent counting inside the pod, its
-//! Event. Needs a cluster with a Ready node and the image `watcher-agent:0.1.0` on it (on
-//! `../shared/k8s`: `node-up 1.36 PORT` and `node-image watcher-agent:0.1.0
+//! Event. Needs a cluster with a Ready node and the image `watcher-agent:0.2.0` on it (on
+//! `../shared/k8s`: `node-up 1.36 PORT` and `node-image watcher-agent:0.2.0
 //! target/debug/watcher-agent --user 65532`; on kind: `kind load docker-image`).
 //! Run on purpose: `cargo test --test e2e node:: -- --ignored`.
 use k8s_openapi::api::core::v1::Node;
@@ -93,7 +93,7 @@ fn app_log(namespace: &str) -> (usize, usize) {
 /// pod` (the agent's Warning Event), and the sidecar's `/metrics` at the pod's IP, whose counts
 /// are exactly the lines the app wrote, its first line included.
 #[tokio::test]
-#[ignore = "needs a cluster with a node: KUBECONFIG, and the image watcher-agent:0.1.0 on the node"]
+#[ignore = "needs a cluster with a node: KUBECONFIG, and the image watcher-agent:0.2.0 on the node"]
 async fn the_readme_use_case_runs_on_a_node() {
     let _one = exclusive().await;
     let client = client().await;
@@ -391,7 +391,7 @@ async fn ended_pods(client: &Client, n: &str) -> Vec<EndedPod> {
 /// [`ENDED_WITHIN`] s of the operator's last mark, as the kubelet's own timestamps say (one of
 /// them within [`KUBELET_REFRESH`] s, where the kubelet delivers it late).
 #[tokio::test]
-#[ignore = "needs a cluster with a node: KUBECONFIG, and the images watcher-agent:0.1.0, watcher-supervise:0.1.0 and e2e-looper:0.1.0 on the node"]
+#[ignore = "needs a cluster with a node: KUBECONFIG, and the images watcher-agent:0.2.0, watcher-supervise:0.2.0 and e2e-looper:0.1.0 on the node"]
 async fn pods_that_are_meant_to_end_end_on_a_node() {
     let _one = exclusive().await;
     let client = client().await;

@@ -97,7 +97,7 @@ fn the_policies_fence_only_the_operator_where_the_server_has_them() {
     }
     let pods = find(&chart, "ValidatingAdmissionPolicy", "watcher-operator-pods").expect("pods");
     assert!(
-        pods.to_string().contains("'mirror.example/watcher-supervise:0.1.0'"),
+        pods.to_string().contains("'mirror.example/watcher-supervise:0.2.0'"),
         "the supervisor image follows the values"
     );
     let owned = find(&chart, "ValidatingAdmissionPolicy", "watcher-operator-owned").expect("owned");

@@ -793,7 +793,7 @@ fn an_operator_without_the_pods_controller_is_warned_about() {
     let text = include_str!("../../../deploy/deployment.yaml");
     let deployment: Deployment = serde_saphyr::from_str(text).expect("deploy/deployment.yaml");
     let ok = super::operator::pods_that_end(&deployment).expect("deploy/ runs every controller");
-    assert!(ok.contains("supervisor image watcher-supervise:0.1.0"), "{ok}");
+    assert!(ok.contains("supervisor image watcher-supervise:0.2.0"), "{ok}");
     let mut partial = deployment.clone();
     let container = &mut partial.spec.as_mut().expect("spec").template.spec.as_mut().expect("pod").containers[0];
     container.args.get_or_insert_default().push("--controllers=watcher,at".into());

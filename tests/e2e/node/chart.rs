@@ -2,7 +2,7 @@
 //! replicas, its probes, the webhook reached through its Service, routed by
 //! `../shared/k8s/service-proxy`), README's use case, the Lease holder's pod deleted, a `helm
 //! upgrade`, Debian's Prometheus scraping `/metrics` in the cluster with the metrics-reader
-//! token (and refused without it), `helm uninstall`. Needs the images `watcher-operator:0.1.0`
+//! token (and refused without it), `helm uninstall`. Needs the images `watcher-operator:0.2.0`
 //! and `e2e-prometheus:0.1.0` on the node (`.ci/e2e` makes them) and Services routed.
 
 use std::collections::BTreeSet;
@@ -63,7 +63,7 @@ async fn prometheus(ip: &str, path: &str) -> Option<Value> {
 }
 
 #[tokio::test]
-#[ignore = "needs a cluster with a node, Services routed, and the images watcher-operator:0.1.0 and e2e-prometheus:0.1.0"]
+#[ignore = "needs a cluster with a node, Services routed, and the images watcher-operator:0.2.0 and e2e-prometheus:0.1.0"]
 async fn the_chart_runs_in_the_cluster_and_prometheus_scrapes_it_with_a_token() {
     let _one = exclusive().await;
     let client = client().await;

@@ -55,7 +55,7 @@ async fn status_of(pods: &Api<Pod>, job: &str, name: &str) -> ContainerStatus {
 /// its termination message, readable after the pod has ended. On a server without native
 /// sidecars (1.24) as injected by default; on one with them both ways.
 #[tokio::test]
-#[ignore = "needs a cluster with a node: KUBECONFIG, and the images watcher-agent:0.1.0 and watcher-supervise:0.1.0 on the node"]
+#[ignore = "needs a cluster with a node: KUBECONFIG, and the images watcher-agent:0.2.0 and watcher-supervise:0.2.0 on the node"]
 async fn on_failure_jobs_complete_with_no_restart_of_their_sidecar() {
     let _one = exclusive().await;
     let client = client().await;
@@ -109,10 +109,10 @@ async fn on_failure_jobs_complete_with_no_restart_of_their_sidecar() {
 /// that runs another image's entrypoint is switched to the pod's own (mirrored) supervisor
 /// image, not the flag's: the Job completes.
 #[tokio::test]
-#[ignore = "needs a cluster with a node: KUBECONFIG, and the images watcher-supervise:0.1.0 and e2e-looper:0.1.0 on the node"]
+#[ignore = "needs a cluster with a node: KUBECONFIG, and the images watcher-supervise:0.2.0 and e2e-looper:0.1.0 on the node"]
 async fn the_supervisor_comes_through_the_mirror() {
-    const UNREACHABLE: &str = "registry.invalid/library/watcher-supervise:0.1.0";
-    const MIRRORED: &str = "docker.io/library/watcher-supervise:0.1.0";
+    const UNREACHABLE: &str = "registry.invalid/library/watcher-supervise:0.2.0";
+    const MIRRORED: &str = "docker.io/library/watcher-supervise:0.2.0";
     let _one = exclusive().await;
     let client = client().await;
     require_node(&client).await;

@@ -21,7 +21,7 @@ fn app_log(namespace: &str, pod: &str) -> String {
 }
 
 #[tokio::test]
-#[ignore = "needs a cluster with a node: KUBECONFIG, and the image watcher-agent:0.1.0 on the node"]
+#[ignore = "needs a cluster with a node: KUBECONFIG, and the image watcher-agent:0.2.0 on the node"]
 async fn values_json_fields_and_stack_traces_on_a_node() {
     let _one = exclusive().await;
     let client = client().await;

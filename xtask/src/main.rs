@@ -1,0 +1,59 @@
+//! `cargo xtask`: the project's own tasks (docs/release.md).
+//!
+//! - `release --version V --registry HOST[:PORT][/PATH] [--plain-http] [--key FILE]`: builds the
+//!   three binaries with the shipped profiles, packs them as OCI images, signs them and their
+//!   chart, attaches SBOMs and pushes it all to the registry.
+//! - `rootfs --binary FILE --out DIR`: lays out an image's files as the release packs them
+//!   (deploy/Dockerfile copies that directory into `FROM scratch`).
+
+mod chart;
+mod cmd;
+mod oci;
+mod registry;
+mod release;
+mod rootfs;
+mod sbom;
+mod sign;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "The project's release tasks (docs/release.md)")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Build, pack, sign and push a release: the images watcher-operator, watcher-agent and
+    /// watcher-supervise, and the chart charts/watcher-operator, under the registry's path.
+    Release(release::Args),
+    /// Lay out the files of an image for one binary, as the release packs them.
+    Rootfs {
+        /// The binary (watcher-operator, watcher-agent or watcher-supervise).
+        #[arg(long)]
+        binary: PathBuf,
+        /// The directory to write (created; must not exist or be empty).
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Release(args) => release::run(&args),
+        Task::Rootfs { binary, out } => rootfs::write_dir(&binary, &out),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,451 @@
+//! `cargo xtask release`: one command from a commit to a release in a registry.
+//!
+//! Every check comes before the first push: the version (semver, the workspace's, a CHANGELOG
+//! section), the tree (clean), the key, the registry (reachable, and holding nothing of this
+//! version with other contents: a tag is never overwritten), the binaries (each says the
+//! version and the commit). Then the images go first, each with its SBOM and signature, and the
+//! chart that names them last: a failure leaves nothing that points at what is not there, and a
+//! rerun skips what is already pushed and finishes the job.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::oci::{self, Layout};
+use crate::registry::Registry;
+use crate::sign::{self, Signer};
+use crate::{chart, cmd, rootfs, sbom};
+
+/// `cargo xtask release --version V --registry HOST[:PORT][/PATH] [--plain-http] [--key FILE]`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The version to release (semver, no leading `v`): the workspace's version in Cargo.toml,
+    /// with its section in CHANGELOG.md.
+    #[arg(long)]
+    version: String,
+    /// Where to push: HOST[:PORT][/PATH]. The images go to PATH/watcher-operator,
+    /// PATH/watcher-agent and PATH/watcher-supervise, the chart to PATH/charts/watcher-operator.
+    #[arg(long)]
+    registry: String,
+    /// Speak plain HTTP to the registry (a registry on this machine, without TLS).
+    #[arg(long)]
+    plain_http: bool,
+    /// Sign the images and the chart with this key (PEM PKCS#8, ECDSA P-256). Without it the
+    /// release is not signed, and says so.
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// Release the binaries in this directory (watcher-operator, watcher-agent and
+    /// watcher-supervise, built from this commit) instead of building them with the shipped
+    /// profiles: CI releases the build its tests run.
+    #[arg(long)]
+    binaries: Option<PathBuf>,
+    /// Where to write the release's files (default target/release/V).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// An image of the release: its binary, how it is built, what it runs.
+struct Image {
+    name: &'static str,
+    /// cargo's arguments for the binary, and where it lands under target/.
+    build: &'static [&'static str],
+    built: &'static str,
+    entrypoint: &'static [&'static str],
+    cmd: &'static [&'static str],
+    env: &'static [&'static str],
+    ports: &'static [u16],
+    title: &'static str,
+}
+
+const IMAGES: [Image; 3] = [
+    Image {
+        name: "watcher-operator",
+        build: &["build", "--locked", "--profile", "dist", "-p", "watcher-operator", "--bin", "watcher-operator"],
+        built: "dist/watcher-operator",
+        entrypoint: &["/usr/local/bin/watcher-operator"],
+        cmd: &["run"],
+        // glibc's malloc: buffers of 128 KiB and more mapped and unmapped whole (BENCHMARKS.md,
+        // "Start-up at 100,000 pods").
+        env: &["PATH=/usr/local/bin", "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072"],
+        ports: &[8443, 8080, 8081],
+        title: "watcher-operator: the admission webhook and the controllers",
+    },
+    Image {
+        name: "watcher-agent",
+        build: &["build", "--locked", "--profile", "agent", "-p", "watcher-agent", "--bin", "watcher-agent"],
+        built: "agent/watcher-agent",
+        entrypoint: &["/usr/local/bin/watcher-agent"],
+        cmd: &["run"],
+        env: &["PATH=/usr/local/bin"],
+        ports: &[9102],
+        title: "watcher-agent: the Watcher sidecar that turns an app's logs into metrics, Events and alerts",
+    },
+    Image {
+        name: "watcher-supervise",
+        build: &[
+            "rustc", "--locked", "--profile", "supervise", "-p", "watcher-supervise", "--bin", "watcher-supervise", "--", "-C",
+            "target-feature=+crt-static",
+        ],
+        built: "supervise/watcher-supervise",
+        entrypoint: &["/usr/local/bin/watcher-supervise", "ended"],
+        cmd: &[],
+        env: &[],
+        ports: &[],
+        title: "watcher-supervise: ends a Watcher's sidecar with its app",
+    },
+];
+
+/// What was checked before anything is built or pushed.
+struct Plan {
+    root: PathBuf,
+    version: String,
+    registry: Registry,
+    signer: Option<Signer>,
+    /// The full commit id, and its time (RFC 3339, UTC).
+    revision: String,
+    created: String,
+    notes: String,
+    out: PathBuf,
+    work: PathBuf,
+    target: String,
+}
+
+/// What a release is made of, packed and not yet pushed.
+struct Packed {
+    images: Vec<PackedImage>,
+    chart: PathBuf,
+}
+
+struct PackedImage {
+    name: &'static str,
+    repository: String,
+    layout: PathBuf,
+    digest: String,
+    sbom: Vec<u8>,
+    sbom_layout: PathBuf,
+    sbom_digest: String,
+}
+
+pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
+    let plan = Plan::check(args)?;
+    let binaries = plan.binaries(args.binaries.as_deref())?;
+    plan.check_binaries(&binaries)?;
+    let packed = plan.pack(&binaries)?;
+    let chart_digest = plan.refuse_conflicts(&packed)?;
+    let digests = plan.publish(&packed, chart_digest)?;
+    plan.write_files(&packed, &digests)?;
+    println!("released {} to {}:", plan.version, plan.registry.repository("").trim_end_matches('/'));
+    for (name, reference) in &digests {
+        println!("  {name:<18} {reference}");
+    }
+    if plan.signer.is_none() {
+        println!("  (not signed: no --key)");
+    }
+    println!("  files: {}", plan.out.display());
+    Ok(())
+}
+
+impl Plan {
+    /// The version, the registry, the key, the tree and the release notes, checked.
+    fn check(args: &Args) -> anyhow::Result<Self> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace")?.to_owned();
+        let version = checked_version(&args.version, &std::fs::read_to_string(root.join("Cargo.toml"))?)?;
+        let registry = Registry::parse(&args.registry, args.plain_http)?;
+        let signer = args.key.as_deref().map(Signer::load).transpose()?;
+        let git = |a: &[&str]| cmd::run("git", &[&["-C", &root.display().to_string()], a].concat());
+        let changes = git(&["status", "--porcelain"])?;
+        if !changes.trim().is_empty() {
+            bail!("the tree has changes that are not committed (a release is of a commit):\n{}", changes.trim_end());
+        }
+        let revision = git(&["rev-parse", "HEAD"])?.trim().to_owned();
+        let seconds: i64 = git(&["log", "-1", "--format=%ct", "HEAD"])?.trim().parse().context("the commit's time")?;
+        let created = jiff::Timestamp::from_second(seconds)?.to_string();
+        let notes = release_notes(&std::fs::read_to_string(root.join("CHANGELOG.md")).context("CHANGELOG.md")?, &version)?;
+        let host = cmd::run("rustc", &["-vV"])?;
+        let target = host.lines().find_map(|l| l.strip_prefix("host: ")).context("rustc -vV names no host")?.to_owned();
+        let out = args.out.clone().unwrap_or_else(|| root.join("target/release").join(&version));
+        let work = root.join("target/xtask").join(&version);
+        Ok(Self { root, version, registry, signer, revision, created, notes, out, work, target })
+    }
+
+    /// The three binaries: built with the shipped profiles, or the ones given.
+    fn binaries(&self, given: Option<&Path>) -> anyhow::Result<Vec<PathBuf>> {
+        let Some(dir) = given else {
+            for image in &IMAGES {
+                eprintln!("building {} (cargo {})", image.name, image.build.join(" "));
+                cmd::run_shown("cargo", image.build)?;
+            }
+            return Ok(IMAGES.iter().map(|i| self.root.join("target").join(i.built)).collect());
+        };
+        IMAGES
+            .iter()
+            .map(|i| {
+                let path = dir.join(i.name);
+                path.is_file().then_some(path).with_context(|| format!("--binaries {}: no {}", dir.display(), i.name))
+            })
+            .collect()
+    }
+
+    /// Each binary says this version and this commit (unchanged), as the images will run it.
+    fn check_binaries(&self, binaries: &[PathBuf]) -> anyhow::Result<()> {
+        for (image, binary) in IMAGES.iter().zip(binaries) {
+            let said = cmd::run(&binary.display().to_string(), &["--version"])?;
+            let line = said.lines().next().unwrap_or_default();
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if words.first() != Some(&image.name) || words.get(1) != Some(&self.version.as_str()) {
+                bail!("{} --version says {line:?}, not version {}: built from another tree?", binary.display(), self.version);
+            }
+            let commit = line.split("commit ").nth(1).and_then(|r| r.split([',', ')']).next()).unwrap_or_default();
+            if commit.is_empty() || commit.ends_with("-dirty") || !self.revision.starts_with(commit) {
+                bail!("{} was built from commit {commit:?}, not from {} as it is", binary.display(), self.revision);
+            }
+        }
+        Ok(())
+    }
+
+    /// The images' layouts and SBOMs, and the chart's archive.
+    fn pack(&self, binaries: &[PathBuf]) -> anyhow::Result<Packed> {
+        let lock = std::fs::read_to_string(self.root.join("Cargo.lock"))?;
+        let sums = sbom::checksums(&lock);
+        let mut images = Vec::new();
+        for (image, binary) in IMAGES.iter().zip(binaries) {
+            let repository = self.registry.repository(image.name);
+            let layout = self.work.join("oci").join(image.name);
+            let config = self.image_config(image);
+            let index = oci::image(&Layout::create(&layout)?, &rootfs::files(binary)?, &config, &self.version)?;
+            let digest = index["digest"].as_str().context("a digest")?.to_owned();
+            let components = sbom::components(image.name, &self.target)?;
+            let sbom = sbom::document(image.name, &self.version, &self.created, &components, &sums)?;
+            let sbom_layout = self.work.join("sbom").join(image.name);
+            let tag = sign::tag_for(&digest, "sbom");
+            let sbom_digest = oci::artifact(&Layout::create(&sbom_layout)?, sbom::MEDIA_TYPE, &sbom, json!({}), &tag)?;
+            let sbom_digest = sbom_digest["digest"].as_str().context("a digest")?.to_owned();
+            images.push(PackedImage { name: image.name, repository, layout, digest, sbom, sbom_layout, sbom_digest });
+        }
+        let mtime = std::time::UNIX_EPOCH + std::time::Duration::from_secs(self.created.parse::<jiff::Timestamp>()?.as_second().try_into()?);
+        let chart = chart::package(&self.root, &self.work, &self.work, &self.version, mtime, |name| self.registry.repository(name))?;
+        Ok(Packed { images, chart })
+    }
+
+    fn image_config(&self, image: &Image) -> oci::ImageConfig {
+        let labels = [
+            ("org.opencontainers.image.title", image.name.to_owned()),
+            ("org.opencontainers.image.description", image.title.to_owned()),
+            ("org.opencontainers.image.version", self.version.clone()),
+            ("org.opencontainers.image.revision", self.revision.clone()),
+            ("org.opencontainers.image.source", env!("CARGO_PKG_REPOSITORY").to_owned()),
+            ("org.opencontainers.image.created", self.created.clone()),
+            ("org.opencontainers.image.licenses", env!("CARGO_PKG_LICENSE").to_owned()),
+        ];
+        oci::ImageConfig {
+            entrypoint: image.entrypoint.iter().map(|s| (*s).to_owned()).collect(),
+            cmd: image.cmd.iter().map(|s| (*s).to_owned()).collect(),
+            env: image.env.iter().map(|s| (*s).to_owned()).collect(),
+            ports: image.ports.to_vec(),
+            labels: labels.into_iter().map(|(k, v)| (k.to_owned(), Value::String(v))).collect(),
+            created: self.created.clone(),
+        }
+    }
+
+    /// Refuses, before any push, a tag of this version that holds other contents: an image,
+    /// its SBOM or signature, the chart. The chart's manifest digest when it is there already.
+    fn refuse_conflicts(&self, packed: &Packed) -> anyhow::Result<Option<String>> {
+        let differs = |repository: &str, tag: &str, ours: &str| -> anyhow::Result<()> {
+            match self.registry.manifest(repository, tag)? {
+                Some(theirs) if oci::digest(&theirs) != ours => {
+                    bail!("{repository}:{tag} is in the registry with other contents ({}, this build {ours}): a release is never overwritten; release another version", oci::digest(&theirs))
+                }
+                _ => Ok(()),
+            }
+        };
+        for image in &packed.images {
+            differs(&image.repository, &self.version, &image.digest)?;
+            differs(&image.repository, &sign::tag_for(&image.digest, "sbom"), &image.sbom_digest)?;
+            self.refuse_other_signature(&image.repository, &image.digest)?;
+        }
+        let repository = self.registry.repository("charts/watcher-operator");
+        let Some(theirs) = self.registry.manifest(&repository, &self.version)? else { return Ok(None) };
+        let manifest: Value = serde_json::from_slice(&theirs).context("the chart's manifest in the registry")?;
+        let ours = oci::digest(&std::fs::read(&packed.chart)?);
+        let layers = manifest["layers"].as_array().map(Vec::as_slice).unwrap_or_default();
+        if !layers.iter().any(|l| l["digest"] == ours.as_str()) {
+            bail!("{repository}:{} is in the registry with another chart: a release is never overwritten; release another version", self.version);
+        }
+        let digest = oci::digest(&theirs);
+        self.refuse_other_signature(&repository, &digest)?;
+        Ok(Some(digest))
+    }
+
+    /// A signature tag of `digest` that is not this key's over this payload is never replaced.
+    fn refuse_other_signature(&self, repository: &str, digest: &str) -> anyhow::Result<()> {
+        let Some(signer) = &self.signer else { return Ok(()) };
+        let tag = sign::tag_for(digest, "sig");
+        match self.registry.manifest(repository, &tag)? {
+            Some(existing) if !signed_by(&existing, &sign::payload(repository, digest), signer) => {
+                bail!("{repository}:{tag} holds a signature of another key: not overwritten")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Pushes what is not there yet: each image, its SBOM, its signature; then the chart and
+    /// its signature. Every reference, by digest.
+    fn publish(&self, packed: &Packed, chart_digest: Option<String>) -> anyhow::Result<Vec<(String, String)>> {
+        let mut references = Vec::new();
+        for image in &packed.images {
+            self.push_once(&image.layout, &self.version, &image.repository, &image.digest)?;
+            let tag = sign::tag_for(&image.digest, "sbom");
+            self.push_once(&image.sbom_layout, &tag, &image.repository, &image.sbom_digest)?;
+            self.sign(&image.repository, &image.digest)?;
+            references.push((image.name.to_owned(), format!("{}:{}@{}", image.repository, self.version, image.digest)));
+        }
+        let repository = self.registry.repository("charts/watcher-operator");
+        let digest = match chart_digest {
+            Some(digest) => digest,
+            None => self.registry.push_chart(&packed.chart)?,
+        };
+        self.sign(&repository, &digest)?;
+        references.push(("chart".to_owned(), format!("oci://{repository}:{}@{digest}", self.version)));
+        Ok(references)
+    }
+
+    fn push_once(&self, layout: &Path, tag: &str, repository: &str, digest: &str) -> anyhow::Result<()> {
+        if self.registry.manifest(repository, tag)?.is_some_and(|m| oci::digest(&m) == digest) {
+            return Ok(());
+        }
+        self.registry.push(layout, tag, repository)?;
+        match self.registry.manifest(repository, tag)? {
+            Some(pushed) if oci::digest(&pushed) == digest => Ok(()),
+            _ => bail!("{repository}:{tag} does not read back as {digest} after the push"),
+        }
+    }
+
+    /// The cosign signature of `digest` in `repository`, unless this key's is there.
+    fn sign(&self, repository: &str, digest: &str) -> anyhow::Result<()> {
+        let Some(signer) = &self.signer else { return Ok(()) };
+        let payload = sign::payload(repository, digest);
+        let tag = sign::tag_for(digest, "sig");
+        if self.registry.manifest(repository, &tag)?.is_some_and(|m| signed_by(&m, &payload, signer)) {
+            return Ok(());
+        }
+        let signature = base64::engine::general_purpose::STANDARD.encode(signer.sign(&payload)?);
+        let dir = self.work.join("sig").join(oci::digest(repository.as_bytes()).trim_start_matches("sha256:"));
+        let layout = Layout::create(&dir)?;
+        let manifest = oci::artifact(&layout, sign::PAYLOAD, &payload, json!({sign::ANNOTATION: signature}), &tag)?;
+        let manifest = manifest["digest"].as_str().context("a digest")?.to_owned();
+        self.push_once(&dir, &tag, repository, &manifest)
+    }
+
+    /// The release's files: the chart archive, the SBOMs, the public key, the digests, the
+    /// release notes, and `SHA256SUMS` of them all.
+    fn write_files(&self, packed: &Packed, digests: &[(String, String)]) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&self.out)?;
+        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+        let chart_name = format!("watcher-operator-{}.tgz", self.version);
+        files.push((chart_name, std::fs::read(&packed.chart)?));
+        for image in &packed.images {
+            files.push((format!("{}.cdx.json", image.name), image.sbom.clone()));
+        }
+        if let Some(signer) = &self.signer {
+            files.push(("cosign.pub".into(), signer.public_pem().into_bytes()));
+        }
+        let listed: String = digests.iter().map(|(name, reference)| format!("{name} {reference}\n")).collect();
+        files.push(("digests.txt".into(), listed.into_bytes()));
+        files.push(("release-notes.md".into(), self.notes.clone().into_bytes()));
+        let mut sums = String::new();
+        for (name, bytes) in &files {
+            std::fs::write(self.out.join(name), bytes)?;
+            sums.push_str(&format!("{}  {name}\n", oci::digest(bytes).trim_start_matches("sha256:")));
+        }
+        std::fs::write(self.out.join("SHA256SUMS"), sums)?;
+        Ok(())
+    }
+}
+
+/// Whether a signature manifest holds `signer`'s signature over `payload`.
+fn signed_by(manifest: &[u8], payload: &[u8], signer: &Signer) -> bool {
+    let Ok(manifest) = serde_json::from_slice::<Value>(manifest) else { return false };
+    let layers = manifest["layers"].as_array().map(Vec::as_slice).unwrap_or_default();
+    layers.iter().any(|layer| {
+        layer["digest"] == oci::digest(payload).as_str()
+            && layer["annotations"][sign::ANNOTATION].as_str().is_some_and(|s| signer.verifies(payload, s))
+    })
+}
+
+/// `given`, checked: semver without a leading `v`, and the workspace's version (what the
+/// binaries will say).
+fn checked_version(given: &str, cargo_toml: &str) -> anyhow::Result<String> {
+    if given.starts_with('v') {
+        bail!("--version {given}: without the leading v ({}); the git tag is v{}", &given[1..], &given[1..]);
+    }
+    let version = semver::Version::parse(given).with_context(|| format!("--version {given:?} is not a semantic version (MAJOR.MINOR.PATCH[-PRE])"))?;
+    if !version.build.is_empty() {
+        bail!("--version {given}: no build metadata (+…): an OCI tag cannot hold '+'");
+    }
+    let workspace = cargo_toml
+        .split("[workspace.package]")
+        .nth(1)
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("version = ")))
+        .map(|v| v.trim().trim_matches('"'))
+        .context("Cargo.toml has no [workspace.package] version")?;
+    if workspace != given {
+        bail!("--version {given}, but the workspace is version {workspace}: set [workspace.package] version in Cargo.toml (and CHANGELOG.md) first");
+    }
+    Ok(version.to_string())
+}
+
+/// The CHANGELOG's section of `version` (Keep a Changelog: `## [V] - DATE` up to the next
+/// `## [`), without its heading.
+fn release_notes(changelog: &str, version: &str) -> anyhow::Result<String> {
+    let heading = format!("## [{version}]");
+    let start = changelog.lines().position(|l| l.starts_with(&heading));
+    let Some(start) = start else { bail!("CHANGELOG.md has no section {heading}: write the release's notes first") };
+    let lines: Vec<&str> = changelog.lines().skip(start + 1).take_while(|l| !l.starts_with("## [")).collect();
+    let notes = lines.join("\n").trim().to_owned();
+    if notes.is_empty() {
+        bail!("CHANGELOG.md's section {heading} is empty");
+    }
+    Ok(notes + "\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CARGO: &str = "[workspace]\n[workspace.package]\nversion = \"0.2.0\"\nedition = \"2024\"\n";
+
+    #[test]
+    fn a_version_is_semver_and_the_workspaces() {
+        assert_eq!(checked_version("0.2.0", CARGO).expect("ok"), "0.2.0");
+        let said = |v: &str| checked_version(v, CARGO).expect_err("refused").to_string();
+        assert!(said("v0.2.0").contains("without the leading v"));
+        assert!(said("0.2").contains("not a semantic version"));
+        assert!(said("0.2.0+build.1").contains("build metadata"));
+        assert!(said("0.3.0").contains("the workspace is version 0.2.0"));
+    }
+
+    #[test]
+    fn the_release_notes_are_the_versions_section() {
+        let changelog = "# Changelog\n\n## [Unreleased]\n\n## [0.2.0] - 2026-12-02\n\n### Added\n- all\n\n## [0.1.0]\n- old\n";
+        assert_eq!(release_notes(changelog, "0.2.0").expect("notes"), "### Added\n- all\n");
+        assert!(release_notes(changelog, "0.3.0").is_err());
+        let tree = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../CHANGELOG.md")).expect("CHANGELOG.md");
+        let notes = release_notes(&tree, env!("CARGO_PKG_VERSION")).expect("this version's notes");
+        assert!(notes.contains("### Upgrade notes"), "{notes}");
+    }
+
+    #[test]
+    fn only_this_keys_signature_of_this_payload_counts() {
+        let signer = Signer::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cosign.key")).expect("key");
+        let payload = sign::payload("r/x", "sha256:abc");
+        let signature = base64::engine::general_purpose::STANDARD.encode(signer.sign(&payload).expect("signed"));
+        let manifest = |digest: String, signature: &str| {
+            serde_json::to_vec(&json!({"layers": [{"digest": digest, "annotations": {sign::ANNOTATION: signature}}]})).expect("json")
+        };
+        assert!(signed_by(&manifest(oci::digest(&payload), &signature), &payload, &signer));
+        assert!(!signed_by(&manifest(oci::digest(b"other"), &signature), &payload, &signer));
+        assert!(!signed_by(&manifest(oci::digest(&payload), "AAAA"), &payload, &signer));
+    }
+}
