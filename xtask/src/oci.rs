@@ -180,7 +180,7 @@ fn tar_of(files: &Files, mtime: u64) -> anyhow::Result<Vec<u8>> {
 
 fn gzip(bytes: &[u8]) -> anyhow::Result<Vec<u8>> {
     // No file name, time 0: the same tar, the same blob.
-    let mut encoder = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::best());
+    let mut encoder = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::default());
     encoder.write_all(bytes)?;
     Ok(encoder.finish()?)
 }
