@@ -130,6 +130,8 @@ struct PackedImage {
 
 pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     let plan = Plan::check(args)?;
+    // The registry answers (and speaks the protocol asked for) before an 18-minute build.
+    plan.registry.manifest(&plan.registry.repository(IMAGES[0].name), &plan.version)?;
     let binaries = plan.binaries(args.binaries.as_deref())?;
     plan.check_binaries(&binaries)?;
     let packed = plan.pack(&binaries)?;
