@@ -46,7 +46,9 @@ fn git_revision(root: &Path) -> Option<String> {
         let path = entry.path();
         let name = entry.file_name();
         let skipped = name == "target" || name == ".git" || name == "fuzz";
-        if !skipped && (path.join("Cargo.toml").is_file() || name == "src" || name == "Cargo.toml" || name == "Cargo.lock") {
+        if !skipped
+            && (path.join("Cargo.toml").is_file() || name == "src" || name == "Cargo.toml" || name == "Cargo.lock")
+        {
             println!("cargo:rerun-if-changed={}", path.display());
         }
     }

@@ -27,7 +27,8 @@ pub const LONG_VERSION: &str = concat!(
 
 /// The labels of a `*_build_info` gauge (always 1), as Prometheus' own `prometheus_build_info`
 /// carries them.
-pub const LABELS: [(&str, &str); 4] = [("version", VERSION), ("revision", REVISION), ("profile", PROFILE), ("target", TARGET)];
+pub const LABELS: [(&str, &str); 4] =
+    [("version", VERSION), ("revision", REVISION), ("profile", PROFILE), ("target", TARGET)];
 
 #[cfg(test)]
 mod tests {

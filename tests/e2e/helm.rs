@@ -29,11 +29,16 @@ pub(crate) fn helm(args: &[&str]) -> String {
 /// applies the chart's `crds/` server-side, and on 1.24, which stores the CRDs without their CEL
 /// rules, that apply conflicts with kubectl's on `.spec.versions`.
 pub(crate) async fn helm_install(client: &kube::Client, release_namespace: &str, more: &[&str]) {
+    helm_install_from(client, release_namespace, CHART, more).await;
+}
+
+/// [`helm_install`] of `chart` (a directory, or `oci://…` with its `--version` in `more`).
+pub(crate) async fn helm_install_from(client: &kube::Client, release_namespace: &str, chart: &str, more: &[&str]) {
     // What an earlier test's operator was given (its RBAC, its policies): Helm adopts nothing.
     delete_cluster_wide_objects();
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     let installed = crds.get_opt("watchers.watcher.dev").await.expect("read the CRDs").is_some();
-    let mut args = vec!["install", "watcher-operator", CHART, "-n", release_namespace];
+    let mut args = vec!["install", "watcher-operator", chart, "-n", release_namespace];
     if installed {
         args.push("--skip-crds");
     }
@@ -43,6 +48,29 @@ pub(crate) async fn helm_install(client: &kube::Client, release_namespace: &str,
 
 /// The chart, as README installs it.
 pub(crate) const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
+
+/// A release of this build in a registry the node pulls from (`.ci/e2e` makes it with `cargo
+/// xtask release`): `WATCHER_E2E_REGISTRY`, HOST:PORT/PATH of a plain-HTTP registry.
+pub(crate) struct Release {
+    pub(crate) registry: String,
+}
+
+impl Release {
+    pub(crate) fn from_env() -> Option<Self> {
+        std::env::var("WATCHER_E2E_REGISTRY").ok().filter(|r| !r.is_empty()).map(|registry| Self { registry })
+    }
+
+    /// `oci://REGISTRY/charts/watcher-operator`, as a user installs it.
+    pub(crate) fn chart(&self) -> String {
+        format!("oci://{}/charts/watcher-operator", self.registry)
+    }
+
+    /// `helm install`'s arguments for the release's chart at this build's version.
+    pub(crate) fn install_args(&self) -> Vec<String> {
+        let version = env!("CARGO_PKG_VERSION").to_owned();
+        vec!["--version".into(), version, "--plain-http".into()]
+    }
+}
 
 #[tokio::test]
 #[ignore = "needs a cluster: KUBECONFIG"]

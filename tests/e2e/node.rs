@@ -57,9 +57,14 @@ fn faster(file: &str) -> String {
 /// order a second, [`faster`]): the RBAC, the Watcher, `kubectl wait`, the app; the pod
 /// injected, and `kubectl get pod` saying 2/2 Running.
 fn readme_use_case(namespace: &str) {
+    readme_use_case_with(namespace, &format!("{SAMPLES}/app-watcher.yaml"));
+}
+
+/// [`readme_use_case`] with the Watcher at `watcher` (the sample with another agent image).
+fn readme_use_case_with(namespace: &str, watcher: &str) {
     let n = namespace;
     kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/agent-rbac.yaml")]);
-    kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/app-watcher.yaml")]);
+    kubectl(&["apply", "-n", n, "-f", watcher]);
     kubectl(&["wait", "-n", n, "--for=condition=Ready", "watcher/app-watcher", "--timeout=60s"]);
     kubectl(&["apply", "-n", n, "-f", &faster("app.yaml")]);
     let injected =

@@ -113,7 +113,8 @@ mod tests {
     use super::*;
 
     fn tree_file(name: &str) -> String {
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(SOURCE).join(name)).expect("chart file")
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(SOURCE).join(name))
+            .expect("chart file")
     }
 
     #[test]

@@ -16,10 +16,9 @@ pub(crate) struct Said {
 
 /// Runs `program` with `args`, its output captured; fails only when it cannot be started.
 pub(crate) fn capture<S: AsRef<OsStr>>(program: &str, args: &[S]) -> anyhow::Result<Said> {
-    let output: Output = Command::new(program)
-        .args(args)
-        .output()
-        .with_context(|| format!("cannot run {program} (is it installed? docs/release.md lists what a release needs)"))?;
+    let output: Output = Command::new(program).args(args).output().with_context(|| {
+        format!("cannot run {program} (is it installed? docs/release.md lists what a release needs)")
+    })?;
     Ok(Said {
         ok: output.status.success(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),

@@ -212,13 +212,17 @@ mod tests {
         let three = image(&Layout::create(&dir.join("c")).expect("layout"), &other, &config(), "0.2.0").expect("image");
         assert_ne!(one["digest"], three["digest"]);
         // The layout's index names the tag; the image index names its platform.
-        let index: Value = serde_json::from_slice(&std::fs::read(dir.join("a/index.json")).expect("index")).expect("json");
+        let index: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("a/index.json")).expect("index")).expect("json");
         assert_eq!(index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"], "0.2.0");
-        let blob = |d: &Value| dir.join("a/blobs/sha256").join(d.as_str().expect("digest").trim_start_matches("sha256:"));
-        let image_index: Value = serde_json::from_slice(&std::fs::read(blob(&one["digest"])).expect("blob")).expect("json");
+        let blob =
+            |d: &Value| dir.join("a/blobs/sha256").join(d.as_str().expect("digest").trim_start_matches("sha256:"));
+        let image_index: Value =
+            serde_json::from_slice(&std::fs::read(blob(&one["digest"])).expect("blob")).expect("json");
         assert_eq!(image_index["manifests"][0]["platform"]["architecture"], "amd64");
         let manifest: Value =
-            serde_json::from_slice(&std::fs::read(blob(&image_index["manifests"][0]["digest"])).expect("blob")).expect("json");
+            serde_json::from_slice(&std::fs::read(blob(&image_index["manifests"][0]["digest"])).expect("blob"))
+                .expect("json");
         let image_config: Value =
             serde_json::from_slice(&std::fs::read(blob(&manifest["config"]["digest"])).expect("blob")).expect("json");
         assert_eq!(image_config["config"]["User"], "65532:65532");

@@ -19,7 +19,9 @@ impl Registry {
     /// `HOST[:PORT][/PATH]`, as `--registry` takes it.
     pub(crate) fn parse(text: &str, plain_http: bool) -> anyhow::Result<Self> {
         if let Some((scheme, _)) = text.split_once("://") {
-            bail!("--registry {text:?}: no scheme ({scheme}://): HOST[:PORT][/PATH], with --plain-http for a registry without TLS");
+            bail!(
+                "--registry {text:?}: no scheme ({scheme}://): HOST[:PORT][/PATH], with --plain-http for a registry without TLS"
+            );
         }
         let (host, path) = text.trim_end_matches('/').split_once('/').unwrap_or((text.trim_end_matches('/'), ""));
         let host_ok = !host.is_empty() && host.chars().all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c));
@@ -33,14 +35,20 @@ impl Registry {
                 && c.starts_with(|ch: char| ch.is_ascii_alphanumeric())
         };
         if !path.is_empty() && !path.split('/').all(component_ok) {
-            bail!("--registry {text:?}: the path {path:?} must be lowercase letters, digits, '.', '_' and '-', in '/'-separated parts");
+            bail!(
+                "--registry {text:?}: the path {path:?} must be lowercase letters, digits, '.', '_' and '-', in '/'-separated parts"
+            );
         }
         Ok(Self { host: host.to_owned(), path: path.to_owned(), plain_http })
     }
 
     /// `HOST[:PORT]/PATH/name`.
     pub(crate) fn repository(&self, name: &str) -> String {
-        if self.path.is_empty() { format!("{}/{name}", self.host) } else { format!("{}/{}/{name}", self.host, self.path) }
+        if self.path.is_empty() {
+            format!("{}/{name}", self.host)
+        } else {
+            format!("{}/{}/{name}", self.host, self.path)
+        }
     }
 
     fn tls(&self) -> &'static str {
@@ -95,14 +103,23 @@ impl Registry {
         digest.map(str::to_owned).context("helm push said no digest")
     }
 
-    /// What a registry's refusal means, in the user's terms.
+    /// What a registry's refusal means, in the user's terms: a hint, then what the tool said
+    /// last (skopeo's `msg` without its log prefix and retries).
     fn explain(&self, said: &str) -> anyhow::Error {
+        let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(said);
+        let said = last.split_once("msg=\"").map_or(last, |(_, m)| m.trim_end_matches('"'));
         let lower = said.to_lowercase();
         let hint = if lower.contains("server gave http response to https client") {
             "the registry speaks plain HTTP: pass --plain-http"
-        } else if lower.contains("unauthorized") || lower.contains("authentication required") || lower.contains("denied") {
+        } else if lower.contains("unauthorized")
+            || lower.contains("authentication required")
+            || lower.contains("denied")
+        {
             "the registry refuses these credentials: log in first (skopeo login and helm registry login)"
-        } else if lower.contains("connection refused") || lower.contains("no such host") || lower.contains("i/o timeout") {
+        } else if lower.contains("connection refused")
+            || lower.contains("no such host")
+            || lower.contains("i/o timeout")
+        {
             "the registry does not answer at that address"
         } else if lower.contains("certificate") || lower.contains("x509") || lower.contains("tls") {
             "the registry's TLS is not trusted here (or it speaks plain HTTP: --plain-http)"
@@ -140,7 +157,12 @@ mod tests {
         let registry = Registry::parse("r.example", false).expect("parsed");
         let plain = registry.explain("pinging container registry r.example: Get \"https://r.example/v2/\": http: server gave HTTP response to HTTPS client");
         assert!(plain.to_string().starts_with("the registry speaks plain HTTP: pass --plain-http"), "{plain}");
-        assert!(registry.explain("dial tcp 127.0.0.1:5999: connect: connection refused").to_string().contains("does not answer"));
+        assert!(
+            registry
+                .explain("dial tcp 127.0.0.1:5999: connect: connection refused")
+                .to_string()
+                .contains("does not answer")
+        );
         assert!(registry.explain("unauthorized: authentication required").to_string().contains("log in"));
     }
 }

@@ -85,7 +85,16 @@ const IMAGES: [Image; 3] = [
     Image {
         name: "watcher-supervise",
         build: &[
-            "rustc", "--locked", "--profile", "supervise", "-p", "watcher-supervise", "--bin", "watcher-supervise", "--", "-C",
+            "rustc",
+            "--locked",
+            "--profile",
+            "supervise",
+            "-p",
+            "watcher-supervise",
+            "--bin",
+            "watcher-supervise",
+            "--",
+            "-C",
             "target-feature=+crt-static",
         ],
         built: "supervise/watcher-supervise",
@@ -164,7 +173,8 @@ impl Plan {
         let revision = git(&["rev-parse", "HEAD"])?.trim().to_owned();
         let seconds: i64 = git(&["log", "-1", "--format=%ct", "HEAD"])?.trim().parse().context("the commit's time")?;
         let created = jiff::Timestamp::from_second(seconds)?.to_string();
-        let notes = release_notes(&std::fs::read_to_string(root.join("CHANGELOG.md")).context("CHANGELOG.md")?, &version)?;
+        let notes =
+            release_notes(&std::fs::read_to_string(root.join("CHANGELOG.md")).context("CHANGELOG.md")?, &version)?;
         let host = cmd::run("rustc", &["-vV"])?;
         let target = host.lines().find_map(|l| l.strip_prefix("host: ")).context("rustc -vV names no host")?.to_owned();
         let out = args.out.clone().unwrap_or_else(|| root.join("target/release").join(&version));
@@ -197,7 +207,11 @@ impl Plan {
             let line = said.lines().next().unwrap_or_default();
             let words: Vec<&str> = line.split_whitespace().collect();
             if words.first() != Some(&image.name) || words.get(1) != Some(&self.version.as_str()) {
-                bail!("{} --version says {line:?}, not version {}: built from another tree?", binary.display(), self.version);
+                bail!(
+                    "{} --version says {line:?}, not version {}: built from another tree?",
+                    binary.display(),
+                    self.version
+                );
             }
             let commit = line.split("commit ").nth(1).and_then(|r| r.split([',', ')']).next()).unwrap_or_default();
             if commit.is_empty() || commit.ends_with("-dirty") || !self.revision.starts_with(commit) {
@@ -207,28 +221,47 @@ impl Plan {
         Ok(())
     }
 
-    /// The images' layouts and SBOMs, and the chart's archive.
+    /// The images' layouts and SBOMs (one thread each: most of it is gzip), and the chart's
+    /// archive.
     fn pack(&self, binaries: &[PathBuf]) -> anyhow::Result<Packed> {
-        let lock = std::fs::read_to_string(self.root.join("Cargo.lock"))?;
-        let sums = sbom::checksums(&lock);
-        let mut images = Vec::new();
-        for (image, binary) in IMAGES.iter().zip(binaries) {
-            let repository = self.registry.repository(image.name);
-            let layout = self.work.join("oci").join(image.name);
-            let config = self.image_config(image);
-            let index = oci::image(&Layout::create(&layout)?, &rootfs::files(binary)?, &config, &self.version)?;
-            let digest = index["digest"].as_str().context("a digest")?.to_owned();
-            let components = sbom::components(image.name, &self.target)?;
-            let sbom = sbom::document(image.name, &self.version, &self.created, &components, &sums)?;
-            let sbom_layout = self.work.join("sbom").join(image.name);
-            let tag = sign::tag_for(&digest, "sbom");
-            let sbom_digest = oci::artifact(&Layout::create(&sbom_layout)?, sbom::MEDIA_TYPE, &sbom, json!({}), &tag)?;
-            let sbom_digest = sbom_digest["digest"].as_str().context("a digest")?.to_owned();
-            images.push(PackedImage { name: image.name, repository, layout, digest, sbom, sbom_layout, sbom_digest });
-        }
-        let mtime = std::time::UNIX_EPOCH + std::time::Duration::from_secs(self.created.parse::<jiff::Timestamp>()?.as_second().try_into()?);
-        let chart = chart::package(&self.root, &self.work, &self.work, &self.version, mtime, |name| self.registry.repository(name))?;
+        let sums = sbom::checksums(&std::fs::read_to_string(self.root.join("Cargo.lock"))?);
+        let images = std::thread::scope(|scope| {
+            let packing: Vec<_> = IMAGES
+                .iter()
+                .zip(binaries)
+                .map(|(image, binary)| scope.spawn(|| self.pack_image(image, binary, &sums)))
+                .collect();
+            packing
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("packing panicked"))))
+                .collect::<anyhow::Result<Vec<_>>>()
+        })?;
+        let seconds = self.created.parse::<jiff::Timestamp>()?.as_second();
+        let mtime = std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds.try_into()?);
+        let chart = chart::package(&self.root, &self.work, &self.work, &self.version, mtime, |name| {
+            self.registry.repository(name)
+        })?;
         Ok(Packed { images, chart })
+    }
+
+    fn pack_image(
+        &self,
+        image: &Image,
+        binary: &Path,
+        sums: &std::collections::BTreeMap<String, String>,
+    ) -> anyhow::Result<PackedImage> {
+        let repository = self.registry.repository(image.name);
+        let layout = self.work.join("oci").join(image.name);
+        let index =
+            oci::image(&Layout::create(&layout)?, &rootfs::files(binary)?, &self.image_config(image), &self.version)?;
+        let digest = index["digest"].as_str().context("a digest")?.to_owned();
+        let components = sbom::components(image.name, &self.target)?;
+        let sbom = sbom::document(image.name, &self.version, &self.created, &components, sums)?;
+        let sbom_layout = self.work.join("sbom").join(image.name);
+        let tag = sign::tag_for(&digest, "sbom");
+        let sbom_digest = oci::artifact(&Layout::create(&sbom_layout)?, sbom::MEDIA_TYPE, &sbom, json!({}), &tag)?;
+        let sbom_digest = sbom_digest["digest"].as_str().context("a digest")?.to_owned();
+        Ok(PackedImage { name: image.name, repository, layout, digest, sbom, sbom_layout, sbom_digest })
     }
 
     fn image_config(&self, image: &Image) -> oci::ImageConfig {
@@ -257,7 +290,10 @@ impl Plan {
         let differs = |repository: &str, tag: &str, ours: &str| -> anyhow::Result<()> {
             match self.registry.manifest(repository, tag)? {
                 Some(theirs) if oci::digest(&theirs) != ours => {
-                    bail!("{repository}:{tag} is in the registry with other contents ({}, this build {ours}): a release is never overwritten; release another version", oci::digest(&theirs))
+                    bail!(
+                        "{repository}:{tag} is in the registry with other contents ({}, this build {ours}): a release is never overwritten; release another version",
+                        oci::digest(&theirs)
+                    )
                 }
                 _ => Ok(()),
             }
@@ -273,7 +309,10 @@ impl Plan {
         let ours = oci::digest(&std::fs::read(&packed.chart)?);
         let layers = manifest["layers"].as_array().map(Vec::as_slice).unwrap_or_default();
         if !layers.iter().any(|l| l["digest"] == ours.as_str()) {
-            bail!("{repository}:{} is in the registry with another chart: a release is never overwritten; release another version", self.version);
+            bail!(
+                "{repository}:{} is in the registry with another chart: a release is never overwritten; release another version",
+                self.version
+            );
         }
         let digest = oci::digest(&theirs);
         self.refuse_other_signature(&repository, &digest)?;
@@ -379,10 +418,11 @@ fn signed_by(manifest: &[u8], payload: &[u8], signer: &Signer) -> bool {
 /// `given`, checked: semver without a leading `v`, and the workspace's version (what the
 /// binaries will say).
 fn checked_version(given: &str, cargo_toml: &str) -> anyhow::Result<String> {
-    if given.starts_with('v') {
-        bail!("--version {given}: without the leading v ({}); the git tag is v{}", &given[1..], &given[1..]);
+    if let Some(bare) = given.strip_prefix('v') {
+        bail!("--version {given}: without the leading v ({bare}); the git tag is v{bare}");
     }
-    let version = semver::Version::parse(given).with_context(|| format!("--version {given:?} is not a semantic version (MAJOR.MINOR.PATCH[-PRE])"))?;
+    let version = semver::Version::parse(given)
+        .with_context(|| format!("--version {given:?} is not a semantic version (MAJOR.MINOR.PATCH[-PRE])"))?;
     if !version.build.is_empty() {
         bail!("--version {given}: no build metadata (+…): an OCI tag cannot hold '+'");
     }
@@ -393,7 +433,9 @@ fn checked_version(given: &str, cargo_toml: &str) -> anyhow::Result<String> {
         .map(|v| v.trim().trim_matches('"'))
         .context("Cargo.toml has no [workspace.package] version")?;
     if workspace != given {
-        bail!("--version {given}, but the workspace is version {workspace}: set [workspace.package] version in Cargo.toml (and CHANGELOG.md) first");
+        bail!(
+            "--version {given}, but the workspace is version {workspace}: set [workspace.package] version in Cargo.toml (and CHANGELOG.md) first"
+        );
     }
     Ok(version.to_string())
 }
@@ -430,10 +472,12 @@ mod tests {
 
     #[test]
     fn the_release_notes_are_the_versions_section() {
-        let changelog = "# Changelog\n\n## [Unreleased]\n\n## [0.2.0] - 2026-12-02\n\n### Added\n- all\n\n## [0.1.0]\n- old\n";
+        let changelog =
+            "# Changelog\n\n## [Unreleased]\n\n## [0.2.0] - 2026-12-02\n\n### Added\n- all\n\n## [0.1.0]\n- old\n";
         assert_eq!(release_notes(changelog, "0.2.0").expect("notes"), "### Added\n- all\n");
         assert!(release_notes(changelog, "0.3.0").is_err());
-        let tree = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../CHANGELOG.md")).expect("CHANGELOG.md");
+        let tree = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../CHANGELOG.md"))
+            .expect("CHANGELOG.md");
         let notes = release_notes(&tree, env!("CARGO_PKG_VERSION")).expect("this version's notes");
         assert!(notes.contains("### Upgrade notes"), "{notes}");
     }
@@ -444,7 +488,8 @@ mod tests {
         let payload = sign::payload("r/x", "sha256:abc");
         let signature = base64::engine::general_purpose::STANDARD.encode(signer.sign(&payload).expect("signed"));
         let manifest = |digest: String, signature: &str| {
-            serde_json::to_vec(&json!({"layers": [{"digest": digest, "annotations": {sign::ANNOTATION: signature}}]})).expect("json")
+            serde_json::to_vec(&json!({"layers": [{"digest": digest, "annotations": {sign::ANNOTATION: signature}}]}))
+                .expect("json")
         };
         assert!(signed_by(&manifest(oci::digest(&payload), &signature), &payload, &signer));
         assert!(!signed_by(&manifest(oci::digest(b"other"), &signature), &payload, &signer));

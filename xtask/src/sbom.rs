@@ -26,8 +26,18 @@ pub(crate) fn components(package: &str, target: &str) -> anyhow::Result<Vec<Comp
     let listing = crate::cmd::run(
         "cargo",
         &[
-            "tree", "--locked", "-p", package, "--target", target, "-e", "normal,no-proc-macro", "--prefix", "none",
-            "--format", "{p}\t{l}",
+            "tree",
+            "--locked",
+            "-p",
+            package,
+            "--target",
+            target,
+            "-e",
+            "normal,no-proc-macro",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}\t{l}",
         ],
     )?;
     Ok(parse_tree(&listing))
@@ -83,9 +93,10 @@ pub(crate) fn document(
     let purl = |c: &Component| format!("pkg:cargo/{}@{}", c.name, c.version);
     let listed: Vec<Value> = components
         .iter()
-        .filter(|c| !(c.local && c.version == version && is_binary_package(&c.name, binary)))
+        .filter(|c| !(c.local && c.version == version && c.name == binary))
         .map(|c| {
-            let mut component = json!({"type": "library", "bom-ref": purl(c), "name": c.name, "version": c.version, "purl": purl(c)});
+            let mut component =
+                json!({"type": "library", "bom-ref": purl(c), "name": c.name, "version": c.version, "purl": purl(c)});
             if let Some(license) = &c.license {
                 component["licenses"] = json!([{"expression": license}]);
             }
@@ -112,12 +123,9 @@ pub(crate) fn document(
     });
     let hash = ring::digest::digest(&ring::digest::SHA256, &serde_json::to_vec(&document)?);
     let h = crate::oci::hex(hash.as_ref());
-    document["serialNumber"] = json!(format!("urn:uuid:{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32]));
+    document["serialNumber"] =
+        json!(format!("urn:uuid:{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32]));
     serde_json::to_vec_pretty(&document).context("the SBOM")
-}
-
-fn is_binary_package(name: &str, binary: &str) -> bool {
-    name == binary
 }
 
 #[cfg(test)]
@@ -135,11 +143,15 @@ mod tests {
         let names: Vec<&str> = components.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["bitflags", "rustix", "watcher-build-info", "watcher-supervise"]);
         assert!(components[2].local && !components[0].local);
-        let sums = checksums("[[package]]\nname = \"bitflags\"\nversion = \"2.9.4\"\nsource = \"registry+x\"\nchecksum = \"abc\"\n");
-        let document: Value =
-            serde_json::from_slice(&document("watcher-supervise", "0.2.0", "2026-12-01T10:00:00Z", &components, &sums).expect("sbom"))
-                .expect("json");
-        let listed: Vec<&str> = document["components"].as_array().expect("components").iter().filter_map(|c| c["name"].as_str()).collect();
+        let sums = checksums(
+            "[[package]]\nname = \"bitflags\"\nversion = \"2.9.4\"\nsource = \"registry+x\"\nchecksum = \"abc\"\n",
+        );
+        let document: Value = serde_json::from_slice(
+            &document("watcher-supervise", "0.2.0", "2026-12-01T10:00:00Z", &components, &sums).expect("sbom"),
+        )
+        .expect("json");
+        let listed: Vec<&str> =
+            document["components"].as_array().expect("components").iter().filter_map(|c| c["name"].as_str()).collect();
         assert_eq!(listed, ["bitflags", "rustix", "watcher-build-info"], "the binary's own package is the metadata's");
         assert_eq!(document["components"][0]["hashes"][0]["content"], "abc");
         assert_eq!(document["components"][0]["purl"], "pkg:cargo/bitflags@2.9.4");

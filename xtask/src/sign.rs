@@ -40,7 +40,9 @@ impl Signer {
 
     fn from_pem(text: &str) -> anyhow::Result<Self> {
         if text.contains("ENCRYPTED PRIVATE KEY") {
-            bail!("is encrypted: give it unencrypted (openssl pkey -in KEY -out PLAIN), kept where only the release runs");
+            bail!(
+                "is encrypted: give it unencrypted (openssl pkey -in KEY -out PLAIN), kept where only the release runs"
+            );
         }
         if text.contains("BEGIN EC PRIVATE KEY") {
             bail!("is a SEC1 key: convert it to PKCS#8 with `openssl pkcs8 -topk8 -nocrypt -in KEY -out KEY.p8`");

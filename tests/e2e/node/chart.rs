@@ -14,12 +14,12 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
-use super::{POD_START, readme_use_case, require_node};
+use super::{POD_START, SAMPLES, readme_use_case, readme_use_case_with, require_node};
 use crate::common::{
     STEP, TestNamespace, client, delete_cluster_wide_objects, exclusive, kubectl, kubectl_apply, kubectl_create,
     metrics_get, wait_for, wait_until,
 };
-use crate::helm::{CHART, helm, helm_install};
+use crate::helm::{CHART, Release, helm, helm_install_from};
 
 /// A pod that asks for `watcher`, created as a dry run (nothing stored): whether kube-apiserver
 /// reached the webhook through the Service and applied its patch.
@@ -62,6 +62,42 @@ async fn prometheus(ip: &str, path: &str) -> Option<Value> {
     serde_json::from_slice(&output.stdout).ok()
 }
 
+/// The operator's pods run the release's image, pulled from its registry by the kubelet.
+fn pulled_from_the_release(release_namespace: &str, release: &Release) {
+    let expected = format!("{}/watcher-operator:{}", release.registry, env!("CARGO_PKG_VERSION"));
+    let images = kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        release_namespace,
+        "-l",
+        "app.kubernetes.io/name=watcher-operator",
+        "-o",
+        "jsonpath={range .items[*]}{.status.containerStatuses[0].image} {.status.containerStatuses[0].imageID}{\"\\n\"}{end}",
+    ]);
+    for line in images.lines() {
+        let (image, id) = line.split_once(' ').unwrap_or((line, ""));
+        assert_eq!(image, expected, "{images}");
+        assert!(
+            id.starts_with(&format!("{}/watcher-operator@sha256:", release.registry)),
+            "pulled by digest: {images}"
+        );
+    }
+}
+
+/// README's app-watcher with the agent image the chart's notes name (the release's).
+fn watcher_with_the_notes_agent(release_namespace: &str, release: &Release) -> String {
+    let notes = helm(&["get", "notes", "watcher-operator", "-n", release_namespace]);
+    let agent = notes.lines().find_map(|l| l.trim().strip_prefix("image: ")).expect("the notes name the agent image");
+    assert_eq!(agent, format!("{}/watcher-agent:{}", release.registry, env!("CARGO_PKG_VERSION")), "{notes}");
+    let sample = std::fs::read_to_string(format!("{SAMPLES}/app-watcher.yaml")).expect("sample");
+    let local = format!("image: watcher-agent:{}", env!("CARGO_PKG_VERSION"));
+    assert!(sample.contains(&local), "the sample names {local}");
+    let path = std::env::temp_dir().join(format!("watcher-e2e-{}-released-app-watcher.yaml", std::process::id()));
+    std::fs::write(&path, sample.replace(&local, &format!("image: {agent}"))).expect("written");
+    path.display().to_string()
+}
+
 #[tokio::test]
 #[ignore = "needs a cluster with a node, Services routed, and the images watcher-operator:0.2.0 and e2e-prometheus:0.1.0"]
 async fn the_chart_runs_in_the_cluster_and_prometheus_scrapes_it_with_a_token() {
@@ -75,8 +111,21 @@ async fn the_chart_runs_in_the_cluster_and_prometheus_scrapes_it_with_a_token() 
         kubectl(&["create", "serviceaccount", account, "-n", r]);
     }
     let readers = [format!("metrics.readers[0].namespace={r}"), "metrics.readers[0].name=prometheus".to_owned()];
-    helm_install(&client, r, &["--set", &readers[0], "--set", &readers[1], "--set", "image.pullPolicy=Never"]).await;
+    let mut install = vec!["--set".to_owned(), readers[0].clone(), "--set".to_owned(), readers[1].clone()];
+    // A release in a registry (CI's): installed from it as users do, every image pulled by the
+    // kubelet. Else the tree's chart, its images on the node already.
+    let release = Release::from_env();
+    let chart = release.as_ref().map_or_else(|| CHART.to_owned(), Release::chart);
+    match &release {
+        Some(release) => install.extend(release.install_args()),
+        None => install.extend(["--set".to_owned(), "image.pullPolicy=Never".to_owned()]),
+    }
+    let args: Vec<&str> = install.iter().map(String::as_str).collect();
+    helm_install_from(&client, r, &chart, &args).await;
     rollout(r);
+    if let Some(release) = &release {
+        pulled_from_the_release(r, release);
+    }
     let ready = kubectl(&["get", "deployment", "watcher-operator", "-n", r, "-o", "jsonpath={.status.readyReplicas}"]);
     assert_eq!(ready, "2", "two replicas ready");
     let service = kubectl(&[
@@ -91,7 +140,15 @@ async fn the_chart_runs_in_the_cluster_and_prometheus_scrapes_it_with_a_token() 
     // README's use case, through the Service.
     let ns = TestNamespace::create(&client, "watcher-e2e-chart-app").await;
     let n = ns.name.as_str();
-    readme_use_case(n);
+    match &release {
+        Some(release) => readme_use_case_with(n, &watcher_with_the_notes_agent(r, release)),
+        None => readme_use_case(n),
+    }
+    if release.is_some() {
+        // README's Job: its pod gets the release's supervisor, pulled by the kubelet, and ends.
+        kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/job.yaml")]);
+        kubectl(&["wait", "-n", n, "--for=condition=complete", "job/shop-report", "--timeout=120s"]);
+    }
 
     // The Lease holder's pod deleted: pods are still injected meanwhile, and another replica
     // takes the Lease and reconciles.
@@ -119,7 +176,11 @@ async fn the_chart_runs_in_the_cluster_and_prometheus_scrapes_it_with_a_token() 
     rollout(r);
 
     // `helm upgrade` rolls the replicas one at a time: every pod made meanwhile is injected.
-    helm(&["upgrade", "watcher-operator", CHART, "-n", r, "--reuse-values", "--set", "logFormat=text"]);
+    let mut upgrade =
+        vec!["upgrade", "watcher-operator", chart.as_str(), "-n", r, "--reuse-values", "--set", "logFormat=text"];
+    let release_args = release.as_ref().map(Release::install_args).unwrap_or_default();
+    upgrade.extend(release_args.iter().map(String::as_str));
+    helm(&upgrade);
     let mut rolling = std::process::Command::new("kubectl")
         .args(["rollout", "status", "deployment/watcher-operator", "-n", r, "--timeout=180s"])
         .stdout(std::process::Stdio::null())
