@@ -479,8 +479,11 @@ pub fn openmetrics(registry: &Registry) -> String {
 pub fn last_counts(registry: &Registry, limit: usize) -> String {
     const TRUNCATED: &str = "# truncated\n";
     let text = prometheus_text(registry);
+    // What the binary is, always 1, says nothing of what it counted.
     let counted = |line: &&str| {
-        !line.starts_with('#') && line.rsplit(' ').next().is_some_and(|v| v.parse::<f64>().is_ok_and(|v| v != 0.0))
+        !line.starts_with('#')
+            && !line.starts_with("watcher_agent_build_info")
+            && line.rsplit(' ').next().is_some_and(|v| v.parse::<f64>().is_ok_and(|v| v != 0.0))
     };
     let all: Vec<&str> = text.lines().filter(counted).collect();
     // A histogram that does not fit whole is said by its `_count` and `_sum`.
@@ -553,6 +556,7 @@ mod tests {
             r#"watcher_agent_truncations_total{source="/var/log/*.log",copy="missing"} 0"#,
             r#"watcher_agent_stream_reconnects_total{reason="idle"} 0"#,
             "watcher_agent_open_files 0",
+            concat!("watcher_agent_build_info{version=\"", env!("CARGO_PKG_VERSION"), "\","),
         ] {
             assert!(open.contains(series), "{series} in {open}");
         }
