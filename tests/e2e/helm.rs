@@ -49,15 +49,25 @@ pub(crate) async fn helm_install_from(client: &kube::Client, release_namespace: 
 /// The chart, as README installs it.
 pub(crate) const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/watcher-operator");
 
-/// A release of this build in a registry the node pulls from (`.ci/e2e` makes it with `cargo
-/// xtask release`): `WATCHER_E2E_REGISTRY`, HOST:PORT/PATH of a plain-HTTP registry.
+/// A release in a registry the node pulls from (`.ci/e2e` makes this build's with `cargo xtask
+/// release`): HOST:PORT/PATH of a plain-HTTP registry, and the version.
 pub(crate) struct Release {
     pub(crate) registry: String,
+    pub(crate) version: String,
 }
 
 impl Release {
+    /// This build's: `WATCHER_E2E_REGISTRY`, at this build's version.
     pub(crate) fn from_env() -> Option<Self> {
-        std::env::var("WATCHER_E2E_REGISTRY").ok().filter(|r| !r.is_empty()).map(|registry| Self { registry })
+        let registry = std::env::var("WATCHER_E2E_REGISTRY").ok().filter(|r| !r.is_empty())?;
+        Some(Self { registry, version: env!("CARGO_PKG_VERSION").to_owned() })
+    }
+
+    /// The build before this one: `WATCHER_E2E_PREVIOUS`, `REGISTRY VERSION`.
+    pub(crate) fn previous_from_env() -> Option<Self> {
+        let given = std::env::var("WATCHER_E2E_PREVIOUS").ok()?;
+        let (registry, version) = given.trim().split_once(' ')?;
+        Some(Self { registry: registry.to_owned(), version: version.to_owned() })
     }
 
     /// `oci://REGISTRY/charts/watcher-operator`, as a user installs it.
@@ -65,10 +75,9 @@ impl Release {
         format!("oci://{}/charts/watcher-operator", self.registry)
     }
 
-    /// `helm install`'s arguments for the release's chart at this build's version.
+    /// `helm install`'s (and `upgrade`'s) arguments for the release's chart.
     pub(crate) fn install_args(&self) -> Vec<String> {
-        let version = env!("CARGO_PKG_VERSION").to_owned();
-        vec!["--version".into(), version, "--plain-http".into()]
+        vec!["--version".into(), self.version.clone(), "--plain-http".into()]
     }
 }
 

@@ -21,7 +21,7 @@ use common::{Operator, STEP, TestNamespace, client, exclusive, http_get, install
 /// How long a pod may take to run on the node (image already there).
 const POD_START: Duration = Duration::from_secs(120);
 
-const SAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/samples");
+pub(crate) const SAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/samples");
 
 /// Fails the test at once, saying why, when no node can run its pods.
 async fn require_node(client: &Client) {

@@ -21,6 +21,8 @@ use crate::common::{
 };
 use crate::helm::{CHART, Release, helm, helm_install_from};
 
+mod upgrade;
+
 /// A pod that asks for `watcher`, created as a dry run (nothing stored): whether kube-apiserver
 /// reached the webhook through the Service and applied its patch.
 async fn injected_on_a_dry_run(client: &kube::Client, namespace: &str, watcher: &str) -> bool {
@@ -64,7 +66,7 @@ async fn prometheus(ip: &str, path: &str) -> Option<Value> {
 
 /// The operator's pods run the release's image, pulled from its registry by the kubelet.
 fn pulled_from_the_release(release_namespace: &str, release: &Release) {
-    let expected = format!("{}/watcher-operator:{}", release.registry, env!("CARGO_PKG_VERSION"));
+    let expected = format!("{}/watcher-operator:{}", release.registry, release.version);
     let images = kubectl(&[
         "get",
         "pods",
@@ -85,11 +87,41 @@ fn pulled_from_the_release(release_namespace: &str, release: &Release) {
     }
 }
 
+/// A Watcher whose image names a tag the registry does not hold: its pod waits on the pull, and
+/// the Watcher says so (`cannotStart`, `SidecarsRunning` False with the kubelet's reason), as on
+/// any cluster.
+async fn a_tag_not_released_is_said_by_the_watcher(n: &str, release: &Release) {
+    let image = format!("{}/watcher-agent:0.0.0-not-released", release.registry);
+    kubectl_apply(
+        n,
+        &json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": "wrong-tag"},
+                "spec": {"selector": {"matchLabels": {"app": "wrong-tag"}}, "container": {"name": "wrong-tag", "image": image}}}),
+    );
+    kubectl(&["wait", "-n", n, "--for=condition=Ready", "watcher/wrong-tag", "--timeout=60s"]);
+    kubectl_apply(
+        n,
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "wrong-tag", "labels": {"app": "wrong-tag"}},
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "app", "image": "busybox:1.36",
+                  "imagePullPolicy": "IfNotPresent", "command": ["sh", "-c", "sleep 3600"]}]}}),
+    );
+    let said = wait_for(POD_START, || async {
+        let status = kubectl(&["get", "watcher", "wrong-tag", "-n", n, "-o", "json"]);
+        let status: Value = serde_json::from_str(&status).ok()?;
+        let running =
+            status["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "SidecarsRunning")?.clone();
+        (status["status"]["pods"]["cannotStart"] == 1 && running["status"] == "False").then_some(running)
+    })
+    .await;
+    let reason = said["reason"].as_str().unwrap_or_default();
+    assert!(["ErrImagePull", "ImagePullBackOff"].contains(&reason), "{said}");
+    assert!(said["message"].as_str().is_some_and(|m| m.contains("pod wrong-tag")), "{said}");
+}
+
 /// README's app-watcher with the agent image the chart's notes name (the release's).
 fn watcher_with_the_notes_agent(release_namespace: &str, release: &Release) -> String {
     let notes = helm(&["get", "notes", "watcher-operator", "-n", release_namespace]);
     let agent = notes.lines().find_map(|l| l.trim().strip_prefix("image: ")).expect("the notes name the agent image");
-    assert_eq!(agent, format!("{}/watcher-agent:{}", release.registry, env!("CARGO_PKG_VERSION")), "{notes}");
+    assert_eq!(agent, format!("{}/watcher-agent:{}", release.registry, release.version), "{notes}");
     let sample = std::fs::read_to_string(format!("{SAMPLES}/app-watcher.yaml")).expect("sample");
     let local = format!("image: watcher-agent:{}", env!("CARGO_PKG_VERSION"));
     assert!(sample.contains(&local), "the sample names {local}");
@@ -144,10 +176,11 @@ async fn the_chart_runs_in_the_cluster_and_prometheus_scrapes_it_with_a_token() 
         Some(release) => readme_use_case_with(n, &watcher_with_the_notes_agent(r, release)),
         None => readme_use_case(n),
     }
-    if release.is_some() {
+    if let Some(release) = &release {
         // README's Job: its pod gets the release's supervisor, pulled by the kubelet, and ends.
         kubectl(&["apply", "-n", n, "-f", &format!("{SAMPLES}/job.yaml")]);
         kubectl(&["wait", "-n", n, "--for=condition=complete", "job/shop-report", "--timeout=120s"]);
+        a_tag_not_released_is_said_by_the_watcher(n, release).await;
     }
 
     // The Lease holder's pod deleted: pods are still injected meanwhile, and another replica
