@@ -463,6 +463,17 @@ fn multiline(values: &Values) -> Result<Option<MultilineConfig>, ConfigError> {
         }
         return Ok(None);
     };
+    // A bare word is a preset or a mistake (`javascript`, `Java`, `java8`): as a regular
+    // expression it would match almost nothing, silently.
+    let bare_word = start.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if bare_word && !EventStart::PRESETS.contains(&start) {
+        return Err(error(
+            MULTILINE_START.name,
+            format!(
+                "{start:?} is no preset (java, python, go); a regular expression that means the word says so: ^{start}"
+            ),
+        ));
+    }
     if let Err(problem) = EventStart::parse(start) {
         return Err(error(
             MULTILINE_START.name,

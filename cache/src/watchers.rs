@@ -462,22 +462,33 @@ mod tests {
         .expect("valid Watcher")
     }
 
+    /// The next item of `feed`, or a failure after 5 s: a regression fails the test instead of
+    /// hanging CI.
+    async fn next<S: futures::Stream + Unpin>(feed: &mut S) -> Option<S::Item> {
+        tokio::time::timeout(std::time::Duration::from_secs(5), feed.next()).await.expect("an item within 5 s")
+    }
+
+    /// `stream` to its end, or a failure after 5 s.
+    async fn all<S: futures::Stream>(stream: S) -> Vec<S::Item> {
+        tokio::time::timeout(std::time::Duration::from_secs(5), stream.collect()).await.expect("the end within 5 s")
+    }
+
     #[tokio::test]
     async fn subscribers_start_with_a_resync_and_catch_up_after_lagging() {
         let (store, mut writer) = reflector::store();
         writer.apply_watcher_event(&Event::Apply(watcher("a")));
         let (cache, changes) = WatcherCache::from_store(store);
         let mut feed = Box::pin(cache.subscribe());
-        assert_eq!(feed.next().await, Some(Change::Resync));
+        assert_eq!(next(&mut feed).await, Some(Change::Resync));
 
         let a = ObjectRef::from(&watcher("a"));
         changes.send(Change::Watcher(a.clone())).expect("subscribed");
-        assert_eq!(feed.next().await, Some(Change::Watcher(a.clone())));
+        assert_eq!(next(&mut feed).await, Some(Change::Watcher(a.clone())));
 
         for _ in 0..=CHANGE_BUFFER {
             let _ = changes.send(Change::Watcher(a.clone()));
         }
-        assert_eq!(feed.next().await, Some(Change::Resync), "a lagging subscriber resyncs");
+        assert_eq!(next(&mut feed).await, Some(Change::Resync), "a lagging subscriber resyncs");
         assert_eq!(cache.in_namespace("team-a").len(), 1);
         assert!(cache.in_namespace("team-b").is_empty());
     }
@@ -522,8 +533,8 @@ mod tests {
         assert_eq!(cache.store.len(), 2);
         let names: Vec<_> = cache.in_namespace("team-a").iter().map(|w| w.name_any()).collect();
         assert_eq!(names.len(), 2, "the namespace index sees the initial list: {names:?}");
-        assert_eq!(feed.next().await, Some(Change::Resync));
-        let mut seen = vec![feed.next().await, feed.next().await];
+        assert_eq!(next(&mut feed).await, Some(Change::Resync));
+        let mut seen = vec![next(&mut feed).await, next(&mut feed).await];
         seen.sort_by_key(|c| format!("{c:?}"));
         assert_eq!(
             seen,
@@ -659,9 +670,9 @@ mod tests {
             Change::ClusterWatcher(ObjectRef::new("gone")),
         ]);
         let (triggers, resyncs) = split_cluster(changes, store);
-        let names: Vec<String> = triggers.map(|c| c.name_any()).collect().await;
+        let names: Vec<String> = all(triggers.map(|c| c.name_any())).await;
         assert_eq!(names, ["log-agent", "log-agent"]);
-        assert_eq!(resyncs.collect::<Vec<()>>().await.len(), 1);
+        assert_eq!(all(resyncs).await.len(), 1);
     }
 
     #[test]

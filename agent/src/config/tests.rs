@@ -366,6 +366,12 @@ fn values_fields_and_events_problems_name_their_variable() {
             vec![files, latency, ("AGENT_MULTILINE_START", "(")],
             "AGENT_MULTILINE_START: neither a preset (java, python, go) nor a regular expression",
         ),
+        (
+            vec![files, latency, ("AGENT_MULTILINE_START", "javascript")],
+            "AGENT_MULTILINE_START: \"javascript\" is no preset (java, python, go); a regular expression that means the word says so: ^javascript",
+        ),
+        (vec![files, latency, ("AGENT_MULTILINE_START", "Java")], "AGENT_MULTILINE_START: \"Java\" is no preset"),
+        (vec![files, latency, ("AGENT_MULTILINE_START", "java8")], "AGENT_MULTILINE_START: \"java8\" is no preset"),
         (vec![files, latency, ("AGENT_MULTILINE_WAIT", "2s")], "AGENT_MULTILINE_WAIT: set AGENT_MULTILINE_START too"),
         (
             vec![files, latency, ("AGENT_MULTILINE_START", "java"), ("AGENT_MULTILINE_MAX_BYTES", "10")],

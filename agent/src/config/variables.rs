@@ -188,8 +188,9 @@ pub(super) const MULTILINE_START: Variable = Variable {
     default: "(none)",
     kind: Kind::Text,
     doc: "lines joined into events: a regular expression a line that starts an event matches (the others join \
-          the one before), or a preset, `java`, `python` or `go`, that knows its stack traces. Rules match an \
-          event once; alerts quote its first line. Each file and the log stream have their own events",
+          the one before), or a preset, `java`, `python` or `go`, that knows its stack traces; any other bare \
+          word is refused (as a pattern it would match almost nothing: write `^word`). Rules match an event \
+          once; alerts quote its first line. Each file and the log stream have their own events",
 };
 /// `AGENT_MULTILINE_WAIT`.
 pub(super) const MULTILINE_WAIT: Variable = Variable {

@@ -127,6 +127,9 @@ pub(crate) struct Explanation {
     #[serde(rename = "clusterWatchers", skip_serializing_if = "Vec::is_empty")]
     pub(crate) cluster_watchers: Vec<ClusterLine>,
     pub(crate) images: Vec<ImageLine>,
+    /// What could not be read, and what the explanation assumed instead.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) notes: Vec<String>,
 }
 
 /// What the cluster holds that admission reads, for one namespace.
@@ -280,6 +283,7 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
             .map(|l| ClusterLine { message: l.message.clone(), name: l.name.clone(), ..*l })
             .collect(),
         images,
+        notes: Vec::new(),
     }
 }
 
@@ -617,6 +621,9 @@ impl Explanation {
                      applies to its namespace (the webhook's matchConditions)\n",
                 ),
             }
+        }
+        for note in &self.notes {
+            out.push_str(&format!("! {note}\n"));
         }
         if self.watchers.is_empty() {
             out.push_str(&format!("  no Watcher in namespace {}\n", self.namespace));

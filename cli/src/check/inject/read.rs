@@ -15,27 +15,64 @@ use super::{Explanation, Scope, cluster_lines, explain, sent_by};
 /// The cluster's Pod Security admission configuration as the operator judges by it: its
 /// configuration (ConfigMap `watcher-operator-pod-security`), else what kube-apiserver enforces
 /// in `namespace` when it sets no Pod Security label (dry-run pods there, as the operator
-/// learns it); none when neither can be read.
+/// learns it); none when neither can be read. What could not be read is said in the notes.
 pub(super) async fn cluster_pod_security(
     client: &kube::Client,
     operator_namespace: &str,
     namespace: &str,
     labels: &BTreeMap<String, String>,
+    notes: &mut Vec<String>,
 ) -> watcher_admission::pod_security::ClusterDefaults {
-    let configured = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), operator_namespace)
+    let read = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), operator_namespace)
         .get_opt(crate::check::POD_SECURITY_CONFIG_MAP)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|map| map.data?.remove(crate::check::POD_SECURITY_CONFIG_KEY))
-        .and_then(|text: String| crate::pod_security_config::parse(&text).ok());
-    if let Some(configured) = configured {
+        .await;
+    if let Some(configured) = configured_pod_security(read, operator_namespace, notes) {
         return configured;
     }
     if labels.keys().any(|k| k.starts_with("pod-security.kubernetes.io/")) {
         return Default::default();
     }
-    watcher_controller::pod_security_probe::probe(client, namespace).await.map(|l| l.defaults).unwrap_or_default()
+    match watcher_controller::pod_security_probe::probe(client, namespace).await {
+        Ok(learned) => learned.defaults,
+        Err(error) => {
+            notes.push(format!(
+                "cannot learn what kube-apiserver enforces in namespace {namespace} without Pod Security labels \
+                 (dry-run pods: {error}): Pod Security is judged as if nothing were enforced"
+            ));
+            Default::default()
+        }
+    }
+}
+
+/// The operator's Pod Security configuration from the ConfigMap as `read`; `None`, with a note
+/// unless the ConfigMap is absent, when it cannot be read or does not parse.
+fn configured_pod_security(
+    read: Result<Option<k8s_openapi::api::core::v1::ConfigMap>, kube::Error>,
+    operator_namespace: &str,
+    notes: &mut Vec<String>,
+) -> Option<watcher_admission::pod_security::ClusterDefaults> {
+    let name = format!("ConfigMap {operator_namespace}/{}", crate::check::POD_SECURITY_CONFIG_MAP);
+    let key = crate::check::POD_SECURITY_CONFIG_KEY;
+    let map = match read {
+        Ok(map) => map?,
+        Err(error) => {
+            notes.push(format!("cannot read {name} ({error}): the cluster's Pod Security defaults are probed instead"));
+            return None;
+        }
+    };
+    let Some(text) = map.data.and_then(|mut d| d.remove(key)) else {
+        notes.push(format!("{name} has no key {key}: the cluster's Pod Security defaults are probed instead"));
+        return None;
+    };
+    match crate::pod_security_config::parse(&text) {
+        Ok(configured) => Some(configured),
+        Err(error) => {
+            notes.push(format!(
+                "{name}: {key} does not parse ({error}): the cluster's Pod Security defaults are probed instead"
+            ));
+            None
+        }
+    }
 }
 
 /// What `check-inject` explains: a pod of the cluster, or a manifest.
@@ -90,8 +127,10 @@ pub(crate) async fn check_inject(
     let effective =
         watcher_admission::cluster::watchers_in_namespace(&namespace, &labels, &own, &cluster_watchers, &options);
     let refs: Vec<&Watcher> = effective.iter().map(AsRef::as_ref).collect();
-    let pod_security = cluster_pod_security(client, &options.excluded_namespaces[0], &namespace, &labels).await;
-    let resources = resource_rules(client, &namespace).await;
+    let mut notes = Vec::new();
+    let pod_security =
+        cluster_pod_security(client, &options.excluded_namespaces[0], &namespace, &labels, &mut notes).await;
+    let resources = resource_rules(client, &namespace, &mut notes).await;
     let scope = Scope {
         namespace: &namespace,
         namespace_labels: &labels,
@@ -104,18 +143,31 @@ pub(crate) async fn check_inject(
         resources: &resources,
         sent,
     };
-    Ok(explain(&pod, existing, &scope))
+    let mut explanation = explain(&pod, existing, &scope);
+    explanation.notes = notes;
+    Ok(explanation)
 }
 
 /// The LimitRanges and ResourceQuotas of `namespace`, in name order, as the webhook reads them;
-/// none where they cannot be listed (the explanation then says nothing of them).
-async fn resource_rules(client: &kube::Client, namespace: &str) -> ResourceRules {
+/// none where they cannot be listed (the explanation then says so in its notes).
+async fn resource_rules(client: &kube::Client, namespace: &str, notes: &mut Vec<String>) -> ResourceRules {
     use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota};
     use kube::api::{Api, ListParams};
     let ranges = Api::<LimitRange>::namespaced(client.clone(), namespace).list(&ListParams::default()).await;
     let quotas = Api::<ResourceQuota>::namespaced(client.clone(), namespace).list(&ListParams::default()).await;
-    let mut ranges = ranges.map(|l| l.items).unwrap_or_default();
-    let mut quotas = quotas.map(|l| l.items).unwrap_or_default();
+    let mut listed = |kind: &str, error: kube::Error| {
+        notes.push(format!(
+            "cannot list the {kind} of namespace {namespace} ({error}): the explanation leaves them out"
+        ));
+    };
+    let mut ranges = ranges.map(|l| l.items).unwrap_or_else(|e| {
+        listed("LimitRanges", e);
+        Vec::new()
+    });
+    let mut quotas = quotas.map(|l| l.items).unwrap_or_else(|e| {
+        listed("ResourceQuotas", e);
+        Vec::new()
+    });
     ranges.sort_by_key(ResourceExt::name_any);
     quotas.sort_by_key(ResourceExt::name_any);
     ResourceRules::new(&ranges, &quotas)
@@ -269,4 +321,41 @@ pub(super) fn read_manifest(path: &std::path::Path) -> anyhow::Result<(PodView, 
     let pod: PodView =
         serde_json::from_value(document).with_context(|| format!("{} is not a valid Pod", path.display()))?;
     Ok((pod, namespace))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::configured_pod_security;
+
+    fn config_map(data: serde_json::Value) -> k8s_openapi::api::core::v1::ConfigMap {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "watcher-operator-pod-security"}, "data": data}))
+            .expect("a ConfigMap")
+    }
+
+    #[test]
+    fn a_pod_security_configuration_that_cannot_be_used_is_said() {
+        let mut notes = Vec::new();
+        assert!(configured_pod_security(Ok(None), "watcher-system", &mut notes).is_none());
+        assert!(notes.is_empty(), "an absent ConfigMap is the default: {notes:?}");
+
+        let refused = kube::Error::Api(
+            kube::core::Status::failure("configmaps is forbidden", "Forbidden").with_code(403).boxed(),
+        );
+        assert!(configured_pod_security(Err(refused), "watcher-system", &mut notes).is_none());
+        assert!(
+            notes[0].starts_with("cannot read ConfigMap watcher-system/watcher-operator-pod-security"),
+            "{notes:?}"
+        );
+        assert!(notes[0].contains("forbidden"), "{notes:?}");
+
+        let without_key = config_map(serde_json::json!({"other": "x"}));
+        assert!(configured_pod_security(Ok(Some(without_key)), "watcher-system", &mut notes).is_none());
+        assert!(notes[1].contains("has no key"), "{notes:?}");
+
+        let key = crate::check::POD_SECURITY_CONFIG_KEY;
+        let broken = config_map(serde_json::json!({key: "kind: [unclosed"}));
+        assert!(configured_pod_security(Ok(Some(broken)), "watcher-system", &mut notes).is_none());
+        assert!(notes[2].contains("does not parse"), "{notes:?}");
+        assert_eq!(notes.len(), 3);
+    }
 }
