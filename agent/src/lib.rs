@@ -24,3 +24,28 @@ pub mod shared;
 pub mod signal;
 mod text;
 pub mod value;
+
+/// Why the agent would refuse to start, in the words it says it.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// A variable is wrong.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// Each rule compiles alone, not all of them together (the set's size limit).
+    #[error("AGENT_RULE_<NAME>: the rules do not compile together: {0}")]
+    Rules(regex::Error),
+}
+
+/// The configuration the environment `vars` gives, judged as the agent's start judges it (every
+/// variable parsed, the rules compiled together): what the operator says of a Watcher's agent
+/// before any pod runs it.
+pub fn judge<I, K, V>(vars: I) -> Result<config::Config, Refusal>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: Into<std::ffi::OsString>,
+    V: Into<std::ffi::OsString>,
+{
+    let config = config::Config::from_vars(vars)?;
+    rules::Rules::new(&config.rules).map_err(Refusal::Rules)?;
+    Ok(config)
+}

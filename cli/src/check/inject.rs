@@ -390,15 +390,20 @@ fn ending_lines(pod: &PodView, watcher: &Watcher) -> Vec<String> {
 
 /// For a Watcher whose sidecar runs watcher-agent: its configuration as the agent will read it
 /// (the Watcher's configData through `envFrom`, then the container's own `env`, which wins; a
-/// variable from the downward API counts as set), parsed by the agent's own code; and, when it
+/// variable of the pod's identity from the downward API counts as set), judged by the agent's
+/// own code (or said to be known only in the pod); and, when it
 /// parses, each glob and whether a volume is mounted there in the sidecar (its own mounts, and
 /// with `shareVolumes` the app's), and the log stream.
 fn agent_lines(pod: &PodView, existing: bool, watcher: &Watcher) -> Vec<String> {
     let container = &watcher.spec.container;
+    use watcher_controller::agent::Judgement;
     let config = match watcher_controller::agent::agent_configuration(&watcher.spec) {
         None => return Vec::new(),
-        Some(Ok(config)) => config,
-        Some(Err(error)) => return vec![format!("watcher-agent: configuration invalid: {error}")],
+        Some(Judgement::Takes(config)) => config,
+        Some(Judgement::Refuses(error)) => return vec![format!("watcher-agent: configuration invalid: {error}")],
+        Some(Judgement::CannotKnow(why)) => {
+            return vec![format!("watcher-agent: configuration known only in the pod: {why}")];
+        }
     };
     let mut lines = vec!["watcher-agent: configuration valid".to_owned()];
     // Where the sidecar has a volume: as the existing pod has it, or as admission mounts it.
