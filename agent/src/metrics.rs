@@ -20,9 +20,11 @@ use prometheus_client::registry::Registry;
 use crate::config::RuleConfig;
 use crate::follow::SourceError;
 
+mod termination;
 mod values;
 
 use crate::shared::lock;
+pub use termination::last_counts;
 use values::ValueMetric;
 pub use values::{BatchHistogram, Buckets, Observed};
 
@@ -472,38 +474,6 @@ pub fn openmetrics(registry: &Registry) -> String {
     body
 }
 
-/// The samples of `registry` that are not 0, in Prometheus' text format (no `# HELP` or
-/// `# TYPE`), in whole lines of at most `limit` bytes in all, `# truncated` last where some did
-/// not fit: what a last scrape would have read (a series at 0 is one that counted nothing), for
-/// the container's termination message.
-pub fn last_counts(registry: &Registry, limit: usize) -> String {
-    const TRUNCATED: &str = "# truncated\n";
-    let text = prometheus_text(registry);
-    // What the binary is, always 1, says nothing of what it counted.
-    let counted = |line: &&str| {
-        !line.starts_with('#')
-            && !line.starts_with("watcher_agent_build_info")
-            && line.rsplit(' ').next().is_some_and(|v| v.parse::<f64>().is_ok_and(|v| v != 0.0))
-    };
-    let all: Vec<&str> = text.lines().filter(counted).collect();
-    // A histogram that does not fit whole is said by its `_count` and `_sum`.
-    let fits = all.iter().map(|l| l.len() + 1).sum::<usize>() <= limit;
-    let histograms: Vec<&str> =
-        text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" histogram")).collect();
-    let is_bucket =
-        |line: &&&str| histograms.iter().any(|h| line.strip_prefix(h).is_some_and(|rest| rest.starts_with("_bucket")));
-    let mut out = String::new();
-    for line in all.iter().filter(|l| fits || !is_bucket(l)) {
-        if out.len() + line.len() + 1 > limit.saturating_sub(TRUNCATED.len()) {
-            out.push_str(TRUNCATED);
-            break;
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
-}
-
 /// `registry` in Prometheus' text format 0.0.4: a counter's `# TYPE` and `# HELP` name its
 /// `_total` sample, and there is no `# EOF` or `# UNIT`.
 pub fn prometheus_text(registry: &Registry) -> String {
@@ -567,23 +537,19 @@ mod tests {
         assert!(text.contains(r#"watcher_agent_lines_total{source="/var/log/*.log"} 1"#), "{text}");
         assert!(!text.contains("# EOF"));
         assert!(open.ends_with("# EOF\n"));
-        // The last counts: the series that counted something, whole lines within the bound.
+        // The last counts: the series that counted something, totals first (here over the two
+        // sources), whole lines within the bound.
         metrics.lines[1].inc_by(12);
         let last = last_counts(&registry, 4096);
-        let mut lines: Vec<&str> = last.lines().collect();
-        lines.sort_unstable();
         assert_eq!(
-            lines,
-            [
-                "watcher_agent_lines_total{source=\"/var/log/*.log\"} 1",
-                "watcher_agent_lines_total{source=\"stdout\"} 12"
-            ]
+            last,
+            "# totals, summed over all but the rule's label\nwatcher_agent_lines_total 13\n# by label\n\
+             watcher_agent_lines_total{source=\"/var/log/*.log\"} 1\nwatcher_agent_lines_total{source=\"stdout\"} 12\n"
         );
-        let short = last_counts(&registry, 70); // either line fits alone, not both
-        let (first, rest) = short.split_once('\n').expect("a line");
-        assert!(last.lines().any(|l| l == first), "{short}");
-        assert_eq!(rest, "# truncated\n");
-        assert!(short.len() <= 70);
+        let short = last_counts(&registry, 150); // the total, not the series by label
+        assert!(short.contains("watcher_agent_lines_total 13\n"), "{short}");
+        assert!(short.ends_with("# left out: 2 series by label\n"), "{short}");
+        assert!(short.len() <= 150);
     }
 
     /// A rule's named groups are labels of its counter, at most `max_series` value sets; the
@@ -605,6 +571,39 @@ mod tests {
             assert!(text.contains(series), "{series} in {text}");
         }
         assert!(!text.contains(r#"{rule="http",source="stdout"} "#), "no series without the group: {text}");
+    }
+
+    /// A pod that ends, whose histogram has a route label of 60 values: its 4 KiB keep the
+    /// rule's totals (matches, `_count`, `_sum`), the rest as room allows, and say what is left
+    /// out.
+    #[test]
+    fn the_last_counts_keep_a_histograms_totals_over_many_label_sets() {
+        let mut registry = Registry::default();
+        let latency = RuleConfig {
+            metric: crate::config::MetricKind::Histogram,
+            value: Some(crate::config::ValueFrom::Group("ms".into())),
+            buckets: crate::config::DEFAULT_BUCKETS.to_vec(),
+            ..rule("latency", &["route"])
+        };
+        let metrics = Metrics::register(&mut registry, &["/var/log/app/*.log".into()], &[latency], 100);
+        for route in 0..60 {
+            let mut observed = Observed::default();
+            for value in [0.003, 0.2] {
+                observed.observe(value, &crate::config::DEFAULT_BUCKETS);
+            }
+            metrics.labelled_matches(0, 0, &[format!("/api/v1/orders/{route}")], 2, Some(&observed));
+        }
+        let message = last_counts(&registry, 4096);
+        assert!(message.len() <= 4096, "{}", message.len());
+        for total in [
+            "watcher_agent_matches_total{rule=\"latency\"} 120\n",
+            "watcher_agent_latency_count{rule=\"latency\"} 120\n",
+            "watcher_agent_latency_sum{rule=\"latency\"} 12.18",
+        ] {
+            assert!(message.contains(total), "{total} in {message}");
+        }
+        let left_out = message.lines().last().expect("a last line");
+        assert!(left_out.starts_with("# left out: ") && left_out.contains("histogram buckets"), "{message}");
     }
 
     /// A pod that ends: the histograms in its termination message whole where they fit, by their

@@ -178,8 +178,8 @@ async fn new_leader_settled(client: &kube::Client, release_ns: &str) {
         holder.is_some_and(|h| running.contains(&h))
     })
     .await;
-    // Its caches synced and a first pass over every resource: seconds, on this node.
-    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    // Its caches synced and a first pass over every resource: a second or two, on this node.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
 }
 
 /// `helm upgrade` (or rollback) with `args`, every pod created meanwhile injected.
@@ -215,6 +215,7 @@ async fn an_upgrade_from_the_build_before_and_a_rollback_leave_every_pod_as_it_w
     let client = client().await;
     require_node(&client).await;
     delete_cluster_wide_objects();
+    let _cluster_scoped = ClusterScoped;
     let release_ns = TestNamespace::create(&client, "watcher-e2e-upgrade").await;
     let r = release_ns.name.as_str();
     let install = previous.install_args();
@@ -230,7 +231,9 @@ async fn an_upgrade_from_the_build_before_and_a_rollback_leave_every_pod_as_it_w
     let before = state(&client, n).await;
 
     let upgrade = release.install_args();
-    let mut args = vec!["upgrade", "watcher-operator", "-n", r, "--reuse-values"];
+    // The values the user set, on the new chart's defaults (`--reuse-values` would keep the old
+    // chart's: its images).
+    let mut args = vec!["upgrade", "watcher-operator", "-n", r, "--reset-then-reuse-values"];
     let chart = release.chart();
     args.insert(2, &chart);
     args.extend(upgrade.iter().map(String::as_str));
@@ -256,7 +259,17 @@ async fn an_upgrade_from_the_build_before_and_a_rollback_leave_every_pod_as_it_w
     helm(&["uninstall", "watcher-operator", "-n", r, "--wait"]);
     ns.delete().await;
     release_ns.delete().await;
-    let _ = crate::common::try_kubectl(&["delete", "clusterwatcher", "upgrade-e2e", "--ignore-not-found"]);
-    let _ = crate::common::try_kubectl(&["delete", "imagepolicy", "upgrade-e2e", "--ignore-not-found"]);
     delete_cluster_wide_objects();
+}
+
+/// The test's ClusterWatcher and ImagePolicy, deleted however the test ends: the tests after it
+/// on the same control plane list every object of the category.
+struct ClusterScoped;
+
+impl Drop for ClusterScoped {
+    fn drop(&mut self) {
+        for kind in ["clusterwatcher", "imagepolicy"] {
+            let _ = crate::common::try_kubectl(&["delete", kind, "upgrade-e2e", "--ignore-not-found", "--wait=false"]);
+        }
+    }
 }
