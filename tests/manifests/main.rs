@@ -9,6 +9,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod policies;
 mod security;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
