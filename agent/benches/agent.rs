@@ -456,7 +456,7 @@ fn values_fields_and_events(dir: &Path, log: &str, programs: &str) {
         ("AGENT_RULE_TIMEOUT", "(?i)timeout"),
         ("AGENT_MULTILINE_START", "java"),
     ]);
-    let multiline = events.multiline.as_ref().and_then(watcher_agent::config::MultilineConfig::build);
+    let multiline = events.multiline.as_ref().map(watcher_agent::config::MultilineConfig::build);
     let (rate, matched) = agent_reading(&java.display().to_string(), &events.rules, None, Format::Text, multiline);
     println!("{:<44} {rate:>14.0} {:>10}", "java preset: 1 entry in 5 a 30-frame trace", format!("{matched} ERROR"));
 }

@@ -83,10 +83,11 @@ pub struct PodIdentity {
     pub uid: Option<String>,
 }
 
-/// How lines are joined into events (`AGENT_MULTILINE_*`), as configured.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How lines are joined into events (`AGENT_MULTILINE_*`), as configured: the start compiled
+/// once, when read.
+#[derive(Clone, Debug)]
 pub struct MultilineConfig {
-    /// A regular expression, or a preset (`java`, `python`, `go`).
+    /// A regular expression, or a preset (`java`, `python`, `go`), as written.
     pub start: String,
     /// An event ends this long after its last line.
     pub wait: Duration,
@@ -94,18 +95,29 @@ pub struct MultilineConfig {
     pub max_lines: usize,
     /// An event's text is kept up to this many bytes.
     pub max_bytes: usize,
+    /// `start`, compiled.
+    compiled: EventStart,
 }
 
+/// Two settings are the same where they are written the same (the compiled start follows).
+impl PartialEq for MultilineConfig {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.start, self.wait, self.max_lines, self.max_bytes)
+            == (&other.start, other.wait, other.max_lines, other.max_bytes)
+    }
+}
+
+impl Eq for MultilineConfig {}
+
 impl MultilineConfig {
-    /// The joiners' settings (the start was checked when read).
-    pub fn build(&self) -> Option<std::sync::Arc<Multiline>> {
-        let start = EventStart::parse(&self.start).ok()?;
-        Some(std::sync::Arc::new(Multiline {
-            start,
+    /// The joiners' settings.
+    pub fn build(&self) -> std::sync::Arc<Multiline> {
+        std::sync::Arc::new(Multiline {
+            start: self.compiled.clone(),
             wait: self.wait,
             max_lines: self.max_lines as u64,
             max_bytes: self.max_bytes,
-        }))
+        })
     }
 }
 
@@ -474,13 +486,14 @@ fn multiline(values: &Values) -> Result<Option<MultilineConfig>, ConfigError> {
             ),
         ));
     }
-    if let Err(problem) = EventStart::parse(start) {
-        return Err(error(
+    let compiled = EventStart::parse(start).map_err(|problem| {
+        error(
             MULTILINE_START.name,
             format!("neither a preset (java, python, go) nor a regular expression: {}", one_line(&problem.to_string())),
-        ));
-    }
+        )
+    })?;
     Ok(Some(MultilineConfig {
+        compiled,
         start: start.to_owned(),
         wait: values.required_duration(&MULTILINE_WAIT)?,
         max_lines: values.count(&MULTILINE_MAX_LINES)?,

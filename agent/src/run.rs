@@ -177,7 +177,7 @@ fn start_stream(
     let pods = kube::Api::namespaced(client.clone(), namespace);
     let (pod, container, resume, metrics) = (pod.clone(), container.clone(), resume.clone(), metrics.clone());
     let (max_line, idle) = (config.max_line_bytes, config.stream_idle);
-    let multiline = config.multiline.as_ref().and_then(crate::config::MultilineConfig::build);
+    let multiline = config.multiline.as_ref().map(crate::config::MultilineConfig::build);
     Some(tokio::spawn(async move {
         let events = crate::lines::LineBuffer::joining(max_line, multiline.as_ref());
         let reader = Reader { counting: &mut counting, source, resume: &resume, max_line, idle, events };
@@ -300,7 +300,7 @@ fn start_files(
         rotate_wait: config.rotate_wait,
         ignore_older: config.ignore_older,
         max_open: config.max_open_files,
-        multiline: config.multiline.as_ref().and_then(crate::config::MultilineConfig::build),
+        multiline: config.multiline.as_ref().map(crate::config::MultilineConfig::build),
     };
     let thread = FilesThread {
         follower: Follower::new(options, begin),
