@@ -92,7 +92,7 @@ async fn workloads(client: &kube::Client, n: &str, agent: &str) {
         json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher", "metadata": {"name": name},
                "spec": {"selector": {"matchLabels": {"app": app}}, "updatePolicy": policy,
                  "container": {"name": name, "image": image, "imagePullPolicy": "IfNotPresent",
-                   "securityContext": restricted}}})
+                   "command": ["sh", "-c", "sleep 3600"], "securityContext": restricted}}})
     };
     // README's app and its Watcher, the release's agent, updated in place.
     let sample = std::fs::read_to_string(format!("{}/app-watcher.yaml", crate::node::SAMPLES)).expect("sample");
