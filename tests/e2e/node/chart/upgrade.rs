@@ -21,8 +21,9 @@ use crate::node::{POD_START, require_node};
 /// What an upgrade must leave as it was, per pod: its uid, its containers' restarts, its
 /// `watcher.dev/` annotations and labels, its images, and when the operator last wrote it.
 fn pod_state(pod: &Pod) -> Value {
+    let prefix = format!("{}/", watcher_api::GROUP);
     let ours = |map: &BTreeMap<String, String>| -> BTreeMap<String, String> {
-        map.iter().filter(|(k, _)| k.starts_with("watcher.dev/")).map(|(k, v)| (k.clone(), v.clone())).collect()
+        map.iter().filter(|(k, _)| k.starts_with(&prefix)).map(|(k, v)| (k.clone(), v.clone())).collect()
     };
     let status = pod.status.clone().unwrap_or_default();
     let statuses = status.container_statuses.iter().flatten().chain(status.init_container_statuses.iter().flatten());
