@@ -70,6 +70,20 @@ impl Shutdown {
     }
 }
 
+/// Resolves on SIGTERM (the kubelet) or Ctrl-C (a terminal). Listened for before anything
+/// starts: a replica that cannot hear SIGTERM would hold its Lease and its webhook past its
+/// pod's end, so it refuses to start.
+fn termination() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {},
+            _ = tokio::signal::ctrl_c() => {},
+        }
+    })
+}
+
 /// The caches every replica keeps, their tasks, and the signal that the controllers may start.
 struct Caches {
     watchers: WatcherCache,
@@ -96,6 +110,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         "starting"
     );
 
+    let terminated = termination()?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let shutdown = Shutdown(shutdown_rx);
     let mut readiness = Readiness::default();
@@ -156,7 +171,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown.wait(),
     ));
 
-    watcher_agent::signal::shutdown().await;
+    terminated.await;
     info!("shutting down: webhook unready, draining");
     tls_ready.store(false, Ordering::Release);
     tokio::time::sleep(ENDPOINT_DRAIN).await;

@@ -252,8 +252,8 @@ mod tests {
             value: Some(watcher_agent::config::ValueFrom::Group("ms".into())),
             metric: watcher_agent::config::MetricKind::Histogram,
             buckets: watcher_agent::config::DEFAULT_BUCKETS.to_vec(),
-            reading: watcher_agent::value::Reading {
-                bare: Some(watcher_agent::value::Unit::Milliseconds),
+            reading: watcher_agent::parse::value::Reading {
+                bare: Some(watcher_agent::parse::value::Unit::Milliseconds),
                 non_negative: false,
             },
             labels: Vec::new(),

@@ -13,16 +13,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
-use watcher_agent::alerts::AlertBook;
 use watcher_agent::config::{RuleConfig, Start};
-use watcher_agent::counting::Counting;
-use watcher_agent::fields::Format;
-use watcher_agent::follow::{Begin, FollowOptions, Follower, Sink, SourceError};
-use watcher_agent::lines::Line;
+use watcher_agent::matching::Rules;
 use watcher_agent::metrics::Metrics;
-use watcher_agent::rules::Rules;
+use watcher_agent::parse::fields::Format;
+use watcher_agent::pipeline::{Pipeline, Record, Report, Sink};
+use watcher_agent::sinks::alerts::AlertBook;
+use watcher_agent::tail::files::{Begin, FollowOptions, Follower};
 
 const LINES: usize = 500_000;
 
@@ -152,21 +150,19 @@ fn write_lines(path: &Path, make: impl Fn(usize) -> String) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or_default()
 }
 
-/// The lines read, counted as the agent's files' thread counts them.
-struct Counted<'a>(&'a mut Counting);
+/// The lines read, through the pipeline as the agent's files' thread has them; a source that
+/// cannot be read ends the bench.
+struct Counted<'a>(&'a mut Pipeline);
 
 impl Sink for Counted<'_> {
-    fn run(&mut self, source: usize, run: &[u8], written: SystemTime) {
-        self.0.run(source, run, written);
+    fn take(&mut self, record: Record<'_>) {
+        self.0.take(record);
     }
-    fn line(&mut self, source: usize, line: Line<'_>, written: SystemTime) {
-        self.0.line(source, line, written);
-    }
-    fn event(&mut self, source: usize, event: watcher_agent::multiline::Event<'_>, written: SystemTime) {
-        self.0.event(source, event, written);
-    }
-    fn error(&mut self, _source: usize, _reason: SourceError, detail: &str) {
-        panic!("cannot read: {detail}");
+    fn report(&mut self, report: Report<'_>) {
+        if let Report::Error { detail, .. } = report {
+            panic!("cannot read: {detail}");
+        }
+        self.0.report(report);
     }
 }
 
@@ -191,7 +187,7 @@ fn agent_reading(
     rules: &[RuleConfig],
     checkpoints: Option<&Path>,
     format: Format,
-    multiline: Option<Arc<watcher_agent::multiline::Multiline>>,
+    multiline: Option<Arc<watcher_agent::tail::multiline::Multiline>>,
 ) -> (f64, u64) {
     let mut best = f64::MAX;
     let mut matched = 0;
@@ -200,7 +196,7 @@ fn agent_reading(
         let metrics = Arc::new(Metrics::register(&mut registry, &["bench".into()], rules, 100));
         let alerts = Arc::new(Mutex::new(AlertBook::new(rules)));
         let compiled = Rules::new(rules).expect("rules");
-        let mut counting = Counting::new(compiled, rules, metrics.clone(), alerts, vec![format], 16_384);
+        let mut pipeline = Pipeline::reading(&compiled, rules, vec![format], 16_384, metrics.clone(), alerts);
         let options = FollowOptions {
             globs: vec![glob.to_owned()],
             start: Start::Beginning,
@@ -213,12 +209,12 @@ fn agent_reading(
         let mut follower = Follower::new(options, Begin::Fresh);
         let start = Instant::now();
         loop {
-            let more = follower.poll(&mut Counted(&mut counting));
-            counting.flush();
+            let more = follower.poll(&mut Counted(&mut pipeline));
+            pipeline.flush();
             if let Some(dir) = checkpoints {
                 let checkpoint =
-                    watcher_agent::checkpoint::Checkpoint { files: follower.marks(), ..Default::default() };
-                watcher_agent::checkpoint::write(dir, &checkpoint).expect("checkpoint");
+                    watcher_agent::tail::checkpoint::Checkpoint { files: follower.marks(), ..Default::default() };
+                watcher_agent::tail::checkpoint::write(dir, &checkpoint).expect("checkpoint");
             }
             if !more {
                 break;

@@ -6,6 +6,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use watcher_base::format_duration;
+
 mod rule;
 mod variables;
 
@@ -17,8 +19,8 @@ use variables::{
 };
 pub use variables::{Kind, VARIABLES, Variable, markdown};
 
-use crate::fields::Format;
-use crate::multiline::{Multiline, Start as EventStart};
+use crate::parse::fields::Format;
+use crate::tail::multiline::{Multiline, Start as EventStart};
 
 /// Prefix of every variable the agent reads (besides the downward API's `POD_*`).
 pub const PREFIX: &str = "AGENT_";
@@ -521,7 +523,7 @@ fn sources(values: &Values) -> Result<(Vec<String>, Option<String>), ConfigError
     }
     let logs_container = get(LOGS_CONTAINER.name).map(str::to_owned);
     if let Some(name) = &logs_container
-        && !is_dns1123_label(name)
+        && !watcher_base::is_dns1123_label(name)
     {
         return Err(error(LOGS_CONTAINER.name, format!("{name:?} is not a container name")));
     }
@@ -544,41 +546,12 @@ pub fn parse_threshold(value: &str) -> Result<Threshold, String> {
         .ok()
         .filter(|c| (1..=100_000).contains(c))
         .ok_or_else(|| format!("{value:?}: the count is a number from 1 to 100000"))?;
-    let window =
-        parse_duration(window.trim()).ok_or_else(|| format!("{value:?}: the window is a duration (30s, 5m, 1h)"))?;
+    let window = watcher_base::parse_duration(window.trim())
+        .map_err(|_| format!("{value:?}: the window is a duration (30s, 5m, 1h)"))?;
     if window < Duration::from_secs(1) || window > Duration::from_secs(24 * 3600) {
         return Err(format!("{value:?}: the window is from 1s to 24h"));
     }
     Ok(Threshold { count, window })
-}
-
-/// `250ms`, `30s`, `5m`, `1h`.
-pub fn parse_duration(value: &str) -> Option<Duration> {
-    let split = value.find(|c: char| !c.is_ascii_digit())?;
-    let (number, unit) = value.split_at(split);
-    let number: u64 = number.parse().ok()?;
-    let millis = match unit {
-        "ms" => number,
-        "s" => number.checked_mul(1000)?,
-        "m" => number.checked_mul(60_000)?,
-        "h" => number.checked_mul(3_600_000)?,
-        _ => return None,
-    };
-    Some(Duration::from_millis(millis))
-}
-
-/// `1m`, `30s`, `250ms`: the shortest exact form.
-pub fn format_duration(duration: Duration) -> String {
-    let millis = duration.as_millis();
-    if millis.is_multiple_of(3_600_000) && millis > 0 {
-        format!("{}h", millis / 3_600_000)
-    } else if millis.is_multiple_of(60_000) && millis > 0 {
-        format!("{}m", millis / 60_000)
-    } else if millis.is_multiple_of(1000) {
-        format!("{}s", millis / 1000)
-    } else {
-        format!("{millis}ms")
-    }
 }
 
 /// ` (did you mean AGENT_X?)` for the known variable closest to `key`, or nothing.
@@ -662,15 +635,6 @@ fn is_label_name(name: &str) -> bool {
     name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && !name.starts_with("__")
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-fn is_dns1123_label(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes[0] != b'-'
-        && bytes[bytes.len() - 1] != b'-'
 }
 
 /// The regex crate's multi-line error, on one line.

@@ -3,27 +3,24 @@
 //! stream), matches every line against its rules in one pass, serves the counts on `/metrics`
 //! and, when a rule crosses its threshold, emits a Warning Event on the pod. Configured from its
 //! environment only ([`config`]), so a Watcher's `configData` is its configuration.
+//!
+//! Its modules are the stages of one pipeline, in the order a line goes through them:
+//! [`tail`] (the sources: files and the log stream) → [`pipeline`] (the one way in, for every
+//! source) → [`parse`] (a line's fields and values) → [`matching`] (the rules) →
+//! [`metrics`] (counts, `/metrics`, the last counts) and [`sinks`] (alerts: Events,
+//! Alertmanager); [`config`] configures them all and [`run`] starts them.
 
-mod alertmanager;
-// What the binary, the benches and the process tests use; the rest is the agent's own.
-pub mod alerts;
-pub mod checkpoint;
+// What the binary, the benches, the process tests and the operator use; the rest is the
+// agent's own.
 pub mod config;
-pub mod counting;
-mod events;
-pub mod fields;
-pub mod follow;
-pub mod lines;
-mod logs;
+pub mod matching;
 pub mod metrics;
-pub mod multiline;
-pub mod rules;
+pub mod parse;
+pub mod pipeline;
 pub mod run;
-mod server;
-pub mod shared;
-pub mod signal;
+pub mod sinks;
+pub mod tail;
 mod text;
-pub mod value;
 
 /// Why the agent would refuse to start, in the words it says it.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +43,6 @@ where
     V: Into<std::ffi::OsString>,
 {
     let config = config::Config::from_vars(vars)?;
-    rules::Rules::new(&config.rules).map_err(Refusal::Rules)?;
+    matching::Rules::new(&config.rules).map_err(Refusal::Rules)?;
     Ok(config)
 }

@@ -66,11 +66,31 @@ fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(watcher_agent::run::run(config)) {
+    match runtime.block_on(watcher_agent::run::run(config, shutdown())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("watcher-agent: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Waits for SIGTERM (the kubelet) or Ctrl-C (a terminal). Where SIGTERM cannot be listened
+/// for, says so and waits for Ctrl-C alone: a sidecar never keeps its pod from running.
+async fn shutdown() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; stopping on Ctrl-C (SIGINT) only");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        () = terminate => {},
     }
 }

@@ -18,15 +18,16 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::config::RuleConfig;
-use crate::follow::SourceError;
+use crate::tail::files::SourceError;
 
+pub(crate) mod server;
 mod termination;
 mod values;
 
-use crate::shared::lock;
 pub use termination::last_counts;
 use values::ValueMetric;
 pub use values::{BatchHistogram, Buckets, Observed};
+use watcher_base::lock;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabels {

@@ -1,11 +1,11 @@
-//! The agent running. Each reader counts on its own ([`Counting`]): the files on a thread of
-//! their own (blocking reads), the log stream in a task. The alert loop looks at the alerts
+//! The agent running. Each reader has a pipeline of its own ([`Pipeline`]): the files on a
+//! thread of their own (blocking reads), the log stream in a task. The alert loop looks at the alerts
 //! every second and publishes where they stand to the sinks (Events, Alertmanager), each a task
 //! of its own that never holds up reading; it also writes the checkpoint. A scrape reads atomic
 //! counters and waits for nobody.
 //!
-//! On SIGTERM (or SIGINT): every file is read to its end once more and the log stream until it
-//! ends or [`crate::logs::DRAIN`]; the alerts are looked at a last time and the sinks say what
+//! On the process's shutdown (SIGTERM or SIGINT): every file is read to its end once more and the log stream until it
+//! ends or [`crate::tail::stream::DRAIN`]; the alerts are looked at a last time and the sinks say what
 //! is left ([`SINK_DEADLINE`]); the checkpoint is written; `/metrics` waits for one last scrape
 //! (at most `AGENT_SHUTDOWN_LINGER`); the process exits 0. All of it within a pod's default
 //! 30 s grace period.
@@ -25,19 +25,19 @@ use k8s_openapi::jiff::Timestamp;
 use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
-use crate::alertmanager::{Alertmanager, Poster};
-use crate::alerts::{AlertBook, AlertState};
-use crate::checkpoint::{self, Checkpoint, FileMark};
 use crate::config::{Config, Start};
-use crate::counting::{Counting, SharedAlerts};
-use crate::events::EventPublisher;
-use crate::follow::{Begin, FollowOptions, Follower, Sink, SourceError};
-use crate::lines::Line;
-use crate::logs::{Reader, Resume};
+use crate::matching::Rules;
 use crate::metrics::Metrics;
-use crate::rules::Rules;
-use crate::server::{Endpoints, router};
-use crate::shared::lock;
+use crate::metrics::server::{Endpoints, router};
+use crate::pipeline::{Pipeline, Report, SharedAlerts, Sink, SourceError};
+use crate::sinks::alertmanager::{Alertmanager, Poster};
+use crate::sinks::alerts::{AlertBook, AlertState};
+use crate::sinks::events::EventPublisher;
+use crate::tail::checkpoint::{self, Checkpoint, FileMark};
+use crate::tail::files::{Begin, FollowOptions, Follower};
+use crate::tail::multiline::Multiline;
+use crate::tail::stream::{Reader, Resume};
+use watcher_base::lock;
 
 /// How often alerts are looked at (resolved, published to the sinks), and the checkpoint
 /// written.
@@ -71,8 +71,9 @@ pub enum RunError {
     Rules(regex::Error),
 }
 
-/// Runs the agent until SIGTERM or SIGINT.
-pub async fn run(config: Config) -> Result<(), RunError> {
+/// Runs the agent until `shutdown` resolves (the process's SIGTERM or SIGINT) or the pod's app
+/// has ended.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
     let mut sources = config.files.clone();
     if config.logs_container.is_some() {
         sources.push(STDOUT_SOURCE.to_owned());
@@ -82,14 +83,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry, &sources, &config.rules, config.max_series));
     let alerts: SharedAlerts = Arc::new(Mutex::new(AlertBook::new(&config.rules)));
-    let mut formats = vec![config.format; config.files.len()];
-    if config.logs_container.is_some() {
-        formats.push(config.stdout_format);
-    }
-    let counting = || {
-        let (metrics, alerts, formats) = (metrics.clone(), alerts.clone(), formats.clone());
-        Counting::new(rules.clone(), &config.rules, metrics, alerts, formats, config.max_line_bytes)
-    };
+    let pipeline = || Pipeline::new(&config, &rules, metrics.clone(), alerts.clone());
+    let multiline = config.multiline.as_ref().map(crate::config::MultilineConfig::build);
     let endpoints =
         Arc::new(Endpoints { registry, ready: AtomicBool::new(false), scraped: tokio::sync::Notify::new() });
 
@@ -106,14 +101,14 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         None
     } else {
         let marks = state_dir.is_some().then(|| file_marks.clone());
-        start_files(&config, saved.as_ref(), counting(), &metrics, &endpoints, marks)
+        start_files(&config, saved.as_ref(), pipeline(), multiline.clone(), &endpoints, marks)
     };
 
     // The API: the log stream, Events.
     let has_alert = config.rules.iter().any(|r| r.alert.is_some());
-    let client = api_client(&config, has_alert, &metrics, stdout_source).await;
+    let client = api_client(&config, has_alert, &mut pipeline(), stdout_source).await;
     let resume = Arc::new(Mutex::new(resume_from(saved.as_ref(), config.start)));
-    let stream = start_stream(&config, client.as_ref(), counting(), &resume, &metrics, stdout_source, stopped);
+    let stream = start_stream(&config, client.as_ref(), pipeline(), multiline, &resume, stdout_source, stopped);
 
     // The sinks.
     let (publish, published) = tokio::sync::watch::channel(initial_states(&config));
@@ -124,7 +119,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut checkpoints = state_dir.map(|dir| Checkpoints { dir, files: file_marks, resume, last: None });
     let ended = config.ended_file.as_deref();
     let looking = Looking { alerts: &alerts, metrics: &metrics, publish: &publish, series_idle: config.series_idle };
-    match until_shutdown(&looking, &mut states, &mut checkpoints, ended).await {
+    match until_shutdown(&looking, &mut states, &mut checkpoints, ended, shutdown).await {
         Stop::Signal if ended.is_some() => info!("stopping (a pod that is meant to end): no last scrape waited for"),
         Stop::Signal => info!("stopping: the files read to their end, the log stream drained, a last scrape served"),
         Stop::Ended => info!("the pod's app containers have ended: stopping, the files read to their end"),
@@ -163,9 +158,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 fn start_stream(
     config: &Config,
     client: Option<&kube::Client>,
-    mut counting: Counting,
+    mut pipeline: Pipeline,
+    multiline: Option<Arc<Multiline>>,
     resume: &Arc<Mutex<Resume>>,
-    metrics: &Arc<Metrics>,
     source: usize,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Option<tokio::task::JoinHandle<()>> {
@@ -175,13 +170,12 @@ fn start_stream(
         return None;
     };
     let pods = kube::Api::namespaced(client.clone(), namespace);
-    let (pod, container, resume, metrics) = (pod.clone(), container.clone(), resume.clone(), metrics.clone());
+    let (pod, container, resume) = (pod.clone(), container.clone(), resume.clone());
     let (max_line, idle) = (config.max_line_bytes, config.stream_idle);
-    let multiline = config.multiline.as_ref().map(crate::config::MultilineConfig::build);
     Some(tokio::spawn(async move {
-        let events = crate::lines::LineBuffer::joining(max_line, multiline.as_ref());
-        let reader = Reader { counting: &mut counting, source, resume: &resume, max_line, idle, events };
-        crate::logs::follow(pods, pod, container, reader, metrics, stop).await;
+        let events = crate::tail::lines::LineBuffer::joining(max_line, multiline.as_ref());
+        let reader = Reader { pipeline: &mut pipeline, source, resume: &resume, max_line, idle, events };
+        crate::tail::stream::follow(pods, pod, container, reader, stop).await;
     }))
 }
 
@@ -229,12 +223,12 @@ async fn until_shutdown(
     states: &mut [AlertState],
     checkpoints: &mut Option<Checkpoints>,
     ended: Option<&Path>,
+    shutdown: impl Future<Output = ()>,
 ) -> Stop {
     let Looking { alerts, metrics, publish, series_idle } = *looking;
     let mut ticks = tokio::time::interval(ALERT_TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut ended_ticks = tokio::time::interval(ENDED_TICK);
-    let shutdown = crate::signal::shutdown();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -280,8 +274,8 @@ async fn serve(
 fn start_files(
     config: &Config,
     saved: Option<&Option<Checkpoint>>,
-    counting: Counting,
-    metrics: &Arc<Metrics>,
+    pipeline: Pipeline,
+    multiline: Option<Arc<Multiline>>,
     endpoints: &Arc<Endpoints>,
     marks: Option<Arc<Mutex<Vec<FileMark>>>>,
 ) -> Option<(std::thread::JoinHandle<()>, mpsc::Sender<()>)> {
@@ -300,12 +294,11 @@ fn start_files(
         rotate_wait: config.rotate_wait,
         ignore_older: config.ignore_older,
         max_open: config.max_open_files,
-        multiline: config.multiline.as_ref().map(crate::config::MultilineConfig::build),
+        multiline,
     };
     let thread = FilesThread {
         follower: Follower::new(options, begin),
-        counting,
-        metrics: metrics.clone(),
+        pipeline,
         endpoints: endpoints.clone(),
         marks,
         poll: config.poll,
@@ -323,7 +316,7 @@ fn start_files(
 
 /// A client of the Kubernetes API, where the log stream or Events need one; without access,
 /// said (and the log stream counted as a permission error): files are followed anyway.
-async fn api_client(config: &Config, has_alert: bool, metrics: &Metrics, stdout_source: usize) -> Option<kube::Client> {
+async fn api_client(config: &Config, has_alert: bool, pipeline: &mut Pipeline, source: usize) -> Option<kube::Client> {
     let needs_api = config.logs_container.is_some() || (config.events && has_alert);
     if !needs_api {
         return None;
@@ -333,7 +326,8 @@ async fn api_client(config: &Config, has_alert: bool, metrics: &Metrics, stdout_
         Err(error) => {
             warn!(%error, "no access to the Kubernetes API: no Events, no log stream; files are followed");
             if config.logs_container.is_some() {
-                metrics.source_error(stdout_source, SourceError::Permission);
+                let detail = error.to_string();
+                pipeline.report(Report::Error { source, reason: SourceError::Permission, detail: &detail });
             }
             None
         }
@@ -366,7 +360,7 @@ fn start_sinks(
     if let (Some(client), true, true) = (client, config.events, has_alert) {
         match EventPublisher::new(client.clone(), &config.pod) {
             Some(publisher) => {
-                let task = crate::events::run(publisher, published.clone(), metrics.clone(), SINK_DEADLINE);
+                let task = crate::sinks::events::run(publisher, published.clone(), metrics.clone(), SINK_DEADLINE);
                 sinks.push(tokio::spawn(task));
             }
             None => {
@@ -376,7 +370,7 @@ fn start_sinks(
     }
     if let (Some(url), true) = (&config.alertmanager, has_alert) {
         let poster = Poster::new(Alertmanager::new(url.clone()), config.pod.clone());
-        sinks.push(tokio::spawn(crate::alertmanager::run(poster, published, metrics.clone(), SINK_DEADLINE)));
+        sinks.push(tokio::spawn(crate::sinks::alertmanager::run(poster, published, metrics.clone(), SINK_DEADLINE)));
     }
     sinks
 }
@@ -496,8 +490,7 @@ impl Checkpoints {
 /// The files' thread: poll, count, sleep; until woken to stop.
 struct FilesThread {
     follower: Follower,
-    counting: Counting,
-    metrics: Arc<Metrics>,
+    pipeline: Pipeline,
     endpoints: Arc<Endpoints>,
     /// Where the files were read to, for the checkpoint (with `AGENT_STATE_DIR`).
     marks: Option<Arc<Mutex<Vec<FileMark>>>>,
@@ -508,11 +501,8 @@ impl FilesThread {
     fn run(mut self, stop: &mpsc::Receiver<()>) {
         let mut marked = Instant::now() - checkpoint::EVERY;
         loop {
-            let more = {
-                let mut sink = FileSink { counting: &mut self.counting, metrics: &self.metrics };
-                self.follower.poll(&mut sink)
-            };
-            self.counting.flush();
+            let more = self.follower.poll(&mut self.pipeline);
+            self.pipeline.flush();
             self.endpoints.ready.store(true, Ordering::Release);
             if marked.elapsed() >= checkpoint::EVERY {
                 self.mark();
@@ -527,9 +517,8 @@ impl FilesThread {
         // Without checkpoints nothing will complete a last line: counted now. With them, it is
         // read whole at the next start.
         let flush_partial = self.marks.is_none();
-        let mut sink = FileSink { counting: &mut self.counting, metrics: &self.metrics };
-        self.follower.finish(&mut sink, flush_partial);
-        self.counting.flush();
+        self.follower.finish(&mut self.pipeline, flush_partial);
+        self.pipeline.flush();
         self.mark();
     }
 
@@ -538,45 +527,5 @@ impl FilesThread {
             let now = self.follower.marks();
             *lock(marks) = now;
         }
-    }
-}
-
-/// What the follower reads goes to the files' counting; what becomes of files, to the metrics.
-struct FileSink<'a> {
-    counting: &'a mut Counting,
-    metrics: &'a Metrics,
-}
-
-impl Sink for FileSink<'_> {
-    fn run(&mut self, source: usize, run: &[u8], written: SystemTime) {
-        self.counting.run(source, run, written);
-    }
-
-    fn line(&mut self, source: usize, line: Line<'_>, written: SystemTime) {
-        self.counting.line(source, line, written);
-    }
-
-    fn event(&mut self, source: usize, event: crate::multiline::Event<'_>, written: SystemTime) {
-        self.counting.event(source, event, written);
-    }
-
-    fn error(&mut self, source: usize, reason: SourceError, _detail: &str) {
-        self.metrics.source_error(source, reason);
-    }
-
-    fn closed(&mut self, reason: &'static str) {
-        self.metrics.closed(reason);
-    }
-
-    fn skipped(&mut self, reason: &'static str) {
-        self.metrics.skipped(reason);
-    }
-
-    fn truncated(&mut self, source: usize, copy_found: bool) {
-        self.metrics.truncated(source, copy_found);
-    }
-
-    fn open_files(&mut self, count: usize) {
-        self.metrics.open_files.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 }

@@ -49,15 +49,7 @@ pub const MAX_PATH_LENGTH: usize = 4096;
 /// The selector operators of a label selector.
 pub const OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
 
-/// Whether `name` is a DNS-1123 label (at most 63 characters).
-pub fn is_dns1123_label(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    let inner = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-';
-    (1..=63).contains(&bytes.len())
-        && bytes.iter().all(inner)
-        && bytes.first() != Some(&b'-')
-        && bytes.last() != Some(&b'-')
-}
+pub use watcher_base::is_dns1123_label;
 
 /// Whether `name` is the name part of a label key (or a label value, non-empty).
 fn is_label_name(name: &str) -> bool {

@@ -12,8 +12,6 @@ mod revisions;
 pub mod watch;
 mod watchers;
 
-use std::sync::{Mutex, MutexGuard};
-
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::PartialObjectMeta;
 
@@ -25,8 +23,4 @@ pub use watchers::{Change, WatcherCache, changed, split, split_cluster};
 /// A namespace as the caches keep it: its metadata (name and labels), not its spec or status.
 pub type NamespaceMeta = PartialObjectMeta<Namespace>;
 
-/// Locks `mutex`: a holder that panicked left nothing half-done that the reader cares about
-/// (every guarded value is written whole).
-pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+pub use watcher_base::lock;

@@ -357,17 +357,11 @@ pub(crate) async fn undo(client: &Client, to_undo: &Target, to: Option<i64>) -> 
 
 /// `30s`, `5m`, `1h` or plain seconds; `0` waits for ever.
 pub(crate) fn parse_timeout(value: &str) -> Result<Duration, String> {
-    let (number, unit) = value.split_at(value.find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len()));
-    let n: u64 = number.parse().map_err(|_| format!("{value:?} is not a duration (30s, 5m, 1h)"))?;
-    let seconds = match unit {
-        "" | "s" => Some(n),
-        "m" => n.checked_mul(60),
-        "h" => n.checked_mul(3600),
-        _ => return Err(format!("{value:?} is not a duration (30s, 5m, 1h)")),
-    };
-    seconds
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("{value:?} is longer than any wait (use 0 to wait for ever)"))
+    let with_unit = if value.bytes().all(|b| b.is_ascii_digit()) { format!("{value}s") } else { value.to_owned() };
+    watcher_base::parse_duration(&with_unit).map_err(|error| match error {
+        watcher_base::DurationError::Syntax => format!("{value:?} is not a duration (30s, 5m, 1h)"),
+        watcher_base::DurationError::TooLong => format!("{value:?} is longer than any wait (use 0 to wait for ever)"),
+    })
 }
 
 #[cfg(test)]
@@ -543,10 +537,13 @@ mod tests {
         assert_eq!(parse_timeout("5m").map(|d| d.as_secs()), Ok(300));
         assert_eq!(parse_timeout("1h").map(|d| d.as_secs()), Ok(3600));
         assert!(parse_timeout("soon").is_err() && parse_timeout("5d").is_err() && parse_timeout("").is_err());
-        // Minutes and hours past what seconds can count are refused, never wrapped or a panic.
-        let huge = format!("{}h", u64::MAX / 3600 + 1);
+        // Minutes and hours past what milliseconds can count are refused, never wrapped or a panic.
+        let huge = format!("{}h", u64::MAX / 3_600_000 + 1);
         assert!(parse_timeout(&huge).is_err_and(|e| e.contains("longer than any wait")), "{huge}");
         assert!(parse_timeout(&format!("{}m", u64::MAX)).is_err());
-        assert_eq!(parse_timeout(&format!("{}h", u64::MAX / 3600)).map(|d| d.as_secs() / 3600), Ok(u64::MAX / 3600));
+        assert_eq!(
+            parse_timeout(&format!("{}h", u64::MAX / 3_600_000)).map(|d| d.as_secs() / 3600),
+            Ok(u64::MAX / 3_600_000)
+        );
     }
 }

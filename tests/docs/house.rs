@@ -1,6 +1,7 @@
 //! The house rules a reader relies on, checked over the sources: every `watcher.dev/` key is
 //! spelled in `api` alone (annotations, labels, condition names), the controllers share one
-//! `Context` (no wrapper around it: `ctx.ctx` nowhere) and one `error_policy`.
+//! `Context` (no wrapper around it: `ctx.ctx` nowhere) and one `error_policy`; every source of
+//! the agent reaches its counting through one pipeline.
 
 use std::path::{Path, PathBuf};
 
@@ -113,7 +114,7 @@ fn no_watcher_dev_literal_outside_api() {
         }
         for (line, literal) in string_literals(&text) {
             let agent_reporter =
-                relative == "agent/src/events.rs" && literal == concat!("watcher", ".dev/watcher-agent");
+                relative == "agent/src/sinks/events.rs" && literal == concat!("watcher", ".dev/watcher-agent");
             if literal.contains(group) && !agent_reporter {
                 found.push(format!("{relative}:{line}: {literal:?}"));
             }
@@ -140,4 +141,33 @@ fn one_context_and_one_error_policy() {
         .map(|(path, _)| path.display().to_string())
         .collect();
     assert_eq!(policies.len(), 1, "error_policy in {policies:?}");
+}
+
+/// The agent's sources (the files, the log stream) hand their text to one pipeline: the only
+/// `Sink` the agent ships is `Pipeline`, the one way to its counting (`Record` in, through
+/// `Sink::take`), and no other module names the counting. A second way in (a source that counts
+/// lines itself, an adapter of its own) fails here.
+#[test]
+fn the_agent_counts_through_one_pipeline() {
+    let agent = Path::new(ROOT).join("agent").join("src");
+    let pipeline = |path: &Path| path == agent.join("pipeline.rs") || path.starts_with(agent.join("pipeline"));
+    let sources: Vec<(PathBuf, String)> =
+        shipped_sources().into_iter().filter(|(path, _)| path.starts_with(&agent)).collect();
+    assert!(sources.iter().any(|(path, _)| path.ends_with("tail/stream.rs")), "the agent's sources read");
+    let sinks: Vec<String> = sources
+        .iter()
+        .filter(|(_, text)| text.contains("impl Sink for") || text.contains("impl crate::pipeline::Sink for"))
+        .map(|(path, _)| path.display().to_string())
+        .collect();
+    assert_eq!(sinks, [agent.join("pipeline.rs").display().to_string()], "the agent's one Sink is its Pipeline");
+    let counting: Vec<String> = sources
+        .iter()
+        .filter(|(path, text)| !pipeline(path) && text.contains("Counting"))
+        .map(|(path, _)| path.display().to_string())
+        .collect();
+    assert!(counting.is_empty(), "counting reached outside the pipeline, in {counting:?}");
+    for source in ["tail/files/disk.rs", "tail/stream.rs"] {
+        let (_, text) = sources.iter().find(|(path, _)| path.ends_with(source)).expect(source);
+        assert!(text.contains(".take(Record {"), "{source} hands its text to the pipeline as a Record");
+    }
 }

@@ -8,7 +8,7 @@ use super::{
     ALERT_PREFIX, BUCKETS_PREFIX, ConfigError, LABELS_PREFIX, MATCH_PREFIX, MAX_RULES, METRIC_PREFIX, RULE_PREFIX,
     UNIT_PREFIX, VALUE_PREFIX, Values, error, is_label_name, one_line, parse_threshold,
 };
-use crate::value::{Reading, Unit};
+use crate::parse::value::{Reading, Unit};
 
 use super::Threshold;
 

@@ -98,18 +98,6 @@ fn a_value_that_is_not_utf8_is_refused_only_where_it_is_read() {
     assert_eq!(Config::from_vars(refused).expect_err("refused").to_string(), "AGENT_START: not valid UTF-8");
 }
 
-#[test]
-fn durations_read_and_print_alike() {
-    for (text, millis) in [("250ms", 250), ("30s", 30_000), ("5m", 300_000), ("1h", 3_600_000)] {
-        let duration = parse_duration(text).expect(text);
-        assert_eq!(duration, Duration::from_millis(millis));
-        assert_eq!(format_duration(duration), text);
-    }
-    for bad in ["", "5", "m", "-1s", "1.5s", "99999999999999999999h"] {
-        assert_eq!(parse_duration(bad), None, "{bad}");
-    }
-}
-
 /// A misspelt variable is an error naming the closest known one, never silently ignored.
 #[test]
 fn unknown_variables_are_refused_with_the_closest_name() {

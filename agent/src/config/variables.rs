@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use super::{ConfigError, PREFIX, RULE_FAMILIES, closest, error, format_duration, is_service_link, parse_duration};
+use watcher_base::{format_duration, parse_duration};
+
+use super::{ConfigError, PREFIX, RULE_FAMILIES, closest, error, is_service_link};
 
 /// How a variable's value is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -506,7 +508,7 @@ impl Values {
     pub(super) fn bytes(&self, variable: &Variable) -> Result<usize, ConfigError> {
         let Kind::Bytes { min, max } = variable.kind else { unreachable!("{} is not a size", variable.name) };
         let value = self.value(variable);
-        let reading = crate::value::Reading { bare: Some(crate::value::Unit::Bytes), non_negative: true };
+        let reading = crate::parse::value::Reading { bare: Some(crate::parse::value::Unit::Bytes), non_negative: true };
         match reading.parse(value.as_bytes()) {
             Ok(n) if n.fract() == 0.0 && (min as f64..=max as f64).contains(&n) => Ok(n as usize),
             _ => Err(error(
@@ -528,12 +530,12 @@ impl Values {
             return Ok(None);
         }
         match parse_duration(value) {
-            Some(d) if (min..=max).contains(&d) => Ok(Some(d)),
-            Some(_) => Err(error(
+            Ok(d) if (min..=max).contains(&d) => Ok(Some(d)),
+            Ok(_) => Err(error(
                 variable.name,
                 format!("{value:?}: from {} to {}", format_duration(min), format_duration(max)),
             )),
-            None => Err(error(variable.name, format!("{value:?} is not a duration (250ms, 30s, 5m)"))),
+            Err(problem) => Err(error(variable.name, format!("{value:?} is {problem}"))),
         }
     }
 

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::tail::lines::Piece;
 
 /// What a sink saw: lines per source, problems, what became of files.
 #[derive(Default)]
@@ -19,34 +20,37 @@ struct Seen {
 }
 
 impl Sink for Seen {
-    fn run(&mut self, source: usize, run: &[u8], _written: SystemTime) {
-        for line in run.split_inclusive(|b| *b == b'\n') {
-            let line = line.strip_suffix(b"\n").unwrap_or(line);
-            self.lines.push((source, String::from_utf8_lossy(line).into_owned(), false));
+    fn take(&mut self, record: Record<'_>) {
+        let source = record.source;
+        match record.piece {
+            Piece::Run(run) => {
+                for line in run.split_inclusive(|b| *b == b'\n') {
+                    let line = line.strip_suffix(b"\n").unwrap_or(line);
+                    self.lines.push((source, String::from_utf8_lossy(line).into_owned(), false));
+                }
+            }
+            Piece::Line(line) => {
+                self.lines.push((source, String::from_utf8_lossy(line.bytes).into_owned(), line.truncated));
+            }
+            Piece::Event(event) => {
+                self.lines.push((source, String::from_utf8_lossy(event.text).into_owned(), event.cut_bytes));
+            }
         }
     }
-    fn line(&mut self, source: usize, line: Line<'_>, _written: SystemTime) {
-        self.lines.push((source, String::from_utf8_lossy(line.bytes).into_owned(), line.truncated));
-    }
-    fn error(&mut self, source: usize, reason: SourceError, _detail: &str) {
-        self.errors.push((source, reason));
-    }
-    fn closed(&mut self, reason: &'static str) {
-        self.closed.push(reason);
-    }
-    fn skipped(&mut self, reason: &'static str) {
-        self.skipped.push(reason);
-    }
-    fn truncated(&mut self, _source: usize, copy_found: bool) {
-        self.truncated.push(copy_found);
-    }
-    fn open_files(&mut self, count: usize) {
-        self.open = count;
+    fn report(&mut self, report: Report<'_>) {
+        match report {
+            Report::Error { source, reason, .. } => self.errors.push((source, reason)),
+            Report::Closed(reason) => self.closed.push(reason),
+            Report::Skipped(reason) => self.skipped.push(reason),
+            Report::Truncated { copy_found, .. } => self.truncated.push(copy_found),
+            Report::OpenFiles(count) => self.open = count,
+            Report::Reconnected(_) => {}
+        }
     }
 }
 
 impl Seen {
-    fn take(&mut self) -> Vec<String> {
+    fn lines(&mut self) -> Vec<String> {
         self.lines.drain(..).map(|(_, line, _)| line).collect()
     }
 }
@@ -103,20 +107,20 @@ fn start_at_the_end_of_files_present_and_the_beginning_of_new_ones() {
     let mut follower = follower(&dir, Start::End);
     let mut seen = Seen::default();
     follower.poll(&mut seen);
-    assert!(seen.take().is_empty(), "what was there before is skipped");
+    assert!(seen.lines().is_empty(), "what was there before is skipped");
     append(&dir.join("app.log"), "new 1\n");
     append(&dir.join("other.log"), "other 1\n");
     fs::write(dir.join("ignored.txt"), "not a log\n").expect("write");
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), ["new 1", "other 1"]);
+    assert_eq!(seen.lines(), ["new 1", "other 1"]);
     append(&dir.join("app.log"), "new 2\n");
     follower.poll(&mut seen);
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), ["new 2"], "started at the end, the file is still the same file");
+    assert_eq!(seen.lines(), ["new 2"], "started at the end, the file is still the same file");
 
     let mut from_start = self::follower(&dir, Start::Beginning);
     from_start.poll(&mut seen);
-    let mut all = seen.take();
+    let mut all = seen.lines();
     all.sort();
     assert_eq!(all, ["new 1", "new 2", "old 1", "old 2", "other 1"]);
 }
@@ -137,14 +141,14 @@ fn rotation_by_rename_reads_the_old_file_to_its_end_then_the_new_one() {
     append(&dir.join("app.log.1"), "d\n");
     append(&log, "e\n");
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), ["a", "b", "c", "d", "e"], "old to its end first, nothing lost, nothing twice");
+    assert_eq!(seen.lines(), ["a", "b", "c", "d", "e"], "old to its end first, nothing lost, nothing twice");
     std::thread::sleep(Duration::from_millis(400));
     follower.poll(&mut seen);
     assert_eq!(follower.paths(), std::slice::from_ref(&log), "the rotated file is closed once quiet");
     assert_eq!(seen.closed, ["rotated"]);
     append(&log, "f\n");
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), ["f"]);
+    assert_eq!(seen.lines(), ["f"]);
 }
 
 #[test]
@@ -157,17 +161,17 @@ fn copytruncate_reads_the_file_again_from_the_beginning() {
     follower.poll(&mut seen);
     append(&log, "one\ntwo\nthree\n");
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), ["one", "two", "three"]);
+    assert_eq!(seen.lines(), ["one", "two", "three"]);
     // copytruncate: copied away, truncated in place; the app writes on.
     fs::copy(&log, dir.join("app.log.1")).expect("copy");
     OpenOptions::new().write(true).open(&log).expect("open").set_len(0).expect("truncate");
     append(&log, "four\n");
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), ["four"]);
+    assert_eq!(seen.lines(), ["four"]);
     // Truncated and written past the old offset between two looks: told by its first bytes.
     fs::write(&log, "FIVE is a longer first line\nsix\n").expect("rewrite");
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), ["FIVE is a longer first line", "six"]);
+    assert_eq!(seen.lines(), ["FIVE is a longer first line", "six"]);
 }
 
 #[test]
@@ -184,7 +188,7 @@ fn a_deleted_and_recreated_file_is_read_from_its_beginning() {
     follower.poll(&mut seen);
     append(&log, "after 1\nafter 2\n");
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), ["before", "after 1", "after 2"]);
+    assert_eq!(seen.lines(), ["before", "after 1", "after 2"]);
 }
 
 #[test]
@@ -198,10 +202,10 @@ fn a_partial_last_line_waits_for_its_newline() {
     append(&log, "ERROR half");
     follower.poll(&mut seen);
     follower.poll(&mut seen);
-    assert!(seen.take().is_empty(), "not yet a line");
+    assert!(seen.lines().is_empty(), "not yet a line");
     append(&log, " and the rest\n");
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), ["ERROR half and the rest"], "one line, once");
+    assert_eq!(seen.lines(), ["ERROR half and the rest"], "one line, once");
 }
 
 #[test]
@@ -246,7 +250,7 @@ fn a_missing_directory_is_said_once_and_followed_once_it_exists() {
     fs::create_dir(&logs).expect("mkdir");
     append(&logs.join("app.log"), "first\n");
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), ["first"], "a file that appears later is read from its beginning");
+    assert_eq!(seen.lines(), ["first"], "a file that appears later is read from its beginning");
     fs::remove_dir_all(&logs).expect("rm");
     for _ in 0..3 {
         follower.poll(&mut seen);
@@ -274,7 +278,7 @@ fn a_directory_it_may_not_read_is_a_permission_error() {
     fs::set_permissions(&locked, fs::Permissions::from_mode(0o755)).expect("chmod");
     assert_eq!(seen.errors, [(0, SourceError::Permission)]);
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), ["x"], "retried, and read once allowed");
+    assert_eq!(seen.lines(), ["x"], "retried, and read once allowed");
 }
 
 #[test]
@@ -321,7 +325,7 @@ fn a_renamed_file_is_read_until_quiet_for_the_rotate_wait() {
         follower.poll(&mut seen);
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(seen.take(), names(1, 30), "every line the app wrote late");
+    assert_eq!(seen.lines(), names(1, 30), "every line the app wrote late");
     assert!(seen.closed.is_empty(), "growing: not closed however many polls");
     std::thread::sleep(Duration::from_millis(400));
     follower.poll(&mut seen);
@@ -345,7 +349,7 @@ fn copytruncate_reads_what_only_the_copy_holds() {
     truncate(&log);
     append(&log, &numbered(26, 30));
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), names(1, 30), "nothing lost, nothing twice");
+    assert_eq!(seen.lines(), names(1, 30), "nothing lost, nothing twice");
     assert_eq!(seen.truncated, [true], "the copy was found");
 }
 
@@ -379,7 +383,7 @@ fn rotated_files_the_glob_matches_are_never_read_twice() {
     fs::write(dir.join("app.log.2.gz"), b"\x1f\x8b\x08\x00line 99\n").expect("gz");
     follower.poll(&mut seen);
     follower.poll(&mut seen);
-    let mut lines = seen.take();
+    let mut lines = seen.lines();
     lines.sort_by_key(|l| l[5..].parse::<usize>().unwrap_or(0));
     assert_eq!(lines, names(1, 25), "25 written, 25 counted");
     assert_eq!(seen.skipped, ["compressed"]);
@@ -404,7 +408,7 @@ fn a_closed_file_caught_again_continues_where_it_was_left() {
     append(&dir.join("app.old"), &numbered(4, 5));
     fs::rename(dir.join("app.old"), dir.join("back.log")).expect("into the glob");
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), names(1, 5));
+    assert_eq!(seen.lines(), names(1, 5));
 }
 
 /// Checkpoints: a restarted follower resumes each file where it was read to, and reads the lines
@@ -419,11 +423,11 @@ fn a_restart_resumes_each_file_from_its_mark() {
     let mut first = glob_follower(glob.clone(), Begin::FirstInPod);
     let mut seen = Seen::default();
     first.poll(&mut seen);
-    assert_eq!(seen.take(), names(1, 5), "the first start in the pod: from the beginning");
+    assert_eq!(seen.lines(), names(1, 5), "the first start in the pod: from the beginning");
     append(&log, "line 6 half");
     first.poll(&mut seen);
     first.finish(&mut seen, false);
-    assert!(seen.take().is_empty(), "a partial line is left for the next start");
+    assert!(seen.lines().is_empty(), "a partial line is left for the next start");
     let marks = first.marks();
     drop(first);
     // Down: the line completed, more written, the file rotated, a new one.
@@ -434,7 +438,7 @@ fn a_restart_resumes_each_file_from_its_mark() {
     let since = SystemTime::now() - Duration::from_secs(60);
     let mut second = glob_follower(glob, Begin::Restart { files: marks, since });
     second.poll(&mut seen);
-    let mut lines = seen.take();
+    let mut lines = seen.lines();
     lines.sort_by_key(|l| l[5..].split(' ').next().and_then(|n| n.parse::<usize>().ok()).unwrap_or(0));
     let mut expected = names(6, 15);
     expected[0] = "line 6 half".into();
@@ -453,7 +457,7 @@ fn finish_counts_a_partial_last_line_without_checkpoints() {
     follower.poll(&mut seen);
     append(&log, "line 1\nERROR the last words");
     follower.finish(&mut seen, true);
-    assert_eq!(seen.take(), ["line 1", "ERROR the last words"]);
+    assert_eq!(seen.lines(), ["line 1", "ERROR the last words"]);
 }
 
 /// With checkpoints, shutdown counts the event that waits for its end (its lines are whole) and
@@ -463,8 +467,8 @@ fn finish_ends_the_waiting_event_with_checkpoints() {
     let dir = dir("finish-event");
     let log = dir.join("app.log");
     append(&log, "");
-    let multiline = crate::multiline::Multiline {
-        start: crate::multiline::Start::Java,
+    let multiline = crate::tail::multiline::Multiline {
+        start: crate::tail::multiline::Start::Java,
         wait: Duration::from_secs(60),
         max_lines: 500,
         max_bytes: 1024,
@@ -477,10 +481,10 @@ fn finish_ends_the_waiting_event_with_checkpoints() {
     let trace = "Exception: x\n\tat a\n";
     append(&log, &format!("{trace}partial"));
     follower.poll(&mut seen);
-    assert!(seen.take().is_empty(), "the event waits for its end");
+    assert!(seen.lines().is_empty(), "the event waits for its end");
     assert_eq!(follower.marks()[0].offset, 0, "a checkpoint resumes at the event's first line");
     follower.finish(&mut seen, false);
-    assert_eq!(seen.take(), ["Exception: x\n\tat a"]);
+    assert_eq!(seen.lines(), ["Exception: x\n\tat a"]);
     assert_eq!(follower.marks()[0].offset, trace.len() as u64, "after the event, before the partial line");
 }
 
@@ -510,7 +514,7 @@ fn idle_files_are_closed_and_open_files_bounded() {
     for _ in 0..4 {
         follower.poll(&mut seen);
     }
-    let mut lines = seen.take();
+    let mut lines = seen.lines();
     lines.sort();
     assert_eq!(lines, ["a 1", "b 1", "c 1"], "a closed file that changed is read where it was left");
     std::thread::sleep(Duration::from_millis(1100));
@@ -528,7 +532,7 @@ fn idle_files_are_closed_and_open_files_bounded() {
     assert_eq!((seen.open, seen.closed.len()), (0, closed + 1), "{:?}", seen.closed);
     append(&dir.join("b.log"), "b 2\n");
     follower.poll(&mut seen);
-    assert_eq!(seen.take(), ["b 2"]);
+    assert_eq!(seen.lines(), ["b 2"]);
 }
 
 /// Any number of files followed, at most `max_open` open: 2,000 files with content before the
@@ -560,7 +564,7 @@ fn thousands_of_files_are_followed_through_a_few_descriptors() {
         }
         most_open = most_open.max(poll(&mut follower, &mut seen));
     }
-    let lines = seen.take();
+    let lines = seen.lines();
     let unique: HashSet<&String> = lines.iter().collect();
     assert_eq!((lines.len(), unique.len()), (3 * FILES, 3 * FILES), "every line once");
     assert!(lines.iter().all(|l| l.starts_with("round")), "what was there before is skipped");
@@ -589,7 +593,7 @@ fn a_file_rotated_while_closed_loses_nothing() {
     let mut seen = Seen::default();
     while follower.poll(&mut seen) {}
     follower.poll(&mut seen);
-    let mut lines = seen.take();
+    let mut lines = seen.lines();
     lines.sort();
     assert_eq!(lines, ["a 1", "b 1"]);
     // Whichever is closed now: both rotated while one is.
@@ -603,7 +607,7 @@ fn a_file_rotated_while_closed_loses_nothing() {
     for _ in 0..5 {
         follower.poll(&mut seen);
     }
-    let mut lines = seen.take();
+    let mut lines = seen.lines();
     lines.sort();
     assert_eq!(lines, ["a 2", "a 3", "b 2", "b 3"]);
 }

@@ -8,17 +8,13 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::{HEAD_BYTES, Open, Sink, SourceError, TAIL_BYTES};
-use crate::checkpoint::{FileMark, hash, seconds};
-use crate::lines::Piece;
+use super::{HEAD_BYTES, Open, Record, Report, Sink, SourceError, TAIL_BYTES};
+use crate::tail::checkpoint::{FileMark, hash, seconds};
+use crate::tail::lines::Piece;
 
 /// Hands `piece` of source `source` to `sink`.
 pub(super) fn give(sink: &mut impl Sink, source: usize, piece: Piece<'_>, written: SystemTime) {
-    match piece {
-        Piece::Line(line) => sink.line(source, line, written),
-        Piece::Run(run) => sink.run(source, run, written),
-        Piece::Event(event) => sink.event(source, event, written),
-    }
+    sink.take(Record { source, piece, written });
 }
 
 /// Where `open` was read to, up to its last whole line (`None` before it has a fingerprint).
@@ -127,7 +123,7 @@ pub(super) fn read_failed(open: &mut Open, error: &io::Error, sink: &mut impl Si
         open.read_failed = true;
         let detail = format!("{}: {error}", open.path.display());
         tracing::warn!(detail, "cannot read");
-        sink.error(open.source, SourceError::of(error), &detail);
+        sink.report(Report::Error { source: open.source, reason: SourceError::of(error), detail: &detail });
     }
 }
 

@@ -1,29 +1,27 @@
 //! What becomes of each line: counted for its source, matched against every rule (a run of lines
-//! at once, see [`crate::rules`]), each match counted, timed, and recorded in its rule's alert
-//! window by the time the line was written. Each reader (the files' thread, the log stream) has
-//! its own [`Counting`]: counts are kept locally and added to the (atomic) metrics once per
+//! at once, see [`crate::matching`]), each match counted, timed, and recorded in its rule's alert
+//! window by the time the line was written. Each reader's pipeline (the files' thread, the log
+//! stream) has its own [`Counting`]: counts are kept locally and added to the (atomic) metrics once per
 //! batch, and the one shared lock, the alerts', is taken only for a match of a rule with an
 //! alert. A reader never waits for another, nor a scrape for a reader.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::alerts::AlertBook;
+use super::Record;
 use crate::config::{MetricKind, RuleConfig};
-use crate::fields::{self, Format};
-use crate::lines::Line;
+use crate::matching::{Matched, Rules};
 use crate::metrics::{Metrics, Observed, label_value};
-use crate::multiline::Event;
-use crate::rules::{Matched, Rules};
-use crate::shared::lock;
-use crate::value::Reading;
-
-/// The alerts, shared by the readers and the alert loop.
-pub type SharedAlerts = Arc<Mutex<AlertBook>>;
+use crate::parse::fields::{self, Format};
+use crate::parse::value::Reading;
+use crate::sinks::alerts::SharedAlerts;
+use crate::tail::lines::{Line, Piece};
+use crate::tail::multiline::Event;
+use watcher_base::lock;
 
 /// One reader's counting.
-pub struct Counting {
+pub(super) struct Counting {
     rules: Rules,
     metrics: Arc<Metrics>,
     max_line: usize,
@@ -114,7 +112,7 @@ impl Tally {
 impl Counting {
     /// Counting over `rules` (compiled) into `metrics`, for sources read as `formats` (one
     /// each); lines matched on their first `max_line` bytes.
-    pub fn new(
+    pub(super) fn new(
         rules: Rules,
         configs: &[RuleConfig],
         metrics: Arc<Metrics>,
@@ -162,8 +160,18 @@ impl Counting {
         }
     }
 
+    /// A record of a source: counted as what it holds.
+    pub(super) fn take(&mut self, record: Record<'_>) {
+        let Record { source, piece, written } = record;
+        match piece {
+            Piece::Run(run) => self.run(source, run, written),
+            Piece::Line(line) => self.line(source, line, written),
+            Piece::Event(event) => self.event(source, event, written),
+        }
+    }
+
     /// A run of complete lines of source `source` (each ending in `\n`), written at `written`.
-    pub fn run(&mut self, source: usize, run: &[u8], written: SystemTime) {
+    fn run(&mut self, source: usize, run: &[u8], written: SystemTime) {
         if self.formats[source] == Format::Text {
             let Self { rules, max_line, tally, .. } = self;
             let (lines, long) = rules.scan(run, *max_line, |m| tally.matched(source, &m, written, m.line));
@@ -184,7 +192,7 @@ impl Counting {
 
     /// One line of source `source` (already without its newline, cut to the bound), written at
     /// `written`.
-    pub fn line(&mut self, source: usize, line: Line<'_>, written: SystemTime) {
+    fn line(&mut self, source: usize, line: Line<'_>, written: SystemTime) {
         self.lines[source] += 1;
         self.long_lines[source] += u64::from(line.truncated);
         let bytes = &line.bytes[..line.bytes.len().min(self.max_line)];
@@ -192,7 +200,7 @@ impl Counting {
     }
 
     /// An event of joined lines of source `source`, its last line written at `written`.
-    pub fn event(&mut self, source: usize, event: Event<'_>, written: SystemTime) {
+    fn event(&mut self, source: usize, event: Event<'_>, written: SystemTime) {
         self.lines[source] += event.lines;
         self.long_lines[source] += event.long_lines;
         self.cut[source][0] += u64::from(event.cut_lines);
@@ -215,7 +223,7 @@ impl Counting {
     }
 
     /// Adds the batch's counts to the metrics.
-    pub fn flush(&mut self) {
+    pub(super) fn flush(&mut self) {
         let add = |counters: &[prometheus_client::metrics::counter::Counter], counts: &mut [u64]| {
             for (counter, count) in counters.iter().zip(counts.iter_mut()) {
                 if *count > 0 {
@@ -285,9 +293,12 @@ mod tests {
 
     use prometheus_client::registry::Registry;
 
+    use std::sync::Mutex;
+
     use super::*;
     use crate::config::{Threshold, ValueFrom};
-    use crate::value::Unit;
+    use crate::parse::value::Unit;
+    use crate::sinks::alerts::AlertBook;
 
     fn counting() -> (Counting, Registry, SharedAlerts) {
         let rules = [

@@ -38,10 +38,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::checkpoint::{FileMark, hash, seconds};
 use crate::config::Start;
-use crate::lines::{Line, LineBuffer};
-use crate::multiline::Event;
+pub use crate::pipeline::{Record, Report, Sink, SourceError};
+use crate::tail::checkpoint::{FileMark, hash, seconds};
+use crate::tail::lines::LineBuffer;
 
 mod disk;
 mod moved;
@@ -66,64 +66,6 @@ const BUDGET_BYTES: u64 = 8 * 1024 * 1024;
 /// A file: its device and inode.
 type Key = (u64, u64);
 
-/// Why a source could not be read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum SourceError {
-    /// The directory (or the file named without a glob) does not exist.
-    Missing,
-    /// Permission denied, on the directory or on a file.
-    Permission,
-    /// Any other I/O error.
-    Io,
-}
-
-impl SourceError {
-    /// Every reason, for metrics at 0.
-    pub const ALL: [Self; 3] = [Self::Missing, Self::Permission, Self::Io];
-
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Missing => "missing",
-            Self::Permission => "permission",
-            Self::Io => "io",
-        }
-    }
-
-    fn of(error: &io::Error) -> Self {
-        match error.kind() {
-            io::ErrorKind::NotFound => Self::Missing,
-            io::ErrorKind::PermissionDenied => Self::Permission,
-            _ => Self::Io,
-        }
-    }
-}
-
-/// Where lines, problems and what became of files go.
-pub trait Sink {
-    /// Complete lines of source `source` (the glob's index), each ending in `\n`, written at
-    /// `written`.
-    fn run(&mut self, source: usize, run: &[u8], written: SystemTime);
-    /// One line of source `source` (a line completed across reads, or a last line without its
-    /// newline at the file's end).
-    fn line(&mut self, source: usize, line: Line<'_>, written: SystemTime);
-    /// An event of joined lines of source `source` (with `AGENT_MULTILINE_START`), its last
-    /// line written at `written`.
-    fn event(&mut self, source: usize, event: Event<'_>, written: SystemTime) {
-        self.line(source, Line { bytes: event.text, truncated: event.cut_bytes }, written);
-    }
-    /// Source `source` could not be read, for `reason` (said once per change).
-    fn error(&mut self, source: usize, reason: SourceError, detail: &str);
-    /// A file was closed, for `reason` (`rotated`, `idle`, `limit`).
-    fn closed(&mut self, _reason: &'static str) {}
-    /// A file is never read as text (`compressed`).
-    fn skipped(&mut self, _reason: &'static str) {}
-    /// A file of `source` was truncated: its copy found and read, or not.
-    fn truncated(&mut self, _source: usize, _copy_found: bool) {}
-    /// Files open now.
-    fn open_files(&mut self, _count: usize) {}
-}
-
 /// How files are followed.
 #[derive(Clone, Debug)]
 pub struct FollowOptions {
@@ -140,7 +82,7 @@ pub struct FollowOptions {
     /// Files open at once at most (any number is followed).
     pub max_open: usize,
     /// Lines joined into events (`AGENT_MULTILINE_START`), each file's its own.
-    pub multiline: Option<std::sync::Arc<crate::multiline::Multiline>>,
+    pub multiline: Option<std::sync::Arc<crate::tail::multiline::Multiline>>,
 }
 
 /// What the follower knows when it starts.
@@ -293,7 +235,7 @@ impl Follower {
         let more = self.read_all(sink, BUDGET_BYTES);
         self.end_waiting_events(sink, now);
         self.close_idle(sink, now);
-        sink.open_files(self.open.len());
+        sink.report(Report::OpenFiles(self.open.len()));
         // Files waiting get a descriptor in the next look, but from files rotated away, which
         // close on their own time.
         more || (waiting && self.open.values().any(|o| o.in_glob))
@@ -385,7 +327,7 @@ impl Follower {
         } else {
             tracing::info!(path = %open.path.display(), offset = open.offset, reason, "closed");
         }
-        sink.closed(reason);
+        sink.report(Report::Closed(reason));
         // Remembered even before it has a fingerprint (empty, or no whole first line yet): by its
         // inode, so that it stays closed while it does not change. Where it is now: a file
         // rotated away may have been renamed again; a deleted one is forgotten.
@@ -544,7 +486,7 @@ impl Follower {
         head.truncate(kept);
         if is_compressed(&head) {
             tracing::info!(path = %path.display(), "compressed: not read as text");
-            sink.skipped("compressed");
+            sink.report(Report::Skipped("compressed"));
             self.ignored.insert(key);
             self.known.remove(&key);
             return Ok(());
@@ -559,7 +501,7 @@ impl Follower {
                     let mut buffer = LineBuffer::joining(self.options.max_line, self.options.multiline.as_ref());
                     let found = self.read_copy(&Left::of(&known.mark), &mut buffer, source, sink);
                     buffer.flush(|piece| disk::give(sink, source, piece, modified));
-                    sink.truncated(source, found);
+                    sink.report(Report::Truncated { source, copy_found: found });
                     (0, "truncated while closed")
                 }
                 None => match self.first_look.remove(&key) {
@@ -683,7 +625,7 @@ impl Follower {
                         detail,
                         "cannot follow"
                     );
-                    sink.error(source, *reason, detail);
+                    sink.report(Report::Error { source, reason: *reason, detail });
                 }
                 None => tracing::info!(glob = self.options.globs[source], "readable again"),
             }

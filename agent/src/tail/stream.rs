@@ -10,7 +10,7 @@
 //! the right to read `pods/log`, it says so once and stops; the files are followed as before.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::AsyncReadExt;
@@ -19,11 +19,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, LogParams};
 use tracing::{info, warn};
 
-use crate::checkpoint::{StreamMark, hash};
-use crate::counting::Counting;
-use crate::lines::{Line, LineBuffer};
-use crate::metrics::Metrics;
-use crate::shared::lock;
+use crate::pipeline::{Pipeline, Record, Report, Sink, SourceError};
+use crate::tail::checkpoint::{StreamMark, hash};
+use crate::tail::lines::{Line, LineBuffer, Piece};
+use watcher_base::lock;
 
 /// A stream kube-apiserver does not begin to answer within this long is asked again.
 pub(crate) const ANSWER: Duration = Duration::from_secs(30);
@@ -163,8 +162,8 @@ pub(crate) enum Ended {
 
 /// What a stream reads into.
 pub(crate) struct Reader<'a> {
-    /// The lines' counting (the stream's own).
-    pub(crate) counting: &'a mut Counting,
+    /// Where the lines go (the stream's own pipeline).
+    pub(crate) pipeline: &'a mut Pipeline,
     /// The source index of the stream.
     pub(crate) source: usize,
     /// Which lines are new.
@@ -188,12 +187,12 @@ impl Reader<'_> {
         let written = at.map_or_else(SystemTime::now, SystemTime::from);
         let bytes = &text[..text.len().min(self.max_line)];
         let line = Line { bytes, truncated: stamped.truncated || text.len() > self.max_line };
-        let (source, counting) = (self.source, &mut *self.counting);
+        let (source, pipeline) = (self.source, &mut *self.pipeline);
         let waited = self.events.due().is_some();
         let mut ended = false;
         self.events.line(line, |piece| {
             ended = true;
-            count(counting, source, piece, written);
+            pipeline.take(Record { source, piece, written });
         });
         if self.events.due().is_some() && (ended || !waited) {
             lock(self.resume).hold(at);
@@ -204,26 +203,23 @@ impl Reader<'_> {
     /// The event waiting for its end, if it has waited `AGENT_MULTILINE_WAIT` by `now`; or now
     /// (`force`: the stream stops).
     pub(crate) fn end_event(&mut self, now: Instant, force: bool) {
-        let (source, counting) = (self.source, &mut *self.counting);
+        let (source, pipeline) = (self.source, &mut *self.pipeline);
         let written = SystemTime::now();
+        let take = |piece: Piece<'_>| pipeline.take(Record { source, piece, written });
         if force {
-            self.events.flush_event(|piece| count(counting, source, piece, written));
+            self.events.flush_event(take);
         } else {
-            self.events.expire(now, |piece| count(counting, source, piece, written));
+            self.events.expire(now, take);
         }
         if self.events.due().is_none() {
             lock(self.resume).hold(None);
         }
-        self.counting.flush();
+        self.pipeline.flush();
     }
-}
 
-/// A line or an event of the stream, counted.
-fn count(counting: &mut Counting, source: usize, piece: crate::lines::Piece<'_>, written: SystemTime) {
-    match piece {
-        crate::lines::Piece::Line(line) => counting.line(source, line, written),
-        crate::lines::Piece::Event(event) => counting.event(source, event, written),
-        crate::lines::Piece::Run(run) => counting.run(source, run, written),
+    /// What became of the stream, to the metrics.
+    fn report(&mut self, report: Report<'_>) {
+        self.pipeline.report(report);
     }
 }
 
@@ -293,12 +289,12 @@ pub(crate) async fn stream_once(
                 // Every line of a container's log ends in a newline: a line cut off is the
                 // connection's, sent again whole by the next stream.
                 buffer.discard();
-                reader.counting.flush();
+                reader.pipeline.flush();
                 return Ended::ByServer { lines };
             }
             Ok(Ok(n)) => {
                 buffer.push(&bytes[..n], |stamped| lines += reader.line(stamped));
-                reader.counting.flush();
+                reader.pipeline.flush();
             }
             Ok(Err(error)) => return Ended::Failed(error.to_string()),
         }
@@ -324,7 +320,6 @@ async fn previous_first(
     pod: &str,
     container: &str,
     reader: &mut Reader<'_>,
-    metrics: &Metrics,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) {
     let now = restart_count(pods, pod, container).await;
@@ -332,7 +327,7 @@ async fn previous_first(
     if let (Some(now), Some(before)) = (now, before)
         && now > before
     {
-        metrics.reconnected("restarted");
+        reader.report(Report::Reconnected("restarted"));
         info!(container, restarts = now, "the container restarted: reading its previous log first");
         let ended = stream_once(pods, pod, container, true, reader, stop).await;
         if let Ended::Failed(why) = ended {
@@ -350,7 +345,6 @@ pub(crate) async fn follow(
     pod: String,
     container: String,
     mut reader: Reader<'_>,
-    metrics: Arc<Metrics>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut delay = Duration::ZERO;
@@ -360,7 +354,7 @@ pub(crate) async fn follow(
             reader.end_event(Instant::now(), true);
             return;
         }
-        previous_first(&pods, &pod, &container, &mut reader, &metrics, &mut stop).await;
+        previous_first(&pods, &pod, &container, &mut reader, &mut stop).await;
         let ended = stream_once(&pods, &pod, &container, false, &mut reader, &mut stop).await;
         match ended {
             Ended::Forbidden(message) => {
@@ -369,36 +363,38 @@ pub(crate) async fn follow(
                     "cannot read the log stream (pods/log): the pod's ServiceAccount needs get on pods/log \
                      (docs/agent.md); following files only"
                 );
-                reader.counting.flush();
-                metrics.source_error(reader.source, crate::follow::SourceError::Permission);
+                reader.pipeline.flush();
+                let source = reader.source;
+                reader.report(Report::Error { source, reason: SourceError::Permission, detail: &message });
                 return;
             }
             Ended::Stopped => {
-                metrics.reconnected("shutdown");
+                reader.report(Report::Reconnected("shutdown"));
                 reader.end_event(Instant::now(), true);
                 return;
             }
             Ended::ByServer { lines } if lines > 0 => {
-                metrics.reconnected("ended");
+                reader.report(Report::Reconnected("ended"));
                 delay = Duration::ZERO;
                 said_failing = false;
                 info!(lines, "the log stream ended; asking again from the last line read");
                 continue;
             }
             Ended::ByServer { .. } => {
-                metrics.reconnected("ended");
+                reader.report(Report::Reconnected("ended"));
                 delay = backoff(delay);
             }
             Ended::Idle => {
-                metrics.reconnected("idle");
+                reader.report(Report::Reconnected("idle"));
                 delay = Duration::ZERO;
                 continue;
             }
             Ended::Failed(why) => {
-                metrics.reconnected("error");
+                reader.report(Report::Reconnected("error"));
                 if !said_failing {
                     warn!(why, "the log stream failed; asking again with backoff");
-                    metrics.source_error(reader.source, crate::follow::SourceError::Io);
+                    let source = reader.source;
+                    reader.report(Report::Error { source, reason: SourceError::Io, detail: &why });
                     said_failing = true;
                 }
                 delay = backoff(delay);

@@ -17,9 +17,9 @@ use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tracing::warn;
 
-use crate::alerts::AlertState;
 use crate::config::{AlertmanagerUrl, PodIdentity};
 use crate::metrics::Metrics;
+use crate::sinks::alerts::AlertState;
 use crate::text::timestamp;
 
 /// A firing alert is posted again this often.
@@ -222,7 +222,7 @@ pub(crate) async fn run(
     metrics: std::sync::Arc<Metrics>,
     deadline: Duration,
 ) {
-    crate::alerts::sink_task(Task { poster, metrics }, alerts, deadline).await;
+    crate::sinks::alerts::sink_task(Task { poster, metrics }, alerts, deadline).await;
 }
 
 struct Task {
@@ -230,7 +230,7 @@ struct Task {
     metrics: std::sync::Arc<Metrics>,
 }
 
-impl crate::alerts::AlertSink for Task {
+impl crate::sinks::alerts::AlertSink for Task {
     const WHAT: &'static str = "Alertmanager";
 
     fn sync(&mut self, alerts: &[AlertState], closing: bool) -> impl Future<Output = ()> + Send {

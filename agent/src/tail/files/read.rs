@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use super::disk::{fingerprint_of, give, head_changed, is_compressed, keep_tail, read_failed};
 use super::moved::Left;
-use super::{Follower, HEAD_BYTES, Open, Sink};
-use crate::checkpoint::hash;
+use super::{Follower, HEAD_BYTES, Open, Report, Sink};
+use crate::tail::checkpoint::hash;
 
 impl Follower {
     pub(super) fn read_all(&mut self, sink: &mut impl Sink, budget: u64) -> bool {
@@ -55,7 +55,7 @@ impl Follower {
                 modified: open.modified,
             };
             let found = self.read_copy(&left, &mut open.buffer, open.source, sink);
-            sink.truncated(open.source, found);
+            sink.report(Report::Truncated { source: open.source, copy_found: found });
             tracing::info!(path = %open.path.display(), copy_found = found, "truncated: reading from the beginning");
             let (source, written) = (open.source, open.modified);
             open.buffer.flush(|piece| give(sink, source, piece, written));
@@ -79,7 +79,7 @@ impl Follower {
             let bytes = &chunk[..n];
             if open.offset == 0 && open.head.is_empty() && is_compressed(bytes) {
                 tracing::info!(path = %open.path.display(), "compressed: not read as text");
-                sink.skipped("compressed");
+                sink.report(Report::Skipped("compressed"));
                 self.ignored.insert(open.key);
                 return (read, false);
             }

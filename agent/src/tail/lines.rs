@@ -1,7 +1,7 @@
 //! Bytes into lines: complete lines are handed out as they are found, a last line without its
 //! newline is kept until the newline comes (never split, never counted twice), and a line longer
 //! than the bound is kept only up to it (counted once, matched on its first bytes). With
-//! `AGENT_MULTILINE_START`, lines are joined into events ([`crate::multiline`]) before they are
+//! `AGENT_MULTILINE_START`, lines are joined into events ([`crate::tail::multiline`]) before they are
 //! handed out.
 
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use memchr::memchr;
 
-use crate::multiline::{Event, Joiner, Multiline};
+use crate::tail::multiline::{Event, Joiner, Multiline};
 
 /// A line as it is handed out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -306,7 +306,7 @@ mod tests {
     #[test]
     fn lines_are_joined_into_events() {
         let multiline = Arc::new(Multiline {
-            start: crate::multiline::Start::Java,
+            start: crate::tail::multiline::Start::Java,
             wait: std::time::Duration::from_secs(1),
             max_lines: 500,
             max_bytes: 1024,

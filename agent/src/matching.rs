@@ -12,7 +12,7 @@ use memchr::{memchr, memrchr};
 use regex::bytes::{CaptureLocations, Regex, RegexBuilder, RegexSet};
 
 use crate::config::{RuleConfig, ValueFrom};
-use crate::fields::Record;
+use crate::parse::fields::Record;
 
 /// The compiled rules, in configuration order.
 #[derive(Clone, Debug)]
@@ -287,7 +287,7 @@ impl Rules {
                 value = group(g);
             }
         }
-        let field = |p: usize| record.and_then(|r| r.values[p].as_ref()).map(crate::fields::Field::bytes);
+        let field = |p: usize| record.and_then(|r| r.values[p].as_ref()).map(crate::parse::fields::Field::bytes);
         values.extend(spec.field_labels.iter().map(|p| field(*p).unwrap_or_default()));
         if let Some(At::Field(p)) = spec.value {
             value = field(p);

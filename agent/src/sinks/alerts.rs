@@ -5,9 +5,13 @@
 //! Time is passed in, so tests control the clock.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::config::{RuleConfig, Threshold};
+
+/// The alerts, shared by the readers' pipelines and the alert loop.
+pub type SharedAlerts = Arc<Mutex<AlertBook>>;
 
 /// Bytes of the last matching line an alert quotes.
 const QUOTED_LINE: usize = 256;

@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use super::disk::{fingerprint_of, give, holds, is_compressed, read_fully_at, read_tail};
 use super::{Follower, HEAD_BYTES, Key, Opened, Sink};
-use crate::checkpoint::{FileMark, hash, seconds};
-use crate::lines::LineBuffer;
+use crate::tail::checkpoint::{FileMark, hash, seconds};
+use crate::tail::lines::LineBuffer;
 
 impl Follower {
     /// The files remembered in a glob that the last look did not find: one renamed in its

@@ -11,10 +11,11 @@ use prometheus_client::registry::Registry;
 use tower_test::mock::Handle;
 
 use super::*;
-use crate::alerts::AlertBook;
 use crate::config::RuleConfig;
-use crate::fields::Format;
-use crate::rules::Rules;
+use crate::matching::Rules;
+use crate::metrics::Metrics;
+use crate::parse::fields::Format;
+use crate::sinks::alerts::AlertBook;
 
 fn stamp(text: &str) -> Timestamp {
     text.parse().expect("timestamp")
@@ -32,19 +33,19 @@ async fn serve(handle: &mut Server, status: StatusCode, body: &str) -> String {
 }
 
 /// A stream's counting: every line, and the lines with a word (`(?P<word>\w+)$`) by that word.
-fn counting() -> (Counting, Arc<Metrics>, Registry) {
+fn pipeline() -> (Pipeline, Arc<Metrics>, Registry) {
     let rules = [RuleConfig::counting("word", r"(?P<word>\w+)$")];
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry, &["stdout".into()], &rules, 100));
     let alerts = Arc::new(Mutex::new(AlertBook::new(&rules)));
-    let counting =
-        Counting::new(Rules::new(&rules).expect("rules"), &rules, metrics.clone(), alerts, vec![Format::Text], 1024);
-    (counting, metrics, registry)
+    let compiled = Rules::new(&rules).expect("rules");
+    let pipeline = Pipeline::reading(&compiled, &rules, vec![Format::Text], 1024, metrics.clone(), alerts);
+    (pipeline, metrics, registry)
 }
 
-/// A reader of source 0 into `counting`, lines joined as `events` says.
-fn reader<'a>(counting: &'a mut Counting, resume: &'a Mutex<Resume>, events: LineBuffer) -> Reader<'a> {
-    Reader { counting, source: 0, resume, max_line: 1024, idle: Duration::from_secs(120), events }
+/// A reader of source 0 into `pipeline`, lines joined as `events` says.
+fn reader<'a>(pipeline: &'a mut Pipeline, resume: &'a Mutex<Resume>, events: LineBuffer) -> Reader<'a> {
+    Reader { pipeline, source: 0, resume, max_line: 1024, idle: Duration::from_secs(120), events }
 }
 
 /// The words counted, each as many times as it was.
@@ -96,9 +97,9 @@ async fn a_stream_asked_again_skips_only_what_it_sends_again() {
             "reason":"Forbidden","code":403}"#).await;
         assert!(third.contains("&sinceTime=2026-11-25T10%3A00%3A02Z&"), "{third}");
     });
-    let (mut counting, _, registry) = counting();
+    let (mut pipeline, _, registry) = pipeline();
     let resume = Mutex::new(Resume::default());
-    let mut reader = reader(&mut counting, &resume, LineBuffer::new(1024));
+    let mut reader = reader(&mut pipeline, &resume, LineBuffer::new(1024));
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::ByServer { lines: 5 });
     assert_eq!(stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await, Ended::ByServer { lines: 3 });
@@ -139,10 +140,10 @@ async fn a_restarted_container_is_read_from_its_previous_log_first() {
         assert!(current.contains("&sinceTime=2026-11-25T10%3A00%3A02Z&"), "{current}");
         stop.send(true).expect("stop");
     });
-    let (mut counting, metrics, registry) = counting();
+    let (mut pipeline, _, registry) = pipeline();
     let resume = Mutex::new(Resume::default());
-    let reader = reader(&mut counting, &resume, LineBuffer::new(1024));
-    follow(pods, "shop".into(), "app".into(), reader, metrics, stopped).await;
+    let reader = reader(&mut pipeline, &resume, LineBuffer::new(1024));
+    follow(pods, "shop".into(), "app".into(), reader, stopped).await;
     server.await.expect("served");
     assert_eq!(words(&registry), sorted(&["one", "two", "panic", "exiting", "started"]));
     let text = crate::metrics::openmetrics(&registry);
@@ -159,9 +160,9 @@ async fn a_server_that_never_answers_is_asked_again() {
         std::future::pending::<()>().await;
         drop(send);
     });
-    let (mut counting, _, _) = counting();
+    let (mut pipeline, _, _) = pipeline();
     let resume = Mutex::new(Resume::default());
-    let mut reader = reader(&mut counting, &resume, LineBuffer::new(1024));
+    let mut reader = reader(&mut pipeline, &resume, LineBuffer::new(1024));
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     let ended = stream_once(&pods, "shop", "app", false, &mut reader, &mut stopped).await;
     assert_eq!(ended, Ended::Failed("no answer within 30s".into()));
@@ -220,8 +221,8 @@ fn backoff_doubles_to_half_a_minute() {
 /// it whole, once, and counts each line once.
 #[tokio::test]
 async fn an_event_waiting_at_a_checkpoint_is_read_whole_after_a_restart() {
-    let multiline = Arc::new(crate::multiline::Multiline {
-        start: crate::multiline::Start::Java,
+    let multiline = Arc::new(crate::tail::multiline::Multiline {
+        start: crate::tail::multiline::Start::Java,
         wait: Duration::from_secs(30),
         max_lines: 500,
         max_bytes: 65_536,
@@ -241,9 +242,9 @@ async fn an_event_waiting_at_a_checkpoint_is_read_whole_after_a_restart() {
     });
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     // The first agent: INFO a ends when the exception begins; the exception waits.
-    let (mut counting, metrics, _) = counting();
+    let (mut pipeline, metrics, _) = pipeline();
     let resume = Mutex::new(Resume::default());
-    let mut first_agent = reader(&mut counting, &resume, LineBuffer::joining(1024, Some(&multiline)));
+    let mut first_agent = reader(&mut pipeline, &resume, LineBuffer::joining(1024, Some(&multiline)));
     assert_eq!(
         stream_once(&pods, "shop", "app", false, &mut first_agent, &mut stopped).await,
         Ended::ByServer { lines: 3 }
@@ -253,9 +254,9 @@ async fn an_event_waiting_at_a_checkpoint_is_read_whole_after_a_restart() {
     assert_eq!(mark.last.as_deref(), Some("2026-11-25T10:00:00.2Z"), "the waiting event's first line");
     assert_eq!(mark.recent.len(), 1, "only INFO a is known: {:?}", mark.recent);
     // The agent killed; the next one starts from that checkpoint.
-    let (mut counting, metrics, registry) = self::counting();
+    let (mut pipeline, metrics, registry) = self::pipeline();
     let resume = Mutex::new(Resume::from_mark(&mark));
-    let mut again = reader(&mut counting, &resume, LineBuffer::joining(1024, Some(&multiline)));
+    let mut again = reader(&mut pipeline, &resume, LineBuffer::joining(1024, Some(&multiline)));
     assert_eq!(stream_once(&pods, "shop", "app", false, &mut again, &mut stopped).await, Ended::ByServer { lines: 4 });
     again.end_event(std::time::Instant::now(), true);
     drop(pods);

@@ -27,9 +27,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use tracing::{info, warn};
 
-use crate::alerts::AlertState;
 use crate::config::PodIdentity;
 use crate::metrics::Metrics;
+use crate::sinks::alerts::AlertState;
 use crate::text::truncate;
 
 /// `reportingController` of the agent's Events.
@@ -317,7 +317,7 @@ pub(crate) async fn run(
     metrics: std::sync::Arc<Metrics>,
     deadline: Duration,
 ) {
-    crate::alerts::sink_task(Task { publisher, metrics }, alerts, deadline).await;
+    crate::sinks::alerts::sink_task(Task { publisher, metrics }, alerts, deadline).await;
 }
 
 struct Task {
@@ -325,7 +325,7 @@ struct Task {
     metrics: std::sync::Arc<Metrics>,
 }
 
-impl crate::alerts::AlertSink for Task {
+impl crate::sinks::alerts::AlertSink for Task {
     const WHAT: &'static str = "Events";
 
     fn sync(&mut self, alerts: &[AlertState], closing: bool) -> impl Future<Output = ()> + Send {
