@@ -257,9 +257,9 @@ mod tests {
                 non_negative: false,
             },
             labels: Vec::new(),
-            ..watcher_agent::config::RuleConfig::counting("latency", r"latency=(?P<ms>\d+)ms")
+            ..watcher_agent::config::RuleConfig::counting("latency", r"latency=(?P<ms>\d+)ms").expect("a rule")
         };
-        let rules = [watcher_agent::config::RuleConfig::counting("error", "ERROR"), latency];
+        let rules = [watcher_agent::config::RuleConfig::counting("error", "ERROR").expect("a rule"), latency];
         let sources = ["/var/log/*.log".into(), "stdout".into()];
         drop(watcher_agent::metrics::Metrics::register(&mut agent, &sources, &rules, 100));
         text.push_str(&watcher_agent::metrics::openmetrics(&agent));

@@ -68,7 +68,7 @@ fn write_log(path: &Path, from: usize, lines: usize) {
 }
 
 fn rules(count: usize) -> Vec<RuleConfig> {
-    PATTERNS[..count].iter().map(|(name, pattern)| RuleConfig::counting(name, pattern)).collect()
+    PATTERNS[..count].iter().map(|(name, pattern)| RuleConfig::counting(name, pattern).expect("a rule")).collect()
 }
 
 /// A JSON line of about 250 bytes, 8 fields, one nested: the text line `line(i)` says, as a JSON

@@ -8,10 +8,14 @@ use std::time::Duration;
 
 use watcher_base::format_duration;
 
+mod describe;
 mod rule;
+mod unknown;
 mod variables;
 
-pub use rule::{DEFAULT_BUCKETS, FieldMatch, MAX_BUCKETS, MAX_FIELDS, MetricKind, OWN_FAMILIES, RuleConfig, ValueFrom};
+pub use rule::{
+    DEFAULT_BUCKETS, FieldMatch, MAX_BUCKETS, MAX_FIELDS, MetricKind, OWN_FAMILIES, Pattern, RuleConfig, ValueFrom,
+};
 use variables::{
     ALERTMANAGER_URL, ENDED_FILE, EVENTS, FILES, FORMAT, IGNORE_OLDER, LISTEN, LOGS_CONTAINER, MAX_LINE_BYTES,
     MAX_OPEN_FILES, MAX_SERIES, MULTILINE_MAX_BYTES, MULTILINE_MAX_LINES, MULTILINE_START, MULTILINE_WAIT, POLL,
@@ -186,18 +190,24 @@ pub struct AlertmanagerUrl {
 }
 
 impl AlertmanagerUrl {
-    /// The address `url` gives; `None` for another form.
+    /// The address `url` gives (`http://host[:port][/prefix]`, read as `http::Uri` reads
+    /// it); `None` for another form: another scheme, no host, a user, a query or a fragment.
     pub fn parse(url: &str) -> Option<Self> {
-        let rest = url.strip_prefix("http://")?;
-        let (authority, prefix) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((host, port)) => (host, port.parse().ok()?),
-            None => (authority, 80),
-        };
-        if host.is_empty() || host.contains(['@', ' ']) {
+        let uri: http::Uri = url.parse().ok()?;
+        let authority = uri.authority()?;
+        if uri.scheme_str() != Some("http") || authority.as_str().contains('@') || uri.query().is_some() {
             return None;
         }
-        let prefix = prefix.trim_end_matches('/');
+        let host = authority.host();
+        if host.is_empty() {
+            return None;
+        }
+        // What follows the host: nothing, or `:` and a port (`http::Uri` lets any text be one).
+        let port = match authority.as_str().get(host.len()..)? {
+            "" => 80,
+            rest => rest.strip_prefix(':')?.parse().ok()?,
+        };
+        let prefix = uri.path().trim_matches('/');
         let path = if prefix.is_empty() { "/api/v2/alerts".to_owned() } else { format!("/{prefix}/api/v2/alerts") };
         Some(Self { host: host.to_owned(), port, path })
     }
@@ -217,6 +227,35 @@ fn absolute_path(values: &Values, name: &str) -> Result<Option<std::path::PathBu
         }
         path => Ok(path),
     }
+}
+
+/// `AGENT_LISTEN`.
+fn listen(values: &Values) -> Result<SocketAddr, ConfigError> {
+    let listen = values.get(LISTEN.name).unwrap_or(LISTEN.default);
+    listen.parse().map_err(|_| error(LISTEN.name, format!("{listen:?} is not an address such as 0.0.0.0:9102")))
+}
+
+/// `AGENT_ALERTMANAGER_URL`, if set.
+fn alertmanager(values: &Values) -> Result<Option<AlertmanagerUrl>, ConfigError> {
+    let Some(url) = values.get(ALERTMANAGER_URL.name) else { return Ok(None) };
+    AlertmanagerUrl::parse(url).map(Some).ok_or_else(|| {
+        error(ALERTMANAGER_URL.name, format!("{url:?}: an http:// URL such as http://alertmanager.monitoring:9093"))
+    })
+}
+
+/// The pod, from the downward API's `POD_NAME`, `POD_NAMESPACE`, `POD_UID`: the log stream
+/// (`logs`) needs its name and namespace.
+fn pod_identity(values: &Values, logs: bool) -> Result<PodIdentity, ConfigError> {
+    let get = |name: &str| values.get(name).map(str::to_owned);
+    let pod = PodIdentity { name: get("POD_NAME"), namespace: get("POD_NAMESPACE"), uid: get("POD_UID") };
+    if logs && (pod.name.is_none() || pod.namespace.is_none()) {
+        return Err(error(
+            "POD_NAME",
+            "AGENT_LOGS_CONTAINER needs the pod's name and namespace: set POD_NAME and POD_NAMESPACE from the \
+             downward API (fieldRef metadata.name, metadata.namespace)",
+        ));
+    }
+    Ok(pod)
 }
 
 /// A configuration problem: the variable, and what is wrong with it.
@@ -252,204 +291,36 @@ impl Config {
         let structured = [(format, !files.is_empty()), (stdout_format, logs_container.is_some())]
             .iter()
             .any(|(f, used)| *used && *f != Format::Text);
-        let rules = rule::rules(&values, structured)?;
-        let multiline = multiline(&values)?;
-        let series_idle = values.duration(&SERIES_IDLE)?;
-        let get = |name: &str| values.get(name);
-        let start = match values.word(&START)? {
-            "beginning" => Start::Beginning,
-            _ => Start::End,
-        };
-        let state_dir = get(STATE_DIR.name).map(std::path::PathBuf::from);
-        if let Some(dir) = &state_dir
-            && !dir.is_absolute()
-        {
-            return Err(error(STATE_DIR.name, format!("{:?} is not an absolute path", dir.display().to_string())));
-        }
-        let stream_idle = values.required_duration(&STREAM_IDLE)?;
-        let rotate_wait = values.required_duration(&ROTATE_WAIT)?;
-        let ignore_older = values.duration(&IGNORE_OLDER)?;
-        let max_open_files = values.count(&MAX_OPEN_FILES)?;
-        let max_series = values.count(&MAX_SERIES)?;
-        let listen = get(LISTEN.name).unwrap_or(LISTEN.default);
-        let listen = listen
-            .parse()
-            .map_err(|_| error(LISTEN.name, format!("{listen:?} is not an address such as 0.0.0.0:9102")))?;
-        let events = values.bool(&EVENTS)?;
-        let alertmanager = match get(ALERTMANAGER_URL.name) {
-            None => None,
-            Some(url) => Some(AlertmanagerUrl::parse(url).ok_or_else(|| {
-                error(
-                    ALERTMANAGER_URL.name,
-                    format!("{url:?}: an http:// URL such as http://alertmanager.monitoring:9093"),
-                )
-            })?),
-        };
-        let poll = values.required_duration(&POLL)?;
-        let shutdown_linger = values.required_duration(&SHUTDOWN_LINGER)?;
-        let max_line_bytes = values.count(&MAX_LINE_BYTES)?;
-        let ended_file = absolute_path(&values, ENDED_FILE.name)?;
-        let termination_log = absolute_path(&values, TERMINATION_LOG.name)?
-            .unwrap_or_else(|| std::path::PathBuf::from(TERMINATION_LOG.default));
-        let pod = PodIdentity {
-            name: get("POD_NAME").map(str::to_owned),
-            namespace: get("POD_NAMESPACE").map(str::to_owned),
-            uid: get("POD_UID").map(str::to_owned),
-        };
-        if logs_container.is_some() && (pod.name.is_none() || pod.namespace.is_none()) {
-            return Err(error(
-                "POD_NAME",
-                "AGENT_LOGS_CONTAINER needs the pod's name and namespace: set POD_NAME and POD_NAMESPACE from the \
-                 downward API (fieldRef metadata.name, metadata.namespace)",
-            ));
-        }
         Ok(Self {
+            rules: rule::rules(&values, structured)?,
+            multiline: multiline(&values)?,
+            series_idle: values.duration(&SERIES_IDLE)?,
+            start: match values.word(&START)? {
+                "beginning" => Start::Beginning,
+                _ => Start::End,
+            },
+            state_dir: absolute_path(&values, STATE_DIR.name)?,
+            stream_idle: values.required_duration(&STREAM_IDLE)?,
+            rotate_wait: values.required_duration(&ROTATE_WAIT)?,
+            ignore_older: values.duration(&IGNORE_OLDER)?,
+            max_open_files: values.count(&MAX_OPEN_FILES)?,
+            max_series: values.count(&MAX_SERIES)?,
+            listen: listen(&values)?,
+            events: values.bool(&EVENTS)?,
+            alertmanager: alertmanager(&values)?,
+            poll: values.required_duration(&POLL)?,
+            shutdown_linger: values.required_duration(&SHUTDOWN_LINGER)?,
+            max_line_bytes: values.count(&MAX_LINE_BYTES)?,
+            ended_file: absolute_path(&values, ENDED_FILE.name)?,
+            termination_log: absolute_path(&values, TERMINATION_LOG.name)?
+                .unwrap_or_else(|| std::path::PathBuf::from(TERMINATION_LOG.default)),
+            pod: pod_identity(&values, logs_container.is_some())?,
             files,
             logs_container,
-            rules,
-            start,
-            state_dir,
-            stream_idle,
-            rotate_wait,
-            ignore_older,
-            max_open_files,
-            max_series,
-            series_idle,
             format,
             stdout_format,
-            multiline,
-            listen,
-            events,
-            alertmanager,
-            poll,
-            max_line_bytes,
-            shutdown_linger,
-            ended_file,
-            termination_log,
-            pod,
         })
     }
-
-    /// The configuration as `watcher-agent check` prints it.
-    pub fn describe(&self) -> String {
-        let mut out = String::new();
-        let mut line = |text: String| {
-            out.push_str(&text);
-            out.push('\n');
-        };
-        line("configuration: valid".to_owned());
-        for file in &self.files {
-            line(format!("follows files: {file}"));
-        }
-        if let Some(container) = &self.logs_container {
-            line(format!(
-                "follows the log stream of container {container} (pods/log), asked again after {} without a byte",
-                format_duration(self.stream_idle)
-            ));
-        }
-        line(format!(
-            "starts at: {}",
-            match (&self.state_dir, self.start) {
-                (Some(_), _) => "the beginning of every file at the first start in the pod, the checkpoints after",
-                (None, Start::End) => "the end of files present at start (new files from their beginning)",
-                (None, Start::Beginning) => "the beginning of every file",
-            }
-        ));
-        if let Some(dir) = &self.state_dir {
-            line(format!("keeps checkpoints in: {}", dir.display()));
-        }
-        line(format!(
-            "rotated files: read for {} after their last growth; {}; at most {} open",
-            format_duration(self.rotate_wait),
-            self.ignore_older.map_or("unchanged files stay open".to_owned(), |d| format!(
-                "files unchanged for {} closed",
-                format_duration(d)
-            )),
-            self.max_open_files
-        ));
-        if self.format != Format::Text || self.stdout_format != self.format {
-            line(
-                format!("reads files as {:?}, the log stream as {:?}", self.format, self.stdout_format).to_lowercase(),
-            );
-        }
-        if let Some(multiline) = &self.multiline {
-            line(format!(
-                "joins lines into events: started by {}; ended after {} without a line, at {} lines; kept to {} bytes",
-                multiline.start,
-                format_duration(multiline.wait),
-                multiline.max_lines,
-                multiline.max_bytes
-            ));
-        }
-        for rule in &self.rules {
-            line(describe_rule(rule, self.max_series));
-        }
-        line(format!("serves /metrics, /healthz, /readyz on {}", self.listen));
-        let pod = match (&self.pod.namespace, &self.pod.name) {
-            (Some(namespace), Some(name)) => format!("{namespace}/{name}"),
-            _ => "unknown (POD_NAME, POD_NAMESPACE unset)".to_owned(),
-        };
-        line(format!("pod: {pod}"));
-        let alerting = self.rules.iter().any(|r| r.alert.is_some());
-        line(format!(
-            "events: {}",
-            match (self.events, alerting) {
-                (false, _) => "off",
-                (true, false) => "on, but no rule has an alert (AGENT_ALERT_<NAME>)",
-                (true, true) => "a Warning Event on the pod when an alert fires",
-            }
-        ));
-        if let Some(url) = &self.alertmanager {
-            line(format!("alertmanager: {url} (alerts posted firing and resolved)"));
-        }
-        line(format!(
-            "polls files every {}; lines matched on their first {} bytes",
-            format_duration(self.poll),
-            self.max_line_bytes
-        ));
-        line(match &self.ended_file {
-            Some(file) => format!(
-                "ends: by itself once {} is not empty (a pod that is meant to end), its last counts in {}",
-                file.display(),
-                self.termination_log.display()
-            ),
-            None => {
-                format!("ends: on SIGTERM, after a last scrape (at most {})", format_duration(self.shutdown_linger))
-            }
-        });
-        out
-    }
-}
-
-/// `rule error: \bERROR\b; alerts at 5 in 1m`, with what else the rule does.
-fn describe_rule(rule: &RuleConfig, max_series: usize) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    if let Some(pattern) = &rule.pattern {
-        parts.push(pattern.clone());
-    }
-    if !rule.fields.is_empty() {
-        let fields: Vec<String> = rule.fields.iter().map(|f| format!("{}={}", f.path, f.pattern)).collect();
-        parts.push(format!("fields {}", fields.join(", ")));
-    }
-    let mut text = format!("rule {}: {}", rule.name, parts.join("; "));
-    if let Some(alert) = rule.alert {
-        text.push_str(&format!("; alerts at {alert}"));
-    }
-    if !rule.labels.is_empty() {
-        text.push_str(&format!("; labels {} (at most {max_series} values)", rule.labels.join(", ")));
-    }
-    if let (Some(name), Some(value)) = (rule.metric_name(), &rule.value) {
-        let from = match value {
-            ValueFrom::Group(group) => format!("group {group}"),
-            ValueFrom::Field(field) => format!("field {field}"),
-        };
-        text.push_str(&format!("; {} of {from} as {name}", rule.metric.as_str()));
-        if rule.metric == MetricKind::Histogram {
-            let buckets: Vec<String> = rule.buckets.iter().map(f64::to_string).collect();
-            text.push_str(&format!(" (buckets {})", buckets.join(",")));
-        }
-    }
-    text
 }
 
 /// `AGENT_FORMAT`, or `AGENT_STDOUT_FORMAT` (`default`: `AGENT_FORMAT`'s where unset).
@@ -552,82 +423,6 @@ pub fn parse_threshold(value: &str) -> Result<Threshold, String> {
         return Err(format!("{value:?}: the window is from 1s to 24h"));
     }
     Ok(Threshold { count, window })
-}
-
-/// ` (did you mean AGENT_X?)` for the known variable closest to `key`, or nothing.
-fn closest(key: &str) -> String {
-    let fixed: Vec<&str> = VARIABLES.iter().filter(|v| v.is_fixed()).map(|v| v.name).collect();
-    let mut candidates: Vec<String> = fixed.iter().map(|n| (*n).to_owned()).collect();
-    // `AGENT_RULES_ERROR`: the prefix misspelt, the rule's name kept.
-    if let Some(rest) = key.strip_prefix(PREFIX)
-        && let Some((head, name)) = rest.split_once('_')
-    {
-        for prefix in RULE_FAMILIES {
-            if distance(&format!("{PREFIX}{head}_"), prefix) <= 2 {
-                candidates.push(format!("{prefix}{name}"));
-            }
-        }
-    }
-    // `AGENT_POLL_INTERVAL`: a known name with more after it.
-    let extended = candidates.iter().filter(|c| key.starts_with(&format!("{c}_"))).max_by_key(|c| c.len());
-    if let Some(name) = extended {
-        return format!(" (did you mean {name}?)");
-    }
-    let best = candidates.iter().map(|c| (distance(key, c), c)).min();
-    match best {
-        Some((d, name)) if d <= 4 => format!(" (did you mean {name}?)"),
-        _ => format!(" (known: {}, {})", fixed.join(", "), RULE_FAMILIES.map(|p| format!("{p}<NAME>")).join(", ")),
-    }
-}
-
-/// Levenshtein distance, for names of a few dozen characters.
-fn distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, x) in a.iter().enumerate() {
-        let mut current = vec![i + 1; b.len() + 1];
-        for (j, y) in b.iter().enumerate() {
-            current[j + 1] = (previous[j] + usize::from(x != y)).min(previous[j + 1] + 1).min(current[j] + 1);
-        }
-        previous = current;
-    }
-    previous[b.len()]
-}
-
-/// Whether `key=value` is one of the kubelet's Service variables (`<SVC>_SERVICE_HOST`,
-/// `<SVC>_SERVICE_PORT[_<NAME>]`, `<SVC>_PORT`, `<SVC>_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]`),
-/// which a Service named `agent-...` puts in every container of its namespace. The value must
-/// look like one too (an address, a port, `tcp://...`), so a rule named `..._PORT` stays a rule.
-fn is_service_link(key: &str, value: &str) -> bool {
-    let address = |v: &str| v.parse::<std::net::IpAddr>().is_ok();
-    let port = |v: &str| v.parse::<u16>().is_ok();
-    let url = |v: &str| {
-        ["tcp://", "udp://", "sctp://"]
-            .iter()
-            .any(|p| v.strip_prefix(p).is_some_and(|rest| rest.parse::<SocketAddr>().is_ok()))
-    };
-    if key.ends_with("_SERVICE_HOST") {
-        return address(value);
-    }
-    if key.contains("_SERVICE_PORT") {
-        return port(value);
-    }
-    if key.ends_with("_PORT") && !key.contains("_PORT_") {
-        return url(value);
-    }
-    // <SVC>_PORT_<n>_<PROTO>[_SUFFIX]
-    let Some(at) = key.rfind("_PORT_") else { return false };
-    let parts: Vec<&str> = key[at + "_PORT_".len()..].split('_').collect();
-    let numbered =
-        parts.first().is_some_and(|n| port(n)) && parts.get(1).is_some_and(|p| ["TCP", "UDP", "SCTP"].contains(p));
-    numbered
-        && match parts.get(2) {
-            None => url(value),
-            Some(&"PROTO") => ["tcp", "udp", "sctp"].contains(&value),
-            Some(&"PORT") => port(value),
-            Some(&"ADDR") => address(value),
-            Some(_) => false,
-        }
 }
 
 /// A Prometheus label name: letters, digits and `_`, not starting with a digit nor `__`.

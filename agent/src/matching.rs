@@ -11,7 +11,7 @@
 use memchr::{memchr, memrchr};
 use regex::bytes::{CaptureLocations, Regex, RegexBuilder, RegexSet};
 
-use crate::config::{RuleConfig, ValueFrom};
+use crate::config::{Pattern, RuleConfig, ValueFrom};
 use crate::parse::fields::Record;
 
 /// The compiled rules, in configuration order.
@@ -70,7 +70,7 @@ impl AnchoredAt {
             .build(pattern)
             .ok()?;
         let (cache, captures) = (dfa.create_cache(), dfa.create_captures());
-        Some(Self { literal: memchr::memmem::Finder::new(literal.as_bytes()).into_owned(), dfa, cache, captures })
+        Some(Self { literal: memchr::memmem::Finder::new(&literal).into_owned(), dfa, cache, captures })
     }
 
     /// The leftmost match in `run` from `at` on: its span, its groups in `self.captures`.
@@ -90,21 +90,16 @@ impl AnchoredAt {
     }
 }
 
-/// The literal `pattern` starts with, where it starts with one of two bytes or more and has no
-/// alternation (`latency=` in `latency=(?P<ms>\d+)ms`); a character a quantifier follows is not
-/// part of it.
-fn literal_prefix(pattern: &str) -> Option<String> {
-    if pattern.contains('|') {
-        return None;
-    }
-    let end = pattern
-        .find(|c: char| !(c.is_ascii_alphanumeric() || "=:_- /\"',;<>@#%&~!".contains(c)))
-        .unwrap_or(pattern.len());
-    let mut literal = &pattern[..end];
-    if matches!(pattern[end..].chars().next(), Some('*' | '?' | '+' | '{')) {
-        literal = &literal[..literal.len().saturating_sub(1)];
-    }
-    (literal.len() >= 2).then(|| literal.to_owned())
+/// The bytes every match of `pattern` starts with, where there are two or more
+/// (`latency=` in `latency=(?P<ms>\d+)ms`): the longest common prefix of the literals regex-syntax
+/// extracts, read as the rules read (bytes, lines at `^` and `$`). `None` where matches may start
+/// anywhere (a class that is not expanded, an alternation with no common start, `(?i)`).
+fn literal_prefix(pattern: &str) -> Option<Vec<u8>> {
+    use regex_syntax::hir::literal::{ExtractKind, Extractor};
+    let hir = regex_syntax::ParserBuilder::new().utf8(false).multi_line(true).crlf(true).build().parse(pattern).ok()?;
+    let prefixes = Extractor::new().kind(ExtractKind::Prefix).extract(&hir);
+    let common = prefixes.longest_common_prefix()?;
+    (common.len() >= 2).then(|| common.to_vec())
 }
 
 /// What a rule takes from what it matches.
@@ -144,10 +139,11 @@ pub struct Matched<'l> {
 }
 
 impl Rules {
-    /// The rules of `config` (each already checked to compile alone).
+    /// The rules of `config`, each compiled alone when it was read: here their set and their
+    /// reading over runs are built from them (once: readers clone them).
     pub fn new(rules: &[RuleConfig]) -> Result<Self, regex::Error> {
         let with_pattern: Vec<(usize, &str)> =
-            rules.iter().enumerate().filter_map(|(i, r)| Some((i, r.pattern.as_deref()?))).collect();
+            rules.iter().enumerate().filter_map(|(i, r)| Some((i, r.pattern.as_ref()?.as_str()))).collect();
         let set = RegexSet::new(with_pattern.iter().map(|(_, p)| *p))?;
         let whole_text = with_pattern.iter().any(|(_, p)| p.contains(r"\A") || p.contains(r"\z"));
         let runs = if whole_text { None } else { Some(Runs::new(rules)?) };
@@ -170,10 +166,10 @@ impl Rules {
                 field_labels: rule.field_labels.iter().map(|p| path(p)).collect(),
             };
             for condition in &rule.fields {
-                spec.fields.push((path(&condition.path), Regex::new(&condition.pattern)?));
+                spec.fields.push((path(&condition.path), condition.pattern.regex().clone()));
             }
             if let Some(pattern) = &rule.pattern {
-                let regex = Regex::new(pattern)?;
+                let regex = pattern.regex().clone();
                 let group = |name: &str| regex.capture_names().position(|n| n == Some(name));
                 let group_labels = rule.labels.len() - rule.field_labels.len();
                 spec.label_groups = rule.labels[..group_labels].iter().filter_map(|l| group(l)).collect();
@@ -388,7 +384,7 @@ impl Runs {
         let mut grouped = Vec::new();
         let mut anchored = Vec::new();
         for (index, rule) in text_rules {
-            let Some(pattern) = rule.pattern.as_deref() else { continue };
+            let Some(pattern) = rule.pattern.as_ref().map(Pattern::as_str) else { continue };
             let has_groups =
                 rule.labels.len() > rule.field_labels.len() || matches!(rule.value, Some(ValueFrom::Group(_)));
             if has_groups {
@@ -453,7 +449,7 @@ mod tests {
 
     fn rules(patterns: &[(&str, &str)]) -> Rules {
         let configs: Vec<RuleConfig> =
-            patterns.iter().map(|(name, pattern)| RuleConfig::counting(name, pattern)).collect();
+            patterns.iter().map(|(name, pattern)| RuleConfig::counting(name, pattern).expect("a rule")).collect();
         Rules::new(&configs).expect("compiles")
     }
 
@@ -554,13 +550,17 @@ mod tests {
 
     #[test]
     fn a_literal_prefix_is_what_every_match_starts_with() {
-        assert_eq!(literal_prefix(r"latency=(?P<ms>\d+)ms").as_deref(), Some("latency="));
-        assert_eq!(literal_prefix(r#"user="(?P<u>[^"]*)""#).as_deref(), Some("user=\""));
-        assert_eq!(literal_prefix("abc+(?P<x>d)").as_deref(), Some("ab"), "c+ may repeat: not literal");
-        assert_eq!(literal_prefix("a?(?P<x>b)"), None);
-        assert_eq!(literal_prefix("(?i)took=(?P<ms>\\d+)"), None, "flags first");
-        assert_eq!(literal_prefix("took=(?P<a>1)|x"), None, "an alternation");
-        assert_eq!(literal_prefix(r"\bERROR (?P<x>\w+)"), None);
+        let prefix = |pattern: &str| literal_prefix(pattern).map(|p| String::from_utf8_lossy(&p).into_owned());
+        assert_eq!(prefix(r"latency=(?P<ms>\d+)ms").as_deref(), Some("latency="));
+        assert_eq!(prefix(r#"user="(?P<u>[^"]*)""#).as_deref(), Some("user=\""));
+        assert_eq!(prefix("abc+(?P<x>d)").as_deref(), Some("abc"), "c+ is at least one c");
+        assert_eq!(prefix("code=[0-5](?P<x>d)").as_deref(), Some("code="), "a small class expanded, then joined");
+        assert_eq!(prefix("(took|took_ms)=(?P<ms>1)").as_deref(), Some("took"), "what an alternation shares");
+        assert_eq!(prefix(r"\bERROR (?P<x>\w+)").as_deref(), Some("ERROR "), "a look-around takes no byte");
+        assert_eq!(prefix("a?(?P<x>b)"), None);
+        assert_eq!(prefix("(?i)took=(?P<ms>\\d+)"), None, "any case");
+        assert_eq!(prefix("took=(?P<a>1)|x"), None, "an alternation with no common start");
+        assert_eq!(prefix(r"\w+=(?P<x>\d)"), None, "a class too large to expand");
     }
 
     /// The rules with groups found by their literal and read by the one-pass DFA take exactly

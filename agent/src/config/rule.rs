@@ -8,6 +8,8 @@ use super::{
     ALERT_PREFIX, BUCKETS_PREFIX, ConfigError, LABELS_PREFIX, MATCH_PREFIX, MAX_RULES, METRIC_PREFIX, RULE_PREFIX,
     UNIT_PREFIX, VALUE_PREFIX, Values, error, is_label_name, one_line, parse_threshold,
 };
+use std::fmt;
+
 use crate::parse::value::{Reading, Unit};
 
 use super::Threshold;
@@ -67,13 +69,57 @@ pub enum ValueFrom {
     Field(String),
 }
 
+/// A regular expression as configured, compiled once when the configuration is read: the
+/// rules match with it (and with the set its text makes), `check` prints its text.
+#[derive(Clone, Debug)]
+pub struct Pattern(regex::bytes::Regex);
+
+impl Pattern {
+    /// `text`, compiled; what is wrong with it on one line, as the regex crate says it.
+    pub fn new(text: &str) -> Result<Self, String> {
+        regex::bytes::Regex::new(text)
+            .map(Self)
+            .map_err(|problem| format!("not a regular expression: {}", one_line(&problem.to_string())))
+    }
+
+    /// Its text, as configured.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// The compiled expression.
+    pub fn regex(&self) -> &regex::bytes::Regex {
+        &self.0
+    }
+
+    /// The names of its named groups, in order.
+    pub fn groups(&self) -> impl Iterator<Item = &str> {
+        self.0.capture_names().flatten()
+    }
+}
+
+/// Two patterns are the same where they are written the same.
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Pattern {}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A field condition (`AGENT_MATCH_<NAME>=field=regex`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldMatch {
     /// The field's dotted path.
     pub path: String,
     /// The regular expression its value must match.
-    pub pattern: String,
+    pub pattern: Pattern,
 }
 
 /// One rule.
@@ -82,7 +128,7 @@ pub struct RuleConfig {
     /// `error` for `AGENT_RULE_ERROR`.
     pub name: String,
     /// The line's regular expression (`AGENT_RULE_<NAME>`), if any.
-    pub pattern: Option<String>,
+    pub pattern: Option<Pattern>,
     /// Field conditions (`AGENT_MATCH_<NAME>`), all of which must hold.
     pub fields: Vec<FieldMatch>,
     /// Its alert, from `AGENT_ALERT_<NAME>`.
@@ -103,12 +149,12 @@ pub struct RuleConfig {
 }
 
 impl RuleConfig {
-    /// A rule that counts the lines `pattern` matches, labelled by its named groups.
-    pub fn counting(name: &str, pattern: &str) -> Self {
-        let labels = regex::bytes::Regex::new(pattern)
-            .map(|r| r.capture_names().flatten().map(str::to_owned).collect())
-            .unwrap_or_default();
-        Self { name: name.to_owned(), pattern: Some(pattern.to_owned()), labels, ..Self::default() }
+    /// A rule that counts the lines `pattern` matches, labelled by its named groups; what is
+    /// wrong with `pattern`, as [`Pattern::new`] says it.
+    pub fn counting(name: &str, pattern: &str) -> Result<Self, String> {
+        let pattern = Pattern::new(pattern)?;
+        let labels = pattern.groups().map(str::to_owned).collect();
+        Ok(Self { name: name.to_owned(), pattern: Some(pattern), labels, ..Self::default() })
     }
 
     /// The name of the metric its values make, without `_total` or `_bucket`:
@@ -194,8 +240,7 @@ pub(super) fn rules(values: &Values, structured: bool) -> Result<Vec<RuleConfig>
             }
             rule.fields = field_matches(key, value)?;
         } else {
-            compile(key, value)?;
-            rule.pattern = Some(value.clone());
+            rule.pattern = Some(compile(key, value)?);
         }
     }
     if rules.is_empty() {
@@ -262,7 +307,7 @@ fn finish(rule: &mut RuleConfig) -> Result<(), ConfigError> {
     let upper = rule.name.to_uppercase();
     let key = |prefix: &str| format!("{prefix}{upper}");
     let mut labels: Vec<String> = match &rule.pattern {
-        Some(pattern) => compile(&key(RULE_PREFIX), pattern)?.capture_names().flatten().map(str::to_owned).collect(),
+        Some(pattern) => pattern.groups().map(str::to_owned).collect(),
         None => Vec::new(),
     };
     if let Some(ValueFrom::Group(group)) = &rule.value {
@@ -340,7 +385,7 @@ fn metric_names(rules: &[RuleConfig]) -> Result<(), ConfigError> {
 /// `AGENT_VALUE_<NAME>`: a named group of the rule's regular expression, else a field.
 fn value_from(key: &str, value: &str, rule: &RuleConfig, structured: bool) -> Result<ValueFrom, ConfigError> {
     let groups: Vec<String> = match &rule.pattern {
-        Some(pattern) => compile(key, pattern)?.capture_names().flatten().map(str::to_owned).collect(),
+        Some(pattern) => pattern.groups().map(str::to_owned).collect(),
         None => Vec::new(),
     };
     if groups.iter().any(|g| g == value) {
@@ -384,8 +429,7 @@ fn field_matches(key: &str, value: &str) -> Result<Vec<FieldMatch>, ConfigError>
             text.split_once('=').ok_or_else(|| error(key, format!("{text:?}: field=regex, e.g. level=^error$")))?;
         let (path, pattern) = (path.trim(), pattern.trim());
         field_path(key, path)?;
-        compile(key, pattern)?;
-        matches.push(FieldMatch { path: path.to_owned(), pattern: pattern.to_owned() });
+        matches.push(FieldMatch { path: path.to_owned(), pattern: compile(key, pattern)? });
     }
     if matches.len() > MAX_FIELDS {
         return Err(error(key, format!("{} conditions: at most {MAX_FIELDS}", matches.len())));
@@ -461,9 +505,8 @@ fn field_path(key: &str, path: &str) -> Result<(), ConfigError> {
     }
 }
 
-fn compile(key: &str, pattern: &str) -> Result<regex::bytes::Regex, ConfigError> {
-    regex::bytes::Regex::new(pattern)
-        .map_err(|problem| error(key, format!("not a regular expression: {}", one_line(&problem.to_string()))))
+fn compile(key: &str, pattern: &str) -> Result<Pattern, ConfigError> {
+    Pattern::new(pattern).map_err(|problem| error(key, problem))
 }
 
 /// `error` of `AGENT_RULE_ERROR`: names are letters, digits and `_`, starting with a letter.

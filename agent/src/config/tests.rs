@@ -158,7 +158,7 @@ fn values_are_trimmed() {
         ("AGENT_START", "beginning\n"),
     ])
     .expect("valid");
-    assert_eq!(config.rules[0].pattern.as_deref(), Some("\\bERROR\\b"));
+    assert_eq!(config.rules[0].pattern.as_ref().map(Pattern::as_str), Some("\\bERROR\\b"));
     assert_eq!(config.files, ["/x/*.log"]);
     assert_eq!(config.start, Start::Beginning);
 }
@@ -254,8 +254,8 @@ fn values_fields_and_events_are_read() {
     assert_eq!(
         errors.fields,
         [
-            FieldMatch { path: "level".into(), pattern: "^error$".into() },
-            FieldMatch { path: "http.status".into(), pattern: r"^5\d{1,2}$".into() }
+            FieldMatch { path: "level".into(), pattern: Pattern::new("^error$").expect("a pattern") },
+            FieldMatch { path: "http.status".into(), pattern: Pattern::new(r"^5\d{1,2}$").expect("a pattern") }
         ],
         "a comma in a regular expression stays in it"
     );
@@ -396,4 +396,33 @@ fn values_fields_and_events_problems_name_their_variable() {
         let said = problem(&vars);
         assert!(said.contains(wanted), "{vars:?}: {said}");
     }
+}
+
+/// `AGENT_ALERTMANAGER_URL` as `http::Uri` reads it: a host, a port (80 by default), a prefix;
+/// another scheme, a user, a query, a bad port or no host refused.
+#[test]
+fn alertmanager_urls() {
+    let read = |url: &str| AlertmanagerUrl::parse(url).map(|u| (u.host, u.port, u.path));
+    let owned = |host: &str, port, path: &str| Some((host.to_owned(), port, path.to_owned()));
+    assert_eq!(read("http://am.monitoring:9093"), owned("am.monitoring", 9093, "/api/v2/alerts"));
+    assert_eq!(read("http://am"), owned("am", 80, "/api/v2/alerts"));
+    assert_eq!(read("http://10.0.0.7:9093/"), owned("10.0.0.7", 9093, "/api/v2/alerts"));
+    assert_eq!(read("http://am:9093/alertmanager/"), owned("am", 9093, "/alertmanager/api/v2/alerts"));
+    assert_eq!(read("http://[fd00::7]:9093"), owned("[fd00::7]", 9093, "/api/v2/alerts"));
+    for bad in [
+        "am:9093",
+        "https://am:9093",
+        "http://",
+        "http://user@am:9093",
+        "http://am:port",
+        "http://am:99999",
+        "http://am:",
+        "http://am:9093/?x=1",
+        "http://a m:9093",
+        "",
+    ] {
+        assert_eq!(read(bad), None, "{bad:?}");
+    }
+    let url = AlertmanagerUrl::parse("http://am:9093/alertmanager").expect("an address");
+    assert_eq!(url.to_string(), "http://am:9093/alertmanager", "said as it was given");
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use watcher_base::{format_duration, parse_duration};
 
-use super::{ConfigError, PREFIX, RULE_FAMILIES, closest, error, is_service_link};
+use super::unknown::{closest, is_service_link};
+use super::{ConfigError, PREFIX, RULE_FAMILIES, error};
 
 /// How a variable's value is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,8 +1,15 @@
 //! Structured lines: a JSON object or logfmt pairs, read for the few fields the rules name
 //! (dotted paths into nested objects, `http.ms`), in one pass without building the object: the
-//! rest is checked and skipped. Nesting is followed on the heap (a line nested 10,000 deep is
+//! rest is checked as strictly and skipped. Nesting is followed on the heap (a line nested 10,000 deep is
 //! read like any other), strings stay bytes (a string that is not UTF-8 is matched on its
 //! bytes), and a key given twice is read as its last value, as most JSON readers do.
+//!
+//! It is not `admission`'s JSON reader, by design: that one is a serde deserializer of UTF-8
+//! text that checks an AdmissionReview as serde_json would (numbers in f64's range, surrogate
+//! pairs), building the types it reads; this one reads log lines, which are bytes, for a few
+//! paths and builds nothing, numbers as written (`1e400` is a number: what it is as a value is
+//! the value's to say), and the agent does not link the admission crate. Both refuse what is not
+//! JSON's syntax, in every container, read or skipped.
 
 use std::borrow::Cow;
 
@@ -255,31 +262,65 @@ impl<'a> Json<'a, '_> {
         Ok(literal)
     }
 
-    /// Past the object or array at `at` (its strings and nesting checked, on a counter).
+    /// Past the object or array at `at`, checked as the objects read key by key are: every
+    /// member a key, `:` and a value, every value a string, a number, `true`, `false`, `null`
+    /// or a container, commas between them and none after the last (`[1,,x]` is not JSON). The
+    /// open containers are kept on the heap, their closers only.
     fn skip_container(&mut self) -> Result<(), NotInFormat> {
         let mut closing: Vec<u8> = Vec::new();
         loop {
-            let Some(byte) = self.peek() else { return Err(NotInFormat) };
-            match byte {
-                b'{' => closing.push(b'}'),
-                b'[' => closing.push(b']'),
-                b'}' | b']' => {
-                    if closing.pop() != Some(byte) {
-                        return Err(NotInFormat);
-                    }
-                    if closing.is_empty() {
+            // A value.
+            self.space();
+            match self.peek() {
+                Some(open @ (b'{' | b'[')) => {
+                    self.at += 1;
+                    let close = if open == b'{' { b'}' } else { b']' };
+                    self.space();
+                    if self.peek() == Some(close) {
                         self.at += 1;
-                        return Ok(());
+                    } else {
+                        closing.push(close);
+                        if close == b'}' {
+                            self.member_key()?;
+                        }
+                        continue;
                     }
                 }
-                b'"' => {
+                Some(b'"') => {
                     self.string()?;
-                    continue;
                 }
-                _ => {}
+                _ => {
+                    self.literal()?;
+                }
             }
-            self.at += 1;
+            // After it: a comma and the next member, or the end of its container (and maybe of
+            // those around it).
+            loop {
+                let Some(&close) = closing.last() else { return Ok(()) };
+                self.space();
+                match self.peek() {
+                    Some(b',') => {
+                        self.at += 1;
+                        if close == b'}' {
+                            self.member_key()?;
+                        }
+                        break;
+                    }
+                    Some(byte) if byte == close => {
+                        self.at += 1;
+                        closing.pop();
+                    }
+                    _ => return Err(NotInFormat),
+                }
+            }
         }
+    }
+
+    /// A member's key and its `:`.
+    fn member_key(&mut self) -> Result<(), NotInFormat> {
+        self.space();
+        self.string()?;
+        self.expect(b':')
     }
 }
 

@@ -296,7 +296,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::config::{Threshold, ValueFrom};
+    use crate::config::{Pattern, Threshold, ValueFrom};
     use crate::parse::value::Unit;
     use crate::sinks::alerts::AlertBook;
 
@@ -304,9 +304,9 @@ mod tests {
         let rules = [
             RuleConfig {
                 alert: Some(Threshold { count: 3, window: Duration::from_secs(60) }),
-                ..RuleConfig::counting("error", r"\bERROR\b")
+                ..RuleConfig::counting("error", r"\bERROR\b").expect("a rule")
             },
-            RuleConfig::counting("slow_query", "slow"),
+            RuleConfig::counting("slow_query", "slow").expect("a rule"),
         ];
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry, &["/logs/*.log".into(), "stdout".into()], &rules, 100);
@@ -356,7 +356,7 @@ mod tests {
 
     fn rule(name: &str, pattern: Option<&str>, f: impl FnOnce(&mut RuleConfig)) -> RuleConfig {
         let mut rule = match pattern {
-            Some(pattern) => RuleConfig::counting(name, pattern),
+            Some(pattern) => RuleConfig::counting(name, pattern).expect("a rule"),
             None => RuleConfig { name: name.into(), ..RuleConfig::default() },
         };
         f(&mut rule);
@@ -416,12 +416,18 @@ mod tests {
     #[test]
     fn json_fields_match_measure_and_label() {
         let errors = rule("errors", None, |r| {
-            r.fields = vec![crate::config::FieldMatch { path: "level".into(), pattern: "^error$".into() }];
+            r.fields = vec![crate::config::FieldMatch {
+                path: "level".into(),
+                pattern: Pattern::new("^error$").expect("a pattern"),
+            }];
             r.labels = vec!["route".into()];
             r.field_labels = vec!["route".into()];
         });
         let latency = rule("latency", None, |r| {
-            r.fields = vec![crate::config::FieldMatch { path: "level".into(), pattern: ".".into() }];
+            r.fields = vec![crate::config::FieldMatch {
+                path: "level".into(),
+                pattern: Pattern::new(".").expect("a pattern"),
+            }];
             r.value = Some(ValueFrom::Field("http.ms".into()));
             r.metric = MetricKind::Histogram;
             r.buckets = vec![0.5, 1.0];
@@ -464,13 +470,19 @@ mod tests {
     #[test]
     fn sums_and_gauges() {
         let bytes = rule("sent", None, |r| {
-            r.fields = vec![crate::config::FieldMatch { path: "msg".into(), pattern: "sent".into() }];
+            r.fields = vec![crate::config::FieldMatch {
+                path: "msg".into(),
+                pattern: Pattern::new("sent").expect("a pattern"),
+            }];
             r.value = Some(ValueFrom::Field("size".into()));
             r.metric = MetricKind::Sum;
             r.reading = Reading { bare: Some(Unit::Bytes), non_negative: true };
         });
         let queue = rule("queue", None, |r| {
-            r.fields = vec![crate::config::FieldMatch { path: "queue".into(), pattern: ".".into() }];
+            r.fields = vec![crate::config::FieldMatch {
+                path: "queue".into(),
+                pattern: Pattern::new(".").expect("a pattern"),
+            }];
             r.value = Some(ValueFrom::Field("queue".into()));
             r.metric = MetricKind::Gauge;
         });
@@ -567,7 +579,10 @@ mod tests {
     #[test]
     fn a_64_mb_json_line_is_bounded() {
         let errors = rule("errors", None, |r| {
-            r.fields = vec![crate::config::FieldMatch { path: "level".into(), pattern: "error".into() }];
+            r.fields = vec![crate::config::FieldMatch {
+                path: "level".into(),
+                pattern: Pattern::new("error").expect("a pattern"),
+            }];
         });
         let (mut c, registry) = measuring(&[errors, rule("any", Some("level"), |_| {})], vec![Format::Json], 100);
         let mut line = String::from(r#"{"level":"error","msg":""#);

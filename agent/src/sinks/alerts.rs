@@ -392,7 +392,7 @@ mod tests {
     fn the_book_says_firing_occurrences_and_resolution_with_a_note() {
         let rules = [RuleConfig {
             alert: Some(Threshold { count: 2, window: Duration::from_secs(60) }),
-            ..RuleConfig::counting("error", "ERROR")
+            ..RuleConfig::counting("error", "ERROR").expect("a rule")
         }];
         let mut book = AlertBook::new(&rules);
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);

@@ -34,7 +34,7 @@ async fn serve(handle: &mut Server, status: StatusCode, body: &str) -> String {
 
 /// A stream's counting: every line, and the lines with a word (`(?P<word>\w+)$`) by that word.
 fn pipeline() -> (Pipeline, Arc<Metrics>, Registry) {
-    let rules = [RuleConfig::counting("word", r"(?P<word>\w+)$")];
+    let rules = [RuleConfig::counting("word", r"(?P<word>\w+)$").expect("a rule")];
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry, &["stdout".into()], &rules, 100));
     let alerts = Arc::new(Mutex::new(AlertBook::new(&rules)));
