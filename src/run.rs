@@ -84,6 +84,14 @@ fn termination() -> anyhow::Result<impl Future<Output = ()>> {
     })
 }
 
+/// What the controllers read of the caches.
+struct CacheView {
+    watchers: WatcherCache,
+    policies: PolicyCache,
+    revisions: RevisionCache,
+    ready: watch::Receiver<bool>,
+}
+
 /// The caches every replica keeps, their tasks, and the signal that the controllers may start.
 struct Caches {
     watchers: WatcherCache,
@@ -94,6 +102,18 @@ struct Caches {
     ready: watch::Receiver<bool>,
 }
 
+/// The webhook as served: its task, how it is told to stop, its readiness, and the upkeep of
+/// its certificate.
+struct Webhook {
+    task: JoinHandle<()>,
+    stop: watch::Sender<bool>,
+    tls_ready: Arc<std::sync::atomic::AtomicBool>,
+    cert_upkeep: Option<JoinHandle<()>>,
+}
+
+/// Runs one replica: the caches, the webhook, the health and metrics servers, and (while it
+/// leads) the controllers, until SIGTERM; then drains the webhook and stops the rest within
+/// [`SHUTDOWN_GRACE`].
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
@@ -109,86 +129,99 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         leader_election = args.leader_election,
         "starting"
     );
-
     let terminated = termination()?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let shutdown = Shutdown(shutdown_rx);
     let mut readiness = Readiness::default();
     let caches = start_caches(&args, &client, &namespace, &mut readiness, &shutdown);
-
-    // The webhook: every replica serves it, from the Watcher cache.
     let tls_ready = readiness.gate("webhook-tls");
     let (certs, cert_upkeep) = start_certificates(&args, &client, &namespace, shutdown.wait()).await?;
     let (registry, metrics, webhook_metrics) = crate::telemetry::registry(&caches.watchers, certs.clone());
+    let tls_config = Arc::new(server_config(certs.clone())?);
+    let reviewer = reviewer(&args, &client, &namespace, &caches).await;
     let listener = tokio::net::TcpListener::bind(args.webhook_addr)
         .await
         .with_context(|| format!("cannot listen on --webhook-addr {}", args.webhook_addr))?;
-    let (native_sidecars, server_minor) = server_version(&client).await;
+    let (stop, stopped) = watch::channel(false);
+    let app = router(reviewer, webhook_metrics);
+    let task = tokio::spawn(serve_webhook(listener, tls_config.clone(), app, certs, tls_ready.clone(), stopped));
+    let webhook = Webhook { task, stop, tls_ready, cert_upkeep };
+    let metrics_serving = if args.metrics_secure {
+        MetricsServing::Secure { tls: tls_config, auth: crate::metrics_auth::MetricsAuth::new(client.clone()) }
+    } else {
+        MetricsServing::Plain
+    };
+    let health = tokio::spawn(serve_health(args.health_addr, readiness, shutdown.wait()).await?);
+    let metrics_server =
+        tokio::spawn(serve_metrics(args.metrics_addr, registry, metrics_serving, shutdown.wait()).await?);
+    let ctx = Arc::new(Context::new(client.clone(), metrics).with_shutdown(shutdown.0.clone()));
+    let controllers = start_controllers(&args, client, namespace, ctx, caches.view(), &shutdown);
+
+    terminated.await;
+    let servers = future::join(health, metrics_server);
+    drain_and_stop(webhook, &shutdown_tx, future::join3(future::join_all(caches.tasks), servers, controllers)).await;
+    Ok(())
+}
+
+/// The admission's reviewer: how this cluster is injected (its version, native sidecars), from
+/// the caches.
+async fn reviewer(args: &RunArgs, client: &Client, namespace: &str, caches: &Caches) -> Reviewer<WatcherCache> {
+    let (native_sidecars, server_minor) = server_version(client).await;
     let options = InjectOptions {
-        excluded_namespaces: vec![namespace.clone()],
+        excluded_namespaces: vec![namespace.to_owned()],
         native_sidecars,
         server_minor,
         supervisor_image: args.supervisor_image.clone(),
     };
-    let reviewer = Reviewer::new(caches.watchers.clone(), options)
+    Reviewer::new(caches.watchers.clone(), options)
         .with_policies(Arc::new(caches.policies.clone()))
-        .with_revisions(Arc::new(caches.revisions.clone()));
-    let app = router(reviewer, webhook_metrics);
-    let tls_config = Arc::new(server_config(certs.clone())?);
-    let metrics_serving = if args.metrics_secure {
-        let auth = crate::metrics_auth::MetricsAuth::new(client.clone());
-        MetricsServing::Secure { tls: tls_config.clone(), auth }
-    } else {
-        MetricsServing::Plain
-    };
-    let (webhook_stop_tx, webhook_stop_rx) = watch::channel(false);
-    let webhook = tokio::spawn(serve_webhook(listener, tls_config, app, certs, tls_ready.clone(), webhook_stop_rx));
+        .with_revisions(Arc::new(caches.revisions.clone()))
+}
 
-    let health = tokio::spawn(serve_health(args.health_addr, readiness, shutdown.wait()).await?);
-    let metrics_server =
-        tokio::spawn(serve_metrics(args.metrics_addr, registry, metrics_serving, shutdown.wait()).await?);
-
-    let ctx = Arc::new(Context::new(client.clone(), metrics).with_shutdown(shutdown.0.clone()));
+/// The controllers, run while this replica leads (or always, without leader election).
+fn start_controllers(
+    args: &RunArgs,
+    client: Client,
+    namespace: String,
+    ctx: Arc<Context>,
+    caches: CacheView,
+    shutdown: &Shutdown,
+) -> JoinHandle<()> {
     let sync_namespaces =
         if args.sync_namespaces.is_empty() { vec![namespace.clone()] } else { args.sync_namespaces.clone() };
-    let registration = registration(&args, &namespace);
-    let controllers = tokio::spawn(run_controllers_while_leader(
-        client,
-        namespace,
-        args.controllers.clone(),
-        args.leader_election,
-        Controllers {
-            ctx,
-            registration,
-            cache: caches.watchers,
-            revisions: caches.revisions,
-            policies: caches.policies,
-            cache_ready: caches.ready,
-            sync_namespaces,
-            sync_secrets: args.sync_secrets,
-            supervisor_image: args.supervisor_image.clone(),
-        },
-        shutdown.wait(),
-    ));
+    let controllers = Controllers {
+        ctx,
+        registration: registration(args, &namespace),
+        cache: caches.watchers,
+        revisions: caches.revisions,
+        policies: caches.policies,
+        cache_ready: caches.ready,
+        sync_namespaces,
+        sync_secrets: args.sync_secrets,
+        supervisor_image: args.supervisor_image.clone(),
+    };
+    let (names, leader_election) = (args.controllers.clone(), args.leader_election);
+    tokio::spawn(run_controllers_while_leader(client, namespace, names, leader_election, controllers, shutdown.wait()))
+}
 
-    terminated.await;
+/// The shutdown after SIGTERM: the webhook reports unready for [`ENDPOINT_DRAIN`] (the
+/// Service's endpoints drop this pod first), finishes the admissions in flight and stops; then
+/// every other task is told, and waited for at most [`SHUTDOWN_GRACE`].
+async fn drain_and_stop(webhook: Webhook, shutdown: &watch::Sender<bool>, rest: impl Future) {
     info!("shutting down: webhook unready, draining");
-    tls_ready.store(false, Ordering::Release);
+    webhook.tls_ready.store(false, Ordering::Release);
     tokio::time::sleep(ENDPOINT_DRAIN).await;
-    let _ = webhook_stop_tx.send(true);
-    let _ = webhook.await; // in-flight admissions finish first
-    let _ = shutdown_tx.send(true);
+    let _ = webhook.stop.send(true);
+    let _ = webhook.task.await; // in-flight admissions finish first
+    let _ = shutdown.send(true);
     let cert_upkeep = async move {
-        if let Some(task) = cert_upkeep {
+        if let Some(task) = webhook.cert_upkeep {
             let _ = task.await;
         }
     };
-    let servers = future::join(health, metrics_server);
-    let stopped = future::join4(future::join_all(caches.tasks), servers, controllers, cert_upkeep);
-    if tokio::time::timeout(SHUTDOWN_GRACE, stopped).await.is_err() {
+    if tokio::time::timeout(SHUTDOWN_GRACE, future::join(rest, cert_upkeep)).await.is_err() {
         warn!("work still in flight after {SHUTDOWN_GRACE:?}; exiting anyway");
     }
-    Ok(())
 }
 
 /// Starts the caches every replica keeps: the Watchers in memory, once (the webhook answers
@@ -270,6 +303,18 @@ fn start_caches(
         }
     });
     Caches { watchers: watcher_cache, policies: policy_cache, revisions: revision_cache, tasks, ready }
+}
+
+impl Caches {
+    /// The caches, for the controllers (the tasks stay with the replica).
+    fn view(&self) -> CacheView {
+        CacheView {
+            watchers: self.watchers.clone(),
+            policies: self.policies.clone(),
+            revisions: self.revisions.clone(),
+            ready: self.ready.clone(),
+        }
+    }
 }
 
 /// Serves the webhook once the certificate is loaded, until `stop`.

@@ -5,21 +5,20 @@ use k8s_openapi::api::core::v1::{ConfigMapEnvSource, EnvFromSource, ResourceRequ
 use kube::ResourceExt;
 use serde_json::Value;
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
 
 use crate::PodView;
-use crate::pod::{Annotations, ContainerView, PodSpecView};
 
 mod app;
 mod ending;
 mod options;
+mod patch;
 mod resources;
 mod security;
 pub use app::AppReport;
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, PatchOperation};
+use json_patch::PatchOperation;
 use options::native_sidecar;
 pub use options::{InjectOptions, SYSTEM_NAMESPACES, server_minor, supports_native_sidecars};
+use patch::PodPatch;
 pub use resources::{ResourceCompliance, ResourceReport, resource_compliance};
 pub use security::{Compliance, PodSecurityReport, Refusal, RunsAsRoot, compliance};
 use watcher_api::{
@@ -124,32 +123,15 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
     options: &InjectOptions,
     guards: &Guards<'_>,
 ) -> Injection {
-    let levels = guards.levels;
     let mut injection = Injection::default();
-    if options.never_mutated(namespace) {
-        injection.skipped = Some(format!("namespace {namespace} is never injected"));
-        return injection;
-    }
-    if pod.spec.as_ref().is_none_or(|spec| spec.containers.is_empty()) {
-        // Not a valid pod: the API server rejects it after admission, and a patch could not apply.
-        injection.skipped = Some("the pod has no containers".into());
+    if let Some(why) = never_injected(pod, namespace, options) {
+        injection.skipped = Some(why);
         return injection;
     }
     let decisions = decide(pod, namespace, watchers);
     injection.asked = !decisions.is_empty();
-    // Evaluated only where a level is enforced and a Watcher is to be injected.
-    let enforced = levels.enforced().is_some() && decisions.iter().any(|d| d.verdict == Verdict::Inject);
-    let guard = if enforced { security::Guard::of(pod, levels, options.server_minor) } else { None };
-    let ledger = if decisions.iter().any(|d| d.verdict == Verdict::Inject) {
-        resources::Ledger::of(guards.resources, pod)
-    } else {
-        None
-    };
-    let mut admission = Admission::new(pod, namespace, watchers, options, (guard, ledger), injection);
-    for decision in &decisions {
-        admission.decide(decision);
-    }
-    let mut injection = admission.injection;
+    let mut admission = admit(pod, namespace, watchers, options, guards, &decisions, injection);
+    let mut injection = std::mem::take(&mut admission.injection);
     if decisions.is_empty() {
         injection.skipped = Some("the pod asks for no Watcher".into());
         return injection;
@@ -163,31 +145,19 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
         injection.skipped = Some("every Watcher the pod asks for is injected or cannot be".into());
         if !left_out.is_empty() && injection.refused.is_none() {
             // Said on the pod, for the pod reconciler to report on the Watcher.
-            let mut patch = admission.patch;
-            patch.set_annotations(vec![(annotation::LeftOut::KEY, left_out)]);
-            injection.patch = patch.ops;
+            admission.patch.set_annotations(vec![(annotation::LeftOut::KEY, left_out)]);
+            injection.patch = admission.patch.ops;
         }
         return injection;
     }
-    let mut patch = admission.patch;
     if admission.supervised {
-        let resources = admission.supervisor_resources.unwrap_or_else(ending::resources);
-        patch.add_supervisor(&options.supervisor_image, &resources);
+        let resources = admission.supervisor_resources.take().unwrap_or_else(ending::resources);
+        admission.patch.add_supervisor(&options.supervisor_image, &resources);
     }
     if admission.ended_file {
-        patch.add_volume(watcher_api::ENDED_VOLUME, ending::ended_volume());
+        admission.patch.add_volume(watcher_api::ENDED_VOLUME, ending::ended_volume());
     }
-    let value = annotation::Injected::encode(admission.entries.iter().map(|(n, h)| (n, h)));
-    let imageless = annotation::InjectedWithoutImage::encode(admission.without_image.iter().map(|(n, h)| (n, h)));
-    let sidecars = (annotation::Sidecars::KEY, annotation::Sidecars::encode(&admission.sidecars));
-    let mut annotations =
-        vec![(annotation::Injected::KEY, value), (annotation::InjectedWithoutImage::KEY, imageless), sidecars];
-    if !left_out.is_empty() {
-        annotations.push((annotation::LeftOut::KEY, left_out));
-    }
-    if let Some(volumes) = patch.local_volumes() {
-        annotations.push((SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, volumes));
-    }
+    let mut annotations = injected_annotations(&admission, left_out);
     if admission.regular_sidecar && !pod.metadata.annotations.has(DEFAULT_CONTAINER_ANNOTATION) {
         let injected = injected_containers(pod, namespace, watchers);
         let containers = pod.spec.iter().flat_map(|s| &s.containers);
@@ -195,13 +165,66 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
             annotations.push((DEFAULT_CONTAINER_ANNOTATION, app.to_owned()));
         }
     }
+    let mut patch = admission.patch;
     if admission.to_end.len() > admission.ended_before {
         patch.add_label(END_SIDECARS_LABEL, "true");
-        annotations.push((annotation::EndSidecars::KEY, annotation::EndSidecars::encode(&admission.to_end)));
     }
     patch.set_annotations(annotations);
     injection.patch = patch.ops;
     injection
+}
+
+/// Why nothing is injected into `pod` in `namespace` whatever it asks: a namespace never
+/// injected, or a pod with no containers.
+fn never_injected(pod: &PodView, namespace: &str, options: &InjectOptions) -> Option<String> {
+    if options.never_mutated(namespace) {
+        return Some(format!("namespace {namespace} is never injected"));
+    }
+    // Not a valid pod: the API server rejects it after admission, and a patch could not apply.
+    pod.spec.as_ref().is_none_or(|spec| spec.containers.is_empty()).then(|| "the pod has no containers".into())
+}
+
+/// Every decision taken in one admission, the guards (Pod Security where a level is enforced,
+/// the resource rules) evaluated only where a Watcher is to be injected.
+fn admit<'a, W: Borrow<Watcher>>(
+    pod: &'a PodView,
+    namespace: &'a str,
+    watchers: &'a [W],
+    options: &'a InjectOptions,
+    guards: &Guards<'a>,
+    decisions: &[crate::decide::Decision<'a>],
+    injection: Injection,
+) -> Admission<'a, W> {
+    let injects = decisions.iter().any(|d| d.verdict == Verdict::Inject);
+    let enforced = guards.levels.enforced().is_some() && injects;
+    let guard = if enforced { security::Guard::of(pod, guards.levels, options.server_minor) } else { None };
+    let ledger = if injects { resources::Ledger::of(guards.resources, pod) } else { None };
+    let mut admission = Admission::new(pod, namespace, watchers, options, (guard, ledger), injection);
+    for decision in decisions {
+        admission.decide(decision);
+    }
+    admission
+}
+
+/// The annotations an injection writes on the pod: what was injected (with and without its
+/// image), the sidecars, what was left out, the emptyDirs cluster-autoscaler may evict, and
+/// the sidecars to end with the app.
+fn injected_annotations<W>(record: &Admission<'_, W>, left_out: String) -> Vec<(&'static str, String)> {
+    let value = annotation::Injected::encode(record.entries.iter().map(|(n, h)| (n, h)));
+    let imageless = annotation::InjectedWithoutImage::encode(record.without_image.iter().map(|(n, h)| (n, h)));
+    let sidecars = (annotation::Sidecars::KEY, annotation::Sidecars::encode(&record.sidecars));
+    let mut annotations =
+        vec![(annotation::Injected::KEY, value), (annotation::InjectedWithoutImage::KEY, imageless), sidecars];
+    if !left_out.is_empty() {
+        annotations.push((annotation::LeftOut::KEY, left_out));
+    }
+    if let Some(volumes) = record.patch.local_volumes() {
+        annotations.push((SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, volumes));
+    }
+    if record.to_end.len() > record.ended_before {
+        annotations.push((annotation::EndSidecars::KEY, annotation::EndSidecars::encode(&record.to_end)));
+    }
+    annotations
 }
 
 /// One admission under way: the patch, and what the pod carries and will carry.
@@ -467,233 +490,6 @@ fn sidecar(watcher: &Watcher, native: bool, adaptation: &Adaptation) -> Value {
 fn to_value<T: serde::Serialize>(value: &T) -> Value {
     // Serialising k8s-openapi types to a Value cannot fail: they are plain data with string keys.
     serde_json::to_value(value).unwrap_or(Value::Null)
-}
-
-/// Patch operations against one pod, tracking which lists exist and which names are taken so
-/// every path is valid for the pod as the earlier operations leave it.
-struct PodPatch<'a> {
-    ops: Vec<PatchOperation>,
-    spec: Option<&'a PodSpecView>,
-    annotations: &'a Annotations,
-    containers: &'a [ContainerView],
-    /// The pod's volumes, then those the Watchers add; the first `pod_volumes` are the pod's.
-    volume_names: Vec<&'a str>,
-    pod_volumes: usize,
-    /// The emptyDirs added, for cluster-autoscaler's annotation.
-    added_empty_dirs: Vec<&'a str>,
-    secret_names: Vec<&'a str>,
-    has_containers: bool,
-    has_init_containers: bool,
-    has_volumes: bool,
-    has_pull_secrets: bool,
-    /// Init containers inserted before the pod's own so far.
-    inserted_init_containers: usize,
-    /// Each container's mounts, read from the pod when first needed.
-    app_mounts: Option<Vec<Mounts>>,
-    /// Annotations added for Watchers' `podAnnotations`, and the bytes of all the pod's.
-    added_annotations: Vec<(&'a str, &'a str)>,
-    annotation_bytes: usize,
-    process_shared: bool,
-    labels_exist: bool,
-}
-
-/// One container's mounts as a patch leaves them: whether its `volumeMounts` list exists, and
-/// each mount's (normalised) path and volume.
-type Mounts = (bool, Vec<(String, String)>);
-
-impl<'a> PodPatch<'a> {
-    fn new(pod: &'a PodView) -> Self {
-        let spec = pod.spec.as_ref();
-        let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
-        let init = spec.and_then(|s| s.init_containers.as_deref());
-        let volumes = spec.and_then(|s| s.volumes.as_deref());
-        let secrets = spec.and_then(|s| s.image_pull_secrets.as_deref());
-        let volume_names: Vec<&str> = volumes.unwrap_or_default().iter().map(|v| v.name.as_str()).collect();
-        Self {
-            ops: Vec::new(),
-            spec,
-            annotations: &pod.metadata.annotations,
-            containers,
-            pod_volumes: volume_names.len(),
-            volume_names,
-            added_empty_dirs: Vec::new(),
-            secret_names: secrets.unwrap_or_default().iter().map(|s| s.name.as_str()).collect(),
-            has_containers: !containers.is_empty(),
-            has_init_containers: init.is_some(),
-            has_volumes: volumes.is_some(),
-            has_pull_secrets: secrets.is_some(),
-            inserted_init_containers: 0,
-            app_mounts: None,
-            added_annotations: Vec::new(),
-            annotation_bytes: pod.metadata.annotations.bytes,
-            process_shared: false,
-            labels_exist: pod.metadata.labels.is_some(),
-        }
-    }
-
-    fn add_container(&mut self, value: Value, native: bool) {
-        if native {
-            append(&mut self.ops, &mut self.has_init_containers, "initContainers", value);
-        } else {
-            append(&mut self.ops, &mut self.has_containers, "containers", value);
-        }
-    }
-
-    /// Inserts an init container before the pod's own (after those inserted before it).
-    fn insert_init_container(&mut self, value: Value) {
-        if self.has_init_containers {
-            let at = self.inserted_init_containers.to_string();
-            self.ops.push(add(PointerBuf::from_tokens(["spec", "initContainers", &at]), value));
-        } else {
-            self.ops.push(add(PointerBuf::from_tokens(["spec", "initContainers"]), Value::Array(vec![value])));
-            self.has_init_containers = true;
-        }
-        self.inserted_init_containers += 1;
-    }
-
-    /// Whether the pod itself (not a Watcher) has a volume `name`.
-    fn pod_has_volume(&self, name: &str) -> bool {
-        self.volume_names.iter().take(self.pod_volumes).any(|v| *v == name)
-    }
-
-    fn add_volume(&mut self, name: &'a str, volume: Value) {
-        if !self.volume_names.contains(&name) {
-            self.volume_names.push(name);
-            if volume.get("emptyDir").is_some() {
-                self.added_empty_dirs.push(name);
-            }
-            append(&mut self.ops, &mut self.has_volumes, "volumes", volume);
-        }
-    }
-
-    fn add_pull_secret(&mut self, name: &'a str, secret: Value) {
-        if !self.secret_names.contains(&name) {
-            self.secret_names.push(name);
-            append(&mut self.ops, &mut self.has_pull_secrets, "imagePullSecrets", secret);
-        }
-    }
-
-    fn app_mounts(&mut self) -> &mut Vec<Mounts> {
-        let containers = self.containers;
-        self.app_mounts.get_or_insert_with(|| {
-            containers
-                .iter()
-                .map(|c| {
-                    let mounts = c.volume_mounts.iter().flatten();
-                    let entries = mounts.map(|m| (app::normal(&m.mount_path).to_owned(), m.name.clone())).collect();
-                    (c.volume_mounts.is_some(), entries)
-                })
-                .collect()
-        })
-    }
-
-    /// The volume that the pod's container `index` mounts at `path` (normalised), if any.
-    fn mounted_at(&mut self, index: usize, path: &str) -> Option<String> {
-        let (_, mounts) = self.app_mounts().get(index)?;
-        mounts.iter().find(|(p, _)| p == path).map(|(_, volume)| volume.clone())
-    }
-
-    /// Adds `mount` (of `volume` at `path`) to the pod's container `index`.
-    fn add_app_mount(&mut self, index: usize, volume: &str, path: &str, mount: Value) {
-        let Some((exists, mounts)) = self.app_mounts().get_mut(index) else { return };
-        mounts.push((app::normal(path).to_owned(), volume.to_owned()));
-        let at = index.to_string();
-        if *exists {
-            self.ops.push(add(PointerBuf::from_tokens(["spec", "containers", &at, "volumeMounts", "-"]), mount));
-        } else {
-            *exists = true;
-            let path = PointerBuf::from_tokens(["spec", "containers", &at, "volumeMounts"]);
-            self.ops.push(add(path, Value::Array(vec![mount])));
-        }
-    }
-
-    fn share_process_namespace(&mut self) {
-        let set = self.spec.is_some_and(|s| s.share_process_namespace == Some(true));
-        if !set && !self.process_shared {
-            self.ops.push(add(PointerBuf::from_tokens(["spec", "shareProcessNamespace"]), Value::Bool(true)));
-        }
-        self.process_shared = true;
-    }
-
-    fn has_annotation(&self, key: &str) -> bool {
-        self.annotations.has(key) || self.added_annotations.iter().any(|(k, _)| *k == key)
-    }
-
-    fn add_annotation(&mut self, key: &'a str, value: &'a str) {
-        self.annotation_bytes += key.len() + value.len();
-        self.added_annotations.push((key, value));
-    }
-
-    /// Writes the Watchers' `podAnnotations` and `pairs` (the operator's own).
-    fn set_annotations(&mut self, pairs: Vec<(&str, String)>) {
-        let added = self.added_annotations.iter().map(|(k, v)| (*k, (*v).to_owned()));
-        let all: Vec<(&str, String)> = added.chain(pairs).collect();
-        if self.annotations.own.is_some() {
-            // `add` on an existing member replaces it.
-            for (key, value) in all {
-                self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations", key]), Value::String(value)));
-            }
-        } else {
-            let annotations: BTreeMap<&str, String> = all.into_iter().collect();
-            self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations"]), to_value(&annotations)));
-        }
-    }
-}
-
-impl PodPatch<'_> {
-    /// The supervisor of sidecars that end with the app: its volume, and the init container
-    /// that copies it there (before the pod's own init containers), unless the pod has them.
-    fn add_supervisor(&mut self, image: &str, resources: &ResourceRequirements) {
-        let spec = self.spec;
-        let containers = spec.iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()));
-        if !containers.into_iter().any(|c| c.name == SUPERVISOR_NAME) {
-            self.insert_init_container(ending::init_container(image, resources));
-        }
-        self.add_volume(SUPERVISOR_NAME, ending::volume());
-        self.add_volume(watcher_api::NO_TOKEN_VOLUME, ending::no_token_volume());
-    }
-
-    /// cluster-autoscaler's `safe-to-evict-local-volumes` with the emptyDirs added merged into
-    /// what the pod says; `None` where none was added.
-    fn local_volumes(&self) -> Option<String> {
-        if self.added_empty_dirs.is_empty() {
-            return None;
-        }
-        let own = self.annotations.safe_to_evict_local_volumes.as_deref().unwrap_or_default();
-        let mut names: Vec<&str> = own.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
-        for added in &self.added_empty_dirs {
-            if !names.contains(added) {
-                names.push(added);
-            }
-        }
-        Some(names.join(","))
-    }
-
-    /// Sets the label `key` to `value`.
-    fn add_label(&mut self, key: &str, value: &str) {
-        let value = Value::String(value.to_owned());
-        if self.labels_exist {
-            self.ops.push(add(PointerBuf::from_tokens(["metadata", "labels", key]), value));
-        } else {
-            let labels = serde_json::Map::from_iter([(key.to_owned(), value)]);
-            self.ops.push(add(PointerBuf::from_tokens(["metadata", "labels"]), Value::Object(labels)));
-            self.labels_exist = true;
-        }
-    }
-}
-
-/// Appends `value` to `/spec/<list>`, creating the list when the pod has none.
-fn append(ops: &mut Vec<PatchOperation>, exists: &mut bool, list: &str, value: Value) {
-    if *exists {
-        ops.push(add(PointerBuf::from_tokens(["spec", list, "-"]), value));
-    } else {
-        ops.push(add(PointerBuf::from_tokens(["spec", list]), Value::Array(vec![value])));
-        *exists = true;
-    }
-}
-
-fn add(path: PointerBuf, value: Value) -> PatchOperation {
-    PatchOperation::Add(AddOperation { path, value })
 }
 
 #[cfg(test)]

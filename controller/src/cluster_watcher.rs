@@ -204,35 +204,49 @@ pub async fn reconcile(
     crate::ending::set_restart_condition(&mut status.conditions, &cluster.spec.watcher, cluster.meta().generation);
     crate::agent::set_agent_condition(&mut status.conditions, &cluster.spec.watcher, cluster.meta().generation);
     if cluster.status.as_ref() != Some(&status) {
-        let ready = status.conditions.iter().find(|c| c.type_ == types::READY);
-        let became_invalid = ready.filter(|c| c.reason == reasons::INVALID_SPEC).is_some_and(|c| {
-            cluster.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == types::READY)) != Some(c)
-        });
-        if let Some(invalid) = ready.filter(|_| became_invalid) {
-            let note = invalid.message.clone();
-            ctx.publish(&cluster.object_ref(&()), EventType::Warning, "InvalidSpec", "Reconcile", note).await;
-        }
-        let api = Api::<ClusterWatcher>::all(ctx.client.clone());
-        let patch = json!({"status": {
-            "observedGeneration": status.observed_generation,
-            "specHash": status.spec_hash,
-            "namespaces": status.namespaces,
-            "conditions": status.conditions,
-        }});
-        match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(written) => {
-                let version = written.resource_version().unwrap_or_default();
-                state.statuses.insert(name.clone(), (version, status));
-            }
-            Err(kube::Error::Api(refused)) if refused.code == 422 && became_invalid => {
-                warn!(message = refused.message, "the status of an invalid ClusterWatcher is refused");
-            }
-            Err(error) => return Err(error.into()),
-        }
+        write_status(&ctx, &state, &cluster, status).await?;
     }
     ctx.reconciled(&crate::object_key(CONTROLLER, &cluster));
     let pending = !conflicts.is_empty() || !covered;
     Ok(Action::requeue(if pending { RETRY } else { RESYNC }))
+}
+
+/// Writes `status` (changed) on `cluster`, and says as an Event a spec that became invalid; the
+/// status of an invalid ClusterWatcher that kube-apiserver refuses (its rules) is said in the
+/// log.
+async fn write_status(
+    ctx: &Context,
+    state: &ClusterWatcherState,
+    cluster: &ClusterWatcher,
+    status: ClusterWatcherStatus,
+) -> Result<()> {
+    let name = cluster.name_any();
+    let ready = status.conditions.iter().find(|c| c.type_ == types::READY);
+    let became_invalid = ready.filter(|c| c.reason == reasons::INVALID_SPEC).is_some_and(|c| {
+        cluster.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == types::READY)) != Some(c)
+    });
+    if let Some(invalid) = ready.filter(|_| became_invalid) {
+        let note = invalid.message.clone();
+        ctx.publish(&cluster.object_ref(&()), EventType::Warning, "InvalidSpec", "Reconcile", note).await;
+    }
+    let api = Api::<ClusterWatcher>::all(ctx.client.clone());
+    let patch = json!({"status": {
+        "observedGeneration": status.observed_generation,
+        "specHash": status.spec_hash,
+        "namespaces": status.namespaces,
+        "conditions": status.conditions,
+    }});
+    match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(written) => {
+            let version = written.resource_version().unwrap_or_default();
+            state.statuses.insert(name.clone(), (version, status));
+        }
+        Err(kube::Error::Api(refused)) if refused.code == 422 && became_invalid => {
+            warn!(message = refused.message, "the status of an invalid ClusterWatcher is refused");
+        }
+        Err(error) => return Err(error.into()),
+    }
+    Ok(())
 }
 
 /// The namespaces where this process created `name`'s ConfigMap and the cache does not hold it

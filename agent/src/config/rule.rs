@@ -199,9 +199,39 @@ pub const OWN_FAMILIES: [&str; 18] = [
 /// The rules, from every variable of each. `structured`: a source is read as `json`, `logfmt`
 /// or `auto` (else no rule can read a field).
 pub(super) fn rules(values: &Values, structured: bool) -> Result<Vec<RuleConfig>, ConfigError> {
+    let mut rules = matchers(values, structured)?;
+    if rules.is_empty() {
+        return Err(error("AGENT_RULE_<NAME>", "no rule: set at least one, e.g. AGENT_RULE_ERROR=\\bERROR\\b"));
+    }
+    if rules.len() > MAX_RULES {
+        return Err(error("AGENT_RULE_<NAME>", format!("{} rules: at most {MAX_RULES}", rules.len())));
+    }
+    for prefix in [ALERT_PREFIX, METRIC_PREFIX, UNIT_PREFIX, VALUE_PREFIX, LABELS_PREFIX, BUCKETS_PREFIX] {
+        let mut seen: Vec<usize> = Vec::new();
+        for (key, value) in values.own.iter().filter(|(k, _)| k.starts_with(prefix)) {
+            let index = rule_of(key, prefix, &rules)?;
+            if seen.contains(&index) {
+                return Err(error(
+                    key,
+                    format!("a second one for rule {}: rule names are not case-sensitive", rules[index].name),
+                ));
+            }
+            seen.push(index);
+            setting(&mut rules[index], prefix, key, value, structured)?;
+        }
+    }
+    for rule in &mut rules {
+        finish(rule)?;
+    }
+    metric_names(&rules)?;
+    Ok(rules)
+}
+
+/// The rules by what they match: `AGENT_RULE_<NAME>` (a line's regular expression, compiled
+/// here) and `AGENT_MATCH_<NAME>` (field conditions), one rule a name.
+fn matchers(values: &Values, structured: bool) -> Result<Vec<RuleConfig>, ConfigError> {
     let mut rules: Vec<RuleConfig> = Vec::new();
     let mut keys: Vec<&str> = Vec::new();
-    // The rules, by their regular expression or their field conditions.
     for (key, value) in values.own.iter().filter(|(k, _)| k.starts_with(RULE_PREFIX) || k.starts_with(MATCH_PREFIX)) {
         let is_match = key.starts_with(MATCH_PREFIX);
         let name = rule_name(key, if is_match { MATCH_PREFIX } else { RULE_PREFIX })?;
@@ -225,80 +255,51 @@ pub(super) fn rules(values: &Values, structured: bool) -> Result<Vec<RuleConfig>
         };
         let rule = &mut rules[index];
         if value.is_empty() {
-            return Err(error(
-                key,
-                if is_match {
-                    "empty: set field=regex, e.g. level=^error$"
-                } else {
-                    "empty: set a regular expression, e.g. \\bERROR\\b"
-                },
-            ));
+            let example =
+                if is_match { "field=regex, e.g. level=^error$" } else { "a regular expression, e.g. \\bERROR\\b" };
+            return Err(error(key, format!("empty: set {example}")));
         }
-        if is_match {
-            if !structured {
-                return Err(error(key, "fields need a structured format: set AGENT_FORMAT to json, logfmt or auto"));
-            }
+        if !is_match {
+            rule.pattern = Some(compile(key, value)?);
+        } else if structured {
             rule.fields = field_matches(key, value)?;
         } else {
-            rule.pattern = Some(compile(key, value)?);
+            return Err(error(key, NEEDS_STRUCTURED));
         }
     }
-    if rules.is_empty() {
-        return Err(error("AGENT_RULE_<NAME>", "no rule: set at least one, e.g. AGENT_RULE_ERROR=\\bERROR\\b"));
-    }
-    if rules.len() > MAX_RULES {
-        return Err(error("AGENT_RULE_<NAME>", format!("{} rules: at most {MAX_RULES}", rules.len())));
-    }
-    // What each makes of its matches.
-    let of = |key: &str, prefix: &str, rules: &[RuleConfig]| -> Result<usize, ConfigError> {
-        let name = rule_name(key, prefix)?;
-        rules.iter().position(|r| r.name == name).ok_or_else(|| {
-            error(key, format!("no rule {name}: set {RULE_PREFIX}{0} or {MATCH_PREFIX}{0} too", name.to_uppercase()))
-        })
-    };
-    for prefix in [ALERT_PREFIX, METRIC_PREFIX, UNIT_PREFIX, VALUE_PREFIX, LABELS_PREFIX, BUCKETS_PREFIX] {
-        let mut seen: Vec<usize> = Vec::new();
-        for (key, value) in values.own.iter().filter(|(k, _)| k.starts_with(prefix)) {
-            let index = of(key, prefix, &rules)?;
-            if seen.contains(&index) {
-                return Err(error(
-                    key,
-                    format!("a second one for rule {}: rule names are not case-sensitive", rules[index].name),
-                ));
-            }
-            seen.push(index);
-            let rule = &mut rules[index];
-            match prefix {
-                ALERT_PREFIX => rule.alert = Some(parse_threshold(value).map_err(|problem| error(key, problem))?),
-                METRIC_PREFIX => {
-                    rule.metric = MetricKind::parse(value)
-                        .ok_or_else(|| error(key, format!("{value:?}: `count`, `sum`, `gauge` or `histogram`")))?;
-                }
-                UNIT_PREFIX => {
-                    rule.reading.bare = Some(
-                        Unit::parse(value)
-                            .ok_or_else(|| error(key, format!("{value:?}: `ns`, `us`, `ms`, `s` or `bytes`")))?,
-                    );
-                }
-                VALUE_PREFIX => rule.value = Some(value_from(key, value, rule, structured)?),
-                LABELS_PREFIX => {
-                    if !structured {
-                        return Err(error(
-                            key,
-                            "fields need a structured format: set AGENT_FORMAT to json, logfmt or auto",
-                        ));
-                    }
-                    rule.field_labels = field_labels(key, value, &mut rule.labels)?;
-                }
-                _ => rule.buckets = buckets(key, value)?,
-            }
-        }
-    }
-    for rule in &mut rules {
-        finish(rule)?;
-    }
-    metric_names(&rules)?;
     Ok(rules)
+}
+
+/// What a rule's variable other than its matcher is refused for with `AGENT_FORMAT=text`.
+const NEEDS_STRUCTURED: &str = "fields need a structured format: set AGENT_FORMAT to json, logfmt or auto";
+
+/// The index of the rule variable `key` (of `prefix`) names.
+fn rule_of(key: &str, prefix: &str, rules: &[RuleConfig]) -> Result<usize, ConfigError> {
+    let name = rule_name(key, prefix)?;
+    rules.iter().position(|r| r.name == name).ok_or_else(|| {
+        error(key, format!("no rule {name}: set {RULE_PREFIX}{0} or {MATCH_PREFIX}{0} too", name.to_uppercase()))
+    })
+}
+
+/// `key=value`, a variable of `prefix` (`AGENT_ALERT_`, `AGENT_METRIC_`…), into `rule`.
+fn setting(rule: &mut RuleConfig, prefix: &str, key: &str, value: &str, structured: bool) -> Result<(), ConfigError> {
+    match prefix {
+        ALERT_PREFIX => rule.alert = Some(parse_threshold(value).map_err(|problem| error(key, problem))?),
+        METRIC_PREFIX => {
+            rule.metric = MetricKind::parse(value)
+                .ok_or_else(|| error(key, format!("{value:?}: `count`, `sum`, `gauge` or `histogram`")))?;
+        }
+        UNIT_PREFIX => {
+            let unit =
+                Unit::parse(value).ok_or_else(|| error(key, format!("{value:?}: `ns`, `us`, `ms`, `s` or `bytes`")))?;
+            rule.reading.bare = Some(unit);
+        }
+        VALUE_PREFIX => rule.value = Some(value_from(key, value, rule, structured)?),
+        LABELS_PREFIX if !structured => return Err(error(key, NEEDS_STRUCTURED)),
+        LABELS_PREFIX => rule.field_labels = field_labels(key, value, &mut rule.labels)?,
+        _ => rule.buckets = buckets(key, value)?,
+    }
+    Ok(())
 }
 
 /// The groups of a rule's regular expression as labels (but its value's); what its value and
