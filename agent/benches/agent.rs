@@ -281,9 +281,15 @@ fn main() {
     write_log(&log, 0, LINES);
     let programs = concat!(env!("CARGO_MANIFEST_DIR"), "/benches");
     // `cargo bench -p watcher-agent --profile agent --bench agent -- values`: only values, fields
-    // and events.
+    // and events; `-- memory`: only memory, following 10 files.
     if std::env::args().any(|a| a == "values") {
         values_fields_and_events(&dir, &log.display().to_string(), programs);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    // `... -- memory`: only the memory rows, following 10 files.
+    if std::env::args().any(|a| a == "memory") {
+        memory(&dir, programs, &[10]);
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
@@ -323,63 +329,7 @@ fn main() {
     }
     mtail_throughput(programs, &thousand_glob, ", 1,000 files");
 
-    // Memory: each following 10 files, then 1,000.
-    for files in [10, 1000] {
-        let followed = dir.join(format!("following-{files}"));
-        std::fs::create_dir_all(&followed).expect("dir");
-        for f in 0..files {
-            write_log(&followed.join(format!("app-{f}.log")), f * 10, 10);
-        }
-        let glob = format!("{}/*.log", followed.display());
-        // The agent with the two rules, and `vars`.
-        let agent_with = |vars: &[(&str, &str)]| {
-            let mut agent = Command::new(env!("CARGO_BIN_EXE_watcher-agent"));
-            agent
-                .env_clear()
-                .env("AGENT_FILES", &glob)
-                .env("AGENT_RULE_ERROR", r"\bERROR\b")
-                .env("AGENT_RULE_TIMEOUT", "(?i)timeout")
-                .env("AGENT_LISTEN", "127.0.0.1:0")
-                .env("AGENT_EVENTS", "false")
-                .envs(vars.iter().copied());
-            agent
-        };
-        let state = dir.join(format!("agent-state-{files}")).display().to_string();
-        let agent = agent_with(&[("AGENT_STATE_DIR", &state)]);
-        println!("{:<44} {:>14} {:>10}", format!("resident memory, following {files} files"), "MiB", "anon MiB");
-        match rss_following(agent, &followed, files) {
-            Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "watcher-agent, 2 rules"),
-            None => println!("watcher-agent: could not be measured"),
-        }
-        // The same agent reading values, JSON fields and events: each mode's memory.
-        let modes: [(&str, &[(&str, &str)]); 3] = [
-            (
-                "watcher-agent, 2 rules + a histogram",
-                &[
-                    ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms"),
-                    ("AGENT_VALUE_LATENCY", "ms"),
-                    ("AGENT_METRIC_LATENCY", "histogram"),
-                ],
-            ),
-            (
-                "watcher-agent, auto format + fields",
-                &[("AGENT_FORMAT", "auto"), ("AGENT_MATCH_LEVEL", "level=error"), ("AGENT_LABELS_LEVEL", "user")],
-            ),
-            ("watcher-agent, 2 rules, java events", &[("AGENT_MULTILINE_START", "java")]),
-        ];
-        for (name, vars) in modes {
-            match rss_following(agent_with(vars), &followed, files) {
-                Some((rss, anon)) => println!("{name:<44} {rss:>14.1} {anon:>10.1}"),
-                None => println!("{name}: could not be measured"),
-            }
-        }
-        let mut mtail = Command::new("mtail");
-        mtail.args(["--progs", &format!("{programs}/mtail-2"), "--logs", &glob, "--port", "0", "--logtostderr"]);
-        match rss_following(mtail, &followed, files) {
-            Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "mtail, 2 rules"),
-            None => println!("mtail: not run (install Debian's mtail: apt-get install mtail)"),
-        }
-    }
+    memory(&dir, programs, &[10, 1000]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -469,6 +419,73 @@ fn mtail_throughput(programs: &str, glob: &str, what: &str) {
                 println!("{:<44} {rate:>14.0} {:>10.0}", format!("mtail --one_shot, {count} rules{what}"), mb(rate));
             }
             None => println!("mtail, {count} rules: not run (install Debian's mtail: apt-get install mtail)"),
+        }
+    }
+}
+
+/// Resident memory, each binary following `counts` files (10, then 1,000) while 200,000 lines
+/// are appended to them: the agent (this build's, or the one `WATCHER_AGENT_BINARY` names: a
+/// build of other settings) in each mode, and mtail.
+fn memory(dir: &Path, programs: &str, counts: &[usize]) {
+    let binary = std::env::var_os("WATCHER_AGENT_BINARY")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_watcher-agent")), PathBuf::from);
+    if let Ok(size) = std::fs::metadata(&binary).map(|m| m.len()) {
+        println!("{}: {:.2} MB", binary.display(), size as f64 / 1e6);
+    }
+    for &files in counts {
+        let followed = dir.join(format!("following-{files}"));
+        std::fs::create_dir_all(&followed).expect("dir");
+        for f in 0..files {
+            write_log(&followed.join(format!("app-{f}.log")), f * 10, 10);
+        }
+        let glob = format!("{}/*.log", followed.display());
+        // The agent with the two rules, and `vars`.
+        let agent_with = |vars: &[(&str, &str)]| {
+            let mut agent = Command::new(&binary);
+            agent
+                .env_clear()
+                .env("AGENT_FILES", &glob)
+                .env("AGENT_RULE_ERROR", r"\bERROR\b")
+                .env("AGENT_RULE_TIMEOUT", "(?i)timeout")
+                .env("AGENT_LISTEN", "127.0.0.1:0")
+                .env("AGENT_EVENTS", "false")
+                .envs(vars.iter().copied());
+            agent
+        };
+        let state = dir.join(format!("agent-state-{files}")).display().to_string();
+        let agent = agent_with(&[("AGENT_STATE_DIR", &state)]);
+        println!("{:<44} {:>14} {:>10}", format!("resident memory, following {files} files"), "MiB", "anon MiB");
+        match rss_following(agent, &followed, files) {
+            Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "watcher-agent, 2 rules"),
+            None => println!("watcher-agent: could not be measured"),
+        }
+        // The same agent reading values, JSON fields and events: each mode's memory.
+        let modes: [(&str, &[(&str, &str)]); 3] = [
+            (
+                "watcher-agent, 2 rules + a histogram",
+                &[
+                    ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms"),
+                    ("AGENT_VALUE_LATENCY", "ms"),
+                    ("AGENT_METRIC_LATENCY", "histogram"),
+                ],
+            ),
+            (
+                "watcher-agent, auto format + fields",
+                &[("AGENT_FORMAT", "auto"), ("AGENT_MATCH_LEVEL", "level=error"), ("AGENT_LABELS_LEVEL", "user")],
+            ),
+            ("watcher-agent, 2 rules, java events", &[("AGENT_MULTILINE_START", "java")]),
+        ];
+        for (name, vars) in modes {
+            match rss_following(agent_with(vars), &followed, files) {
+                Some((rss, anon)) => println!("{name:<44} {rss:>14.1} {anon:>10.1}"),
+                None => println!("{name}: could not be measured"),
+            }
+        }
+        let mut mtail = Command::new("mtail");
+        mtail.args(["--progs", &format!("{programs}/mtail-2"), "--logs", &glob, "--port", "0", "--logtostderr"]);
+        match rss_following(mtail, &followed, files) {
+            Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "mtail, 2 rules"),
+            None => println!("mtail: not run (install Debian's mtail: apt-get install mtail)"),
         }
     }
 }

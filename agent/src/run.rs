@@ -31,7 +31,7 @@ use crate::metrics::Metrics;
 use crate::metrics::server::{Endpoints, router};
 use crate::pipeline::{Pipeline, Report, SharedAlerts, Sink, SourceError};
 use crate::sinks::alertmanager::{Alertmanager, Poster};
-use crate::sinks::alerts::{AlertBook, AlertState};
+use crate::sinks::alerts::{AlertBook, AlertState, sink_task};
 use crate::sinks::events::EventPublisher;
 use crate::tail::checkpoint::{self, Checkpoint, FileMark};
 use crate::tail::files::{Begin, FollowOptions, Follower};
@@ -360,7 +360,7 @@ fn start_sinks(
     if let (Some(client), true, true) = (client, config.events, has_alert) {
         match EventPublisher::new(client.clone(), &config.pod) {
             Some(publisher) => {
-                let task = crate::sinks::events::run(publisher, published.clone(), metrics.clone(), SINK_DEADLINE);
+                let task = sink_task(publisher, published.clone(), metrics.clone(), SINK_DEADLINE);
                 sinks.push(tokio::spawn(task));
             }
             None => {
@@ -370,7 +370,7 @@ fn start_sinks(
     }
     if let (Some(url), true) = (&config.alertmanager, has_alert) {
         let poster = Poster::new(Alertmanager::new(url.clone()), config.pod.clone());
-        sinks.push(tokio::spawn(crate::sinks::alertmanager::run(poster, published, metrics.clone(), SINK_DEADLINE)));
+        sinks.push(tokio::spawn(sink_task(poster, published, metrics.clone(), SINK_DEADLINE)));
     }
     sinks
 }

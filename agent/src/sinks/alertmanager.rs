@@ -19,7 +19,7 @@ use tracing::warn;
 
 use crate::config::{AlertmanagerUrl, PodIdentity};
 use crate::metrics::Metrics;
-use crate::sinks::alerts::AlertState;
+use crate::sinks::alerts::{AlertSink, AlertState};
 use crate::text::timestamp;
 
 /// A firing alert is posted again this often.
@@ -144,17 +144,14 @@ impl Poster {
     pub(crate) fn new(alertmanager: Alertmanager, pod: PodIdentity) -> Self {
         Self { alertmanager, pod, posted: HashMap::new(), retry_at: None, backoff: Duration::ZERO }
     }
+}
 
-    /// Posts, in one request, the alerts `alerts` make due at `now`: firings new or due again,
-    /// resolutions not yet taken (every one when `closing`, backoff or not).
-    pub(crate) async fn sync(
-        &mut self,
-        alerts: &[AlertState],
-        now: Instant,
-        wall: SystemTime,
-        closing: bool,
-        metrics: &Metrics,
-    ) {
+/// Posts, in one request, the alerts make due at `now`: firings new or due again, resolutions
+/// not yet taken (every one when `closing`, backoff or not).
+impl AlertSink for Poster {
+    const WHAT: &'static str = "Alertmanager";
+
+    async fn sync(&mut self, alerts: &[AlertState], now: Instant, wall: SystemTime, closing: bool, metrics: &Metrics) {
         if !closing && self.retry_at.is_some_and(|at| at > now) {
             return;
         }
@@ -211,30 +208,6 @@ impl Poster {
                 warn!(why, retry_in = ?self.backoff, "cannot post to Alertmanager; posting again");
             }
         }
-    }
-}
-
-/// The Alertmanager task: posts what the alert loop publishes on `alerts` (and the reposts due)
-/// until the alert loop is gone, then what is left, for at most `deadline`.
-pub(crate) async fn run(
-    poster: Poster,
-    alerts: tokio::sync::watch::Receiver<Vec<AlertState>>,
-    metrics: std::sync::Arc<Metrics>,
-    deadline: Duration,
-) {
-    crate::sinks::alerts::sink_task(Task { poster, metrics }, alerts, deadline).await;
-}
-
-struct Task {
-    poster: Poster,
-    metrics: std::sync::Arc<Metrics>,
-}
-
-impl crate::sinks::alerts::AlertSink for Task {
-    const WHAT: &'static str = "Alertmanager";
-
-    fn sync(&mut self, alerts: &[AlertState], closing: bool) -> impl Future<Output = ()> + Send {
-        self.poster.sync(alerts, Instant::now(), SystemTime::now(), closing, &self.metrics)
     }
 }
 

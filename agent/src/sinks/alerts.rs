@@ -197,18 +197,28 @@ impl AlertState {
 pub trait AlertSink: Send {
     /// What it sends, for the log.
     const WHAT: &'static str;
-    /// Sends what `alerts` make due now (everything left when `closing`).
-    fn sync(&mut self, alerts: &[AlertState], closing: bool) -> impl Future<Output = ()> + Send;
+    /// Sends what `alerts` make due at `now` (`wall` on the clock), counted in `metrics`;
+    /// everything left when `closing`.
+    fn sync(
+        &mut self,
+        alerts: &[AlertState],
+        now: std::time::Instant,
+        wall: SystemTime,
+        closing: bool,
+        metrics: &crate::metrics::Metrics,
+    ) -> impl Future<Output = ()> + Send;
 }
 
 /// A sink's task: `sink` synced with where the alerts stand at each change and every second (for
 /// what falls due with time), until the alert loop is gone; then once more, closing, for at most
-/// `deadline`.
+/// `deadline`. Events and Alertmanager each run one.
 pub async fn sink_task<S: AlertSink>(
     mut sink: S,
     mut alerts: tokio::sync::watch::Receiver<Vec<AlertState>>,
+    metrics: Arc<crate::metrics::Metrics>,
     deadline: Duration,
 ) {
+    let now = || (std::time::Instant::now(), SystemTime::now());
     let mut ticks = tokio::time::interval(Duration::from_secs(1));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -217,10 +227,12 @@ pub async fn sink_task<S: AlertSink>(
             _ = ticks.tick() => {}
         }
         let snapshot = alerts.borrow_and_update().clone();
-        sink.sync(&snapshot, false).await;
+        let (at, wall) = now();
+        sink.sync(&snapshot, at, wall, false, &metrics).await;
     }
     let snapshot = alerts.borrow().clone();
-    if tokio::time::timeout(deadline, sink.sync(&snapshot, true)).await.is_err() {
+    let (at, wall) = now();
+    if tokio::time::timeout(deadline, sink.sync(&snapshot, at, wall, true, &metrics)).await.is_err() {
         tracing::warn!(what = S::WHAT, "stopping: what was left to send could not be sent in time");
     }
 }

@@ -18,7 +18,7 @@
 //! again. The publisher runs in a task of its own ([`run`]): reading never waits for it.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event, EventSeries};
@@ -29,7 +29,7 @@ use tracing::{info, warn};
 
 use crate::config::PodIdentity;
 use crate::metrics::Metrics;
-use crate::sinks::alerts::AlertState;
+use crate::sinks::alerts::{AlertSink, AlertState};
 use crate::text::truncate;
 
 /// `reportingController` of the agent's Events.
@@ -111,18 +111,16 @@ impl EventPublisher {
             last_name: String::new(),
         })
     }
+}
 
-    /// Writes what `alerts` say happened, as of `now` (`wall` for the Events' times): creates,
-    /// the second occurrence's patch, heartbeats and closings that are due; everything still
-    /// unwritten when `closing` (the agent stops).
-    pub(crate) async fn sync(
-        &mut self,
-        alerts: &[AlertState],
-        now: Instant,
-        wall: Timestamp,
-        closing: bool,
-        metrics: &Metrics,
-    ) {
+/// Writes what the alerts say happened, as of `now` (`wall` for the Events' times): creates,
+/// the second occurrence's patch, heartbeats and closings that are due; everything still
+/// unwritten when `closing` (the agent stops).
+impl AlertSink for EventPublisher {
+    const WHAT: &'static str = "Events";
+
+    async fn sync(&mut self, alerts: &[AlertState], now: Instant, wall: SystemTime, closing: bool, metrics: &Metrics) {
+        let wall = Timestamp::try_from(wall).unwrap_or_else(|_| Timestamp::now());
         for alert in alerts {
             let mut state = self.rules.remove(&alert.name).unwrap_or_default();
             if state.retry_at.is_none_or(|at| at <= now || closing) {
@@ -131,7 +129,9 @@ impl EventPublisher {
             self.rules.insert(alert.name.clone(), state);
         }
     }
+}
 
+impl EventPublisher {
     async fn sync_rule(
         &mut self,
         alert: &AlertState,
@@ -306,30 +306,6 @@ fn outcome<T>(result: Result<Result<T, kube::Error>, tokio::time::error::Elapsed
             _ => Outcome::Refused(format!("{} {}", status.code, status.message)),
         },
         Ok(Err(error)) => Outcome::Retry(error.to_string()),
-    }
-}
-
-/// The Event task: writes what the alert loop publishes on `alerts` (and the heartbeats and
-/// closings due) until the alert loop is gone, then what is left, for at most `deadline`.
-pub(crate) async fn run(
-    publisher: EventPublisher,
-    alerts: tokio::sync::watch::Receiver<Vec<AlertState>>,
-    metrics: std::sync::Arc<Metrics>,
-    deadline: Duration,
-) {
-    crate::sinks::alerts::sink_task(Task { publisher, metrics }, alerts, deadline).await;
-}
-
-struct Task {
-    publisher: EventPublisher,
-    metrics: std::sync::Arc<Metrics>,
-}
-
-impl crate::sinks::alerts::AlertSink for Task {
-    const WHAT: &'static str = "Events";
-
-    fn sync(&mut self, alerts: &[AlertState], closing: bool) -> impl Future<Output = ()> + Send {
-        self.publisher.sync(alerts, Instant::now(), Timestamp::now(), closing, &self.metrics)
     }
 }
 

@@ -83,7 +83,7 @@ async fn the_series_is_written_as_client_go_writes_it() {
     let at = |d: Duration| (t0 + d, wall + d);
     let mut sync = async |occurrences: u64, line: &str, after: Duration| {
         let (now, wall) = at(after);
-        publisher.sync(&[alert("error", occurrences, line)], now, wall, false, &metrics).await;
+        publisher.sync(&[alert("error", occurrences, line)], now, wall.into(), false, &metrics).await;
     };
 
     sync(1, "ERROR one", Duration::ZERO).await;
@@ -156,22 +156,24 @@ async fn gone_refused_and_failing_events() {
     let (metrics, registry) = metrics();
     let t0 = Instant::now();
     let wall: Timestamp = "2026-11-26T10:00:00Z".parse().expect("time");
-    publisher.sync(&[alert("error", 1, "ERROR a")], t0, wall, false, &metrics).await;
-    publisher.sync(&[alert("error", 2, "ERROR b")], t0 + MINUTE, wall, false, &metrics).await;
+    publisher.sync(&[alert("error", 1, "ERROR a")], t0, wall.into(), false, &metrics).await;
+    publisher.sync(&[alert("error", 2, "ERROR b")], t0 + MINUTE, wall.into(), false, &metrics).await;
     let seen = drain(&mut requests);
     let methods: Vec<&str> = seen.iter().map(|s| s.method.as_str()).collect();
     assert_eq!(methods, ["POST", "PATCH", "POST"]);
     assert_eq!(seen[2].body["note"], "rule error matched 3 times within 3 in 1m; last line: ERROR b");
     assert_eq!(seen[2].body["series"]["count"], 2);
 
-    publisher.sync(&[alert("error_", 1, "x")], t0, wall, false, &metrics).await; // 422
-    publisher.sync(&[alert("error_", 1, "x")], t0 + MINUTE, wall, false, &metrics).await;
+    publisher.sync(&[alert("error_", 1, "x")], t0, wall.into(), false, &metrics).await; // 422
+    publisher.sync(&[alert("error_", 1, "x")], t0 + MINUTE, wall.into(), false, &metrics).await;
     assert_eq!(drain(&mut requests).len(), 1, "refused: not sent again");
 
-    publisher.sync(&[alert("panic", 1, "panic: x")], t0, wall, false, &metrics).await; // 503
-    publisher.sync(&[alert("panic", 1, "panic: x")], t0 + Duration::from_millis(100), wall, false, &metrics).await;
+    publisher.sync(&[alert("panic", 1, "panic: x")], t0, wall.into(), false, &metrics).await; // 503
+    publisher
+        .sync(&[alert("panic", 1, "panic: x")], t0 + Duration::from_millis(100), wall.into(), false, &metrics)
+        .await;
     assert_eq!(drain(&mut requests).len(), 1, "backing off");
-    publisher.sync(&[alert("panic", 1, "panic: x")], t0 + Duration::from_secs(2), wall, false, &metrics).await;
+    publisher.sync(&[alert("panic", 1, "panic: x")], t0 + Duration::from_secs(2), wall.into(), false, &metrics).await;
     let retried = drain(&mut requests);
     assert_eq!(retried[0].body["note"], "rule panic matched 3 times within 3 in 1m; last line: panic: x");
     let text = crate::metrics::openmetrics(&registry);
@@ -190,7 +192,7 @@ async fn a_server_that_never_answers_is_not_waited_for() {
     let mut publisher = EventPublisher::new(kube::Client::new(service, "team-a"), &pod()).expect("a pod");
     let (metrics, registry) = metrics();
     let started = tokio::time::Instant::now();
-    publisher.sync(&[alert("error", 1, "ERROR")], Instant::now(), Timestamp::now(), false, &metrics).await;
+    publisher.sync(&[alert("error", 1, "ERROR")], Instant::now(), SystemTime::now(), false, &metrics).await;
     assert_eq!(started.elapsed(), TIMEOUT);
     let text = crate::metrics::openmetrics(&registry);
     assert!(text.contains(r#"watcher_agent_alerts_sent_total{to="event",result="failed"} 1"#), "{text}");
