@@ -1,6 +1,6 @@
 //! The agent runs in every watched pod, so its binary's own pages count. On GNU/Linux its
-//! relative relocations are packed (`DT_RELR`, glibc 2.36 and later, as the image's distroless
-//! Debian 12): a few KiB for the loader to read where a full table takes over 300 KiB. A linker
+//! relative relocations are packed (`DT_RELR`, glibc 2.36 and later): a few KiB for the loader,
+//! or the static binary's own start-up, to read where a full table takes over 300 KiB. A linker
 //! that does not know the option says so and links as before.
 
 fn main() {

@@ -69,7 +69,9 @@ pub(crate) fn registry(
 /// `default_filter` applies when `RUST_LOG` is not set.
 pub(crate) fn init_tracing(format: LogFormat, default_filter: &str) -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(default_filter))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours on a terminal only: in a pod the kubelet keeps the log as plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let result = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),

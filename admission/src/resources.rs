@@ -9,17 +9,19 @@
 //! whole pod as kube-apiserver would, in its words, so that a Watcher is left out exactly where
 //! it would make a pod fail that passes without it.
 
+mod fit;
+mod pod;
 pub mod quantity;
 mod quota;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{LimitRange, LimitRangeItem, ResourceQuota, ResourceRequirements};
+pub use fit::ContainerFit;
+use k8s_openapi::api::core::v1::{LimitRange, LimitRangeItem, ResourceQuota};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+pub use pod::{ContainerKind, ContainerResources, PodResourceView};
 pub use quantity::{Amount, QuantityError};
 use quota::Quota;
-
-use crate::PodView;
 
 /// What a container a Watcher adds requests where only a ResourceQuota asks it to state cpu or
 /// memory (no LimitRange default): small, as a log or metrics sidecar needs.
@@ -126,40 +128,6 @@ pub struct ResourceRules {
     quotas: Vec<Quota>,
 }
 
-/// A container's requests and limits as the pod will carry them, and where it stands.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ContainerResources {
-    /// The container's name.
-    pub name: String,
-    /// What kind of container: the quota counts init containers apart.
-    pub kind: ContainerKind,
-    requests: Values,
-    limits: Values,
-}
-
-/// Where a container stands in the pod.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ContainerKind {
-    /// In `spec.containers`.
-    #[default]
-    Regular,
-    /// An init container that runs to completion before the next.
-    Init,
-    /// An init container with `restartPolicy: Always` (a native sidecar): it runs beside the app.
-    Sidecar,
-}
-
-/// The pod as the namespace's resource rules read it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PodResourceView {
-    /// Every container, init containers included.
-    pub containers: Vec<ContainerResources>,
-    /// `activeDeadlineSeconds` is set: the quota scope `Terminating`.
-    pub terminating: bool,
-    /// `priorityClassName`, for a quota's `PriorityClass` scope.
-    pub priority_class: Option<String>,
-}
-
 /// The object whose rule a pod fails.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Rule {
@@ -207,16 +175,6 @@ enum Group {
     Exceeded { resource: String, requested: Amount, used: Amount, limited: Amount },
 }
 
-/// A container as [`ResourceRules::fit`] leaves it: what is set and why.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ContainerFit {
-    /// The requests and limits it gets; `None` where nothing changed.
-    pub resources: Option<ResourceRequirements>,
-    /// What was set, each with the rule that asked for it (`requests.cpu: 50m (LimitRange
-    /// bounds: min)`).
-    pub set: Vec<String>,
-}
-
 impl ResourceRules {
     /// No rule: a namespace with neither a LimitRange nor a ResourceQuota.
     pub const NONE: Self = Self { limits: Vec::new(), quotas: Vec::new() };
@@ -260,86 +218,6 @@ impl ResourceRules {
     pub fn names(&self) -> Vec<String> {
         let limits = self.limits.iter().map(|l| format!("LimitRange {}", l.name));
         limits.chain(self.quotas.iter().map(|q| format!("ResourceQuota {}", q.name))).collect()
-    }
-
-    /// `resources` (a container a Watcher adds to `pod`) as the namespace needs it: a value
-    /// where it leaves a resource unset that a LimitRange defaults (as LimitRanger would give
-    /// it) or that a quota counting `pod` makes every container state (the documented
-    /// [`DEFAULT_REQUESTS`] and [`DEFAULT_LIMITS`]), and values brought within the
-    /// LimitRanges' `min`, `max` and `maxLimitRequestRatio`. What still fails is
-    /// [`Self::check`]'s to say.
-    pub fn fit(&self, resources: Option<&ResourceRequirements>, pod: &PodResourceView) -> ContainerFit {
-        if self.is_empty() {
-            return ContainerFit::default();
-        }
-        let mut fitting = FitDraft {
-            requests: values(resources.and_then(|r| r.requests.as_ref())),
-            limits: values(resources.and_then(|r| r.limits.as_ref())),
-            set: Vec::new(),
-        };
-        // kube-apiserver's defaulting: a limit without a request is the request too. Written
-        // out, so that what is checked is what the pod carries.
-        let own_limits: Vec<(String, Value)> = fitting.limits.clone().into_iter().collect();
-        let mut defaulted = false;
-        for (resource, limit) in own_limits {
-            if let std::collections::btree_map::Entry::Vacant(entry) = fitting.requests.entry(resource) {
-                entry.insert(limit);
-                defaulted = true;
-            }
-        }
-        for range in &self.limits {
-            for item in &range.container {
-                fitting.defaults(item, &range.name);
-            }
-        }
-        self.state_what_quotas_count(&mut fitting, pod);
-        for range in &self.limits {
-            for item in &range.container {
-                fitting.bound(item, &range.name);
-            }
-        }
-        if fitting.set.is_empty() && !defaulted {
-            return ContainerFit::default();
-        }
-        let list = |values: &Values| -> Option<BTreeMap<String, Quantity>> {
-            (!values.is_empty()).then(|| values.iter().map(|(k, v)| (k.clone(), Quantity(v.text.clone()))).collect())
-        };
-        let claims = resources.and_then(|r| r.claims.clone());
-        let requirements =
-            ResourceRequirements { claims, limits: list(&fitting.limits), requests: list(&fitting.requests) };
-        ContainerFit { resources: Some(requirements), set: fitting.set }
-    }
-
-    /// Gives `fitting` the cpu and memory a quota counting `pod` makes every container state.
-    fn state_what_quotas_count(&self, fitting: &mut FitDraft, pod: &PodResourceView) {
-        let asked = self.quotas.iter().filter(|q| q.counts(pod)).flat_map(|q| q.hard.keys().map(move |k| (k, q)));
-        for (key, quota) in asked.filter(|(k, _)| MUST_STATE.contains(&k.as_str())) {
-            let (limit, resource) = match Counted::of(key) {
-                Counted::Limits(resource) => (true, resource),
-                Counted::Requests(resource) => (false, resource),
-                Counted::Other => continue,
-            };
-            let why = format!("ResourceQuota {}: counts {key}", quota.name);
-            if limit && !fitting.limits.contains_key(resource) {
-                let default = DEFAULT_LIMITS.iter().find(|(r, _)| *r == resource).map(|(_, v)| *v);
-                let value = default.and_then(|d| Value::of(&Quantity(d.to_owned())));
-                if let Some(mut value) = value {
-                    if let Some(request) = fitting.requests.get(resource).filter(|r| r.amount > value.amount) {
-                        value = request.clone();
-                    }
-                    fitting.set_limit(resource, value, &why);
-                }
-            } else if !limit && !fitting.requests.contains_key(resource) {
-                let default = DEFAULT_REQUESTS.iter().find(|(r, _)| *r == resource).map(|(_, v)| *v);
-                let value = default.and_then(|d| Value::of(&Quantity(d.to_owned())));
-                if let Some(mut value) = value {
-                    if let Some(limit) = fitting.limits.get(resource).filter(|l| l.amount < value.amount) {
-                        value = limit.clone();
-                    }
-                    fitting.set_request(resource, value, &why);
-                }
-            }
-        }
     }
 
     /// Every rule `pod` fails, in kube-apiserver's words: the LimitRanges' (per container, then
@@ -397,85 +275,6 @@ impl ResourceRules {
 /// The violations of `is` that `was` does not have (the same rule failing the same way).
 pub fn new_in(was: &[Violation], is: impl IntoIterator<Item = Violation>) -> Vec<Violation> {
     is.into_iter().filter(|v| !was.iter().any(|w| w.rule == v.rule && w.key == v.key)).collect()
-}
-
-/// A container's requests and limits on their way to what the namespace needs.
-struct FitDraft {
-    requests: Values,
-    limits: Values,
-    set: Vec<String>,
-}
-
-impl FitDraft {
-    fn set_request(&mut self, resource: &str, value: Value, why: &str) {
-        self.set.push(format!("requests.{resource}: {} ({why})", value.text));
-        self.requests.insert(resource.to_owned(), value);
-    }
-
-    fn set_limit(&mut self, resource: &str, value: Value, why: &str) {
-        self.set.push(format!("limits.{resource}: {} ({why})", value.text));
-        self.limits.insert(resource.to_owned(), value);
-    }
-
-    /// LimitRanger's defaults: a limit, then a request, where the container has none.
-    fn defaults(&mut self, item: &Item, range: &str) {
-        for (resource, value) in &item.default {
-            if !self.limits.contains_key(resource) {
-                let value = match self.requests.get(resource) {
-                    // A default limit below the container's own request would make it invalid.
-                    Some(request) if request.amount > value.amount => request.clone(),
-                    _ => value.clone(),
-                };
-                self.set_limit(resource, value, &format!("LimitRange {range}: default"));
-            }
-        }
-        for (resource, value) in &item.default_request {
-            if !self.requests.contains_key(resource) {
-                let value = match self.limits.get(resource) {
-                    Some(limit) if limit.amount < value.amount => limit.clone(),
-                    _ => value.clone(),
-                };
-                self.set_request(resource, value, &format!("LimitRange {range}: defaultRequest"));
-            }
-        }
-    }
-
-    /// Brings the values within `item`'s `min`, `max` and `maxLimitRequestRatio`.
-    fn bound(&mut self, item: &Item, range: &str) {
-        for (resource, min) in &item.min {
-            let why = format!("LimitRange {range}: min {}", min.text);
-            if self.requests.get(resource).is_none_or(|r| r.amount < min.amount) {
-                self.set_request(resource, min.clone(), &why);
-            }
-            if self.limits.get(resource).is_some_and(|l| l.amount < min.amount) {
-                self.set_limit(resource, min.clone(), &why);
-            }
-        }
-        for (resource, max) in &item.max {
-            let why = format!("LimitRange {range}: max {}", max.text);
-            if self.limits.get(resource).is_none_or(|l| l.amount > max.amount) {
-                self.set_limit(resource, max.clone(), &why);
-            }
-            if self.requests.get(resource).is_some_and(|r| r.amount > max.amount) {
-                self.set_request(resource, max.clone(), &why);
-            }
-        }
-        for (resource, ratio) in &item.ratio {
-            let why = format!("LimitRange {range}: maxLimitRequestRatio {}", ratio.text);
-            let unit = Amount::unit_of(resource);
-            match (self.requests.get(resource).cloned(), self.limits.get(resource).cloned()) {
-                (Some(request), Some(limit)) if request.amount.0 > 0 => {
-                    if limit.amount.div_ceil(ratio.amount, Amount(1)) > request.amount {
-                        let lowest = limit.amount.div_ceil(ratio.amount, unit);
-                        self.set_request(resource, Value::computed(lowest.min(limit.amount)), &why);
-                    }
-                }
-                (_, Some(limit)) => self.set_request(resource, limit, &why),
-                (Some(request), None) => self.set_limit(resource, request, &why),
-                (None, None) => {}
-            }
-        }
-    }
 }
 
 /// The failures of `requests` and `limits` against `item`'s bounds, keyed, in kube-apiserver's
@@ -579,94 +378,6 @@ pub fn describe(violations: &[Violation]) -> String {
         }
     }
     parts.join("; ")
-}
-
-impl PodResourceView {
-    /// `pod` as the rules read it.
-    pub fn of(pod: &PodView) -> Self {
-        let Some(spec) = pod.spec.as_ref() else { return Self::default() };
-        let init = spec.init_containers.iter().flatten().map(|c| {
-            let kind = if c.restart_policy.as_deref() == Some("Always") {
-                ContainerKind::Sidecar
-            } else {
-                ContainerKind::Init
-            };
-            ContainerResources::new(&c.name, kind, c.resources.as_ref())
-        });
-        let regular = spec
-            .containers
-            .iter()
-            .map(|c| ContainerResources::new(&c.name, ContainerKind::Regular, c.resources.as_ref()));
-        Self {
-            containers: init.chain(regular).collect(),
-            terminating: spec.active_deadline_seconds.is_some(),
-            priority_class: spec.priority_class_name.clone(),
-        }
-    }
-
-    /// The pod with `container` added.
-    pub fn with(&self, container: ContainerResources) -> Self {
-        let mut pod = self.clone();
-        pod.containers.push(container);
-        pod
-    }
-
-    /// Whether the pod is of QoS class BestEffort: no container requests or limits cpu or memory.
-    fn best_effort(&self) -> bool {
-        let counts = |values: &Values| values.keys().any(|k| k == "cpu" || k == "memory");
-        !self.containers.iter().any(|c| counts(&c.requests) || counts(&c.limits))
-    }
-
-    /// What the pod requests (or, with `limits`, is limited to), as kube-apiserver adds it up:
-    /// the regular containers and the native sidecars together, or the largest init container
-    /// with the sidecars started before it, whichever is more.
-    fn total(&self, limits: bool) -> BTreeMap<String, Amount> {
-        let mut running: BTreeMap<&str, Amount> = BTreeMap::new();
-        let mut sidecars: BTreeMap<&str, Amount> = BTreeMap::new();
-        let mut init_peak: BTreeMap<&str, Amount> = BTreeMap::new();
-        for container in &self.containers {
-            let list = if limits { &container.limits } else { &container.requests };
-            for (resource, value) in list {
-                let resource = resource.as_str();
-                match container.kind {
-                    ContainerKind::Regular => {
-                        *running.entry(resource).or_default() =
-                            running.get(resource).copied().unwrap_or_default() + value.amount
-                    }
-                    ContainerKind::Sidecar => {
-                        *sidecars.entry(resource).or_default() =
-                            sidecars.get(resource).copied().unwrap_or_default() + value.amount
-                    }
-                    ContainerKind::Init => {
-                        let with = value.amount + sidecars.get(resource).copied().unwrap_or_default();
-                        let peak = init_peak.entry(resource).or_default();
-                        *peak = (*peak).max(with);
-                    }
-                }
-            }
-        }
-        let mut total: BTreeMap<&str, Amount> = BTreeMap::new();
-        for (resource, amount) in running.iter().chain(&sidecars) {
-            *total.entry(resource).or_default() = total.get(resource).copied().unwrap_or_default() + *amount;
-        }
-        for (resource, peak) in init_peak {
-            let entry = total.entry(resource).or_default();
-            *entry = (*entry).max(peak);
-        }
-        total.into_iter().map(|(k, amount)| (k.to_owned(), amount)).collect()
-    }
-}
-
-impl ContainerResources {
-    /// A container named `name` of `kind`, with `resources`.
-    pub fn new(name: &str, kind: ContainerKind, resources: Option<&ResourceRequirements>) -> Self {
-        Self {
-            name: name.to_owned(),
-            kind,
-            requests: values(resources.and_then(|r| r.requests.as_ref())),
-            limits: values(resources.and_then(|r| r.limits.as_ref())),
-        }
-    }
 }
 
 #[cfg(test)]

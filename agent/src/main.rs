@@ -46,7 +46,9 @@ fn main() -> ExitCode {
 fn run() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,hyper=warn,rustls=warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    // Colours on a terminal only: the kubelet keeps the container log as plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_ansi(ansi).init();
     let config = match Config::from_vars(std::env::vars_os()) {
         Ok(config) => config,
         Err(error) => {

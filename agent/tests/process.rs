@@ -224,6 +224,32 @@ fn the_first_start_in_a_pod_reads_the_apps_first_lines() {
     assert_eq!(agent.value(&matches_of("error", &source)), Some(1.0));
 }
 
+/// The container log is plain text: the kubelet keeps what the agent writes as it is, and
+/// `kubectl logs` would show colour codes as escape sequences.
+#[test]
+fn the_log_has_no_colour_codes() {
+    let dir = dir("plain-log");
+    append(&dir.join("app.log"), &errors("logged", 1, 2));
+    let addr = free_port();
+    let child = Command::new(agent_binary())
+        .env_clear()
+        .env("AGENT_FILES", format!("{}/*.log", dir.display()))
+        .env("AGENT_RULE_ERROR", r"\bERROR\b")
+        .env("AGENT_LISTEN", addr.to_string())
+        .env("AGENT_EVENTS", "false")
+        .env("AGENT_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the agent starts");
+    wait_for("/readyz", || get(addr, "/readyz").is_some_and(|(status, _)| status == 200));
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+    assert!(status.success());
+    let output = child.wait_with_output().expect("the agent ends");
+    let log = String::from_utf8_lossy(&output.stdout);
+    assert!(log.contains("INFO") && log.contains("following"), "{log}");
+    assert!(!log.contains('\x1b'), "escape codes in the log: {log:?}");
+}
+
 /// A native sidecar is stopped after the app: the app's last lines, written just before
 /// SIGTERM, are read and served to the last scrape.
 #[test]

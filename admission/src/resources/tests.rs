@@ -5,6 +5,7 @@ use k8s_openapi::api::core::v1::{Container, LimitRange, ResourceQuota, ResourceR
 use serde::de::DeserializeOwned;
 
 use super::*;
+use crate::PodView;
 
 const VERSIONS: [&str; 2] = ["1.24", "1.36"];
 

@@ -144,7 +144,7 @@ fn tls_files_come_in_pairs_and_subcommands_parse() {
 
 #[test]
 fn crds_yaml_is_five_documents() {
-    let yaml = offline::crds_yaml().expect("serialises");
+    let yaml = crate::offline::crds_yaml().expect("serialises");
     assert_eq!(yaml.matches("---\n").count(), 5);
     assert!(yaml.contains("name: watchers.watcher.dev"));
 }

@@ -6,17 +6,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use json_patch::PatchOperation;
 use kube::ResourceExt;
 use serde::Serialize;
 use watcher_admission::pod_security::NamespaceLevels;
 use watcher_admission::resources::ResourceRules;
 use watcher_admission::scope::Conditions;
 use watcher_admission::{
-    Asked, Exclusion, Guards, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, app_report, decide, exclusion,
-    inject_guarded, rewrite_images,
+    Asked, Exclusion, Guards, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, decide, exclusion,
+    inject_guarded,
 };
-use watcher_api::{ClusterWatcher, CompiledPolicy, Watcher, annotation, image};
+use watcher_api::{ClusterWatcher, CompiledPolicy, Watcher, annotation};
 
 /// Why the namespace or the pod is kept from the webhook.
 #[derive(Debug, PartialEq, Eq, Serialize)]
@@ -100,15 +99,6 @@ pub(crate) fn cluster_lines(
         .collect();
     lines.sort_by(|a, b| a.name.cmp(&b.name));
     lines
-}
-
-/// One image an ImagePolicy rewrites (or rewrote).
-#[derive(Debug, PartialEq, Eq, Serialize)]
-pub(crate) struct ImageLine {
-    pub(crate) container: String,
-    pub(crate) from: String,
-    pub(crate) to: String,
-    pub(crate) policy: String,
 }
 
 /// The whole answer: `{"namespace", "pod", "sent", "webhook", "excluded", "watchers",
@@ -446,102 +436,6 @@ fn agent_lines(pod: &PodView, existing: bool, watcher: &Watcher) -> Vec<String> 
     lines
 }
 
-/// What each injected Watcher's sidecar sees of the app: for a manifest, what admission's own
-/// pass reports (every Watcher in one patch, as at creation); for an existing pod, the same step
-/// run on the pod as it is.
-fn see_the_app(pod: &PodView, existing: bool, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
-    let injecting: Vec<&Watcher> = scope
-        .watchers
-        .iter()
-        .copied()
-        .filter(|w| !w.spec.app.is_empty() && lines.iter().any(|l| l.injected && l.name == w.name_any()))
-        .collect();
-    if injecting.is_empty() {
-        return;
-    }
-    let reports = if existing {
-        injecting.iter().map(|w| app_report(pod, scope.namespace, w, scope.watchers)).collect()
-    } else {
-        scope.admit(pod).app
-    };
-    for report in reports {
-        if let Some(line) = lines.iter_mut().find(|l| l.name == report.watcher) {
-            line.sees = report.lines;
-        }
-    }
-}
-
-/// Where the namespace enforces a Pod Security level: what admission sets in each Watcher's
-/// containers for it, and which Watchers it leaves out (the same pass as admission, on the pod
-/// as it is or as written).
-fn hold_the_level(pod: &PodView, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
-    let levels = scope.levels();
-    if levels.enforced().is_none() {
-        return;
-    }
-    let injection = scope.admit(pod);
-    for report in injection.pod_security {
-        let Some(line) = lines.iter_mut().find(|l| l.name == report.watcher) else { continue };
-        match &report.violations {
-            Some(violations) => {
-                let why = format!("it would make the pod violate PodSecurity \"{}\": {violations}", report.policy);
-                left_out(line, scope, "PodSecurity", &why);
-            }
-            None => {
-                line.pod_security = report
-                    .adapted
-                    .iter()
-                    .map(|(container, fields)| {
-                        format!(
-                            "container {container} gets {} for PodSecurity \"{}\"",
-                            fields.join(", "),
-                            report.policy
-                        )
-                    })
-                    .collect();
-            }
-        }
-    }
-}
-
-/// `line`'s Watcher left out by a guard of the namespace (`reason`), for `why`; a required one
-/// refuses the pod.
-fn left_out(line: &mut WatcherLine, scope: &Scope<'_>, reason: &'static str, why: &str) {
-    let required = scope.watchers.iter().any(|w| w.name_any() == line.name && w.spec.is_required());
-    line.injected = false;
-    line.up_to_date = None;
-    line.reason = reason;
-    let refused = if required { "; the Watcher is required (failurePolicy: Fail): the pod is refused" } else { "" };
-    line.message = format!("left out: {why}{refused}");
-}
-
-/// Where the namespace has LimitRanges or ResourceQuotas: what admission sets in each Watcher's
-/// containers for them, and which Watchers it leaves out and why (the same pass as admission).
-fn hold_the_resources(pod: &PodView, scope: &Scope<'_>, lines: &mut [WatcherLine]) {
-    if scope.resources.is_empty() {
-        return;
-    }
-    for report in scope.admit(pod).resources {
-        let Some(line) = lines.iter_mut().find(|l| l.name == report.watcher) else { continue };
-        match &report.violations {
-            Some(violations) => {
-                let why = format!(
-                    "the pod would fail its namespace's resource rules ({}) with it: {violations}",
-                    report.rules
-                );
-                left_out(line, scope, "Resources", &why);
-            }
-            None => {
-                line.resources = report
-                    .adapted
-                    .iter()
-                    .map(|(container, set)| format!("container {container} gets {}", set.join(", ")))
-                    .collect();
-            }
-        }
-    }
-}
-
 /// What a Watcher that cannot be injected means for the pod when it is required.
 fn refused(decision: &watcher_admission::Decision<'_>) -> &'static str {
     match decision.watcher {
@@ -552,122 +446,14 @@ fn refused(decision: &watcher_admission::Decision<'_>) -> &'static str {
     }
 }
 
-/// The first policy (in name order) whose rules rewrite `image`, as admission applies them.
-fn rewriting_policy<'a>(policies: &'a [Arc<CompiledPolicy>], image: &str) -> Option<(&'a str, String)> {
-    policies.iter().find_map(|p| image::rewrite(p.valid_rules(), image).map(|to| (p.name.as_str(), to)))
-}
-
-/// A manifest: run admission's two steps and read back what the patch does to each image.
-fn planned_images(pod: &PodView, scope: &Scope<'_>, excluded: &Option<Excluded>) -> Vec<ImageLine> {
-    if excluded.is_some() {
-        return Vec::new();
-    }
-    let mut injection = scope.admit(pod);
-    let before = injection.patch.len();
-    // The sidecars as injected, then the pod's own containers: images before rewriting.
-    let mut images: Vec<(String, String)> = Vec::new();
-    for op in &injection.patch[..before] {
-        let PatchOperation::Add(add) = op else { continue };
-        let containers = match &add.value {
-            serde_json::Value::Array(list) if add.path.to_string().ends_with("ontainers") => list.iter().collect(),
-            value if add.path.to_string().ends_with("ontainers/-") => vec![value],
-            _ => continue,
-        };
-        for container in containers {
-            if let (Some(name), Some(image)) = (container["name"].as_str(), container["image"].as_str()) {
-                images.push((name.to_owned(), image.to_owned()));
-            }
-        }
-    }
-    let spec = pod.spec.as_ref();
-    let own = spec.map(|s| s.containers.iter().chain(s.init_containers.iter().flatten())).into_iter().flatten();
-    images.extend(own.filter_map(|c| Some((c.name.clone(), c.image.clone()?))));
-    rewrite_images(pod, scope.namespace, scope.policies, scope.options, &mut injection);
-    images
-        .into_iter()
-        .filter(|(name, _)| injection.rewritten.contains(name))
-        .filter_map(|(container, from)| {
-            let (policy, to) = rewriting_policy(scope.policies, &from)?;
-            Some(ImageLine { container, from, to, policy: policy.to_owned() })
-        })
-        .collect()
-}
-
-/// An existing pod: what `watcher.dev/original-images` records, and the policy that rewrites
-/// each original now (empty when none does any more).
-fn rewritten_images(pod: &PodView, policies: &[Arc<CompiledPolicy>]) -> Vec<ImageLine> {
-    let spec = pod.spec.as_ref();
-    let image_of = |name: &str| {
-        spec.and_then(|s| s.containers.iter().chain(s.init_containers.iter().flatten()).find(|c| c.name == name))
-            .and_then(|c| c.image.clone())
-    };
-    annotation::OriginalImages::read(pod.annotations())
-        .into_iter()
-        .map(|(container, from)| ImageLine {
-            container: container.to_owned(),
-            from: from.to_owned(),
-            to: image_of(container).unwrap_or_default(),
-            policy: rewriting_policy(policies, from).map(|(p, _)| p.to_owned()).unwrap_or_default(),
-        })
-        .collect()
-}
-
-impl Explanation {
-    /// For people: the pod, its exclusion, one line per Watcher, the images.
-    pub(crate) fn text(&self) -> String {
-        let mut out = format!("Pod {}/{}\n", self.namespace, self.pod);
-        if let Some(excluded) = &self.excluded {
-            out.push_str(&format!("× excluded ({:?}): {}\n", excluded.reason, excluded.message));
-        } else {
-            match self.webhook {
-                Some(webhook) => out.push_str(&format!("→ sent to webhook {webhook}\n")),
-                None => out.push_str(
-                    "× not sent to the webhook: it asks for no Watcher, none selects it and no ImagePolicy \
-                     applies to its namespace (the webhook's matchConditions)\n",
-                ),
-            }
-        }
-        for note in &self.notes {
-            out.push_str(&format!("! {note}\n"));
-        }
-        if self.watchers.is_empty() {
-            out.push_str(&format!("  no Watcher in namespace {}\n", self.namespace));
-        }
-        for line in &self.watchers {
-            let mark = match (line.injected, line.up_to_date) {
-                (true, Some(false)) => "‼",
-                (true, _) => "√",
-                (false, _) if matches!(line.reason, "NotAsked") => "-",
-                (false, _) => "×",
-            };
-            let state = if line.injected { "injected" } else { "not injected" };
-            let kind = if line.cluster { " (ClusterWatcher)" } else { "" };
-            out.push_str(&format!("{mark} {}{kind}: {state} ({}): {}\n", line.name, line.reason, line.message));
-            let below = [&line.sees, &line.pod_security, &line.resources, &line.agent, &line.ending];
-            for seen in below.into_iter().flatten() {
-                out.push_str(&format!("    {seen}\n"));
-            }
-        }
-        for line in self.cluster_watchers.iter().filter(|l| !l.applies) {
-            out.push_str(&format!(
-                "- {} (ClusterWatcher): does not apply ({}): {}\n",
-                line.name, line.reason, line.message
-            ));
-        }
-        for image in &self.images {
-            let policy = if image.policy.is_empty() {
-                "no policy matches it now".to_owned()
-            } else {
-                format!("ImagePolicy {}", image.policy)
-            };
-            out.push_str(&format!("  image of {}: {} → {} ({policy})\n", image.container, image.from, image.to));
-        }
-        out
-    }
-}
-
+mod guards;
+mod images;
 mod read;
 #[cfg(test)]
 mod tests;
+mod text;
 
+use guards::{hold_the_level, hold_the_resources, see_the_app};
+pub(crate) use images::ImageLine;
+use images::{planned_images, rewritten_images};
 pub(crate) use read::{Target, check_inject};
