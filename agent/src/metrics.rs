@@ -509,6 +509,29 @@ mod tests {
         }
     }
 
+    /// A histogram `latency` of a group `ms` in the default buckets, labelled by `labels`, read
+    /// from one source.
+    fn latency(labels: &[&str]) -> (Registry, Metrics) {
+        let mut registry = Registry::default();
+        let latency = RuleConfig {
+            metric: crate::config::MetricKind::Histogram,
+            value: Some(crate::config::ValueFrom::Group("ms".into())),
+            buckets: crate::config::DEFAULT_BUCKETS.to_vec(),
+            ..rule("latency", labels)
+        };
+        let metrics = Metrics::register(&mut registry, &["/var/log/app/*.log".into()], &[latency], 100);
+        (registry, metrics)
+    }
+
+    /// `values` observed in the default buckets.
+    fn observed(values: &[f64]) -> Observed {
+        let mut observed = Observed::default();
+        for value in values {
+            observed.observe(*value, &crate::config::DEFAULT_BUCKETS);
+        }
+        observed
+    }
+
     #[test]
     fn every_series_is_there_at_zero_and_both_formats_name_them_alike() {
         let mut registry = Registry::default();
@@ -579,19 +602,9 @@ mod tests {
     /// out.
     #[test]
     fn the_last_counts_keep_a_histograms_totals_over_many_label_sets() {
-        let mut registry = Registry::default();
-        let latency = RuleConfig {
-            metric: crate::config::MetricKind::Histogram,
-            value: Some(crate::config::ValueFrom::Group("ms".into())),
-            buckets: crate::config::DEFAULT_BUCKETS.to_vec(),
-            ..rule("latency", &["route"])
-        };
-        let metrics = Metrics::register(&mut registry, &["/var/log/app/*.log".into()], &[latency], 100);
+        let (registry, metrics) = latency(&["route"]);
         for route in 0..60 {
-            let mut observed = Observed::default();
-            for value in [0.003, 0.2] {
-                observed.observe(value, &crate::config::DEFAULT_BUCKETS);
-            }
+            let observed = observed(&[0.003, 0.2]);
             metrics.labelled_matches(0, 0, &[format!("/api/v1/orders/{route}")], 2, Some(&observed));
         }
         let message = last_counts(&registry, 4096);
@@ -611,19 +624,8 @@ mod tests {
     /// `_count` and `_sum` where they do not.
     #[test]
     fn the_last_counts_shorten_a_histogram_that_does_not_fit() {
-        let mut registry = Registry::default();
-        let latency = RuleConfig {
-            metric: crate::config::MetricKind::Histogram,
-            value: Some(crate::config::ValueFrom::Group("ms".into())),
-            buckets: crate::config::DEFAULT_BUCKETS.to_vec(),
-            ..rule("latency", &[])
-        };
-        let metrics = Metrics::register(&mut registry, &["/var/log/app/*.log".into()], &[latency], 100);
-        let mut observed = Observed::default();
-        for value in [0.003, 0.2, 0.7, 3.0] {
-            observed.observe(value, &crate::config::DEFAULT_BUCKETS);
-        }
-        metrics.observed(0, 0, &observed);
+        let (registry, metrics) = latency(&[]);
+        metrics.observed(0, 0, &observed(&[0.003, 0.2, 0.7, 3.0]));
         let whole = last_counts(&registry, 4096);
         assert!(whole.contains("watcher_agent_latency_bucket{le=\"0.25\",rule=\"latency\""), "{whole}");
         let short = last_counts(&registry, 400);

@@ -18,7 +18,7 @@ use kube::core::PartialObjectMeta;
 pub use policies::PolicyCache;
 pub use resource_rules::ResourceRulesCache;
 pub use revisions::{RevisionCache, RevisionChange};
-pub use watchers::{Change, WatcherCache, changed, split, split_cluster};
+pub use watchers::{Change, Lookup, WatcherCache, changed, split};
 
 /// A namespace as the caches keep it: its metadata (name and labels), not its spec or status.
 pub type NamespaceMeta = PartialObjectMeta<Namespace>;

@@ -315,5 +315,5 @@ mod index;
 #[cfg(test)]
 mod tests;
 
-pub use feed::{changed, split, split_cluster};
+pub use feed::{Lookup, changed, split};
 use index::NamespaceIndex;

@@ -379,7 +379,7 @@ pub(crate) async fn run(
     use kube::runtime::controller::Controller;
     let cache = shared.cache.clone();
     let store = cache.cluster.clone();
-    let (changes, resyncs) = watcher_cache::split_cluster(cache.subscribe(), store.clone());
+    let (changes, resyncs) = watcher_cache::split(cache.subscribe(), store.clone());
     let namespaces = watcher_cache::changed(namespace_changes);
     let scope = shared.scope.clone();
     let changes = scope.gate(changes);

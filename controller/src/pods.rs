@@ -116,7 +116,7 @@ pub async fn run(
         shared.clone(),
         reconcile,
     );
-    let (changes, resyncs) = watcher_cache::split_cluster(cache.subscribe(), cache.cluster.clone());
+    let (changes, resyncs) = watcher_cache::split(cache.subscribe(), cache.cluster.clone());
     let namespaces = watcher_cache::changed(namespace_changes);
     let clusters = crate::run_controller(
         CONTROLLER,

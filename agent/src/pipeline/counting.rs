@@ -363,6 +363,18 @@ mod tests {
         rule
     }
 
+    /// The metrics' text after `log` is counted.
+    fn read(c: &mut Counting, registry: &Registry, log: &[u8]) -> String {
+        c.run(0, log, SystemTime::now());
+        c.flush();
+        crate::metrics::prometheus_text(registry)
+    }
+
+    /// A rule's one field match: `path` matching `pattern`.
+    fn field(path: &str, pattern: &str) -> Vec<crate::config::FieldMatch> {
+        vec![crate::config::FieldMatch { path: path.into(), pattern: Pattern::new(pattern).expect("a pattern") }]
+    }
+
     fn measuring(rules: &[RuleConfig], formats: Vec<Format>, max_series: usize) -> (Counting, Registry) {
         let mut registry = Registry::default();
         let sources: Vec<String> = (0..formats.len()).map(|i| format!("s{i}")).collect();
@@ -391,11 +403,8 @@ mod tests {
         });
         let (mut c, registry) = measuring(&[latency], vec![Format::Text], 100);
         let log = "GET /a latency=50\nGET /b latency=734\nGET /c latency=1.5s\nGET /d latency=abc\nGET /e latency=1e400\nINFO no value\n";
-        c.run(0, log.as_bytes(), SystemTime::now());
-        c.flush();
-        let text = crate::metrics::prometheus_text(&registry);
         has(
-            &text,
+            &read(&mut c, &registry, log.as_bytes()),
             &[
                 r#"watcher_agent_latency_seconds_bucket{le="0.1",rule="latency",source="s0"} 1"#,
                 r#"watcher_agent_latency_seconds_bucket{le="0.5",rule="latency",source="s0"} 1"#,
@@ -416,18 +425,12 @@ mod tests {
     #[test]
     fn json_fields_match_measure_and_label() {
         let errors = rule("errors", None, |r| {
-            r.fields = vec![crate::config::FieldMatch {
-                path: "level".into(),
-                pattern: Pattern::new("^error$").expect("a pattern"),
-            }];
+            r.fields = field("level", "^error$");
             r.labels = vec!["route".into()];
             r.field_labels = vec!["route".into()];
         });
         let latency = rule("latency", None, |r| {
-            r.fields = vec![crate::config::FieldMatch {
-                path: "level".into(),
-                pattern: Pattern::new(".").expect("a pattern"),
-            }];
+            r.fields = field("level", ".");
             r.value = Some(ValueFrom::Field("http.ms".into()));
             r.metric = MetricKind::Histogram;
             r.buckets = vec![0.5, 1.0];
@@ -447,9 +450,7 @@ mod tests {
             r#"{"level":"error","route":"/pay","http":{"ms":2000}, "level":"info"}"#,
             "\n",
         );
-        c.run(0, log.as_bytes(), SystemTime::now());
-        c.flush();
-        let text = crate::metrics::prometheus_text(&registry);
+        let text = read(&mut c, &registry, log.as_bytes());
         has(
             &text,
             &[
@@ -470,32 +471,23 @@ mod tests {
     #[test]
     fn sums_and_gauges() {
         let bytes = rule("sent", None, |r| {
-            r.fields = vec![crate::config::FieldMatch {
-                path: "msg".into(),
-                pattern: Pattern::new("sent").expect("a pattern"),
-            }];
+            r.fields = field("msg", "sent");
             r.value = Some(ValueFrom::Field("size".into()));
             r.metric = MetricKind::Sum;
             r.reading = Reading { bare: Some(Unit::Bytes), non_negative: true };
         });
         let queue = rule("queue", None, |r| {
-            r.fields = vec![crate::config::FieldMatch {
-                path: "queue".into(),
-                pattern: Pattern::new(".").expect("a pattern"),
-            }];
+            r.fields = field("queue", ".");
             r.value = Some(ValueFrom::Field("queue".into()));
             r.metric = MetricKind::Gauge;
         });
         let (mut c, registry) = measuring(&[bytes, queue], vec![Format::Logfmt], 100);
-        c.run(
-            0,
-            b"msg=sent size=1KiB queue=7\nmsg=\"sent again\" size=24 queue=3\nmsg=sent size=-5\n",
-            SystemTime::now(),
-        );
-        c.flush();
-        let text = crate::metrics::prometheus_text(&registry);
         has(
-            &text,
+            &read(
+                &mut c,
+                &registry,
+                b"msg=sent size=1KiB queue=7\nmsg=\"sent again\" size=24 queue=3\nmsg=sent size=-5\n",
+            ),
             &[
                 r#"watcher_agent_sent_bytes_total{rule="sent",source="s0"} 1048.0"#,
                 r#"watcher_agent_queue{rule="queue",source="s0"} 3.0"#,
@@ -566,10 +558,8 @@ mod tests {
         c.metrics.expire(std::time::Duration::ZERO, std::time::Instant::now() + std::time::Duration::from_secs(1));
         let text = crate::metrics::prometheus_text(&registry);
         assert!(!text.contains(r#"route="/a""#) && !text.contains(r#"route="/b""#), "{text}");
-        c.run(0, b"/c 1\n", SystemTime::now());
-        c.flush();
         has(
-            &crate::metrics::prometheus_text(&registry),
+            &read(&mut c, &registry, b"/c 1\n"),
             &[r#"watcher_agent_latency_count{rule="latency",source="s0",route="/c"} 1"#],
         );
     }
@@ -579,19 +569,14 @@ mod tests {
     #[test]
     fn a_64_mb_json_line_is_bounded() {
         let errors = rule("errors", None, |r| {
-            r.fields = vec![crate::config::FieldMatch {
-                path: "level".into(),
-                pattern: Pattern::new("error").expect("a pattern"),
-            }];
+            r.fields = field("level", "error");
         });
         let (mut c, registry) = measuring(&[errors, rule("any", Some("level"), |_| {})], vec![Format::Json], 100);
         let mut line = String::from(r#"{"level":"error","msg":""#);
         line.push_str(&"x".repeat(64 << 20));
         line.push_str("\"}\n");
-        c.run(0, line.as_bytes(), SystemTime::now());
-        c.flush();
         has(
-            &crate::metrics::prometheus_text(&registry),
+            &read(&mut c, &registry, line.as_bytes()),
             &[
                 r#"watcher_agent_parse_errors_total{source="s0"} 1"#,
                 r#"watcher_agent_long_lines_total{source="s0"} 1"#,

@@ -102,22 +102,16 @@ pub enum Begin {
 }
 
 struct Open {
-    file: File,
-    key: (u64, u64),
-    path: PathBuf,
-    source: usize,
-    offset: u64,
-    /// The first bytes read from the beginning, up to [`HEAD_BYTES`].
-    head: Vec<u8>,
+    /// The file, and where it is read to.
+    at: Opened,
     fingerprint: Option<u64>,
-    /// The last bytes read before `offset`, up to [`TAIL_BYTES`].
+    /// The last bytes read before `at.offset`, up to [`TAIL_BYTES`].
     tail: Vec<u8>,
     buffer: LineBuffer,
     /// At a path of a glob in the last look.
     in_glob: bool,
     /// When it last grew (or was opened).
     grew: Instant,
-    modified: SystemTime,
     /// Order of discovery: the older of two files is read first.
     order: u64,
     /// The look it was opened in: not closed to make room in that look.
@@ -125,14 +119,16 @@ struct Open {
     read_failed: bool,
 }
 
-/// A file just opened, where reading it starts.
+/// A file opened: where it is read to (where reading it starts, when just opened).
 struct Opened {
     file: File,
     key: (u64, u64),
     path: PathBuf,
     source: usize,
     offset: u64,
+    /// The first bytes read from the beginning, up to [`HEAD_BYTES`].
     head: Vec<u8>,
+    /// When it was last seen modified.
     modified: SystemTime,
 }
 
@@ -217,7 +213,7 @@ impl Follower {
 
     /// The paths open now.
     pub fn paths(&self) -> Vec<PathBuf> {
-        let mut paths: Vec<PathBuf> = self.open.values().map(|t| t.path.clone()).collect();
+        let mut paths: Vec<PathBuf> = self.open.values().map(|t| t.at.path.clone()).collect();
         paths.sort();
         paths
     }
@@ -260,7 +256,7 @@ impl Follower {
             }
         }
         for open in self.open.values_mut() {
-            let (source, written) = (open.source, open.modified);
+            let (source, written) = (open.at.source, open.at.modified);
             if flush_partial {
                 open.buffer.flush(|piece| disk::give(sink, source, piece, written));
             } else {
@@ -284,7 +280,7 @@ impl Follower {
     /// Ends the events that waited `AGENT_MULTILINE_WAIT` for a next line.
     fn end_waiting_events(&mut self, sink: &mut impl Sink, now: Instant) {
         for open in self.open.values_mut() {
-            let (source, written) = (open.source, open.modified);
+            let (source, written) = (open.at.source, open.at.modified);
             open.buffer.expire(now, |piece| disk::give(sink, source, piece, written));
         }
     }
@@ -304,7 +300,7 @@ impl Follower {
                     return Some((*key, "rotated"));
                 }
                 let idle = ignore.filter(|limit| {
-                    quiet >= *limit && wall.duration_since(open.modified).unwrap_or_default() >= *limit
+                    quiet >= *limit && wall.duration_since(open.at.modified).unwrap_or_default() >= *limit
                 });
                 (open.in_glob && idle.is_some()).then_some((*key, "idle"))
             })
@@ -319,25 +315,25 @@ impl Follower {
     fn close(&mut self, key: (u64, u64), reason: &'static str, flush: bool, sink: &mut impl Sink) {
         let Some(mut open) = self.open.remove(&key) else { return };
         if flush {
-            let (source, written) = (open.source, open.modified);
+            let (source, written) = (open.at.source, open.at.modified);
             open.buffer.flush(|piece| disk::give(sink, source, piece, written));
         }
         if reason == "limit" {
-            tracing::debug!(path = %open.path.display(), offset = open.offset, reason, "closed");
+            tracing::debug!(path = %open.at.path.display(), offset = open.at.offset, reason, "closed");
         } else {
-            tracing::info!(path = %open.path.display(), offset = open.offset, reason, "closed");
+            tracing::info!(path = %open.at.path.display(), offset = open.at.offset, reason, "closed");
         }
         sink.report(Report::Closed(reason));
         // Remembered even before it has a fingerprint (empty, or no whole first line yet): by its
         // inode, so that it stays closed while it does not change. Where it is now: a file
         // rotated away may have been renamed again; a deleted one is forgotten.
         let mut mark = mark_of(&open).unwrap_or_else(|| position_of(&open));
-        match now_at(&open.file) {
+        match now_at(&open.at.file) {
             Some(Now::Deleted) => return,
             Some(Now::At(path)) => mark.path = path.display().to_string(),
             None => {}
         }
-        self.remember(mark, open.offset, Some(open.modified), open.in_glob.then_some(open.source));
+        self.remember(mark, open.at.offset, Some(open.at.modified), open.in_glob.then_some(open.at.source));
     }
 
     fn remember(&mut self, mark: FileMark, read: u64, modified: Option<SystemTime>, source: Option<usize>) {
@@ -436,8 +432,8 @@ impl Follower {
         let key = (meta.dev(), meta.ino());
         if let Some(open) = self.open.get_mut(&key) {
             open.in_glob = true;
-            if open.path != path {
-                open.path = path;
+            if open.at.path != path {
+                open.at.path = path;
             }
             return Ok(true);
         }
@@ -521,30 +517,21 @@ impl Follower {
 
     /// Reads `opened` from its offset on (a descriptor was made room for): `in_glob`, a file of
     /// a glob; else one rotated away, read until it has been quiet for `AGENT_ROTATE_WAIT`.
-    fn start_reading(&mut self, opened: Opened, in_glob: bool) {
-        let Opened { file, key, path, source, offset, head, modified } = opened;
+    fn start_reading(&mut self, at: Opened, in_glob: bool) {
         // The bytes before the offset: what a copy of it would hold there.
-        let tail = read_tail(&file, offset).unwrap_or_default();
+        let tail = read_tail(&at.file, at.offset).unwrap_or_default();
         self.counter += 1;
-        let fingerprint = fingerprint_of(&head);
-        let buffer = LineBuffer::joining(self.options.max_line, self.options.multiline.as_ref());
-        let (grew, order) = (Instant::now(), self.counter);
+        let key = at.key;
         let open = Open {
-            file,
-            key,
-            path,
-            source,
-            offset,
-            head,
-            fingerprint,
+            fingerprint: fingerprint_of(&at.head),
             tail,
-            buffer,
+            buffer: LineBuffer::joining(self.options.max_line, self.options.multiline.as_ref()),
             in_glob,
-            grew,
-            modified,
-            order,
+            grew: Instant::now(),
+            order: self.counter,
             opened: self.looks,
             read_failed: false,
+            at,
         };
         self.open.insert(key, open);
         self.known.remove(&key);
@@ -576,7 +563,10 @@ impl Follower {
             return Some(offset);
         }
         let copy_of_open = self.open.values().any(|o| {
-            o.key != key && o.fingerprint == Some(fingerprint) && o.offset <= len && holds(o.offset, hash(&o.tail))
+            o.at.key != key
+                && o.fingerprint == Some(fingerprint)
+                && o.at.offset <= len
+                && holds(o.at.offset, hash(&o.tail))
         });
         copy_of_open.then_some(len)
     }
@@ -607,7 +597,7 @@ impl Follower {
         while self.open.len() >= self.options.max_open {
             let looks = self.looks;
             let quietest =
-                self.open.values().filter(|o| o.in_glob && o.opened < looks).min_by_key(|o| o.grew).map(|o| o.key);
+                self.open.values().filter(|o| o.in_glob && o.opened < looks).min_by_key(|o| o.grew).map(|o| o.at.key);
             let Some(key) = quietest else { return false };
             self.close(key, "limit", false, sink);
         }

@@ -9,37 +9,47 @@ use watcher_api::{ClusterWatcher, Watcher};
 
 use super::Change;
 
-/// Splits a change feed into what a controller takes: the changed Watchers (looked up in
-/// `store`; deleted ones drop out) and the moments to reconcile everything.
-pub fn split(
-    changes: impl Stream<Item = Change> + Send + 'static,
-    store: Store<Watcher>,
-) -> (impl Stream<Item = Arc<Watcher>> + Send + 'static, impl Stream<Item = ()> + Send + 'static) {
-    split_by(changes, move |change| match change {
-        Change::Watcher(object) => store.get(&object),
-        Change::ClusterWatcher(_) | Change::Resync => None,
-    })
+/// A store of a kind the feed speaks of: which of its objects a change is about.
+pub trait Lookup: Send + 'static {
+    /// The kind of the objects it holds.
+    type Object: Send + Sync + 'static;
+
+    /// The object `change` is about, if it is in the store (a [`Change::Resync`] is about none).
+    fn about(&self, change: Change) -> Option<Arc<Self::Object>>;
 }
 
-/// [`split`] for the ClusterWatchers: the changed ones (a change of a Watcher of the same name
-/// too: it takes a namespace over or hands it back) and the moments to reconcile them all.
-pub fn split_cluster(
-    changes: impl Stream<Item = Change> + Send + 'static,
-    store: Store<ClusterWatcher>,
-) -> (impl Stream<Item = Arc<ClusterWatcher>> + Send + 'static, impl Stream<Item = ()> + Send + 'static) {
-    split_by(changes, move |change| match change {
-        Change::ClusterWatcher(object) => store.get(&object),
-        Change::Watcher(object) => store.get(&ObjectRef::new(&object.name)),
-        Change::Resync => None,
-    })
+impl Lookup for Store<Watcher> {
+    type Object = Watcher;
+
+    fn about(&self, change: Change) -> Option<Arc<Watcher>> {
+        match change {
+            Change::Watcher(object) => self.get(&object),
+            Change::ClusterWatcher(_) | Change::Resync => None,
+        }
+    }
 }
 
-/// A change feed as the objects `lookup` finds for each change (a [`Change::Resync`] is sent to
-/// the second stream instead).
-fn split_by<K: Send + Sync + 'static>(
+/// A ClusterWatcher is about a change of itself, and of a Watcher of the same name too: it takes
+/// a namespace over or hands it back.
+impl Lookup for Store<ClusterWatcher> {
+    type Object = ClusterWatcher;
+
+    fn about(&self, change: Change) -> Option<Arc<ClusterWatcher>> {
+        match change {
+            Change::ClusterWatcher(object) => self.get(&object),
+            Change::Watcher(object) => self.get(&ObjectRef::new(&object.name)),
+            Change::Resync => None,
+        }
+    }
+}
+
+/// Splits a change feed into what a controller takes: the changed objects (looked up in
+/// `store`; deleted ones drop out) and the moments to reconcile them all (each
+/// [`Change::Resync`]).
+pub fn split<S: Lookup>(
     changes: impl Stream<Item = Change> + Send + 'static,
-    lookup: impl Fn(Change) -> Option<Arc<K>> + Send + 'static,
-) -> (impl Stream<Item = Arc<K>> + Send + 'static, impl Stream<Item = ()> + Send + 'static) {
+    store: S,
+) -> (impl Stream<Item = Arc<S::Object>> + Send + 'static, impl Stream<Item = ()> + Send + 'static) {
     let (resync_tx, resync_rx) = futures::channel::mpsc::unbounded();
     let triggers = changes.filter_map(move |change| {
         let found = match change {
@@ -47,7 +57,7 @@ fn split_by<K: Send + Sync + 'static>(
                 let _ = resync_tx.unbounded_send(());
                 None
             }
-            change => lookup(change),
+            change => store.about(change),
         };
         future::ready(found)
     });

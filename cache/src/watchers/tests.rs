@@ -213,7 +213,7 @@ async fn a_cluster_watcher_hears_of_watchers_of_its_name() {
         Change::ClusterWatcher(ObjectRef::new("log-agent")),
         Change::ClusterWatcher(ObjectRef::new("gone")),
     ]);
-    let (triggers, resyncs) = split_cluster(changes, store);
+    let (triggers, resyncs) = split(changes, store);
     let names: Vec<String> = all(triggers.map(|c| c.name_any())).await;
     assert_eq!(names, ["log-agent", "log-agent"]);
     assert_eq!(all(resyncs).await.len(), 1);

@@ -19,15 +19,15 @@ pub(super) fn give(sink: &mut impl Sink, source: usize, piece: Piece<'_>, writte
 
 /// Where `open` was read to, up to its last whole line (`None` before it has a fingerprint).
 pub(super) fn mark_of(open: &Open) -> Option<FileMark> {
-    let offset = open.offset - open.buffer.pending().min(open.offset);
+    let offset = open.at.offset - open.buffer.pending().min(open.at.offset);
     Some(FileMark {
-        path: open.path.display().to_string(),
-        dev: open.key.0,
-        ino: open.key.1,
+        path: open.at.path.display().to_string(),
+        dev: open.at.key.0,
+        ino: open.at.key.1,
         fingerprint: open.fingerprint?,
         offset,
         tail: tail_before(open, offset)?,
-        modified: seconds(open.modified),
+        modified: seconds(open.at.modified),
     })
 }
 
@@ -35,23 +35,23 @@ pub(super) fn mark_of(open: &Open) -> Option<FileMark> {
 /// kept, when it is where it was read to (the file may have been truncated since); else read
 /// again.
 fn tail_before(open: &Open, offset: u64) -> Option<u64> {
-    if offset == open.offset {
+    if offset == open.at.offset {
         return Some(hash(&open.tail));
     }
-    read_tail(&open.file, offset).map(|t| hash(&t))
+    read_tail(&open.at.file, offset).map(|t| hash(&t))
 }
 
 /// Where `open` was read to, before it has a fingerprint (fingerprint 0: none).
 pub(super) fn position_of(open: &Open) -> FileMark {
-    let offset = open.offset - open.buffer.pending().min(open.offset);
+    let offset = open.at.offset - open.buffer.pending().min(open.at.offset);
     FileMark {
-        path: open.path.display().to_string(),
-        dev: open.key.0,
-        ino: open.key.1,
+        path: open.at.path.display().to_string(),
+        dev: open.at.key.0,
+        ino: open.at.key.1,
         fingerprint: 0,
         offset,
         tail: tail_before(open, offset).unwrap_or_default(),
-        modified: seconds(open.modified),
+        modified: seconds(open.at.modified),
     }
 }
 
@@ -108,12 +108,12 @@ pub(super) fn read_fully_at(file: &File, buffer: &mut [u8], offset: u64) -> io::
 /// Whether the first bytes of the file are no longer those read from it (another file at the
 /// same inode, or truncated and written past the old offset between two looks).
 pub(super) fn head_changed(open: &Open) -> bool {
-    if open.head.is_empty() || open.offset == 0 {
+    if open.at.head.is_empty() || open.at.offset == 0 {
         return false;
     }
     let mut now = [0_u8; HEAD_BYTES];
-    match read_fully_at(&open.file, &mut now[..open.head.len()], 0) {
-        Ok(n) => now[..n] != open.head[..],
+    match read_fully_at(&open.at.file, &mut now[..open.at.head.len()], 0) {
+        Ok(n) => now[..n] != open.at.head[..],
         Err(_) => false,
     }
 }
@@ -121,9 +121,9 @@ pub(super) fn head_changed(open: &Open) -> bool {
 pub(super) fn read_failed(open: &mut Open, error: &io::Error, sink: &mut impl Sink) {
     if !open.read_failed {
         open.read_failed = true;
-        let detail = format!("{}: {error}", open.path.display());
+        let detail = format!("{}: {error}", open.at.path.display());
         tracing::warn!(detail, "cannot read");
-        sink.report(Report::Error { source: open.source, reason: SourceError::of(error), detail: &detail });
+        sink.report(Report::Error { source: open.at.source, reason: SourceError::of(error), detail: &detail });
     }
 }
 

@@ -146,7 +146,7 @@ impl Follower {
                 continue;
             }
             // Followed already (a glob matches it): up to where it started; else to its end.
-            let followed = self.open.get(&key).map(|copy| copy.offset);
+            let followed = self.open.get(&key).map(|copy| copy.at.offset);
             let end = followed.unwrap_or(meta.len());
             let written = meta.modified().unwrap_or(left.modified);
             let mut at = left.offset;

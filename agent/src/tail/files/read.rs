@@ -37,37 +37,37 @@ impl Follower {
     /// file that shrank, or holds other bytes at its beginning, was truncated (or replaced):
     /// its copy is read first, from where it was left.
     pub(super) fn read_new(&mut self, open: &mut Open, sink: &mut impl Sink, budget: u64) -> (u64, bool) {
-        let meta = match open.file.metadata() {
+        let meta = match open.at.file.metadata() {
             Ok(meta) => meta,
             Err(error) => {
                 read_failed(open, &error, sink);
                 return (0, false);
             }
         };
-        open.modified = meta.modified().unwrap_or(open.modified);
-        if meta.len() < open.offset || head_changed(open) {
+        open.at.modified = meta.modified().unwrap_or(open.at.modified);
+        if meta.len() < open.at.offset || head_changed(open) {
             let left = Left {
-                path: open.path.clone(),
-                key: open.key,
+                path: open.at.path.clone(),
+                key: open.at.key,
                 fingerprint: open.fingerprint,
                 tail: hash(&open.tail),
-                offset: open.offset,
-                modified: open.modified,
+                offset: open.at.offset,
+                modified: open.at.modified,
             };
-            let found = self.read_copy(&left, &mut open.buffer, open.source, sink);
-            sink.report(Report::Truncated { source: open.source, copy_found: found });
-            tracing::info!(path = %open.path.display(), copy_found = found, "truncated: reading from the beginning");
-            let (source, written) = (open.source, open.modified);
+            let found = self.read_copy(&left, &mut open.buffer, open.at.source, sink);
+            sink.report(Report::Truncated { source: open.at.source, copy_found: found });
+            tracing::info!(path = %open.at.path.display(), copy_found = found, "truncated: reading from the beginning");
+            let (source, written) = (open.at.source, open.at.modified);
             open.buffer.flush(|piece| give(sink, source, piece, written));
-            open.offset = 0;
-            open.head.clear();
+            open.at.offset = 0;
+            open.at.head.clear();
             open.fingerprint = None;
             open.tail.clear();
         }
         let mut read = 0;
         let chunk = &mut self.chunk;
         while read < budget {
-            let n = match open.file.read_at(chunk, open.offset) {
+            let n = match open.at.file.read_at(chunk, open.at.offset) {
                 Ok(0) => return (read, false),
                 Ok(n) => n,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
@@ -77,22 +77,22 @@ impl Follower {
                 }
             };
             let bytes = &chunk[..n];
-            if open.offset == 0 && open.head.is_empty() && is_compressed(bytes) {
-                tracing::info!(path = %open.path.display(), "compressed: not read as text");
+            if open.at.offset == 0 && open.at.head.is_empty() && is_compressed(bytes) {
+                tracing::info!(path = %open.at.path.display(), "compressed: not read as text");
                 sink.report(Report::Skipped("compressed"));
-                self.ignored.insert(open.key);
+                self.ignored.insert(open.at.key);
                 return (read, false);
             }
             // The head grows only with bytes read from the beginning on.
-            if open.head.len() as u64 == open.offset && open.head.len() < HEAD_BYTES {
-                let room = HEAD_BYTES - open.head.len();
-                open.head.extend_from_slice(&bytes[..room.min(n)]);
-                open.fingerprint = fingerprint_of(&open.head);
+            if open.at.head.len() as u64 == open.at.offset && open.at.head.len() < HEAD_BYTES {
+                let room = HEAD_BYTES - open.at.head.len();
+                open.at.head.extend_from_slice(&bytes[..room.min(n)]);
+                open.fingerprint = fingerprint_of(&open.at.head);
             }
             keep_tail(&mut open.tail, bytes);
-            let (source, written) = (open.source, open.modified);
+            let (source, written) = (open.at.source, open.at.modified);
             open.buffer.push_runs(bytes, |piece| give(sink, source, piece, written));
-            open.offset += n as u64;
+            open.at.offset += n as u64;
             read += n as u64;
             open.read_failed = false;
         }

@@ -96,6 +96,23 @@ fn glob_follower(glob: String, begin: Begin) -> Follower {
     Follower::new(options(vec![glob], Start::End), begin)
 }
 
+/// An empty `app.log` in a new directory `name`, followed from its end after a first look.
+fn following(name: &str) -> (PathBuf, PathBuf, Follower, Seen) {
+    let dir = dir(name);
+    let log = dir.join("app.log");
+    append(&log, "");
+    let mut follower = follower(&dir, Start::End);
+    let mut seen = Seen::default();
+    follower.poll(&mut seen);
+    (dir, log, follower, seen)
+}
+
+/// logrotate's copytruncate: `path` copied to `copy`, then truncated in place.
+fn copytruncate(path: &Path, copy: &Path) {
+    fs::copy(path, copy).expect("copy");
+    truncate(path);
+}
+
 fn truncate(path: &Path) {
     OpenOptions::new().write(true).open(path).expect("open").set_len(0).expect("truncate");
 }
@@ -127,12 +144,7 @@ fn start_at_the_end_of_files_present_and_the_beginning_of_new_ones() {
 
 #[test]
 fn rotation_by_rename_reads_the_old_file_to_its_end_then_the_new_one() {
-    let dir = dir("rename");
-    let log = dir.join("app.log");
-    append(&log, "");
-    let mut follower = follower(&dir, Start::End);
-    let mut seen = Seen::default();
-    follower.poll(&mut seen);
+    let (dir, log, mut follower, mut seen) = following("rename");
     append(&log, "a\nb\n");
     follower.poll(&mut seen);
     // The app writes once more to its open file after the rename, then reopens.
@@ -153,18 +165,12 @@ fn rotation_by_rename_reads_the_old_file_to_its_end_then_the_new_one() {
 
 #[test]
 fn copytruncate_reads_the_file_again_from_the_beginning() {
-    let dir = dir("truncate");
-    let log = dir.join("app.log");
-    append(&log, "");
-    let mut follower = follower(&dir, Start::End);
-    let mut seen = Seen::default();
-    follower.poll(&mut seen);
+    let (dir, log, mut follower, mut seen) = following("truncate");
     append(&log, "one\ntwo\nthree\n");
     follower.poll(&mut seen);
     assert_eq!(seen.lines(), ["one", "two", "three"]);
     // copytruncate: copied away, truncated in place; the app writes on.
-    fs::copy(&log, dir.join("app.log.1")).expect("copy");
-    OpenOptions::new().write(true).open(&log).expect("open").set_len(0).expect("truncate");
+    copytruncate(&log, &dir.join("app.log.1"));
     append(&log, "four\n");
     follower.poll(&mut seen);
     assert_eq!(seen.lines(), ["four"]);
@@ -176,12 +182,7 @@ fn copytruncate_reads_the_file_again_from_the_beginning() {
 
 #[test]
 fn a_deleted_and_recreated_file_is_read_from_its_beginning() {
-    let dir = dir("recreate");
-    let log = dir.join("app.log");
-    append(&log, "");
-    let mut follower = follower(&dir, Start::End);
-    let mut seen = Seen::default();
-    follower.poll(&mut seen);
+    let (_, log, mut follower, mut seen) = following("recreate");
     append(&log, "before\n");
     follower.poll(&mut seen);
     fs::remove_file(&log).expect("delete");
@@ -193,12 +194,7 @@ fn a_deleted_and_recreated_file_is_read_from_its_beginning() {
 
 #[test]
 fn a_partial_last_line_waits_for_its_newline() {
-    let dir = dir("partial");
-    let log = dir.join("app.log");
-    append(&log, "");
-    let mut follower = follower(&dir, Start::End);
-    let mut seen = Seen::default();
-    follower.poll(&mut seen);
+    let (_, log, mut follower, mut seen) = following("partial");
     append(&log, "ERROR half");
     follower.poll(&mut seen);
     follower.poll(&mut seen);
@@ -210,12 +206,7 @@ fn a_partial_last_line_waits_for_its_newline() {
 
 #[test]
 fn a_long_line_is_counted_once_and_memory_stays_bounded() {
-    let dir = dir("long");
-    let log = dir.join("app.log");
-    append(&log, "");
-    let mut follower = follower(&dir, Start::End);
-    let mut seen = Seen::default();
-    follower.poll(&mut seen);
+    let (_, log, mut follower, mut seen) = following("long");
     let long = "x".repeat(1_000_000);
     append(&log, &format!("ERROR {long}\nshort\n"));
     follower.poll(&mut seen);
@@ -312,12 +303,7 @@ fn the_literal_prefix_is_the_directory_before_the_first_pattern() {
 /// file has not grown for `AGENT_ROTATE_WAIT`, however many polls that is.
 #[test]
 fn a_renamed_file_is_read_until_quiet_for_the_rotate_wait() {
-    let dir = dir("rotate-wait");
-    let log = dir.join("app.log");
-    append(&log, "");
-    let mut follower = follower(&dir, Start::End);
-    let mut seen = Seen::default();
-    follower.poll(&mut seen);
+    let (dir, log, mut follower, mut seen) = following("rotate-wait");
     append(&log, &numbered(1, 10));
     fs::rename(&log, dir.join("app.log.1")).expect("rotate");
     for i in 11..=30 {
@@ -336,17 +322,11 @@ fn a_renamed_file_is_read_until_quiet_for_the_rotate_wait() {
 /// which the glob does not match); they are read from it, from where the file was left.
 #[test]
 fn copytruncate_reads_what_only_the_copy_holds() {
-    let dir = dir("copy-only");
-    let log = dir.join("app.log");
-    append(&log, "");
-    let mut follower = follower(&dir, Start::End);
-    let mut seen = Seen::default();
-    follower.poll(&mut seen);
+    let (dir, log, mut follower, mut seen) = following("copy-only");
     append(&log, &numbered(1, 20));
     follower.poll(&mut seen);
     append(&log, &numbered(21, 25));
-    fs::copy(&log, dir.join("app.log.1")).expect("copy");
-    truncate(&log);
+    copytruncate(&log, &dir.join("app.log.1"));
     append(&log, &numbered(26, 30));
     follower.poll(&mut seen);
     assert_eq!(seen.lines(), names(1, 30), "nothing lost, nothing twice");
@@ -376,8 +356,7 @@ fn rotated_files_the_glob_matches_are_never_read_twice() {
     follower.poll(&mut seen);
     // copytruncate of app.log into app.log.0 (matched by the glob), then truncation.
     append(&log, &numbered(16, 20));
-    fs::copy(&log, dir.join("app.log.0")).expect("copy");
-    truncate(&log);
+    copytruncate(&log, &dir.join("app.log.0"));
     append(&log, &numbered(21, 25));
     // A compressed rotation.
     fs::write(dir.join("app.log.2.gz"), b"\x1f\x8b\x08\x00line 99\n").expect("gz");
@@ -393,12 +372,7 @@ fn rotated_files_the_glob_matches_are_never_read_twice() {
 /// it continues from where it was read to.
 #[test]
 fn a_closed_file_caught_again_continues_where_it_was_left() {
-    let dir = dir("caught-again");
-    let log = dir.join("app.log");
-    append(&log, "");
-    let mut follower = follower(&dir, Start::End);
-    let mut seen = Seen::default();
-    follower.poll(&mut seen);
+    let (dir, log, mut follower, mut seen) = following("caught-again");
     append(&log, &numbered(1, 3));
     fs::rename(&log, dir.join("app.old")).expect("out of the glob");
     follower.poll(&mut seen);
@@ -449,12 +423,7 @@ fn a_restart_resumes_each_file_from_its_mark() {
 /// complete it), and only once.
 #[test]
 fn finish_counts_a_partial_last_line_without_checkpoints() {
-    let dir = dir("finish");
-    let log = dir.join("app.log");
-    append(&log, "");
-    let mut follower = follower(&dir, Start::End);
-    let mut seen = Seen::default();
-    follower.poll(&mut seen);
+    let (_, log, mut follower, mut seen) = following("finish");
     append(&log, "line 1\nERROR the last words");
     follower.finish(&mut seen, true);
     assert_eq!(seen.lines(), ["line 1", "ERROR the last words"]);
@@ -601,8 +570,7 @@ fn a_file_rotated_while_closed_loses_nothing() {
     append(&truncated, "b 2\n");
     fs::rename(&renamed, dir.join("a.log.1")).expect("rename");
     append(&renamed, "a 3\n");
-    fs::copy(&truncated, dir.join("b.log.1")).expect("copy");
-    truncate(&truncated);
+    copytruncate(&truncated, &dir.join("b.log.1"));
     append(&truncated, "b 3\n");
     for _ in 0..5 {
         follower.poll(&mut seen);
