@@ -41,6 +41,16 @@ fn source() -> Value {
            "data": {".dockerconfigjson": "eyJhdXRocyI6eyJyZWdpc3RyeS5leGFtcGxlLmNvbSI6eyJhdXRoIjoiY205aWIzUTZkRzlyWlc0PSJ9fX0="}})
 }
 
+/// A child process, killed and waited for when dropped.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let count: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(1000);
@@ -55,8 +65,9 @@ async fn main() {
     let webhook = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port");
 
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
-        .args(["run", "--leader-election=false", "--controllers=sync", "--namespace=bench"])
+    let child = Command::new(env!("CARGO_BIN_EXE_watcher-operator"))
+        // Secrets are synced only when asked for (the default syncs ConfigMaps alone).
+        .args(["run", "--leader-election=false", "--controllers=sync", "--sync-secrets=true", "--namespace=bench"])
         .arg(format!("--health-addr={metrics}"))
         .arg("--metrics-addr=127.0.0.1:0")
         .arg(format!("--webhook-addr={webhook}"))
@@ -66,6 +77,8 @@ async fn main() {
         .spawn()
         .expect("binary starts");
     let pid = child.id();
+    // Stopped however the bench ends: a failed wait must not leave it running.
+    let operator = Stopped(child);
 
     let copy_writes = || {
         let log = server.write_log.lock().map(|l| l.clone()).unwrap_or_default();
@@ -80,8 +93,7 @@ async fn main() {
     // Nothing more is written once every copy is there.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (rss, peak) = rss_kib(pid).expect("/proc");
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(operator);
     let _ = std::fs::remove_dir_all(&dir);
 
     let writes = copy_writes();

@@ -33,13 +33,18 @@ fn git_revision(root: &Path) -> Option<String> {
     };
     let commit = git(&["rev-parse", "--short=12", "HEAD"])?;
     // A new commit, a checkout, a staged change: the stamp is made again. A source file
-    // edited since is seen through the crates' own directories below.
+    // edited since is seen through the crates' own directories below. Only files that exist
+    // are named: cargo runs a build script again at every build while a file it names is
+    // missing (a checkout has no `packed-refs` until refs are packed; a packed branch has no
+    // file of its own), and every crate that uses the stamp would be compiled again with it.
     if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
-        for file in ["HEAD", "index", "packed-refs"] {
-            println!("cargo:rerun-if-changed={dir}/{file}");
-        }
-        if let Some(reference) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={dir}/{reference}");
+        let mut files = vec!["HEAD".to_owned(), "index".to_owned(), "packed-refs".to_owned()];
+        files.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+        for file in files {
+            let path = Path::new(&dir).join(file);
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
         }
     }
     for entry in std::fs::read_dir(root).ok()?.flatten() {
@@ -52,7 +57,10 @@ fn git_revision(root: &Path) -> Option<String> {
             println!("cargo:rerun-if-changed={}", path.display());
         }
     }
-    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|changes| !changes.is_empty());
+    // `--no-optional-locks`: the index is read, never refreshed and written, which would be a
+    // change to the file named above.
+    let dirty = git(&["--no-optional-locks", "status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|changes| !changes.is_empty());
     Some(if dirty { format!("{commit}-dirty") } else { commit })
 }
 

@@ -218,7 +218,7 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
     if method == Method::GET {
         let watch = query.get("watch").is_some_and(|w| *w == "true" || *w == "1");
         if watch && query.get("sendInitialEvents") == Some(&"true") {
-            return streamed_list(&server, path);
+            return streamed_list(&server, path, Selector::of(&query));
         }
         if watch {
             // An open watch: no event, but the changes of a live server.
@@ -303,10 +303,12 @@ fn listed_page(
 ) -> Response {
     // A live server lists what it keeps too (a restarted operator sees what it wrote).
     let kept = server.kept_items(path);
-    let items: std::borrow::Cow<'_, [Value]> = if kept.is_empty() {
+    let selector = Selector::of(query);
+    let items: std::borrow::Cow<'_, [Value]> = if kept.is_empty() && selector.is_none() {
         std::borrow::Cow::Borrowed(listed)
     } else {
-        std::borrow::Cow::Owned(listed.iter().cloned().chain(kept).collect())
+        let selected = |object: &Value| selector.as_ref().is_none_or(|s| s.matches(object));
+        std::borrow::Cow::Owned(listed.iter().cloned().chain(kept).filter(selected).collect())
     };
     let limit = query.get("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(usize::MAX);
     let start = query.get("continue").and_then(|c| c.parse::<usize>().ok()).unwrap_or(0);
@@ -362,7 +364,7 @@ fn tokio_stream_of<T: Clone + Send + 'static>(
 
 /// A streamed list: each listed object as an `ADDED` event, encoded as it is sent, then the
 /// bookmark that ends the initial events; the watch then stays open.
-fn streamed_list(server: &Arc<FakeApiServer>, path: &str) -> Response {
+fn streamed_list(server: &Arc<FakeApiServer>, path: &str, selector: Option<Selector>) -> Response {
     if server.refuses_streamed_lists {
         let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422,
             "message": "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is \
@@ -374,12 +376,88 @@ fn streamed_list(server: &Arc<FakeApiServer>, path: &str) -> Response {
         "metadata": {"resourceVersion": "1", "annotations": {"k8s.io/initial-events-end": "true"}}}});
     let changes = server.live_events(path);
     let (server, path) = (server.clone(), path.to_owned());
-    let added = futures::stream::iter(0..items.len()).map(move |i| {
+    let added = futures::stream::iter(0..items.len()).filter_map(move |i| {
         let object = &server.lists[&path].1[i];
-        Ok::<_, std::io::Error>(Bytes::from(format!("{}\n", json!({"type": "ADDED", "object": object}))))
+        let selected = selector.as_ref().is_none_or(|s| s.matches(object));
+        let line = selected
+            .then(|| Ok::<_, std::io::Error>(Bytes::from(format!("{}\n", json!({"type": "ADDED", "object": object})))));
+        futures::future::ready(line)
     });
     let events = added.chain(futures::stream::once(async move { Ok(Bytes::from(format!("{end}\n"))) })).chain(changes);
     Response::builder().header("content-type", "application/json").body(Body::from_stream(events)).expect("response")
+}
+
+/// A list's `labelSelector`, as kube-apiserver applies it: terms `key=value`, `key==value`,
+/// `key!=value`, `key` and `!key`, all of which must hold (set terms, `in (…)`, match nothing).
+struct Selector(Vec<(String, Term)>);
+
+enum Term {
+    Is(String),
+    IsNot(String),
+    Exists,
+    Absent,
+    Unknown,
+}
+
+impl Selector {
+    /// The selector `query` asks for, if any.
+    fn of(query: &HashMap<&str, &str>) -> Option<Self> {
+        let text = percent_decoded(query.get("labelSelector")?);
+        let terms = text.split(',').filter(|t| !t.is_empty()).map(|term| {
+            let term = term.trim();
+            if let Some((key, value)) = term.split_once("!=") {
+                (key.to_owned(), Term::IsNot(value.to_owned()))
+            } else if let Some((key, value)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                (key.to_owned(), Term::Is(value.to_owned()))
+            } else if let Some(key) = term.strip_prefix('!') {
+                (key.to_owned(), Term::Absent)
+            } else if term.contains(' ') || term.contains('(') {
+                (term.to_owned(), Term::Unknown)
+            } else {
+                (term.to_owned(), Term::Exists)
+            }
+        });
+        Some(Self(terms.collect()))
+    }
+
+    fn matches(&self, object: &Value) -> bool {
+        let labels = &object["metadata"]["labels"];
+        self.0.iter().all(|(key, term)| {
+            let value = labels.get(key).and_then(Value::as_str);
+            match term {
+                Term::Is(wanted) => value == Some(wanted),
+                Term::IsNot(unwanted) => value != Some(unwanted),
+                Term::Exists => value.is_some(),
+                Term::Absent => value.is_none(),
+                Term::Unknown => false,
+            }
+        })
+    }
+}
+
+/// `text` with its `%XX` escapes (and `+`) decoded, as a query's values are written.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether `path` names a collection (`…/pods`, `…/namespaces/ns/pods`) rather than an object.
