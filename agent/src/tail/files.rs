@@ -101,6 +101,7 @@ pub enum Begin {
     },
 }
 
+/// A file being read: the file, and how its reading goes on.
 struct Open {
     /// The file, and where it is read to.
     at: Opened,
@@ -515,7 +516,7 @@ impl Follower {
         Ok(())
     }
 
-    /// Reads `opened` from its offset on (a descriptor was made room for): `in_glob`, a file of
+    /// Reads `at` from its offset on (a descriptor was made room for): `in_glob`, a file of
     /// a glob; else one rotated away, read until it has been quiet for `AGENT_ROTATE_WAIT`.
     fn start_reading(&mut self, at: Opened, in_glob: bool) {
         // The bytes before the offset: what a copy of it would hold there.
