@@ -210,14 +210,14 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
         eprintln!("fake: {method} {uri}");
     }
     let path = uri.path();
-    let query: HashMap<&str, &str> =
-        uri.query().unwrap_or("").split('&').filter_map(|pair| pair.split_once('=')).collect();
+    // Decoded as kube-apiserver decodes it (`labelSelector=watcher.dev%2Fend-sidecars%3Dtrue`).
+    let query: Query = form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()).into_owned().collect();
     if method == Method::GET && path == "/version" {
         return json_response(StatusCode::OK, &json!({"major": "1", "minor": "36", "gitVersion": "v1.36.0"}));
     }
     if method == Method::GET {
-        let watch = query.get("watch").is_some_and(|w| *w == "true" || *w == "1");
-        if watch && query.get("sendInitialEvents") == Some(&"true") {
+        let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+        if watch && query.get("sendInitialEvents").is_some_and(|s| s == "true") {
             return streamed_list(&server, path, Selector::of(&query));
         }
         if watch {
@@ -294,13 +294,7 @@ async fn handle(State(server): State<Arc<FakeApiServer>>, method: Method, uri: U
 
 /// A page of the listed objects of `path` (and those the server keeps), as `limit` and
 /// `continue` in `query` ask.
-fn listed_page(
-    server: &FakeApiServer,
-    path: &str,
-    kind: &str,
-    listed: &[Value],
-    query: &HashMap<&str, &str>,
-) -> Response {
+fn listed_page(server: &FakeApiServer, path: &str, kind: &str, listed: &[Value], query: &Query) -> Response {
     // A live server lists what it keeps too (a restarted operator sees what it wrote).
     let kept = server.kept_items(path);
     let selector = Selector::of(query);
@@ -387,6 +381,9 @@ fn streamed_list(server: &Arc<FakeApiServer>, path: &str, selector: Option<Selec
     Response::builder().header("content-type", "application/json").body(Body::from_stream(events)).expect("response")
 }
 
+/// A request's query, its names and values decoded.
+type Query = HashMap<String, String>;
+
 /// A list's `labelSelector`, as kube-apiserver applies it: terms `key=value`, `key==value`,
 /// `key!=value`, `key` and `!key`, all of which must hold (set terms, `in (…)`, match nothing).
 struct Selector(Vec<(String, Term)>);
@@ -401,9 +398,8 @@ enum Term {
 
 impl Selector {
     /// The selector `query` asks for, if any.
-    fn of(query: &HashMap<&str, &str>) -> Option<Self> {
-        let text = percent_decoded(query.get("labelSelector")?);
-        let terms = text.split(',').filter(|t| !t.is_empty()).map(|term| {
+    fn of(query: &Query) -> Option<Self> {
+        let terms = query.get("labelSelector")?.split(',').filter(|t| !t.is_empty()).map(|term| {
             let term = term.trim();
             if let Some((key, value)) = term.split_once("!=") {
                 (key.to_owned(), Term::IsNot(value.to_owned()))
@@ -433,31 +429,6 @@ impl Selector {
             }
         })
     }
-}
-
-/// `text` with its `%XX` escapes (and `+`) decoded, as a query's values are written.
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (b'+', _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether `path` names a collection (`…/pods`, `…/namespaces/ns/pods`) rather than an object.
