@@ -331,6 +331,14 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             // Reinvocation, or a pod copied from an injected one: nothing to do.
             (Verdict::AlreadyInjected { .. } | Verdict::Inject, _) => return,
         };
+        if let Some(refused) = watcher.unshipped_config() {
+            // Its sidecar would wait for a ConfigMap that is not there: the pod starts without
+            // it, and the pod reconciler reports it on the Watcher.
+            let why = format!("no configuration of it was ever shipped: {}", refused.replace('\n', " "));
+            self.injection.not_injected(name, Some(watcher), &why);
+            self.left_out.push((name.to_owned(), why));
+            return;
+        }
         let native = native_sidecar(name, watcher, self.options, &mut self.injection.warnings);
         let Some(adapted) = self.adapted(name, watcher) else { return };
         let Some(fits) = self.fit_resources(name, watcher, native) else { return };

@@ -48,6 +48,10 @@ pub mod reasons {
     /// kube-apiserver refused the pod an At or a PodSet creates (a quota, a LimitRange, Pod
     /// Security): the message has its words, and the pod is created again.
     pub const POD_REFUSED: &str = "PodRefused";
+    /// watcher-agent would refuse the Watcher's configuration: it is not written into the
+    /// ConfigMap, which keeps the last good one (or, with none yet, pods are admitted without
+    /// the sidecar).
+    pub const CONFIG_REFUSED: &str = "ConfigRefused";
 }
 
 /// Puts `condition` into `conditions`, replacing the one of the same type.

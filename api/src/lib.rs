@@ -103,6 +103,9 @@ pub const ADMISSION_SCOPE_ANNOTATION: &str = "watcher.dev/admission-scope";
 pub const CA_ROTATED_AT_ANNOTATION: &str = "watcher.dev/ca-rotated-at";
 /// Annotation on a revision rebuilt from a pod: the pod (`<namespace>/<name>`).
 pub const REBUILT_FROM_ANNOTATION: &str = "watcher.dev/rebuilt-from";
+/// Annotation on a Watcher's ConfigMap: the Watcher's `metadata.generation` whose config data
+/// it holds (written with the data; a ConfigMap written before it was recorded has none).
+pub const CONFIG_GENERATION_ANNOTATION: &str = "watcher.dev/config-generation";
 /// The prefix of every `matchConditions` entry the operator writes (others, a user's, are kept
 /// as they are).
 pub const CONDITION_PREFIX: &str = "watcher.dev/";

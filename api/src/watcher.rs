@@ -377,6 +377,21 @@ pub fn config_map_name(watcher_name: &str) -> String {
     format!("{watcher_name}-config")
 }
 
+impl Watcher {
+    /// Why no configuration of this Watcher has been shipped, where its status says so: its
+    /// configuration is refused (`Ready=False`, `ConfigRefused`) and no ConfigMap holds an
+    /// earlier one. The webhook then admits its pods without the sidecar, which would wait for
+    /// a ConfigMap that is not there (or start with a configuration its agent refuses).
+    pub fn unshipped_config(&self) -> Option<&str> {
+        let status = self.status.as_ref()?;
+        if !self.spec.has_config() || status.config_map_name.is_some() {
+            return None;
+        }
+        let ready = status.conditions.iter().find(|c| c.type_ == crate::types::READY)?;
+        (ready.status == "False" && ready.reason == crate::reasons::CONFIG_REFUSED).then_some(ready.message.as_str())
+    }
+}
+
 impl WatcherSpec {
     /// Why, in a pod that is meant to end, this Watcher's sidecar is ended by a restart the
     /// kubelet counts; `None` where it ends by itself. A sidecar with a command runs under

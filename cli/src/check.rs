@@ -4,6 +4,7 @@
 //! `--pre` asks instead whether the cluster can take an install.
 
 mod admission;
+mod agent_config;
 mod cluster;
 mod crds;
 pub(crate) mod inject;

@@ -106,6 +106,7 @@ pub struct ConfigMapPlan {
 pub fn desired_config_map(cluster: &ClusterWatcher, namespace: &str) -> Option<ConfigMap> {
     let owner = cluster.controller_owner_ref(&())?;
     let name = cluster.name_any();
+    let owner = (owner, cluster.meta().generation);
     config_map_of(&cluster.spec.watcher, &name, namespace, owner, [(CLUSTER_WATCHER_LABEL, name.as_str())])
 }
 

@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
-use watcher_api::{ClusterWatcher, FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL, config_map_name};
+use watcher_api::{CONFIG_GENERATION_ANNOTATION, ClusterWatcher, FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL, config_map_name};
 
 use crate::runtime::lock;
 
@@ -113,19 +113,20 @@ pub(crate) fn update_patch(existing: &ConfigMap, desired: &ConfigMap) -> serde_j
     }
     json!({
         "metadata": {"resourceVersion": existing.resource_version(), "labels": desired.labels(),
-                     "ownerReferences": desired.owner_references()},
+                     "annotations": desired.annotations(), "ownerReferences": desired.owner_references()},
         "data": with_removals(&existing.data, &desired.data),
         "binaryData": with_removals(&existing.binary_data, &desired.binary_data),
     })
 }
 
 /// The ConfigMap `<name>-config` in `namespace` with the config data of `spec`, owned by
-/// `owner`, labelled `watcher.dev/watcher=<name>` (and `extra`); `None` without config data.
+/// `owner`, labelled `watcher.dev/watcher=<name>` (and `extra`), annotated with the owner's
+/// `generation` it holds; `None` without config data.
 pub(crate) fn config_map_of<const N: usize>(
     spec: &watcher_api::WatcherSpec,
     name: &str,
     namespace: &str,
-    owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    (owner, generation): (k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference, Option<i64>),
     extra: [(&str, &str); N],
 ) -> Option<ConfigMap> {
     if !spec.has_config() {
@@ -141,6 +142,7 @@ pub(crate) fn config_map_of<const N: usize>(
             name: Some(config_map_name(name)),
             namespace: Some(namespace.to_owned()),
             labels: Some(labels),
+            annotations: generation.map(|g| BTreeMap::from([(CONFIG_GENERATION_ANNOTATION.to_owned(), g.to_string())])),
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },

@@ -156,6 +156,10 @@ enum ConfigOutcome {
     Applied(String),
     /// A ConfigMap of that name belongs to someone else and was left alone.
     Conflict(String),
+    /// watcher-agent would refuse the configuration (in these words): it is not written. The
+    /// ConfigMap that keeps the last good one, and the generation it holds where recorded; none
+    /// where no configuration was ever shipped.
+    Refused { kept: Option<(String, Option<i64>)>, why: String },
 }
 
 /// Brings the Watcher's ConfigMap and status up to date from the cache: a steady state makes no
@@ -189,6 +193,13 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<Context>, state: Arc<Watc
     if let Some(refused) = newly_refused {
         let note = refused.message.clone();
         ctx.publish(&watcher.object_ref(&()), EventType::Warning, "PodSecurity", "Reconcile", note).await;
+    }
+    let config_refused = ready_condition(&status).filter(|c| c.reason == reasons::CONFIG_REFUSED).filter(|c| {
+        current.as_ref().and_then(ready_condition).is_none_or(|old| old.message != c.message)
+    });
+    if let Some(refused) = config_refused {
+        let note = refused.message.clone();
+        ctx.publish(&watcher.object_ref(&()), EventType::Warning, reasons::CONFIG_REFUSED, "Reconcile", note).await;
     }
     match pod_security {
         Some(condition) => set_condition(&mut status.conditions, condition),
@@ -248,8 +259,15 @@ async fn apply_config_map(
         ))
     };
 
+    let refused = refused_configuration(&watcher.spec);
     let outcome = match (desired_config_map(watcher), cached) {
         (Some(_), Some(existing)) if !crate::is_controlled_by(existing.as_ref(), watcher) => conflict(),
+        // What the agent would refuse never reaches a pod: the ConfigMap keeps what it holds.
+        (Some(_), existing) if let Some(why) = refused => {
+            let kept = existing.map(|e| (name.clone(), held_generation(&e)));
+            warn!(config_map = name, %why, "configuration refused by watcher-agent: not written");
+            ConfigOutcome::Refused { kept, why }
+        }
         (Some(desired), Some(existing)) => {
             if !config_map_matches(&existing, &desired) {
                 let patch = Patch::Merge(update_patch(&existing, &desired));
@@ -295,6 +313,20 @@ async fn apply_config_map(
     Ok(outcome)
 }
 
+/// Why watcher-agent would refuse the configuration `spec` gives its sidecar; `None` where it
+/// takes it, where that is known only in the pod, and where the sidecar is not watcher-agent.
+fn refused_configuration(spec: &watcher_api::WatcherSpec) -> Option<String> {
+    match crate::agent::agent_configuration(spec)? {
+        crate::agent::Judgement::Refuses(refusal) => Some(refusal.to_string()),
+        crate::agent::Judgement::Takes(_) | crate::agent::Judgement::CannotKnow(_) => None,
+    }
+}
+
+/// The Watcher generation whose configuration `config_map` holds, as it records it.
+fn held_generation(config_map: &ConfigMap) -> Option<i64> {
+    config_map.annotations().get(watcher_api::CONFIG_GENERATION_ANNOTATION)?.parse().ok()
+}
+
 fn ready_condition(status: &WatcherStatus) -> Option<&watcher_api::Condition> {
     status.conditions.iter().find(|c| c.type_ == types::READY)
 }
@@ -302,7 +334,23 @@ fn ready_condition(status: &WatcherStatus) -> Option<&watcher_api::Condition> {
 /// The ConfigMap a Watcher should own, or `None` when it has no config data.
 pub fn desired_config_map(watcher: &Watcher) -> Option<ConfigMap> {
     let owner = watcher.controller_owner_ref(&())?;
-    config_map_of(&watcher.spec, &watcher.name_any(), &watcher.namespace()?, owner, [])
+    config_map_of(&watcher.spec, &watcher.name_any(), &watcher.namespace()?, (owner, watcher.meta().generation), [])
+}
+
+/// What `Ready` says of a configuration watcher-agent refuses (`why`), in generation
+/// `generation`, and of what pods get meanwhile: what `kept` holds, or no sidecar.
+fn refused_message(kept: Option<&(String, Option<i64>)>, why: &str, generation: Option<i64>) -> String {
+    let this = generation.map_or("the configuration".to_owned(), |g| format!("generation {g}'s configuration"));
+    match kept {
+        Some((name, held)) => {
+            let held = held.map_or("the last good configuration".to_owned(), |g| format!("generation {g}'s"));
+            format!("{this} is not shipped, watcher-agent would refuse it: {why}; ConfigMap {name} keeps {held}, which pods get")
+        }
+        None => format!(
+            "{this} is not shipped, watcher-agent would refuse it: {why}; no configuration was ever shipped: pods \
+             that ask for this Watcher are admitted without its sidecar until it is fixed"
+        ),
+    }
 }
 
 /// The status that describes `outcome`, and whether the webhook's conditions cover the
@@ -329,6 +377,10 @@ fn desired_status(
         ConfigOutcome::Conflict(message) => {
             status.config_map_name = None;
             condition(types::READY, false, reasons::CONFIG_MAP_CONFLICT, message.clone(), generation)
+        }
+        ConfigOutcome::Refused { kept, why } => {
+            status.config_map_name = kept.as_ref().map(|(name, _)| name.clone());
+            condition(types::READY, false, reasons::CONFIG_REFUSED, refused_message(kept.as_ref(), why, generation), generation)
         }
     };
     let problems = watcher.spec.problems();

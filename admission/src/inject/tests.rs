@@ -914,3 +914,33 @@ fn the_nodes_neighbours_are_told_what_the_patch_adds() {
     let (_, native) = run(&annotated("log-watcher"), &[full_watcher("Always")], &options(true));
     assert!(native["metadata"]["annotations"].get("kubectl.kubernetes.io/default-container").is_none());
 }
+
+/// A Watcher whose status says that no configuration of it was ever shipped (its first one is
+/// refused, so there is no ConfigMap): the pod is admitted without its sidecar, which would wait
+/// for that ConfigMap, with a warning and the `watcher.dev/left-out` annotation the pod
+/// reconciler reports.
+#[test]
+fn a_watcher_whose_configuration_was_never_shipped_is_left_out() {
+    let mut refused = full_watcher("Auto");
+    refused.status = Some(
+        serde_json::from_value(json!({"conditions": [{
+            "type": "Ready", "status": "False", "reason": "ConfigRefused",
+            "message": "generation 1's configuration is not shipped, watcher-agent would refuse it: AGENT_RULE_X: bad",
+            "lastTransitionTime": "2026-12-07T00:00:00Z"}]}))
+        .expect("a status"),
+    );
+    let (injection, patched) = run(&annotated("log-watcher"), &[refused.clone()], &options(true));
+    assert!(injection.injected.is_empty(), "{injection:?}");
+    assert_eq!(injection.warnings.len(), 1, "{injection:?}");
+    assert!(injection.warnings[0].starts_with("Watcher log-watcher not injected: no configuration of it was ever shipped"));
+    let left_out = &patched["metadata"]["annotations"]["watcher.dev/left-out"];
+    assert!(left_out.as_str().is_some_and(|l| l.contains("AGENT_RULE_X: bad")), "{patched}");
+    assert_eq!(patched["spec"]["initContainers"], Value::Null, "no sidecar: {patched}");
+
+    // Once a ConfigMap holds a configuration (an earlier good one), the sidecar goes in.
+    if let Some(status) = refused.status.as_mut() {
+        status.config_map_name = Some("log-watcher-config".into());
+    }
+    let (injection, _) = run(&annotated("log-watcher"), &[refused], &options(true));
+    assert_eq!(injection.injected, ["log-watcher"]);
+}

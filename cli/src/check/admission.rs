@@ -51,6 +51,7 @@ pub(super) async fn admission_scope(
     let everywhere = watcher_admission::cluster::everywhere(&own, &cluster, named(), &options);
     let defaults = pod_security_defaults(client, report, namespace, named()).await;
     pod_security(report, &everywhere, named(), &defaults, watcher_admission::server_minor(&info.major, &info.minor));
+    super::agent_config::refused_configurations(report, &own);
     super::resources::resource_rules(client, report, &everywhere).await;
     let scope = watcher_admission::Scope::compute(&everywhere, &policies, named(), namespace);
     let summary = scope.summary();

@@ -123,6 +123,7 @@ async fn first_reconcile_creates_the_config_map_then_writes_status() {
                 "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "log-watcher-config", "namespace": "team-a",
                              "labels": {"app.kubernetes.io/managed-by": "watcher-operator", "watcher.dev/watcher": "log-watcher"},
+                             "annotations": {"watcher.dev/config-generation": "4"},
                              "ownerReferences": owner_reference()},
                 "data": {"LEVEL": "debug"},
             })
@@ -486,6 +487,87 @@ async fn the_revision_of_a_new_spec_is_written_before_ready() {
     let (result, _) = run_scenario(report, vec![], |mut api| async move {
         let echo = watcher_echo(json!({"container": {"name": "log-watcher", "image": "busybox:1.36", "command": ["tail", "-F", "/var/log/app/app.log"]}}));
         api.expect(Method::PATCH, STATUS_PATH).await.ok(&echo);
+        api.expect_no_more().await;
+    })
+    .await;
+    result.expect("reconciled");
+}
+
+/// README's agent Watcher with `configData` as given: generation 4 of it.
+fn agent_watcher(config: Value, status: Option<Value>) -> Watcher {
+    let sample: Watcher =
+        serde_saphyr::from_str(include_str!("../../../deploy/samples/app-watcher.yaml")).expect("the sample");
+    let mut spec = serde_json::to_value(&sample.spec).expect("a spec");
+    spec["configData"] = config;
+    watcher(spec, status)
+}
+
+/// What watcher-agent refuses: a rule whose pattern does not compile.
+fn refused_config() -> Value {
+    json!({"AGENT_FILES": "/var/log/app/*.log", "AGENT_RULE_ERROR": "(ERROR"})
+}
+
+/// A configuration the agent would refuse is never written: the ConfigMap keeps generation 3's,
+/// which pods get meanwhile; `Ready=False` (`ConfigRefused`) and a Warning Event say which
+/// generation it keeps and why the new one is refused. A reconcile that finds it so again
+/// writes nothing.
+#[tokio::test]
+async fn a_refused_configuration_is_not_written_and_the_config_map_keeps_the_last_good_one() {
+    let good = agent_watcher(json!({"AGENT_FILES": "/var/log/app/*.log", "AGENT_RULE_ERROR": "ERROR"}), None);
+    let mut kept = desired_config_map(&good).expect("config data");
+    kept.metadata.annotations = Some([("watcher.dev/config-generation".to_owned(), "3".to_owned())].into());
+    let refused = agent_watcher(refused_config(), None);
+    let written = Arc::new(std::sync::Mutex::new(Value::Null));
+    let seen = written.clone();
+    let (result, _) = run_scenario(refused, vec![kept.clone()], |mut api| async move {
+        let event = api.expect(Method::POST, EVENTS_PATH).await;
+        assert_eq!((event.body["type"].as_str(), event.body["reason"].as_str()), (Some("Warning"), Some("ConfigRefused")));
+        let note = event.body["note"].as_str().unwrap_or_default().to_owned();
+        event.created();
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        let patch = status.body["status"].clone();
+        assert_eq!(patch["configMapName"], "log-watcher-config", "the ConfigMap is still the pods'");
+        let ready = patch["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready")).cloned();
+        let ready = ready.expect("Ready");
+        assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("ConfigRefused")));
+        let message = ready["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("generation 4's configuration is not shipped, watcher-agent would refuse it: "),
+            "{message}"
+        );
+        assert!(message.contains("AGENT_RULE_ERROR"), "the variable named: {message}");
+        assert!(message.ends_with("ConfigMap log-watcher-config keeps generation 3's, which pods get"), "{message}");
+        assert_eq!(note, message);
+        *seen.lock().expect("not poisoned") = patch;
+        status.ok(&watcher_echo(serde_json::to_value(agent_watcher(refused_config(), None).spec).expect("a spec")));
+        api.expect_no_more().await;
+    })
+    .await;
+    result.expect("reconciled");
+
+    // Again, with the status it wrote: nothing written, nothing said twice.
+    let status = written.lock().expect("not poisoned").clone();
+    let (result, _) = run_scenario(agent_watcher(refused_config(), Some(status)), vec![kept], |api| api.expect_no_more()).await;
+    result.expect("reconciled");
+}
+
+/// A Watcher whose first configuration is refused: no ConfigMap is created, and the status says
+/// that none was ever shipped, which the webhook reads to admit its pods without the sidecar.
+#[tokio::test]
+async fn a_first_configuration_refused_creates_no_config_map() {
+    let (result, _) = run_scenario(agent_watcher(refused_config(), None), vec![], |mut api| async move {
+        let event = api.expect(Method::POST, EVENTS_PATH).await;
+        assert_eq!(event.body["reason"], "ConfigRefused");
+        event.created();
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        assert_eq!(status.body["status"]["configMapName"], Value::Null);
+        let echoed = json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+            "metadata": {"name": "log-watcher", "namespace": "team-a"}, "spec": agent_watcher(refused_config(), None).spec,
+            "status": status.body["status"]});
+        let stored: Watcher = serde_json::from_value(echoed.clone()).expect("a Watcher");
+        let unshipped = stored.unshipped_config().expect("said to the webhook");
+        assert!(unshipped.contains("no configuration was ever shipped"), "{unshipped}");
+        status.ok(&echoed);
         api.expect_no_more().await;
     })
     .await;
