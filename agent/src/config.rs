@@ -9,6 +9,7 @@ use std::time::Duration;
 use watcher_base::format_duration;
 
 mod describe;
+pub mod dir;
 mod rule;
 mod unknown;
 mod variables;
@@ -17,9 +18,10 @@ pub use rule::{
     DEFAULT_BUCKETS, FieldMatch, MAX_BUCKETS, MAX_FIELDS, MetricKind, OWN_FAMILIES, Pattern, RuleConfig, ValueFrom,
 };
 use variables::{
-    ALERTMANAGER_URL, ENDED_FILE, EVENTS, FILES, FORMAT, IGNORE_OLDER, LISTEN, LOGS_CONTAINER, MAX_LINE_BYTES,
-    MAX_OPEN_FILES, MAX_SERIES, MULTILINE_MAX_BYTES, MULTILINE_MAX_LINES, MULTILINE_START, MULTILINE_WAIT, POLL,
-    ROTATE_WAIT, SERIES_IDLE, SHUTDOWN_LINGER, START, STATE_DIR, STDOUT_FORMAT, STREAM_IDLE, TERMINATION_LOG, Values,
+    ALERTMANAGER_URL, CONFIG_DIR, ENDED_FILE, EVENTS, FILES, FORMAT, IGNORE_OLDER, LISTEN, LOGS_CONTAINER,
+    MAX_LINE_BYTES, MAX_OPEN_FILES, MAX_SERIES, MULTILINE_MAX_BYTES, MULTILINE_MAX_LINES, MULTILINE_START,
+    MULTILINE_WAIT, POLL, ROTATE_WAIT, SERIES_IDLE, SHUTDOWN_LINGER, START, STATE_DIR, STDOUT_FORMAT, STREAM_IDLE,
+    TERMINATION_LOG, Values,
 };
 pub use variables::{Kind, VARIABLES, Variable, markdown};
 
@@ -140,6 +142,8 @@ pub struct Config {
     pub start: Start,
     /// Where checkpoints are kept across restarts.
     pub state_dir: Option<std::path::PathBuf>,
+    /// Where the configuration is read again from (the Watcher's ConfigMap, mounted).
+    pub config_dir: std::path::PathBuf,
     /// A log stream silent this long is asked again.
     pub stream_idle: Duration,
     /// How long a file rotated away is read after its last growth.
@@ -300,6 +304,8 @@ impl Config {
                 _ => Start::End,
             },
             state_dir: absolute_path(&values, STATE_DIR.name)?,
+            config_dir: absolute_path(&values, CONFIG_DIR.name)?
+                .unwrap_or_else(|| std::path::PathBuf::from(CONFIG_DIR.default)),
             stream_idle: values.required_duration(&STREAM_IDLE)?,
             rotate_wait: values.required_duration(&ROTATE_WAIT)?,
             ignore_older: values.duration(&IGNORE_OLDER)?,
@@ -320,6 +326,48 @@ impl Config {
             format,
             stdout_format,
         })
+    }
+}
+
+impl Config {
+    /// The variables whose change `other` makes that a running agent takes only when it next
+    /// starts: its sources, endpoints and sinks (a reload takes the rules, their alerts and the
+    /// formats).
+    pub fn restart_only_changes(&self, other: &Self) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        let mut differs = |name: &'static str, differ: bool| {
+            if differ {
+                changed.push(name);
+            }
+        };
+        differs(FILES.name, self.files != other.files);
+        differs(LOGS_CONTAINER.name, self.logs_container != other.logs_container);
+        differs("AGENT_MULTILINE_*", self.multiline != other.multiline);
+        differs(STATE_DIR.name, self.state_dir != other.state_dir);
+        differs(CONFIG_DIR.name, self.config_dir != other.config_dir);
+        differs(START.name, self.start != other.start);
+        differs(ROTATE_WAIT.name, self.rotate_wait != other.rotate_wait);
+        differs(IGNORE_OLDER.name, self.ignore_older != other.ignore_older);
+        differs(MAX_OPEN_FILES.name, self.max_open_files != other.max_open_files);
+        differs(MAX_SERIES.name, self.max_series != other.max_series);
+        differs(SERIES_IDLE.name, self.series_idle != other.series_idle);
+        differs(STREAM_IDLE.name, self.stream_idle != other.stream_idle);
+        differs(LISTEN.name, self.listen != other.listen);
+        differs(EVENTS.name, self.events != other.events);
+        differs(ALERTMANAGER_URL.name, self.alertmanager != other.alertmanager);
+        differs(POLL.name, self.poll != other.poll);
+        differs(MAX_LINE_BYTES.name, self.max_line_bytes != other.max_line_bytes);
+        differs(SHUTDOWN_LINGER.name, self.shutdown_linger != other.shutdown_linger);
+        differs(TERMINATION_LOG.name, self.termination_log != other.termination_log);
+        differs(ENDED_FILE.name, self.ended_file != other.ended_file);
+        differs("POD_*", self.pod != other.pod);
+        changed
+    }
+
+    /// This configuration with what a reload takes from `new`: its rules (their alerts with
+    /// them) and formats; the rest as it runs.
+    pub fn reloaded(&self, new: Self) -> Self {
+        Self { rules: new.rules, format: new.format, stdout_format: new.stdout_format, ..self.clone() }
     }
 }
 

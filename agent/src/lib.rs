@@ -17,6 +17,7 @@ pub mod matching;
 pub mod metrics;
 pub mod parse;
 pub mod pipeline;
+mod reload;
 pub mod run;
 pub mod sinks;
 pub mod tail;
@@ -42,7 +43,18 @@ where
     K: Into<std::ffi::OsString>,
     V: Into<std::ffi::OsString>,
 {
+    compile(vars).map(|(config, _)| config)
+}
+
+/// The configuration the environment `vars` gives and its rules compiled together: the one
+/// judgement of the agent's start, its reloads, `watcher-agent check` and the operator.
+pub fn compile<I, K, V>(vars: I) -> Result<(config::Config, matching::Rules), Refusal>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: Into<std::ffi::OsString>,
+    V: Into<std::ffi::OsString>,
+{
     let config = config::Config::from_vars(vars)?;
-    matching::Rules::new(&config.rules).map_err(Refusal::Rules)?;
-    Ok(config)
+    let rules = matching::Rules::new(&config.rules).map_err(Refusal::Rules)?;
+    Ok((config, rules))
 }

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use watcher_agent::config::{Config, VARIABLES};
+use watcher_agent::config::VARIABLES;
 
 const USAGE: &str = "usage: watcher-agent [run | check | help | version]
 
@@ -15,7 +15,8 @@ fn main() -> ExitCode {
     let command = std::env::args().nth(1);
     match command.as_deref() {
         None | Some("run") => run(),
-        Some("check") => match Config::from_vars(std::env::vars_os()) {
+        // The judgement of the start and of every reload: the variables, and the rules compiled together.
+        Some("check") => match watcher_agent::judge(std::env::vars_os()) {
             Ok(config) => {
                 print!("{}", config.describe());
                 ExitCode::SUCCESS
@@ -49,7 +50,7 @@ fn run() -> ExitCode {
     // Colours on a terminal only: the kubelet keeps the container log as plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
     tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_ansi(ansi).init();
-    let config = match Config::from_vars(std::env::vars_os()) {
+    let config = match watcher_agent::judge(std::env::vars_os()) {
         Ok(config) => config,
         Err(error) => {
             // The pod's restarts and `kubectl logs` show it.

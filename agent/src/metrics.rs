@@ -7,8 +7,8 @@
 //! or a histogram). Every counter is atomic: a scrape never waits for a reader.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -25,8 +25,8 @@ mod termination;
 mod values;
 
 pub use termination::last_counts;
-use values::ValueMetric;
 pub use values::{BatchHistogram, Buckets, Observed};
+use values::{ValueMetric, ValueMetrics};
 use watcher_base::lock;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -90,20 +90,27 @@ struct Labelled {
     seen: Mutex<HashMap<Vec<String>, Seen>>,
     dropped: Counter,
     said: AtomicBool,
+    /// Its rule is gone or changed (a new configuration): a reader still counting with the one
+    /// before adds no series back.
+    retired: AtomicBool,
 }
 
-/// The metrics of one agent: `sources` (file globs, then `stdout` for the log stream) by index,
-/// rules by index.
+/// The metrics of one agent under one configuration: `sources` (file globs, then `stdout` for
+/// the log stream) by index, rules by index. A new configuration's ([`Metrics::reconfigured`])
+/// shares the families, and the series of each rule whose series it leaves as they were.
 pub struct Metrics {
     /// `lines[source]`.
     pub lines: Vec<Counter>,
     /// `matches[rule][source]`, for rules without named groups.
     pub matches: Vec<Vec<Option<Counter>>>,
-    matches_family: Family<Vec<(String, String)>, Counter>,
-    labelled: Vec<Option<Labelled>>,
+    labelled: Vec<Option<Arc<Labelled>>>,
     max_series: usize,
     rule_names: Vec<String>,
     values: Vec<Option<ValueMetric>>,
+    /// What every configuration shares: the families, registered once.
+    families: Arc<Families>,
+    /// The rules' series, as each rule's [`Series`] makes them.
+    shapes: Vec<Series>,
     /// `value_errors[rule]`, for rules with a value.
     pub value_errors: Vec<Option<Counter>>,
     /// `events[source]`: events (a line each without `AGENT_MULTILINE_START`).
@@ -149,6 +156,46 @@ struct Families {
     truncations: Family<TruncationLabels, Counter>,
     reconnects: Family<ReasonLabels, Counter>,
     open_files: Gauge,
+    /// The metrics of the rules with a value, by their names.
+    values: ValueMetrics,
+    /// `watcher_agent_config_reloads_total`, by result.
+    reloads: Family<ResultLabels, Counter>,
+    /// `watcher_agent_config_info`, by hash: 1 for the configuration that runs.
+    config_info: Family<HashLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HashLabels {
+    hash: String,
+}
+
+/// What makes a rule's series: its name, its kind, its unit, its labels and buckets. A new
+/// configuration keeps the series of a rule whose series are made alike (its pattern, fields or
+/// alert may change); the others start again at 0.
+#[derive(Clone, Debug, PartialEq)]
+struct Series {
+    name: String,
+    metric: crate::config::MetricKind,
+    metric_name: Option<String>,
+    labels: Vec<String>,
+    buckets: Vec<f64>,
+}
+
+impl Series {
+    fn of(rule: &RuleConfig) -> Self {
+        Self {
+            name: rule.name.clone(),
+            metric: rule.metric,
+            metric_name: rule.metric_name(),
+            labels: rule.labels.clone(),
+            buckets: rule.buckets.clone(),
+        }
+    }
 }
 
 impl Families {
@@ -262,16 +309,96 @@ impl Families {
              shutdown",
             self.reconnects.clone(),
         );
+        registry.register(
+            "watcher_agent_config_reloads",
+            "Configurations read again (AGENT_CONFIG_DIR), by result: applied, or refused (the last good one runs on)",
+            self.reloads.clone(),
+        );
+        registry.register(
+            "watcher_agent_config_info",
+            "The configuration that runs, by the hash of its variables; always 1",
+            self.config_info.clone(),
+        );
+        registry.register_collector(Box::new(self.values.clone()));
     }
 }
 
 impl Metrics {
     /// Registers every series known in advance, at 0.
     pub fn register(registry: &mut Registry, sources: &[String], rules: &[RuleConfig], max_series: usize) -> Self {
-        let families = Families::default();
+        let families = Arc::new(Families::default());
         families.known_at_zero(sources);
+        for result in ["applied", "refused"] {
+            drop(families.reloads.get_or_create(&ResultLabels { result: result.to_owned() }));
+        }
         families.register(registry);
-        let values: Vec<Option<ValueMetric>> = rules.iter().map(|r| ValueMetric::register(registry, r)).collect();
+        Self::over(families, sources, rules, max_series, &[])
+    }
+
+    /// The metrics of a new configuration's `rules`: the series of each rule whose series are
+    /// made as before go on; the others' (and a removed rule's) are taken away, and a new or
+    /// changed rule's start at 0. The sources are the same (they change only with a restart).
+    pub fn reconfigured(&self, rules: &[RuleConfig]) -> Self {
+        let kept: Vec<Option<usize>> =
+            rules.iter().map(|r| self.shapes.iter().position(|old| *old == Series::of(r))).collect();
+        for (index, shape) in self.shapes.iter().enumerate() {
+            if !kept.contains(&Some(index)) {
+                self.remove_rule(index, shape);
+            }
+        }
+        let carried: Vec<Carried> = kept
+            .iter()
+            .map(|old| match old {
+                Some(index) => Carried { labelled: self.labelled[*index].clone(), value: self.values[*index].clone() },
+                None => Carried::default(),
+            })
+            .collect();
+        Self::over(self.families.clone(), &self.sources, rules, self.max_series, &carried)
+    }
+
+    /// Takes away every series of rule `index` (made as `shape`).
+    fn remove_rule(&self, index: usize, shape: &Series) {
+        let families = &self.families;
+        let rule = RuleLabels { rule: shape.name.clone() };
+        for source in &self.sources {
+            families.matches.remove(&match_labels(&shape.name, source, &[], &[]));
+        }
+        if let Some(Some(labelled)) = self.labelled.get(index) {
+            labelled.retired.store(true, Ordering::Release);
+            let other = vec![OTHER.to_owned(); labelled.names.len()];
+            for values in lock(&labelled.seen).keys().chain(std::iter::once(&other)) {
+                for source in &self.sources {
+                    families.matches.remove(&match_labels(&shape.name, source, &labelled.names, values));
+                }
+            }
+        }
+        if let Some(name) = &shape.metric_name {
+            families.values.remove(name);
+        }
+        for family in [&families.dropped, &families.value_errors] {
+            family.remove(&rule);
+        }
+        families.last_match.remove(&rule);
+        families.firing.remove(&rule);
+    }
+
+    /// The metrics of `rules` over `families`, each rule with what `carried` holds of it (by
+    /// index; nothing where it is shorter): every series known in advance at 0.
+    fn over(
+        families: Arc<Families>,
+        sources: &[String],
+        rules: &[RuleConfig],
+        max_series: usize,
+        carried: &[Carried],
+    ) -> Self {
+        let values: Vec<Option<ValueMetric>> = rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match carried.get(i).and_then(|c| c.value.clone()) {
+                Some(value) => Some(value),
+                None => families.values.register(r),
+            })
+            .collect();
         for (rule, metric) in rules.iter().zip(&values) {
             if let (Some(metric), true) = (metric, rule.labels.is_empty()) {
                 for source in sources {
@@ -291,18 +418,24 @@ impl Metrics {
             let matches = |s: &String| families.matches.get_or_create(&match_labels(&rule.name, s, &[], &[])).clone();
             sources.iter().map(|s| rule.labels.is_empty().then(|| matches(s))).collect()
         };
-        let labelled = |r: &RuleConfig| {
-            (!r.labels.is_empty()).then(|| Labelled {
-                names: r.labels.clone(),
-                seen: Mutex::default(),
-                dropped: families.dropped.get_or_create(&rule(&r.name)).clone(),
-                said: AtomicBool::new(false),
+        let labelled = |(i, r): (usize, &RuleConfig)| {
+            if let Some(kept) = carried.get(i).and_then(|c| c.labelled.clone()) {
+                return Some(kept);
+            }
+            (!r.labels.is_empty()).then(|| {
+                Arc::new(Labelled {
+                    names: r.labels.clone(),
+                    seen: Mutex::default(),
+                    dropped: families.dropped.get_or_create(&rule(&r.name)).clone(),
+                    said: AtomicBool::new(false),
+                    retired: AtomicBool::new(false),
+                })
             })
         };
         Self {
             lines: per_source(&families.lines),
             matches: rules.iter().map(unlabelled).collect(),
-            labelled: rules.iter().map(labelled).collect(),
+            labelled: rules.iter().enumerate().map(labelled).collect(),
             max_series,
             rule_names: rules.iter().map(|r| r.name.clone()).collect(),
             value_errors: rules
@@ -325,8 +458,21 @@ impl Metrics {
             errors: families.errors.clone(),
             sent: families.sent.clone(),
             sources: sources.to_vec(),
-            matches_family: families.matches,
+            shapes: rules.iter().map(Series::of).collect(),
+            families,
         }
+    }
+
+    /// A configuration read again: `applied` or refused.
+    pub fn reloaded(&self, applied: bool) {
+        let result = if applied { "applied" } else { "refused" };
+        self.families.reloads.get_or_create(&ResultLabels { result: result.to_owned() }).inc();
+    }
+
+    /// The configuration that runs has the hash `hash` (the one before it no longer runs).
+    pub fn running(&self, hash: &str) {
+        self.families.config_info.clear();
+        self.families.config_info.get_or_create(&HashLabels { hash: hash.to_owned() }).set(1);
     }
 
     /// `count` matches of rule `rule` (one with labels) in source `source`, with its labels'
@@ -345,6 +491,9 @@ impl Metrics {
         else {
             return;
         };
+        if labelled.retired.load(Ordering::Acquire) {
+            return;
+        }
         let bit = 1_u64 << source.min(63);
         let known = {
             let mut seen = lock(&labelled.seen);
@@ -378,7 +527,7 @@ impl Metrics {
         };
         let labels = match_labels(name, source_name, &labelled.names, values);
         if count > 0 {
-            self.matches_family.get_or_create(&labels).inc_by(count);
+            self.families.matches.get_or_create(&labels).inc_by(count);
         }
         if let (Some(Some(metric)), Some(observed)) = (self.values.get(rule), observed) {
             metric.add(&labels, observed);
@@ -407,7 +556,7 @@ impl Metrics {
                 for (index, source) in self.sources.iter().enumerate() {
                     if seen.sources & (1_u64 << index.min(63)) != 0 {
                         let labels = match_labels(name, source, &labelled.names, values);
-                        self.matches_family.remove(&labels);
+                        self.families.matches.remove(&labels);
                         if let Some(Some(metric)) = self.values.get(rule) {
                             metric.remove(&labels);
                         }
@@ -453,6 +602,13 @@ impl Metrics {
     pub fn reconnected(&self, reason: &str) {
         self.reconnects.get_or_create(&ReasonLabels { reason: reason.to_owned() }).inc();
     }
+}
+
+/// What a rule whose series go on keeps from the configuration before.
+#[derive(Default)]
+struct Carried {
+    labelled: Option<Arc<Labelled>>,
+    value: Option<ValueMetric>,
 }
 
 /// The labels of a match series: the rule, the source, the named groups' values.
@@ -636,5 +792,49 @@ mod tests {
         );
         assert!(short.contains("watcher_agent_latency_sum{"), "{short}");
         assert!(short.len() <= 400);
+    }
+
+    /// A new configuration: the series of a rule made alike go on (its pattern changed), a
+    /// removed rule's go, a new rule's start at 0, and a rule whose buckets changed starts again;
+    /// the reloads and the configuration that runs are said.
+    #[test]
+    fn a_new_configuration_keeps_the_series_of_the_rules_made_alike() {
+        let counting = |name: &str, pattern: &str| RuleConfig::counting(name, pattern).expect("a rule");
+        let latency = |buckets: &[f64]| RuleConfig {
+            metric: crate::config::MetricKind::Histogram,
+            value: Some(crate::config::ValueFrom::Group("ms".into())),
+            buckets: buckets.to_vec(),
+            ..rule("latency", &[])
+        };
+        let mut registry = Registry::default();
+        let first = [counting("error", "ERROR"), counting("http", r"(?<code>5\d\d)"), latency(&[0.25, 1.0])];
+        let metrics = Metrics::register(&mut registry, &["stdout".into()], &first, 100);
+        metrics.matches[0][0].as_ref().expect("unlabelled").inc_by(5);
+        metrics.labelled_matches(1, 0, &["500".into()], 2, None);
+        let mut seen = Observed::default();
+        seen.observe(0.2, &[0.25, 1.0]);
+        metrics.observed(2, 0, &seen);
+        metrics.running("aaaa");
+
+        let next = [counting("panic", "panic"), counting("error", "ERROR|FATAL"), latency(&[0.5, 2.0])];
+        let metrics = metrics.reconfigured(&next);
+        metrics.matches[1][0].as_ref().expect("unlabelled").inc();
+        metrics.reloaded(true);
+        metrics.running("bbbb");
+        let text = openmetrics(&registry);
+        for series in [
+            r#"watcher_agent_matches_total{rule="error",source="stdout"} 6"#,
+            r#"watcher_agent_matches_total{rule="panic",source="stdout"} 0"#,
+            r#"watcher_agent_latency_count{rule="latency",source="stdout"} 0"#,
+            r#"watcher_agent_latency_bucket{le="2.0",rule="latency",source="stdout"} 0"#,
+            r#"watcher_agent_config_reloads_total{result="applied"} 1"#,
+            r#"watcher_agent_config_reloads_total{result="refused"} 0"#,
+            r#"watcher_agent_config_info{hash="bbbb"} 1"#,
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
+        for gone in [r#"rule="http""#, r#"le="0.25""#, r#"hash="aaaa""#] {
+            assert!(!text.contains(gone), "{gone} gone from {text}");
+        }
     }
 }

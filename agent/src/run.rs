@@ -29,7 +29,8 @@ use crate::config::{Config, Start};
 use crate::matching::Rules;
 use crate::metrics::Metrics;
 use crate::metrics::server::{Endpoints, router};
-use crate::pipeline::{Pipeline, Report, SharedAlerts, Sink, SourceError};
+use crate::pipeline::{Compiled, Live, Pipeline, Report, SharedAlerts, Sink, SourceError};
+use crate::reload::{CONFIG_POLL, Outcome, Reloader};
 use crate::sinks::alertmanager::{Alertmanager, Poster};
 use crate::sinks::alerts::{AlertBook, AlertState, sink_task};
 use crate::sinks::events::EventPublisher;
@@ -83,7 +84,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry, &sources, &config.rules, config.max_series));
     let alerts: SharedAlerts = Arc::new(Mutex::new(AlertBook::new(&config.rules)));
-    let pipeline = || Pipeline::new(&config, &rules, metrics.clone(), alerts.clone());
+    let compiled = Compiled { config: config.clone(), rules, metrics: metrics.clone() };
+    let live = Live::new(compiled, alerts.clone());
+    let pipeline = || Pipeline::live(&live);
     let multiline = config.multiline.as_ref().map(crate::config::MultilineConfig::build);
     let endpoints =
         Arc::new(Endpoints { registry, ready: AtomicBool::new(false), scraped: tokio::sync::Notify::new() });
@@ -114,17 +117,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let (publish, published) = tokio::sync::watch::channel(initial_states(&config));
     let sinks = start_sinks(&config, client.as_ref(), has_alert, published, &metrics);
 
+    // The configuration read again.
+    let reloads = start_reloads(&live, client.as_ref(), stop.subscribe());
+
     // The alert loop, until SIGTERM.
     let mut states = initial_states(&config);
     let mut checkpoints = state_dir.map(|dir| Checkpoints { dir, files: file_marks, resume, last: None });
     let ended = config.ended_file.as_deref();
-    let looking = Looking { alerts: &alerts, metrics: &metrics, publish: &publish, series_idle: config.series_idle };
+    let looking = Looking { live: &live, publish: &publish, series_idle: config.series_idle };
     match until_shutdown(&looking, &mut states, &mut checkpoints, ended, shutdown).await {
         Stop::Signal if ended.is_some() => info!("stopping (a pod that is meant to end): no last scrape waited for"),
         Stop::Signal => info!("stopping: the files read to their end, the log stream drained, a last scrape served"),
         Stop::Ended => info!("the pod's app containers have ended: stopping, the files read to their end"),
     }
     let _ = stop.send(true);
+    if let Some(reloads) = reloads {
+        let _ = reloads.await;
+    }
     if let Some((handle, wake)) = files {
         let _ = wake.send(());
         let _ = tokio::task::spawn_blocking(move || handle.join()).await;
@@ -134,7 +143,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     {
         warn!("the log stream did not stop in time");
     }
-    look(&alerts, &mut states, &metrics, &publish);
+    look(&live, &mut states, &publish);
     drop(publish); // the sinks say what is left, and end
     for sink in sinks {
         let _ = tokio::time::timeout(SINK_DEADLINE + Duration::from_secs(1), sink).await;
@@ -179,11 +188,60 @@ fn start_stream(
     }))
 }
 
+/// Looks at the configuration directory (`AGENT_CONFIG_DIR`) every [`CONFIG_POLL`] until
+/// `stop`, where it exists: a change is swapped into `live` or refused, and said (the log, the
+/// metrics, an Event on the pod through `client`).
+fn start_reloads(
+    live: &Arc<Live>,
+    client: Option<&kube::Client>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let mut reloader = Reloader::new(live, std::env::vars_os().collect())?;
+    let pod = live.current().config.pod.clone();
+    let said = live.current().config.events.then(|| client.cloned()).flatten();
+    let dir = live.current().config.config_dir.display().to_string();
+    info!(dir, hash = reloader.running(), "following the configuration directory: a change is taken without a restart");
+    Some(tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(CONFIG_POLL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                _ = ticks.tick() => {}
+            }
+            // Reading files and compiling rules: off the one thread that serves the endpoints.
+            let looked = tokio::task::spawn_blocking(move || {
+                let outcome = reloader.look();
+                (reloader, outcome)
+            });
+            let Ok((back, outcome)) = looked.await else { break };
+            reloader = back;
+            match &outcome {
+                Outcome::Unchanged => continue,
+                Outcome::Applied { hash, restart_only } if restart_only.is_empty() => {
+                    info!(hash, "configuration applied");
+                }
+                Outcome::Applied { hash, restart_only } => {
+                    info!(
+                        hash,
+                        next_start = restart_only.join(","),
+                        "configuration applied; some variables are taken at the next start"
+                    );
+                }
+                Outcome::Refused(why) => warn!(%why, "configuration refused: the last good one runs on"),
+            }
+            if let (Some(client), Some((warning, reason, note))) = (&said, outcome.event()) {
+                crate::sinks::events::notice(client, &pod, warning, reason, &note).await;
+            }
+        }
+    }))
+}
+
 /// What the alert loop looks at every tick.
 #[derive(Clone, Copy)]
 struct Looking<'a> {
-    alerts: &'a SharedAlerts,
-    metrics: &'a Metrics,
+    /// The configuration that runs: its alerts, its metrics.
+    live: &'a Arc<Live>,
     publish: &'a tokio::sync::watch::Sender<Vec<AlertState>>,
     /// `AGENT_SERIES_IDLE`.
     series_idle: Option<Duration>,
@@ -220,12 +278,12 @@ fn write_termination_message(path: &Path, registry: &Registry) {
 /// or SIGINT, or until `ended` says the app has ended.
 async fn until_shutdown(
     looking: &Looking<'_>,
-    states: &mut [AlertState],
+    states: &mut Vec<AlertState>,
     checkpoints: &mut Option<Checkpoints>,
     ended: Option<&Path>,
     shutdown: impl Future<Output = ()>,
 ) -> Stop {
-    let Looking { alerts, metrics, publish, series_idle } = *looking;
+    let Looking { live, publish, series_idle } = *looking;
     let mut ticks = tokio::time::interval(ALERT_TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut ended_ticks = tokio::time::interval(ENDED_TICK);
@@ -239,9 +297,9 @@ async fn until_shutdown(
                 }
             }
             _ = ticks.tick() => {
-                look(alerts, states, metrics, publish);
+                look(live, states, publish);
                 if let Some(idle) = series_idle {
-                    metrics.expire(idle, Instant::now());
+                    live.current().metrics.expire(idle, Instant::now());
                 }
                 if let Some(checkpoints) = checkpoints {
                     checkpoints.save().await;
@@ -317,7 +375,9 @@ fn start_files(
 /// A client of the Kubernetes API, where the log stream or Events need one; without access,
 /// said (and the log stream counted as a permission error): files are followed anyway.
 async fn api_client(config: &Config, has_alert: bool, pipeline: &mut Pipeline, source: usize) -> Option<kube::Client> {
-    let needs_api = config.logs_container.is_some() || (config.events && has_alert);
+    // Events: of the alerts, and of the configuration read again (where its directory is).
+    let says_events = config.events && (has_alert || config.config_dir.exists());
+    let needs_api = config.logs_container.is_some() || says_events;
     if !needs_api {
         return None;
     }
@@ -381,16 +441,30 @@ fn initial_states(config: &Config) -> Vec<AlertState> {
 }
 
 /// The alerts looked at now: what happened said in the agent's log and the firing gauges, and
-/// where they stand published to the sinks.
-fn look(
-    alerts: &SharedAlerts,
-    states: &mut [AlertState],
-    metrics: &Metrics,
-    publish: &tokio::sync::watch::Sender<Vec<AlertState>>,
-) {
+/// where they stand published to the sinks. A configuration swapped in since: the alerts its
+/// rules have, those it keeps as they stood.
+fn look(live: &Live, states: &mut Vec<AlertState>, publish: &tokio::sync::watch::Sender<Vec<AlertState>>) {
     let now = SystemTime::now();
-    let reports = lock(alerts).look(now);
+    let current = live.current();
+    let metrics = &current.metrics;
+    let (reports, reconfigured) = {
+        let mut book = lock(live.alerts());
+        let alerting: Vec<&str> =
+            current.config.rules.iter().filter(|r| r.alert.is_some()).map(|r| r.name.as_str()).collect();
+        let reconfigured = states.len() != alerting.len() || states.iter().zip(&alerting).any(|(s, n)| s.name != *n);
+        if reconfigured {
+            let mut before = std::mem::take(states);
+            for name in alerting {
+                let kept = before.iter().position(|s| s.name == name).map(|i| before.swap_remove(i));
+                states.push(kept.unwrap_or_else(|| AlertState::new(name)));
+            }
+        }
+        (book.look(now), reconfigured)
+    };
     if reports.is_empty() {
+        if reconfigured {
+            publish.send_replace(states.clone());
+        }
         return;
     }
     for report in &reports {

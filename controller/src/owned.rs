@@ -13,7 +13,9 @@ use kube::ResourceExt;
 use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
-use watcher_api::{CONFIG_GENERATION_ANNOTATION, ClusterWatcher, FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL, config_map_name};
+use watcher_api::{
+    CONFIG_GENERATION_ANNOTATION, ClusterWatcher, FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL, config_map_name,
+};
 
 use crate::runtime::lock;
 

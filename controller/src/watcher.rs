@@ -194,9 +194,9 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<Context>, state: Arc<Watc
         let note = refused.message.clone();
         ctx.publish(&watcher.object_ref(&()), EventType::Warning, "PodSecurity", "Reconcile", note).await;
     }
-    let config_refused = ready_condition(&status).filter(|c| c.reason == reasons::CONFIG_REFUSED).filter(|c| {
-        current.as_ref().and_then(ready_condition).is_none_or(|old| old.message != c.message)
-    });
+    let config_refused = ready_condition(&status)
+        .filter(|c| c.reason == reasons::CONFIG_REFUSED)
+        .filter(|c| current.as_ref().and_then(ready_condition).is_none_or(|old| old.message != c.message));
     if let Some(refused) = config_refused {
         let note = refused.message.clone();
         ctx.publish(&watcher.object_ref(&()), EventType::Warning, reasons::CONFIG_REFUSED, "Reconcile", note).await;
@@ -344,7 +344,9 @@ fn refused_message(kept: Option<&(String, Option<i64>)>, why: &str, generation: 
     match kept {
         Some((name, held)) => {
             let held = held.map_or("the last good configuration".to_owned(), |g| format!("generation {g}'s"));
-            format!("{this} is not shipped, watcher-agent would refuse it: {why}; ConfigMap {name} keeps {held}, which pods get")
+            format!(
+                "{this} is not shipped, watcher-agent would refuse it: {why}; ConfigMap {name} keeps {held}, which pods get"
+            )
         }
         None => format!(
             "{this} is not shipped, watcher-agent would refuse it: {why}; no configuration was ever shipped: pods \
@@ -380,7 +382,13 @@ fn desired_status(
         }
         ConfigOutcome::Refused { kept, why } => {
             status.config_map_name = kept.as_ref().map(|(name, _)| name.clone());
-            condition(types::READY, false, reasons::CONFIG_REFUSED, refused_message(kept.as_ref(), why, generation), generation)
+            condition(
+                types::READY,
+                false,
+                reasons::CONFIG_REFUSED,
+                refused_message(kept.as_ref(), why, generation),
+                generation,
+            )
         }
     };
     let problems = watcher.spec.problems();

@@ -932,7 +932,9 @@ fn a_watcher_whose_configuration_was_never_shipped_is_left_out() {
     let (injection, patched) = run(&annotated("log-watcher"), &[refused.clone()], &options(true));
     assert!(injection.injected.is_empty(), "{injection:?}");
     assert_eq!(injection.warnings.len(), 1, "{injection:?}");
-    assert!(injection.warnings[0].starts_with("Watcher log-watcher not injected: no configuration of it was ever shipped"));
+    assert!(
+        injection.warnings[0].starts_with("Watcher log-watcher not injected: no configuration of it was ever shipped")
+    );
     let left_out = &patched["metadata"]["annotations"]["watcher.dev/left-out"];
     assert!(left_out.as_str().is_some_and(|l| l.contains("AGENT_RULE_X: bad")), "{patched}");
     assert_eq!(patched["spec"]["initContainers"], Value::Null, "no sidecar: {patched}");

@@ -235,6 +235,16 @@ pub(super) const STATE_DIR: Variable = Variable {
           checkpoints. Made if missing; one that cannot be written is said at start and the agent runs without \
           checkpoints",
 };
+/// `AGENT_CONFIG_DIR`.
+pub(super) const CONFIG_DIR: Variable = Variable {
+    name: "AGENT_CONFIG_DIR",
+    default: "/etc/watcher-agent/config",
+    kind: Kind::Text,
+    doc: "the Watcher's ConfigMap as files, one a variable (the webhook mounts it there): looked at every 2s, \
+          a change is judged whole, as at start, and its rules, alerts and formats are taken without a restart; a \
+          refused one leaves the last good one running. The container's own `env` wins over it. Where it does not \
+          exist, the environment alone is the configuration",
+};
 /// `AGENT_START`.
 pub(super) const START: Variable = Variable {
     name: "AGENT_START",
@@ -357,7 +367,7 @@ pub(super) const POD: Variable = Variable {
 };
 
 /// Every variable, in the order docs/agent.md and `watcher-agent help` show them.
-pub const VARIABLES: [Variable; 35] = [
+pub const VARIABLES: [Variable; 36] = [
     FILES,
     LOGS_CONTAINER,
     RULE,
@@ -375,6 +385,7 @@ pub const VARIABLES: [Variable; 35] = [
     MULTILINE_MAX_LINES,
     MULTILINE_MAX_BYTES,
     STATE_DIR,
+    CONFIG_DIR,
     START,
     ROTATE_WAIT,
     IGNORE_OLDER,

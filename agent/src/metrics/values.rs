@@ -2,15 +2,19 @@
 //! metric they are added to, a sum, a gauge or a histogram whose buckets are the rule's
 //! (`watcher_agent_<rule>[_seconds|_bytes]`), every one atomic.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use watcher_base::lock;
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
-use prometheus_client::registry::Registry;
 
 use crate::config::{MetricKind, RuleConfig};
 
@@ -108,7 +112,49 @@ impl MetricConstructor<BatchHistogram> for Buckets {
 /// A series' labels.
 pub(super) type Labels = Vec<(String, String)>;
 
+/// The metrics of the rules with a value, by name: a configuration read again adds and takes
+/// away rules, so they are encoded at each scrape from what is there (one lock, taken by a
+/// scrape and a reload, never by a reader: each reader holds its rules' metrics).
+#[derive(Clone, Debug, Default)]
+pub(super) struct ValueMetrics(Arc<Mutex<BTreeMap<String, (String, ValueMetric)>>>);
+
+impl ValueMetrics {
+    /// Rule `rule`'s metric, new (at 0), if it makes one.
+    pub(super) fn register(&self, rule: &RuleConfig) -> Option<ValueMetric> {
+        let name = rule.metric_name()?;
+        let help = format!("The values rule {} reads ({}).", rule.name, rule.metric.as_str());
+        let metric = ValueMetric::new(rule)?;
+        lock(&self.0).insert(name, (help, metric.clone()));
+        Some(metric)
+    }
+
+    /// Takes away the metric named `name`.
+    pub(super) fn remove(&self, name: &str) {
+        lock(&self.0).remove(name);
+    }
+}
+
+impl Collector for ValueMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        for (name, (help, metric)) in lock(&self.0).iter() {
+            let kind = match metric {
+                ValueMetric::Sum(_) => MetricType::Counter,
+                ValueMetric::Gauge(_) => MetricType::Gauge,
+                ValueMetric::Histogram(_) => MetricType::Histogram,
+            };
+            let series = encoder.encode_descriptor(name, help, None, kind)?;
+            match metric {
+                ValueMetric::Sum(family) => family.encode(series)?,
+                ValueMetric::Gauge(family) => family.encode(series)?,
+                ValueMetric::Histogram(family) => family.encode(series)?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The metric a rule with a value makes.
+#[derive(Clone, Debug)]
 pub(super) enum ValueMetric {
     Sum(Family<Labels, Counter<f64, AtomicU64>>),
     Gauge(Family<Labels, Gauge<f64, AtomicU64>>),
@@ -116,26 +162,14 @@ pub(super) enum ValueMetric {
 }
 
 impl ValueMetric {
-    /// Registers rule `rule`'s metric, if it makes one.
-    pub(super) fn register(registry: &mut Registry, rule: &RuleConfig) -> Option<Self> {
-        let name = rule.metric_name()?;
-        let help = format!("The values rule {} reads ({})", rule.name, rule.metric.as_str());
+    /// Rule `rule`'s metric, at 0, if it makes one.
+    fn new(rule: &RuleConfig) -> Option<Self> {
         Some(match rule.metric {
             MetricKind::Count => return None,
-            MetricKind::Sum => {
-                let family = Family::default();
-                registry.register(name, help, family.clone());
-                Self::Sum(family)
-            }
-            MetricKind::Gauge => {
-                let family = Family::default();
-                registry.register(name, help, family.clone());
-                Self::Gauge(family)
-            }
+            MetricKind::Sum => Self::Sum(Family::default()),
+            MetricKind::Gauge => Self::Gauge(Family::default()),
             MetricKind::Histogram => {
-                let family = Family::new_with_constructor(Buckets(rule.buckets.clone().into()));
-                registry.register(name, help, family.clone());
-                Self::Histogram(family)
+                Self::Histogram(Family::new_with_constructor(Buckets(rule.buckets.clone().into())))
             }
         })
     }

@@ -49,6 +49,10 @@ struct Measure {
 /// The matches of a batch.
 struct Tally {
     alerts: SharedAlerts,
+    /// The alerts' configuration this counting's rules are.
+    generation: u64,
+    /// The rules' names (an alert reconfigured since is found by name).
+    names: Vec<String>,
     has_alert: Vec<bool>,
     /// Rules with labels (counted by their values).
     labelled_rules: Vec<bool>,
@@ -104,7 +108,8 @@ impl Tally {
             }
         }
         if self.has_alert[rule] {
-            lock(&self.alerts).record(rule, quote, written, SystemTime::now());
+            let name = self.names[rule].as_str();
+            lock(&self.alerts).record_of(self.generation, (rule, name), quote, written, SystemTime::now());
         }
     }
 }
@@ -121,9 +126,9 @@ impl Counting {
         max_line: usize,
     ) -> Self {
         let (count, sources) = (rules.names().len(), formats.len());
-        let has_alert = {
+        let (has_alert, generation) = {
             let book = lock(&alerts);
-            (0..count).map(|rule| book.has_alert(rule)).collect()
+            ((0..count).map(|rule| book.has_alert(rule)).collect(), book.generation())
         };
         let measures = configs
             .iter()
@@ -136,6 +141,8 @@ impl Counting {
             .collect();
         let tally = Tally {
             alerts,
+            generation,
+            names: rules.names().to_vec(),
             has_alert,
             labelled_rules: configs.iter().map(|r| !r.labels.is_empty()).collect(),
             matches: vec![vec![0; sources]; count],

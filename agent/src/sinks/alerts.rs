@@ -139,6 +139,24 @@ struct Alerted {
     starts_at: SystemTime,
 }
 
+impl Alerted {
+    /// A match in `line`, written at `at`, seen at `now`.
+    fn record(&mut self, line: &[u8], at: SystemTime, now: SystemTime) {
+        let fired = self.window.record(at, now) == Some(Transition::Fired);
+        if fired {
+            self.fired = true;
+            self.starts_at = self.window.first().unwrap_or(at);
+        }
+        if fired || self.window.firing() {
+            self.occurrences = self.occurrences.saturating_add(1);
+            let threshold = self.window.threshold();
+            let quoted = crate::text::truncate(&String::from_utf8_lossy(line), QUOTED_LINE);
+            self.note =
+                format!("rule {} matched {} times within {threshold}; last line: {quoted}", self.name, threshold.count);
+        }
+    }
+}
+
 /// Where a rule's alert stands: what the alert loop hands the sinks (Events, Alertmanager) each
 /// tick. Counts only grow, so a sink that missed a tick (busy, its server slow) sees all it
 /// missed at the next: nothing is queued, nothing dropped.
@@ -241,27 +259,55 @@ pub async fn sink_task<S: AlertSink>(
 /// readers (a match of a rule with an alert is recorded here) and the alert loop (which looks).
 pub struct AlertBook {
     alerts: Vec<Option<Alerted>>,
+    /// Which configuration its rules are (one more at each [`AlertBook::reconfigure`]): a
+    /// reader still counting with the one before names its rule by name.
+    generation: u64,
 }
 
 impl AlertBook {
     /// The alerts of `rules` (none for a rule without `AGENT_ALERT_<NAME>`).
     pub fn new(rules: &[RuleConfig]) -> Self {
-        let alerts = rules
+        Self { alerts: Self::alerts(rules, &mut Vec::new()), generation: 0 }
+    }
+
+    /// The alerts of a new configuration's `rules`: a rule's alert with the same name and
+    /// threshold as before keeps its window (its matches, whether it fires); the others start
+    /// afresh, and a removed rule's alert goes.
+    pub fn reconfigure(&mut self, rules: &[RuleConfig]) {
+        self.alerts = Self::alerts(rules, &mut self.alerts);
+        self.generation += 1;
+    }
+
+    /// Which configuration its rules are.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The alerts of `rules`, each taken from `before` where it has the same name and threshold.
+    fn alerts(rules: &[RuleConfig], before: &mut [Option<Alerted>]) -> Vec<Option<Alerted>> {
+        let mut kept = |name: &str, threshold: Threshold| {
+            let same =
+                |a: &Option<Alerted>| a.as_ref().is_some_and(|a| a.name == name && a.window.threshold == threshold);
+            before.iter_mut().find(|a| same(a)).and_then(Option::take)
+        };
+        rules
             .iter()
             .map(|r| {
-                r.alert.map(|threshold| Alerted {
-                    name: r.name.clone(),
-                    reason: reason(&r.name),
-                    window: Window::new(threshold),
-                    occurrences: 0,
-                    fired: false,
-                    resolved: false,
-                    note: String::new(),
-                    starts_at: SystemTime::UNIX_EPOCH,
+                let threshold = r.alert?;
+                kept(&r.name, threshold).or_else(|| {
+                    Some(Alerted {
+                        name: r.name.clone(),
+                        reason: reason(&r.name),
+                        window: Window::new(threshold),
+                        occurrences: 0,
+                        fired: false,
+                        resolved: false,
+                        note: String::new(),
+                        starts_at: SystemTime::UNIX_EPOCH,
+                    })
                 })
             })
-            .collect();
-        Self { alerts }
+            .collect()
     }
 
     /// Whether rule `rule` has an alert.
@@ -272,19 +318,25 @@ impl AlertBook {
     /// A match of rule `rule` in `line`, written at `at`, seen at `now`.
     pub fn record(&mut self, rule: usize, line: &[u8], at: SystemTime, now: SystemTime) {
         let Some(Some(alert)) = self.alerts.get_mut(rule) else { return };
-        let fired = alert.window.record(at, now) == Some(Transition::Fired);
-        if fired {
-            alert.fired = true;
-            alert.starts_at = alert.window.first().unwrap_or(at);
+        alert.record(line, at, now);
+    }
+
+    /// A match of rule `rule` (named `name`) of configuration `generation`: as
+    /// [`AlertBook::record`], the rule found by name where the book has been reconfigured since.
+    pub fn record_of(
+        &mut self,
+        generation: u64,
+        (rule, name): (usize, &str),
+        line: &[u8],
+        at: SystemTime,
+        now: SystemTime,
+    ) {
+        if generation == self.generation {
+            return self.record(rule, line, at, now);
         }
-        if fired || alert.window.firing() {
-            alert.occurrences = alert.occurrences.saturating_add(1);
-            let threshold = alert.window.threshold();
-            let quoted = crate::text::truncate(&String::from_utf8_lossy(line), QUOTED_LINE);
-            alert.note = format!(
-                "rule {} matched {} times within {threshold}; last line: {quoted}",
-                alert.name, threshold.count
-            );
+        let alert = self.alerts.iter_mut().flatten().find(|a| a.name == name);
+        if let Some(alert) = alert {
+            alert.record(line, at, now);
         }
     }
 

@@ -280,6 +280,36 @@ impl EventPublisher {
     }
 }
 
+/// Says one thing on the pod as an Event of its own (a configuration applied or refused):
+/// `Normal`, or `Warning` where `warning`. A failure is said in the agent's log; nothing waits
+/// for it longer than [`TIMEOUT`].
+pub(crate) async fn notice(client: &kube::Client, pod: &PodIdentity, warning: bool, reason: &str, note: &str) {
+    let Some(mut publisher) = EventPublisher::new(client.clone(), pod) else { return };
+    let now = Timestamp::now();
+    let event = Event {
+        metadata: ObjectMeta {
+            name: Some(publisher.name(now)),
+            namespace: publisher.regarding.namespace.clone(),
+            ..ObjectMeta::default()
+        },
+        action: Some("Reload".into()),
+        event_time: Some(MicroTime(now)),
+        note: Some(truncate(note, MAX_NOTE)),
+        reason: Some(reason.into()),
+        regarding: Some(publisher.regarding.clone()),
+        reporting_controller: Some(REPORTING_CONTROLLER.into()),
+        reporting_instance: Some(publisher.instance.clone()),
+        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+        ..Event::default()
+    };
+    let created = tokio::time::timeout(TIMEOUT, publisher.api.create(&PostParams::default(), &event)).await;
+    match created {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => warn!(%error, reason, "cannot put the Event on the pod"),
+        Err(_) => warn!(reason, "cannot put the Event on the pod: no answer in time"),
+    }
+}
+
 /// The name of an Event about pod `pod` at `nanos`: at most 253 characters.
 pub(crate) fn event_name(pod: &str, nanos: i128) -> String {
     let suffix = format!(".{nanos:x}");

@@ -521,7 +521,10 @@ async fn a_refused_configuration_is_not_written_and_the_config_map_keeps_the_las
     let seen = written.clone();
     let (result, _) = run_scenario(refused, vec![kept.clone()], |mut api| async move {
         let event = api.expect(Method::POST, EVENTS_PATH).await;
-        assert_eq!((event.body["type"].as_str(), event.body["reason"].as_str()), (Some("Warning"), Some("ConfigRefused")));
+        assert_eq!(
+            (event.body["type"].as_str(), event.body["reason"].as_str()),
+            (Some("Warning"), Some("ConfigRefused"))
+        );
         let note = event.body["note"].as_str().unwrap_or_default().to_owned();
         event.created();
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
@@ -547,7 +550,8 @@ async fn a_refused_configuration_is_not_written_and_the_config_map_keeps_the_las
 
     // Again, with the status it wrote: nothing written, nothing said twice.
     let status = written.lock().expect("not poisoned").clone();
-    let (result, _) = run_scenario(agent_watcher(refused_config(), Some(status)), vec![kept], |api| api.expect_no_more()).await;
+    let (result, _) =
+        run_scenario(agent_watcher(refused_config(), Some(status)), vec![kept], |api| api.expect_no_more()).await;
     result.expect("reconciled");
 }
 
