@@ -40,11 +40,12 @@ fn the_app_sample_is_watched_as_readme_says() {
         serde_json::json!([
             {"name": "watcher-agent-state", "mountPath": "/var/lib/watcher-agent"},
             {"name": "logs", "mountPath": "/var/log/app", "readOnly": true},
+            {"name": "app-watcher-config", "mountPath": "/etc/watcher-agent/config", "readOnly": true},
         ])
     );
     let volumes: Vec<&str> =
         pod["spec"]["volumes"].as_array().into_iter().flatten().filter_map(|v| v["name"].as_str()).collect();
-    assert_eq!(volumes, ["logs", "watcher-agent-state"]);
+    assert_eq!(volumes, ["logs", "watcher-agent-state", "app-watcher-config"]);
     let env: Vec<&str> = sidecar["env"].as_array().into_iter().flatten().filter_map(|e| e["name"].as_str()).collect();
     assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "POD_UID"]);
     assert_eq!(sidecar["envFrom"], serde_json::json!([{"configMapRef": {"name": "app-watcher-config"}}]));

@@ -9,12 +9,14 @@ use std::borrow::Borrow;
 use crate::PodView;
 
 mod app;
+mod config;
 mod ending;
 mod options;
 mod patch;
 mod resources;
 mod security;
 pub use app::AppReport;
+
 use json_patch::PatchOperation;
 use options::native_sidecar;
 pub use options::{InjectOptions, SYSTEM_NAMESPACES, server_minor, supports_native_sidecars};
@@ -357,6 +359,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             let report = app::see_the_app(&mut self.patch, seeing, &mut container, &mut self.injection.warnings);
             self.injection.app.push(report);
         }
+        let config_volume = config::mount_agent_config(&self.patch, watcher, &mut container);
         if self.ends {
             self.supervise(name, watcher, &mut container, native);
         }
@@ -364,6 +367,9 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
         self.regular_sidecar |= !native;
         if let Some(volume) = &watcher.spec.volume {
             self.patch.add_volume(&volume.name, to_value(volume.as_ref()));
+        }
+        if let Some(config_volume) = config_volume {
+            config::add_config_volume(&mut self.patch, config_volume);
         }
         if let Some(secret) = &watcher.spec.image_pull_secrets {
             self.patch.add_pull_secret(&secret.name, to_value(secret));

@@ -115,9 +115,9 @@ impl Reloader {
         let restart_only = current.config.restart_only_changes(&config);
         let config = current.config.reloaded(config);
         let metrics = Arc::new(current.metrics.reconfigured(&config.rules));
-        metrics.reloaded(true);
+        self.live.swap(Compiled { config, rules, metrics: metrics.clone() });
         metrics.running(&hash);
-        self.live.swap(Compiled { config, rules, metrics });
+        metrics.reloaded(true);
         self.running.clone_from(&hash);
         Outcome::Applied { hash, restart_only }
     }

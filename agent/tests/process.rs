@@ -673,3 +673,80 @@ fn an_event_cut_by_a_restart_is_counted_once() {
     let sum = again.value(&histogram("sum")).expect("sum");
     assert!((sum - 0.72).abs() < 1e-9, "{sum}");
 }
+
+/// Writes `pairs` as a new version of a ConfigMap volume in `dir`, as the kubelet does: a
+/// directory of its own, then the `..data` link swapped to it at once.
+fn config_map_version(dir: &std::path::Path, version: u32, pairs: &[(&str, &str)]) {
+    let versioned = dir.join(format!("..2026_12_07_00_00_{version:02}.{version}"));
+    fs::create_dir_all(&versioned).expect("a version");
+    for (name, value) in pairs {
+        fs::write(versioned.join(name), value).expect("a file");
+        let link = dir.join(name);
+        if fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{name}"), &link).expect("a key's link");
+        }
+    }
+    let link = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(versioned.file_name().expect("a name"), &link).expect("a link");
+    fs::rename(&link, dir.join("..data")).expect("swapped");
+}
+
+/// README's Watcher as the webhook injects it: `envFrom` its ConfigMap and the same ConfigMap
+/// mounted at AGENT_CONFIG_DIR. A rule added is counted by the same process within the reload's
+/// poll, the unchanged rule's counter going on; a pattern that does not compile leaves the last
+/// good configuration counting; each is said by the metrics and an Event on the pod.
+#[test]
+fn a_configuration_changed_is_taken_without_a_restart() {
+    let dir = dir("reload");
+    let (logs, config) = (dir.join("logs"), dir.join("config"));
+    fs::create_dir_all(&logs).expect("logs");
+    let glob = format!("{}/*.log", logs.display());
+    let first = [("AGENT_FILES", glob.as_str()), ("AGENT_RULE_ERROR", r"\bERROR\b")];
+    config_map_version(&config, 1, &first);
+    let api = FakeApi::start(&dir);
+    let mut vars: Vec<(&str, String)> = first.iter().map(|(n, v)| (*n, (*v).to_owned())).collect();
+    vars.extend([("AGENT_POLL", "20ms".to_owned()), ("AGENT_CONFIG_DIR", config.display().to_string())]);
+    vars.extend(api.vars());
+    let agent = Agent::start(&vars);
+    let log = logs.join("app.log");
+    append(&log, &errors("before", 1, 5));
+    agent.wait_value(&matches_of("error", &glob), 5.0);
+    let reloads = |result: &str| format!("watcher_agent_config_reloads_total{{result=\"{result}\"}}");
+    assert_eq!(agent.value(&reloads("applied")), Some(0.0), "the directory as the environment had it");
+
+    config_map_version(
+        &config,
+        2,
+        &[("AGENT_FILES", &glob), ("AGENT_RULE_ERROR", "ERROR"), ("AGENT_RULE_PANIC", "panic")],
+    );
+    agent.wait_value(&reloads("applied"), 1.0);
+    // A line read after the swap: the reader has taken the new configuration at its flush.
+    append(&log, "a line\n");
+    agent.wait_value(&lines_of(&glob), 6.0);
+    append(&log, &format!("{}panic: at the disco\n", errors("after", 1, 3)));
+    agent.wait_value(&matches_of("panic", &glob), 1.0);
+    agent.wait_value(&matches_of("error", &glob), 8.0);
+
+    config_map_version(
+        &config,
+        3,
+        &[("AGENT_FILES", &glob), ("AGENT_RULE_ERROR", "ERROR"), ("AGENT_RULE_PANIC", "(panic")],
+    );
+    agent.wait_value(&reloads("refused"), 1.0);
+    append(&log, "panic: again\nERROR once more\n");
+    agent.wait_value(&lines_of(&glob), 12.0);
+    agent.wait_value(&matches_of("panic", &glob), 2.0);
+    agent.wait_value(&matches_of("error", &glob), 9.0);
+
+    let events: Vec<Value> = api.state().events.values().cloned().collect();
+    let said = |reason: &str| events.iter().find(|e| e["reason"] == reason).cloned();
+    let applied = said("ConfigApplied").expect("an Event of the configuration applied");
+    assert_eq!(applied["type"], "Normal");
+    assert_eq!(applied["regarding"]["name"], "shop");
+    let refused = said("ConfigRefused").expect("an Event of the configuration refused");
+    assert_eq!(refused["type"], "Warning");
+    assert!(refused["note"].as_str().is_some_and(|n| n.contains("AGENT_RULE_PANIC")), "{refused}");
+    let mut agent = agent;
+    assert_eq!(agent.child.try_wait().expect("alive"), None, "the same process throughout");
+    agent.kill();
+}

@@ -11,6 +11,7 @@ use kube::api::{Api, ListParams};
 use crate::common;
 
 mod chart;
+mod config;
 mod jobs;
 mod values;
 

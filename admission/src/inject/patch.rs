@@ -24,6 +24,8 @@ pub(super) struct PodPatch<'a> {
     /// The pod's volumes, then those the Watchers add; the first `pod_volumes` are the pod's.
     pub(super) volume_names: Vec<&'a str>,
     pub(super) pod_volumes: usize,
+    /// Volumes whose names the patch made.
+    pub(super) owned_volumes: Vec<String>,
     /// The emptyDirs added, for cluster-autoscaler's annotation.
     pub(super) added_empty_dirs: Vec<&'a str>,
     pub(super) secret_names: Vec<&'a str>,
@@ -60,6 +62,7 @@ impl<'a> PodPatch<'a> {
             annotations: &pod.metadata.annotations,
             containers,
             pod_volumes: volume_names.len(),
+            owned_volumes: Vec::new(),
             volume_names,
             added_empty_dirs: Vec::new(),
             secret_names: secrets.unwrap_or_default().iter().map(|s| s.name.as_str()).collect(),
@@ -102,11 +105,25 @@ impl<'a> PodPatch<'a> {
     }
 
     pub(super) fn add_volume(&mut self, name: &'a str, volume: Value) {
-        if !self.volume_names.contains(&name) {
+        if !self.has_volume(name) {
             self.volume_names.push(name);
             if volume.get("emptyDir").is_some() {
                 self.added_empty_dirs.push(name);
             }
+            append(&mut self.ops, &mut self.has_volumes, "volumes", volume);
+        }
+    }
+
+    /// Whether the pod, or the patch so far, has a volume `name`.
+    pub(super) fn has_volume(&self, name: &str) -> bool {
+        self.volume_names.contains(&name) || self.owned_volumes.iter().any(|v| v == name)
+    }
+
+    /// Adds a volume whose name the patch made (not the pod's or a Watcher's), unless a volume of
+    /// that name is there already.
+    pub(super) fn add_owned_volume(&mut self, name: String, volume: Value) {
+        if !self.has_volume(&name) {
+            self.owned_volumes.push(name);
             append(&mut self.ops, &mut self.has_volumes, "volumes", volume);
         }
     }

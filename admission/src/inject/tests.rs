@@ -946,3 +946,82 @@ fn a_watcher_whose_configuration_was_never_shipped_is_left_out() {
     let (injection, _) = run(&annotated("log-watcher"), &[refused], &options(true));
     assert_eq!(injection.injected, ["log-watcher"]);
 }
+
+/// watcher-agent's configuration as files (docs/agent.md, "Changing the configuration").
+mod agent_config {
+    use serde_json::{Value, json};
+    use watcher_api::Watcher;
+
+    use super::{options, run, watcher};
+
+    const CAPTURED: &str = include_str!("../../fixtures/admission-review/pod-create-named-annotated.json");
+
+    fn captured() -> Value {
+        let review: Value = serde_json::from_str(CAPTURED).expect("fixture");
+        review["request"]["object"].clone()
+    }
+
+    fn agent(more: Value) -> Watcher {
+        let mut spec = json!({
+            "container": {"name": "log-watcher", "image": "registry.example/mirror/watcher-agent:0.2.0"},
+            "configData": {"AGENT_FILES": "/data/*.log", "AGENT_RULE_ERROR": "ERROR"},
+            "nativeSidecar": "Never",
+        });
+        for (key, value) in more.as_object().expect("object") {
+            spec[key] = value.clone();
+        }
+        watcher("log-watcher", "team-a", spec)
+    }
+
+    fn sidecar_of(patched: &Value) -> Value {
+        patched["spec"]["containers"].as_array().expect("containers").last().cloned().expect("sidecar")
+    }
+
+    fn volume<'a>(patched: &'a Value, name: &str) -> Option<&'a Value> {
+        patched["spec"]["volumes"].as_array()?.iter().find(|v| v["name"] == name)
+    }
+
+    /// The agent gets its ConfigMap twice: as variables (`envFrom`), and mounted read-only where
+    /// it reads it again (an optional volume: no pod waits for it).
+    #[test]
+    fn the_agents_config_map_is_mounted_beside_env_from() {
+        let (injection, patched) = run(&captured(), &[agent(json!({}))], &options(true));
+        assert_eq!(injection.injected, ["log-watcher"]);
+        let sidecar = sidecar_of(&patched);
+        assert_eq!(sidecar["envFrom"], json!([{"configMapRef": {"name": "log-watcher-config"}}]));
+        assert_eq!(
+            sidecar["volumeMounts"],
+            json!([{"name": "log-watcher-config", "mountPath": "/etc/watcher-agent/config", "readOnly": true}])
+        );
+        assert_eq!(
+            volume(&patched, "log-watcher-config"),
+            Some(&json!({"name": "log-watcher-config", "configMap": {"name": "log-watcher-config", "optional": true}}))
+        );
+    }
+
+    /// Another sidecar, or an agent without config data: nothing mounted. An agent whose
+    /// container names another directory: mounted there; one that mounts something there
+    /// already: not mounted.
+    #[test]
+    fn only_an_agent_with_config_data_gets_it_where_it_reads_it() {
+        let other = agent(json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}}));
+        let (_, patched) = run(&captured(), &[other], &options(true));
+        assert_eq!(volume(&patched, "log-watcher-config"), None);
+        let bare = agent(json!({"configData": null}));
+        let (_, patched) = run(&captured(), &[bare], &options(true));
+        assert_eq!(volume(&patched, "log-watcher-config"), None);
+
+        let elsewhere = agent(json!({"container": {"name": "log-watcher", "image": "watcher-agent:0.2.0",
+            "env": [{"name": "AGENT_CONFIG_DIR", "value": "/config"}]}}));
+        let (_, patched) = run(&captured(), &[elsewhere], &options(true));
+        assert_eq!(sidecar_of(&patched)["volumeMounts"][0]["mountPath"], "/config");
+
+        let taken = agent(json!({"container": {"name": "log-watcher", "image": "watcher-agent:0.2.0",
+            "volumeMounts": [{"name": "own", "mountPath": "/etc/watcher-agent/config/"}]},
+            "volume": {"name": "own", "emptyDir": {}}}));
+        let (injection, patched) = run(&captured(), &[taken], &options(true));
+        assert_eq!(injection.injected, ["log-watcher"]);
+        assert_eq!(volume(&patched, "log-watcher-config"), None);
+        assert_eq!(sidecar_of(&patched)["volumeMounts"].as_array().map(Vec::len), Some(1));
+    }
+}

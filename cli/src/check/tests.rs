@@ -212,6 +212,7 @@ async fn a_healthy_install_passes_every_check() {
             "serving certificate",
             "pod security defaults",
             "pod security",
+            "agent configuration",
             "resource rules",
             "scope",
             "Service endpoints",
