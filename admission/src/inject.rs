@@ -217,6 +217,10 @@ fn injected_annotations<W>(record: &Admission<'_, W>, left_out: String) -> Vec<(
     let sidecars = (annotation::Sidecars::KEY, annotation::Sidecars::encode(&record.sidecars));
     let mut annotations =
         vec![(annotation::Injected::KEY, value), (annotation::InjectedWithoutImage::KEY, imageless), sidecars];
+    if !record.configs.is_empty() {
+        let configs = annotation::InjectedConfig::encode(record.configs.iter().map(|(n, h)| (n, h)));
+        annotations.push((annotation::InjectedConfig::KEY, configs));
+    }
     if !left_out.is_empty() {
         annotations.push((annotation::LeftOut::KEY, left_out));
     }
@@ -252,6 +256,8 @@ struct Admission<'a, W> {
     sidecars: Vec<String>,
     /// The same, by the specHash without the image.
     without_image: Vec<(String, String)>,
+    /// `watcher.dev/injected-config`: the Watchers with config data and its hash.
+    configs: Vec<(String, String)>,
     /// A pod meant to end: the regular sidecars it gets are named, to be ended with its app.
     ends: bool,
     to_end: Vec<String>,
@@ -282,6 +288,10 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
         let without_image = annotation::InjectedWithoutImage::read(pod.annotations())
             .into_iter()
             .map(|(n, h)| (n.to_owned(), h.to_owned()));
+        let configs = annotation::InjectedConfig::read(pod.annotations())
+            .into_iter()
+            .map(|(n, h)| (n.to_owned(), h.to_owned()))
+            .collect();
         let named = annotation::Sidecars::read(pod.annotations()).into_iter();
         let ends = ending::meant_to_end(pod);
         let to_end = if ends { ending::already_named(pod) } else { Vec::new() };
@@ -298,6 +308,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             patch: PodPatch::new(pod),
             injected_names: None,
             entries,
+            configs,
             sidecars: named.map(str::to_owned).collect(),
             without_image: without_image.collect(),
             ends,
@@ -375,6 +386,9 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             self.patch.add_pull_secret(&secret.name, to_value(secret));
         }
         self.entries.push((name.clone(), watcher.spec.spec_hash()));
+        if let Some(config) = watcher.spec.config_hash() {
+            self.configs.push((name.clone(), config));
+        }
         self.sidecars.push(watcher.spec.container.name.clone());
         self.without_image.push((name.clone(), watcher.spec.spec_hash_without_image()));
         self.injection.injected.push(name.clone());

@@ -150,6 +150,17 @@ pairs_annotation! {
     InjectedWithoutImage = "watcher.dev/injected-without-image", '@', |_| None
 }
 
+pairs_annotation! {
+    /// Written by the webhook beside [`Injected`]: `name@configHash` of every Watcher injected
+    /// with config data, the hash of the configuration its ConfigMap held
+    /// ([`crate::WatcherSpec::config_hash`]). A sidecar that reads its configuration once, when it
+    /// starts (`envFrom`), runs that one until its pod is replaced: a pod whose entry is not the
+    /// current hash is out of date. A pod without an entry was injected before the hash was
+    /// carried (0.2.0): which configuration it runs is not known. An entry without `@` is
+    /// skipped.
+    InjectedConfig = "watcher.dev/injected-config", '@', |_| None
+}
+
 names_annotation! {
     /// Written by the webhook on every pod it injects: the names of the sidecar containers that
     /// Watchers put there (regular or native). The only containers whose image the operator

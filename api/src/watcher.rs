@@ -480,6 +480,30 @@ impl WatcherSpec {
         )
     }
 
+    /// The hash of the config data (`configData`, `configBinaryData`: what its ConfigMap holds),
+    /// 8 hex digits; `None` without config data. Injected pods carry it
+    /// ([`crate::annotation::InjectedConfig`]).
+    pub fn config_hash(&self) -> Option<String> {
+        let data = self.config_data.as_ref().filter(|d| !d.is_empty());
+        let binary = self.config_binary_data.as_ref().filter(|d| !d.is_empty());
+        self.has_config().then(|| crate::stable_hash(&(data, binary)))
+    }
+
+    /// Whether its sidecar takes a change of its config data while it runs: watcher-agent, which
+    /// reads its ConfigMap mounted as files again (the webhook mounts it). Any other sidecar reads
+    /// it once, when it starts.
+    pub fn reloads_config(&self) -> bool {
+        self.has_config() && self.container.image.as_deref().is_some_and(crate::image::is_agent_image)
+    }
+
+    /// The hash of the configuration a pod must have been injected with to be up to date: the
+    /// config data's ([`WatcherSpec::config_hash`]) where its sidecar reads it once, when it
+    /// starts; `None` where any will do (no config data, or watcher-agent, which takes a new one
+    /// while it runs). A pod that carries no hash (injected by 0.2.0) is judged by its spec.
+    pub fn pinned_config_hash(&self) -> Option<String> {
+        (!self.reloads_config()).then(|| self.config_hash()).flatten()
+    }
+
     /// Hash of everything injection uses: the container, volume, pull secret, sidecar mode,
     /// whether the container gets the ConfigMap, and what lets it see the app. Config values are
     /// not part of it: they reach the sidecar through the ConfigMap, not through the pod.

@@ -37,8 +37,8 @@ use crate::{Context, Error, Result};
 #[cfg(test)]
 use fixtures::{reconciler_for_tests, reconciler_with_cache};
 use status::{
-    ENDED_CONDITION, LEFT_OUT_CONDITION, RUNNING_CONDITION, count, ended_condition, left_out_condition, live_pods_of,
-    patch_status, running_condition, set_kubelet_condition, shown, standing, terminating_pods_of,
+    Current, ENDED_CONDITION, LEFT_OUT_CONDITION, RUNNING_CONDITION, count, ended_condition, left_out_condition,
+    live_pods_of, patch_status, running_condition, set_kubelet_condition, shown, standing, terminating_pods_of,
 };
 use steps::{plan_step, rebuild_unkept, revisions_namespace, roll};
 use store::{CountedPod, PodIndex, SidecarLookup, containers_of};

@@ -64,8 +64,12 @@ async fn the_sidecar_sees_the_app() {
         .collect();
     assert_eq!(
         mounts,
-        [("watcher-agent-state", "/var/lib/watcher-agent", None), ("logs", "/var/log/app", Some(true))],
-        "its checkpoints' volume, and the app's log volume read-only"
+        [
+            ("watcher-agent-state", "/var/lib/watcher-agent", None),
+            ("logs", "/var/log/app", Some(true)),
+            ("app-watcher-config", "/etc/watcher-agent/config", Some(true)),
+        ],
+        "its checkpoints' volume, the app's log volume read-only, and its configuration as files"
     );
     let env: Vec<&str> = sidecar.env.iter().flatten().map(|e| e.name.as_str()).collect();
     assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "POD_UID"], "the pod's identity, for the agent's Events");

@@ -94,3 +94,82 @@ async fn drift_is_counted_and_repaired() {
     ns.delete().await;
     operator_ns.delete().await;
 }
+
+/// A plain sidecar that reads `LEVEL` from `configData` (`envFrom`) reads it once, when it
+/// starts: a change of `LEVEL` makes every pod out of date (`Report` counts them), and `Recreate`
+/// replaces them, each new pod injected with the new configuration.
+#[tokio::test]
+#[ignore = "needs a cluster: KUBECONFIG"]
+async fn a_configuration_change_outdates_a_plain_sidecars_pods() {
+    let _one = exclusive().await;
+    let client = client().await;
+    install_crds(&client).await;
+    let operator_ns = TestNamespace::create(&client, "watcher-e2e-op3").await;
+    let ns = TestNamespace::create(&client, "watcher-e2e-config").await;
+    let _operator = Operator::start(&operator_ns.name).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns.name);
+    let watchers = Api::<Watcher>::namespaced(client.clone(), &ns.name);
+    let watcher: Watcher = serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+        "metadata": {"name": "log-watcher"},
+        "spec": {"container": {"name": "log-watcher", "image": "busybox:1.36",
+                               "command": ["sh", "-c", "echo level $LEVEL; sleep 3600"]},
+                 "configData": {"LEVEL": "info"},
+                 "selector": {"matchLabels": {"app": "levels"}}}}))
+    .expect("valid Watcher");
+    let created = watchers.create(&PostParams::default(), &watcher).await.expect("Watcher created");
+    let first = created.spec.config_hash().expect("config data");
+    let probe: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "probe", "labels": {"app": "levels"}},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36"}]}}))
+    .expect("valid Pod");
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    wait_for(STEP, || async {
+        let created = pods.create(&dry_run, &probe).await.ok()?;
+        created.metadata.annotations?.get("watcher.dev/injected").cloned()
+    })
+    .await;
+    let deployment: Deployment = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "levels"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "levels"}},
+                 "template": {"metadata": {"labels": {"app": "levels"}},
+                              "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}}}))
+    .expect("valid Deployment");
+    Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("Deployment created");
+    counts_become(&watchers, |c| c.matched == 2 && c.up_to_date == 2).await;
+    let carried = |pod: &Pod| pod.metadata.annotations.as_ref()?.get("watcher.dev/injected-config").cloned();
+    let listed = pods.list(&Default::default()).await.expect("pods");
+    assert!(
+        listed.items.iter().all(|p| carried(p) == Some(format!("log-watcher@{first}"))),
+        "{:?}",
+        listed.items.iter().map(carried).collect::<Vec<_>>()
+    );
+
+    // LEVEL changes: Report counts both pods out of date, with the same spec.
+    let patch = json!({"spec": {"configData": {"LEVEL": "debug"}}});
+    let changed = watchers.patch("log-watcher", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patched");
+    let second = changed.spec.config_hash().expect("config data");
+    let counts = counts_become(&watchers, |c| c.injected == 2 && c.up_to_date == 0).await;
+    assert_eq!(counts, PodCounts { matched: 2, injected: 2, up_to_date: 0, ..PodCounts::default() });
+    assert_eq!(changed.spec.spec_hash(), created.spec.spec_hash(), "the spec is the same");
+
+    // Recreate: replaced, each new pod injected with the new configuration.
+    let patch = json!({"spec": {"updatePolicy": {"type": "Recreate", "maxUnavailable": 1}}});
+    watchers.patch("log-watcher", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patched");
+    counts_become(&watchers, |c| c.matched == 2 && c.up_to_date == 2).await;
+    let listed = pods.list(&Default::default()).await.expect("pods");
+    let live: Vec<&Pod> = listed.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+    assert!(
+        live.iter().all(|p| carried(p) == Some(format!("log-watcher@{second}"))),
+        "{:?}",
+        live.iter().map(|p| carried(p)).collect::<Vec<_>>()
+    );
+
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete("watcher-operator", &DeleteParams::default())
+        .await;
+    ns.delete().await;
+    operator_ns.delete().await;
+}

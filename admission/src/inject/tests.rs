@@ -999,6 +999,19 @@ mod agent_config {
         );
     }
 
+    /// Every Watcher with config data is recorded on the pod with the hash of its configuration
+    /// (`watcher.dev/injected-config`): what a sidecar that reads it once runs.
+    #[test]
+    fn the_configuration_injected_is_carried_by_the_pod() {
+        let plain = agent(json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}}));
+        let hash = plain.spec.config_hash().expect("config data");
+        let (_, patched) = run(&captured(), &[plain], &options(true));
+        assert_eq!(patched["metadata"]["annotations"]["watcher.dev/injected-config"], format!("log-watcher@{hash}"));
+        let bare = agent(json!({"configData": null}));
+        let (_, patched) = run(&captured(), &[bare], &options(true));
+        assert_eq!(patched["metadata"]["annotations"]["watcher.dev/injected-config"], Value::Null);
+    }
+
     /// Another sidecar, or an agent without config data: nothing mounted. An agent whose
     /// container names another directory: mounted there; one that mounts something there
     /// already: not mounted.

@@ -206,6 +206,8 @@ impl WatcherLine {
 /// namespace now.
 struct Carried<'a> {
     carried: Vec<(&'a str, &'a str)>,
+    /// `watcher.dev/injected-config`: the configuration each was injected with.
+    configs: Vec<(&'a str, &'a str)>,
     watchers: &'a [&'a Watcher],
 }
 
@@ -220,9 +222,14 @@ impl Carried<'_> {
         self.watchers.iter().find(|w| w.name_any() == name).map(|w| w.spec.spec_hash())
     }
 
-    /// Whether the pod carries Watcher `name` as it is now (`None`: it does not carry it).
+    /// Whether the pod carries Watcher `name` as it is now, its configuration included where its
+    /// sidecar reads it once (`None`: it does not carry it), as the pod reconciler counts it.
     fn up_to_date(&self, name: &str) -> Option<bool> {
-        self.hash_of(name).map(|hash| self.current(name).as_deref() == Some(hash))
+        let watcher = self.watchers.iter().find(|w| w.name_any() == name);
+        let config = watcher.and_then(|w| w.spec.pinned_config_hash());
+        let carried_config = self.configs.iter().find(|(n, _)| *n == name).map(|(_, h)| *h);
+        let config_current = config.is_none_or(|current| carried_config.is_none_or(|h| h == current));
+        self.hash_of(name).map(|hash| self.current(name).as_deref() == Some(hash) && config_current)
     }
 }
 
@@ -232,7 +239,11 @@ pub(crate) fn explain(pod: &PodView, existing: bool, scope: &Scope<'_>) -> Expla
     let namespace = scope.namespace;
     let excluded = exclusion(namespace, scope.namespace_labels, pod.labels(), scope.selectors, scope.options)
         .map(|reason| Excluded { reason, message: reason.message(namespace) });
-    let carried = Carried { carried: annotation::Injected::read(pod.annotations()), watchers: scope.watchers };
+    let carried = Carried {
+        carried: annotation::Injected::read(pod.annotations()),
+        configs: annotation::InjectedConfig::read(pod.annotations()),
+        watchers: scope.watchers,
+    };
     let mut lines = match &excluded {
         Some(excluded) => excluded_lines(existing, excluded, &carried),
         None => {

@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use watcher_api::{UpdatePolicyType, Watcher, annotation};
 
 use super::in_place::{self, IN_PLACE_DEADLINE, Update};
-use super::{CountedPod, live_pods_of, shown, standing, terminating_pods_of};
+use super::{CountedPod, Current, live_pods_of, shown, standing, terminating_pods_of};
 use crate::revisions;
 
 /// One pass of a rollout: what to do now, and the counts the `SidecarsUpdated` condition says.
@@ -77,10 +77,10 @@ pub fn plan(
     if policy.type_ == UpdatePolicyType::Report {
         return rollout;
     }
-    let hash = watcher.spec.spec_hash();
+    let current = Current::of(watcher);
     let mut all: Vec<&CountedPod> = live_pods_of(watcher, pods)
         .filter(|pod| {
-            let s = standing(watcher, &hash, pod);
+            let s = standing(watcher, &current, pod);
             s.matched || s.injected
         })
         .collect();
@@ -94,12 +94,12 @@ pub fn plan(
     // Recreated now, a pod would come back on the stable revision: only in place, or in the group.
     let recreate_waits = policy.holds_new_pods() && policy.selector.is_none();
 
-    count_up_to_date(&mut rollout, watcher, &hash, &all, now);
-    let outdated = |pod: &&&CountedPod| !standing(watcher, &hash, pod).up_to_date;
+    count_up_to_date(&mut rollout, watcher, &current, &all, now);
+    let outdated = |pod: &&&CountedPod| !standing(watcher, &current, pod).up_to_date;
     rollout.held = kept.iter().filter(outdated).count();
     rollout.outside = outside.iter().filter(outdated).count();
 
-    let terminating = terminating_pods_of(watcher, &hash, pods);
+    let terminating = terminating_pods_of(watcher, &current, pods);
     let limit = usize::try_from(policy.max_unavailable).unwrap_or(0);
     let mut budget = limit.saturating_sub(terminating + rollout.in_flight.len());
     if policy.paused || !rollout.stuck.is_empty() {
@@ -109,8 +109,11 @@ pub fn plan(
     let mut recreate = Vec::new();
     for pod in updatable.iter().filter(outdated) {
         rollout.outdated += 1;
-        let s = standing(watcher, &hash, pod);
+        let s = standing(watcher, &current, pod);
         let update = match (policy.type_, s.injected) {
+            // A container's environment cannot change on a running pod: an older configuration
+            // is replaced, whatever the policy.
+            (_, true) if s.spec_current => Update::Recreate("an older configuration".to_owned()),
             (UpdatePolicyType::InPlace, true) => {
                 let carried =
                     pod_hash(watcher, pod).and_then(|carried| revisions::carried(watcher, &carried, revisions));
@@ -146,12 +149,18 @@ pub fn plan(
 
 /// Counts the pods of `all` on the current spec (`hash`) into `rollout`, with those whose
 /// in-place update is in flight, and those stuck past the deadline.
-fn count_up_to_date(rollout: &mut Rollout, watcher: &Watcher, hash: &str, all: &[&CountedPod], now: jiff::Timestamp) {
+fn count_up_to_date(
+    rollout: &mut Rollout,
+    watcher: &Watcher,
+    current: &Current,
+    all: &[&CountedPod],
+    now: jiff::Timestamp,
+) {
     let container = watcher.spec.container.name.as_str();
     let policy = &watcher.spec.update_policy;
     let deadline = jiff::SignedDuration::try_from(IN_PLACE_DEADLINE).unwrap_or_default();
     for pod in all {
-        if !standing(watcher, hash, pod).up_to_date {
+        if !standing(watcher, current, pod).up_to_date {
             continue;
         }
         rollout.updated += 1;

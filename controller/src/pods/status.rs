@@ -20,25 +20,50 @@ use crate::Result;
 pub(super) struct PodStanding {
     pub(super) matched: bool,
     pub(super) injected: bool,
+    /// Injected with the current spec and, for a sidecar that reads its configuration once, the
+    /// current configuration (as far as the pod says: one injected before it carried a
+    /// configuration's hash is judged by its spec).
     pub(super) up_to_date: bool,
+    /// Injected with the current spec (its configuration may be older).
+    pub(super) spec_current: bool,
 }
 
-pub(super) fn standing(watcher: &Watcher, hash: &str, pod: &CountedPod) -> PodStanding {
+/// What a pod is compared with: the current spec's hash, and the hash of the configuration a
+/// sidecar that reads it once, when it starts, runs (none for watcher-agent, which takes a new
+/// one while it runs, and for a Watcher without config data).
+pub(super) struct Current {
+    pub(super) spec: String,
+    config: Option<String>,
+}
+
+impl Current {
+    pub(super) fn of(watcher: &Watcher) -> Self {
+        let spec = &watcher.spec;
+        Self { spec: spec.spec_hash(), config: spec.pinned_config_hash() }
+    }
+}
+
+pub(super) fn standing(watcher: &Watcher, current: &Current, pod: &CountedPod) -> PodStanding {
     let name = watcher.name_any();
     let annotations = pod.annotations();
     let matched = annotation::Inject::read(annotations).contains(&name.as_str()) || watcher.selects(pod.labels());
     let entry = annotation::Injected::read(annotations).into_iter().find(|(n, _)| *n == name);
-    PodStanding { matched, injected: entry.is_some(), up_to_date: entry.is_some_and(|(_, h)| h == hash) }
+    let spec_current = entry.is_some_and(|(_, h)| h == current.spec);
+    let config_current = current.config.as_deref().is_none_or(|config| {
+        let carried = annotation::InjectedConfig::read(annotations).into_iter().find(|(n, _)| *n == name);
+        carried.is_none_or(|(_, h)| h == config)
+    });
+    PodStanding { matched, injected: entry.is_some(), up_to_date: spec_current && config_current, spec_current }
 }
 
 /// `status.pods` of `watcher` over `pods` (any namespace: only the Watcher's own count; pods
 /// being deleted do not count).
 pub(super) fn count(watcher: &Watcher, pods: &[&CountedPod]) -> PodCounts {
-    let hash = watcher.spec.spec_hash();
+    let current = Current::of(watcher);
     let containers = containers_of(watcher);
     let mut counts = PodCounts::default();
     for pod in live_pods_of(watcher, pods) {
-        let s = standing(watcher, &hash, pod);
+        let s = standing(watcher, &current, pod);
         counts.matched += i32::from(s.matched);
         counts.injected += i32::from(s.injected);
         counts.up_to_date += i32::from(s.up_to_date);
@@ -200,11 +225,11 @@ pub(super) fn live_pods_of<'a>(
 }
 
 /// The Watcher's pods being deleted (matched or injected): they count against `maxUnavailable`.
-pub(super) fn terminating_pods_of(watcher: &Watcher, hash: &str, pods: &[&CountedPod]) -> usize {
+pub(super) fn terminating_pods_of(watcher: &Watcher, current: &Current, pods: &[&CountedPod]) -> usize {
     pods.iter()
         .filter(|p| in_reach(watcher, p) && p.terminating())
         .filter(|p| {
-            let s = standing(watcher, hash, p);
+            let s = standing(watcher, current, p);
             s.matched || s.injected
         })
         .count()

@@ -37,9 +37,10 @@ pub(super) const CANNOT_START: [&str; 8] = [
 ];
 
 /// The annotations a [`CountedPod`] keeps.
-pub(super) const KEPT_ANNOTATIONS: [&str; 7] = [
+pub(super) const KEPT_ANNOTATIONS: [&str; 8] = [
     annotation::Inject::KEY,
     annotation::Injected::KEY,
+    annotation::InjectedConfig::KEY,
     annotation::InjectedWithoutImage::KEY,
     annotation::SidecarUpdated::KEY,
     annotation::OriginalImages::KEY,

@@ -1157,3 +1157,48 @@ fn pods_left_out_by_their_namespaces_rules_are_said_on_the_watcher() {
     let cleared = super::left_out_condition(&had, &refs(&pods[2..])).expect("said again");
     assert_eq!((cleared.0, cleared.1.as_str()), (true, "NoneLeftOut"));
 }
+
+/// A plain sidecar reads its configuration once, when it starts: a pod injected with an older
+/// configuration (`watcher.dev/injected-config`) is out of date, counted so under `Report` and
+/// replaced under `Recreate` and `InPlace` alike (a running container's environment cannot
+/// change). A pod injected before the hash was carried (0.2.0) is judged by its spec alone;
+/// watcher-agent takes a new configuration while it runs, and is never out of date by it.
+#[test]
+fn a_pod_with_an_older_configuration_is_out_of_date_unless_its_sidecar_reloads() {
+    let with_config = |policy: &str, image: &str| {
+        let mut w = watcher(policy, 1, None);
+        w.spec.container.image = Some(image.to_owned());
+        w.spec.config_data = Some([("LEVEL".to_owned(), "debug".to_owned())].into());
+        w
+    };
+    let pods_of = |w: &Watcher| {
+        let injected = |config: Option<&str>| {
+            let mut annotations = current(w);
+            if let Some(config) = config {
+                annotations["watcher.dev/injected-config"] = json!(format!("log-watcher@{config}"));
+            }
+            annotations
+        };
+        let hash = w.spec.config_hash().expect("config data");
+        [
+            pod("current", "team-a", json!({"app": "web"}), injected(Some(&hash)), Some("ReplicaSet"), 1, false),
+            pod("older", "team-a", json!({"app": "web"}), injected(Some("0ld0ld00")), Some("ReplicaSet"), 2, false),
+            pod("from-0.2.0", "team-a", json!({"app": "web"}), injected(None), Some("ReplicaSet"), 3, false),
+        ]
+    };
+    let report = with_config("Report", "busybox:1.36");
+    let pods = pods_of(&report);
+    assert_eq!(
+        count(&report, &refs(&pods)),
+        PodCounts { matched: 3, injected: 3, up_to_date: 2, ..PodCounts::default() }
+    );
+    assert!(eviction_choice(&report, &pods).is_empty(), "Report replaces nothing");
+    for policy in ["Recreate", "InPlace"] {
+        let w = with_config(policy, "busybox:1.36");
+        assert_eq!(eviction_choice(&w, &pods_of(&w)), ["older"], "{policy}");
+    }
+    let agent = with_config("Recreate", "watcher-agent:0.2.0");
+    let pods = pods_of(&agent);
+    assert_eq!(count(&agent, &refs(&pods)).up_to_date, 3, "the agent reloads");
+    assert!(eviction_choice(&agent, &pods).is_empty());
+}
