@@ -287,6 +287,13 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
+    // `... -- reloads`: counting with a new configuration every 100 ms against without, and the
+    // time a reload of 32 rules takes.
+    if std::env::args().any(|a| a == "reloads") {
+        reloads(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     // `... -- memory`: only the memory rows, following 10 files.
     if std::env::args().any(|a| a == "memory") {
         memory(&dir, programs, &[10]);
@@ -488,4 +495,106 @@ fn memory(dir: &Path, programs: &str, counts: &[usize]) {
             None => println!("mtail: not run (install Debian's mtail: apt-get install mtail)"),
         }
     }
+}
+
+/// The configuration of the reload bench: two counting rules and a histogram of `took=`; `flip`
+/// writes the `error` rule's pattern another way (its series go on).
+fn reload_vars(flip: bool) -> Vec<(String, String)> {
+    let error = if flip { "ERROR" } else { r"\bERROR\b" };
+    [
+        ("AGENT_FILES", "/bench/*.log"),
+        ("AGENT_RULE_ERROR", error),
+        ("AGENT_RULE_TIMEOUT", "(?i)timeout"),
+        ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms"),
+        ("AGENT_VALUE_LATENCY", "ms"),
+        ("AGENT_UNIT_LATENCY", "ms"),
+        ("AGENT_METRIC_LATENCY", "histogram"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect()
+}
+
+/// Reads `glob` to its end through a pipeline over a live configuration, a new one swapped in
+/// every `every` (never, with `None`): lines per second, and the ERROR lines and lines counted.
+fn counted_with_reloads(glob: &str, lines: usize, every: Option<Duration>) -> (f64, u64, u64, u64) {
+    use watcher_agent::pipeline::{Compiled, Live};
+    let (config, rules) = watcher_agent::compile(reload_vars(false)).expect("a configuration");
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry, &["bench".into()], &config.rules, 100));
+    let alerts = Arc::new(Mutex::new(AlertBook::new(&config.rules)));
+    let live = Live::new(Compiled { config, rules, metrics: metrics.clone() }, alerts);
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = every.map(|every| {
+        let (live, done) = (live.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0_u64;
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(every);
+                let (config, rules) = watcher_agent::compile(reload_vars(swaps.is_multiple_of(2))).expect("a configuration");
+                let metrics = Arc::new(live.current().metrics.reconfigured(&config.rules));
+                live.swap(Compiled { config, rules, metrics });
+                swaps += 1;
+            }
+            swaps
+        })
+    });
+    let mut pipeline = Pipeline::live(&live);
+    let options = FollowOptions {
+        globs: vec![glob.to_owned()],
+        start: Start::Beginning,
+        max_line: 16_384,
+        rotate_wait: Duration::from_secs(5),
+        ignore_older: None,
+        max_open: 128,
+        multiline: None,
+    };
+    let mut follower = Follower::new(options, Begin::Fresh);
+    let start = Instant::now();
+    while follower.poll(&mut Counted(&mut pipeline)) {
+        pipeline.flush();
+    }
+    pipeline.flush();
+    let seconds = start.elapsed().as_secs_f64();
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let swaps = swapper.map_or(0, |s| s.join().expect("the swapper"));
+    let current = live.current();
+    let errors = current.metrics.matches[0][0].as_ref().map_or(0, prometheus_client::metrics::counter::Counter::get);
+    let read = current.metrics.lines[0].get();
+    (lines as f64 / seconds, errors, read, swaps)
+}
+
+/// Counting with a new configuration every 100 ms against without, alternated three times each,
+/// over 5 M lines; then a reload of 32 rules (judged, compiled, its metrics made, swapped in).
+fn reloads(dir: &Path) {
+    const MANY: usize = 5_000_000;
+    let log = dir.join("many.log");
+    write_log(&log, 0, MANY);
+    let glob = log.display().to_string();
+    println!("{:<48} {:>14} {:>10}", "5 M lines, two rules and a histogram", "lines/s", "reloads");
+    for round in 1..=3 {
+        for every in [None, Some(Duration::from_millis(100))] {
+            let (rate, errors, read, swaps) = counted_with_reloads(&glob, MANY, every);
+            assert_eq!((errors, read), ((MANY / 50) as u64, MANY as u64), "every line counted once");
+            let what = if every.is_some() { "a new configuration every 100 ms" } else { "no reload" };
+            println!("{:<48} {rate:>14.0} {swaps:>10}", format!("round {round}: {what}"));
+        }
+    }
+    let many: Vec<(String, String)> = std::iter::once(("AGENT_FILES".to_owned(), "/bench/*.log".to_owned()))
+        .chain((0..32).map(|i| (format!("AGENT_RULE_R{i}"), format!(r"\b(?:ERROR|WARN)\b.*code={i}\b"))))
+        .collect();
+    let (config, rules) = watcher_agent::compile(many.clone()).expect("32 rules");
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry, &["bench".into()], &config.rules, 100));
+    let alerts = Arc::new(Mutex::new(AlertBook::new(&config.rules)));
+    let live = watcher_agent::pipeline::Live::new(watcher_agent::pipeline::Compiled { config, rules, metrics }, alerts);
+    let mut best = Duration::MAX;
+    for _ in 0..10 {
+        let start = Instant::now();
+        let (config, rules) = watcher_agent::compile(many.clone()).expect("32 rules");
+        let metrics = Arc::new(live.current().metrics.reconfigured(&config.rules));
+        live.swap(watcher_agent::pipeline::Compiled { config, rules, metrics });
+        best = best.min(start.elapsed());
+    }
+    println!("{:<48} {:>11.1} ms", "a reload of 32 rules, best of 10", best.as_secs_f64() * 1e3);
 }

@@ -506,7 +506,8 @@ impl WatcherSpec {
 
     /// Hash of everything injection uses: the container, volume, pull secret, sidecar mode,
     /// whether the container gets the ConfigMap, and what lets it see the app. Config values are
-    /// not part of it: they reach the sidecar through the ConfigMap, not through the pod.
+    /// not part of it: they reach the sidecar through the ConfigMap, and pods carry their hash
+    /// apart ([`WatcherSpec::config_hash`]).
     pub fn spec_hash(&self) -> String {
         injection_hash(
             &self.container,

@@ -102,6 +102,8 @@ fn annotated_pod_gets_container_config_volume_secret_and_annotation() {
             {"op": "add", "path": "/metadata/annotations/watcher.dev~1injected-without-image",
              "value": without_image_value(&watcher)},
             {"op": "add", "path": "/metadata/annotations/watcher.dev~1sidecars", "value": "log-watcher"},
+            {"op": "add", "path": "/metadata/annotations/watcher.dev~1injected-config",
+             "value": format!("log-watcher@{}", watcher.spec.config_hash().expect("config data"))},
             {"op": "add", "path": "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes",
              "value": "logs"},
             {"op": "add", "path": "/metadata/annotations/kubectl.kubernetes.io~1default-container", "value": "app"},
@@ -328,6 +330,7 @@ fn existing_volume_and_pull_secret_are_not_duplicated() {
             "/metadata/annotations/watcher.dev~1injected",
             "/metadata/annotations/watcher.dev~1injected-without-image",
             "/metadata/annotations/watcher.dev~1sidecars",
+            "/metadata/annotations/watcher.dev~1injected-config",
             "/metadata/annotations/kubectl.kubernetes.io~1default-container"
         ]
     );

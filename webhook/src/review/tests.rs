@@ -111,6 +111,7 @@ async fn named_annotated_pod_is_injected() {
             "/metadata/annotations/watcher.dev~1injected",
             "/metadata/annotations/watcher.dev~1injected-without-image",
             "/metadata/annotations/watcher.dev~1sidecars",
+            "/metadata/annotations/watcher.dev~1injected-config",
             "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes"
         ]
     );
