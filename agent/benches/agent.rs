@@ -466,6 +466,22 @@ fn memory(dir: &Path, programs: &str, counts: &[usize]) {
             Some((rss, anon)) => println!("{:<44} {rss:>14.1} {anon:>10.1}", "watcher-agent, 2 rules"),
             None => println!("watcher-agent: could not be measured"),
         }
+        // The same, following its configuration as files, as in a pod (AGENT_CONFIG_DIR).
+        let config = dir.join(format!("agent-config-{files}"));
+        std::fs::create_dir_all(&config).expect("dir");
+        for (name, value) in
+            [("AGENT_FILES", glob.as_str()), ("AGENT_RULE_ERROR", r"\bERROR\b"), ("AGENT_RULE_TIMEOUT", "(?i)timeout")]
+        {
+            std::fs::write(config.join(name), value).expect("a configuration file");
+        }
+        let config = config.display().to_string();
+        let agent = agent_with(&[("AGENT_STATE_DIR", &state), ("AGENT_CONFIG_DIR", &config)]);
+        match rss_following(agent, &followed, files) {
+            Some((rss, anon)) => {
+                println!("{:<44} {rss:>14.1} {anon:>10.1}", "watcher-agent, 2 rules, AGENT_CONFIG_DIR")
+            }
+            None => println!("watcher-agent with AGENT_CONFIG_DIR: could not be measured"),
+        }
         // The same agent reading values, JSON fields and events: each mode's memory.
         let modes: [(&str, &[(&str, &str)]); 3] = [
             (
@@ -531,7 +547,8 @@ fn counted_with_reloads(glob: &str, lines: usize, every: Option<Duration>) -> (f
             let mut swaps = 0_u64;
             while !done.load(std::sync::atomic::Ordering::Acquire) {
                 std::thread::sleep(every);
-                let (config, rules) = watcher_agent::compile(reload_vars(swaps.is_multiple_of(2))).expect("a configuration");
+                let (config, rules) =
+                    watcher_agent::compile(reload_vars(swaps.is_multiple_of(2))).expect("a configuration");
                 let metrics = Arc::new(live.current().metrics.reconfigured(&config.rules));
                 live.swap(Compiled { config, rules, metrics });
                 swaps += 1;

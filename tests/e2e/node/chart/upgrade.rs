@@ -79,7 +79,8 @@ async fn state(client: &kube::Client, namespace: &str) -> Value {
 
 /// Watchers of every kind with their pods, as a user has them before an upgrade: an `InPlace`
 /// Watcher (the release's agent) over README's app, a canary rollout held by its partition, a
-/// ClusterWatcher, an ImagePolicy, an At that ran and a PodSet.
+/// `Recreate` Watcher with config data over a Deployment, a ClusterWatcher, an ImagePolicy, an At
+/// that ran and a PodSet.
 async fn workloads(client: &kube::Client, n: &str, agent: &str) {
     let restricted = json!({"runAsNonRoot": true, "runAsUser": 65534, "allowPrivilegeEscalation": false,
                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}});
@@ -118,6 +119,20 @@ async fn workloads(client: &kube::Client, n: &str, agent: &str) {
                 "spec": {"namespaceSelector": {"matchLabels": {"upgrade-e2e": "yes"}},
                   "rewrites": [{"from": "e2e-looper:0.1.0", "to": "docker.io/library/e2e-looper:0.1.0"}]}}),
     );
+    // A plain sidecar with config data under Recreate, over a Deployment's pod: the build before
+    // carried no configuration hash on its pods, and the upgrade replaces none of them.
+    let mut configured = watcher("configured", "configured", "busybox:1.36", json!({"type": "Recreate"}));
+    configured["spec"]["configData"] = json!({"LEVEL": "info"});
+    kubectl_apply(n, &configured);
+    kubectl(&["wait", "-n", n, "--for=condition=Ready", "watcher/configured", "--timeout=60s"]);
+    let mut template = sleeper("configured", "configured", "busybox:1.36");
+    template.as_object_mut().map(|t| t.remove("apiVersion").and(t.remove("kind")));
+    template["metadata"].as_object_mut().map(|m| m.remove("name"));
+    kubectl_apply(
+        n,
+        &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "configured"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "configured"}}, "template": template}}),
+    );
     kubectl(&["wait", "-n", n, "--for=condition=Ready", "watcher/held", "--timeout=60s"]);
     for (name, app, image) in [
         ("held-1", "held", "busybox:1.36"),
@@ -151,6 +166,7 @@ async fn workloads(client: &kube::Client, n: &str, agent: &str) {
     let wait = format!("--timeout={}s", POD_START.as_secs());
     kubectl(&["wait", "-n", n, "--for=condition=Ready", "pod/held-1", "pod/held-2", "pod/cw", "pod/looper", &wait]);
     kubectl(&["wait", "-n", n, "--for=jsonpath={.status.phase}=Succeeded", "at/once", &wait]);
+    kubectl(&["rollout", "status", "-n", n, "deployment/configured", &wait]);
     kubectl(&["wait", "-n", n, "--for=jsonpath={.status.readyCount}=2", "podset/greeters", &wait]);
     // Steady: the held rollout counted, nothing left to write.
     let watchers = Api::<watcher_api::Watcher>::namespaced(client.clone(), n);
