@@ -150,6 +150,30 @@ pub fn plan_config_maps(
     plan
 }
 
+/// Holds `plan` back from writing a configuration watcher-agent would refuse: no ConfigMap is
+/// updated (each keeps the last good configuration) or created. How many namespaces are left
+/// without one.
+fn hold(plan: &mut ConfigMapPlan) -> usize {
+    plan.update.clear();
+    std::mem::take(&mut plan.create).len()
+}
+
+/// What `Ready` says of a ClusterWatcher whose configuration watcher-agent would refuse (`why`),
+/// in generation `generation`, with `unshipped` namespaces that have no ConfigMap of it.
+fn refused_message(why: &str, unshipped: usize, generation: Option<i64>) -> String {
+    let this = generation.map_or("the configuration".to_owned(), |g| format!("generation {g}'s configuration"));
+    let mut message = format!(
+        "{this} is not shipped, watcher-agent would refuse it: {why}; its ConfigMaps keep the last good \
+         configuration, which pods get"
+    );
+    if unshipped > 0 {
+        message.push_str(&format!(
+            "; {unshipped} namespace(s) have none yet: their pods wait for it until the configuration is fixed"
+        ));
+    }
+    message
+}
+
 /// Brings the ClusterWatcher's ConfigMaps and status up to date from the caches.
 #[instrument(skip(cluster, ctx, state), fields(cluster_watcher = cluster.name_any()))]
 pub async fn reconcile(
@@ -174,7 +198,10 @@ pub async fn reconcile(
         .collect();
     let created = created_not_cached(&state, &name);
     let cached = |namespace: &str, name: &str| state.config_maps.get(&ObjectRef::new(name).within(namespace));
-    let plan = plan_config_maps(&cluster, &applies, cached, &owned, &created);
+    let mut plan = plan_config_maps(&cluster, &applies, cached, &owned, &created);
+    // What the agent would refuse never reaches a pod: the ConfigMaps keep what they hold.
+    let refused = crate::watcher::refused_configuration(&cluster.spec.watcher);
+    let unshipped = refused.as_ref().map(|_| hold(&mut plan));
     let conflicts = write(&ctx, &state, &cluster, plan).await?;
     // The spec's revision before the status says Ready (see the Watcher controller).
     if keeps_revisions {
@@ -184,6 +211,19 @@ pub async fn reconcile(
     let cluster = state.as_known(&cluster);
     let covered = state.scope.covers_in(applies.iter().map(String::as_str), &cluster.unplaced()).unwrap_or(false);
     let mut status = desired_status(&cluster, applies.len(), &conflicts, covered);
+    if let (Some(why), Some(unshipped), true) = (&refused, unshipped, cluster.problems().is_empty()) {
+        let generation = cluster.meta().generation;
+        let message = refused_message(why, unshipped, generation);
+        let known = cluster.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == types::READY));
+        if known.is_none_or(|c| c.message != message) {
+            let note = message.clone();
+            ctx.publish(&cluster.object_ref(&()), EventType::Warning, reasons::CONFIG_REFUSED, "Reconcile", note).await;
+        }
+        set_condition(
+            &mut status.conditions,
+            condition(types::READY, false, reasons::CONFIG_REFUSED, message, generation),
+        );
+    }
     let cluster_defaults = state.cache.pod_security.get();
     let levels = applies
         .iter()

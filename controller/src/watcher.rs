@@ -315,7 +315,7 @@ async fn apply_config_map(
 
 /// Why watcher-agent would refuse the configuration `spec` gives its sidecar; `None` where it
 /// takes it, where that is known only in the pod, and where the sidecar is not watcher-agent.
-fn refused_configuration(spec: &watcher_api::WatcherSpec) -> Option<String> {
+pub(crate) fn refused_configuration(spec: &watcher_api::WatcherSpec) -> Option<String> {
     match crate::agent::agent_configuration(spec)? {
         crate::agent::Judgement::Refuses(refusal) => Some(refusal.to_string()),
         crate::agent::Judgement::Takes(_) | crate::agent::Judgement::CannotKnow(_) => None,

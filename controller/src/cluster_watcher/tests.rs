@@ -427,3 +427,48 @@ async fn a_relabelled_namespace_updates_the_pod_security_condition() {
     )
     .await;
 }
+
+/// A ClusterWatcher of watcher-agent whose configuration the agent would refuse: the ConfigMap
+/// that holds the last good one is not written, none is created where there is none yet, and
+/// `Ready=False` (`ConfigRefused`) with a Warning Event says so, counting those namespaces.
+#[tokio::test]
+async fn a_refused_configuration_is_held_back_in_every_namespace() {
+    let (ctx, verifier) = Context::test();
+    let namespaces = [namespace("team-a", "payments"), namespace("team-b", "payments")];
+    let agent = |config: Value| {
+        let mut cw = cluster_watcher(payments(), None);
+        cw.spec.watcher.container.image = Some("watcher-agent:0.2.0".into());
+        cw.spec.watcher.config_data = serde_json::from_value(config).expect("config data");
+        cw
+    };
+    let good = agent(json!({"AGENT_FILES": "/var/log/app/*.log", "AGENT_RULE_ERROR": "ERROR"}));
+    let state = cluster(ctx, &namespaces, vec![ours(&good, "team-a")]);
+    let refused = agent(json!({"AGENT_FILES": "/var/log/app/*.log", "AGENT_RULE_ERROR": "(ERROR"}));
+    let echoed = serde_json::to_value(&refused).expect("JSON");
+    reconcile_with(
+        refused,
+        state,
+        |mut api| async move {
+            let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/default/events").await;
+            assert_eq!(event.body["reason"], "ConfigRefused");
+            event.created();
+            let status = api.expect(Method::PATCH, STATUS_PATH).await;
+            let ready = status.body["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+                .expect("Ready");
+            assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("ConfigRefused")));
+            let message = ready["message"].as_str().unwrap_or_default();
+            assert!(message.contains("AGENT_RULE_ERROR"), "{message}");
+            assert!(
+                message
+                    .ends_with("1 namespace(s) have none yet: their pods wait for it until the configuration is fixed"),
+                "{message}"
+            );
+            status.ok(&echoed);
+            api.expect_no_more().await;
+        },
+        verifier,
+    )
+    .await;
+}
