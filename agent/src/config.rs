@@ -26,6 +26,7 @@ use variables::{
 pub use variables::{Kind, VARIABLES, Variable, markdown};
 
 use crate::parse::fields::Format;
+pub use crate::tail::Start;
 use crate::tail::multiline::{Multiline, Start as EventStart};
 
 /// Prefix of every variable the agent reads (besides the downward API's `POD_*`).
@@ -54,16 +55,6 @@ pub const RULE_FAMILIES: [&str; 8] =
 pub const MAX_RULES: usize = 64;
 /// At most this many file globs.
 pub const MAX_FILES: usize = 32;
-
-/// Where to start reading the files present when the agent starts (files that appear later
-/// are always read from their beginning).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Start {
-    /// Only what is written from now on.
-    End,
-    /// Everything already in them.
-    Beginning,
-}
 
 /// An alert threshold: `count` matches within `window`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,9 @@
 //! [`tail`] (the sources: files and the log stream) → [`pipeline`] (the one way in, for every
 //! source) → [`parse`] (a line's fields and values) → [`matching`] (the rules) →
 //! [`metrics`] (counts, `/metrics`, the last counts) and [`sinks`] (alerts: Events,
-//! Alertmanager); [`config`] configures them all and [`run`] starts them.
+//! Alertmanager); [`record`] holds what the sources hand the pipeline (it imports none of them:
+//! the modules form a tree); [`config`] configures them all, `reload` takes a new configuration
+//! while the agent runs, and [`run`] starts them.
 
 // What the binary, the benches, the process tests and the operator use; the rest is the
 // agent's own.
@@ -17,6 +19,7 @@ pub mod matching;
 pub mod metrics;
 pub mod parse;
 pub mod pipeline;
+pub mod record;
 mod reload;
 pub mod run;
 pub mod sinks;

@@ -18,7 +18,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::config::RuleConfig;
-use crate::tail::files::SourceError;
+use crate::record::SourceError;
 
 pub(crate) mod server;
 mod termination;

@@ -9,98 +9,13 @@ mod counting;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::SystemTime;
 
 use crate::config::{Config, RuleConfig};
 use crate::matching::Rules;
 use crate::metrics::Metrics;
 use crate::parse::fields::Format;
+pub use crate::record::{Record, Report, Sink, SourceError};
 pub use crate::sinks::alerts::SharedAlerts;
-use crate::tail::lines::Piece;
-
-/// Text of one source, as the source read it.
-#[derive(Clone, Copy, Debug)]
-pub struct Record<'a> {
-    /// The source's index: a glob of `AGENT_FILES`, then the log stream.
-    pub source: usize,
-    /// Its bytes.
-    pub piece: Piece<'a>,
-    /// When it was written (a file's modification time, a stream line's timestamp).
-    pub written: SystemTime,
-}
-
-/// Why a source could not be read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum SourceError {
-    /// The directory (or the file named without a glob) does not exist.
-    Missing,
-    /// Permission denied: on the directory, on a file, or on `pods/log`.
-    Permission,
-    /// Any other I/O error (a stream that failed).
-    Io,
-}
-
-impl SourceError {
-    /// Every reason, for metrics at 0.
-    pub const ALL: [Self; 3] = [Self::Missing, Self::Permission, Self::Io];
-
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Missing => "missing",
-            Self::Permission => "permission",
-            Self::Io => "io",
-        }
-    }
-
-    /// The reason an I/O error gives.
-    pub fn of(error: &std::io::Error) -> Self {
-        match error.kind() {
-            std::io::ErrorKind::NotFound => Self::Missing,
-            std::io::ErrorKind::PermissionDenied => Self::Permission,
-            _ => Self::Io,
-        }
-    }
-}
-
-/// What a source says beside its text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Report<'a> {
-    /// Source `source` could not be read, for `reason` (said once per change), `detail` the
-    /// error's words.
-    Error {
-        /// The source.
-        source: usize,
-        /// Why.
-        reason: SourceError,
-        /// The error's words.
-        detail: &'a str,
-    },
-    /// A file was closed, for this reason (`rotated`, `idle`, `limit`).
-    Closed(&'static str),
-    /// A file is never read as text (`compressed`).
-    Skipped(&'static str),
-    /// A file of `source` was truncated: its copy found and read, or not.
-    Truncated {
-        /// The source.
-        source: usize,
-        /// Whether the truncated file's copy was found.
-        copy_found: bool,
-    },
-    /// Files open now.
-    OpenFiles(usize),
-    /// The log stream was asked again, for this reason (`ended`, `idle`, `error`, `restarted`,
-    /// `shutdown`).
-    Reconnected(&'static str),
-}
-
-/// Where a source hands what it reads: the pipeline, or a test's record of it.
-pub trait Sink {
-    /// Text of a source: the way in to counting.
-    fn take(&mut self, record: Record<'_>);
-    /// What became of a source.
-    fn report(&mut self, report: Report<'_>);
-}
 
 /// One reader's pipeline (the files' thread has one, the log stream's task another): counts
 /// are kept locally and added to the (atomic) metrics at [`Pipeline::flush`], so no reader
@@ -224,6 +139,10 @@ impl Sink for Pipeline {
         self.counting.take(record);
     }
 
+    fn flush(&mut self) {
+        Pipeline::flush(self);
+    }
+
     fn report(&mut self, report: Report<'_>) {
         let metrics = &self.metrics;
         match report {
@@ -246,8 +165,11 @@ mod tests {
 
     use prometheus_client::registry::Registry;
 
+    use std::time::SystemTime;
+
     use super::*;
     use crate::metrics::openmetrics;
+    use crate::record::Piece;
     use crate::sinks::alerts::AlertBook;
 
     fn compiled(vars: &[(&str, &str)], metrics: Option<&Metrics>) -> (Compiled, Option<Registry>) {

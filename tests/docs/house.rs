@@ -171,3 +171,56 @@ fn the_agent_counts_through_one_pipeline() {
         assert!(text.contains(".take(Record {"), "{source} hands its text to the pipeline as a Record");
     }
 }
+
+/// The agent's modules form a tree: no module imports one that imports it back (at the level of
+/// the crate's modules, its stages: `tail`, `record`, `pipeline`, `parse`, `matching`,
+/// `metrics`, `sinks`, `config`, `reload`, `run`). The values that cross stages live in `record`,
+/// which imports none of them.
+#[test]
+fn the_agents_modules_form_a_tree() {
+    let agent = Path::new(ROOT).join("agent").join("src");
+    let sources: Vec<(PathBuf, String)> =
+        shipped_sources().into_iter().filter(|(path, _)| path.starts_with(&agent)).collect();
+    let module_of = |path: &Path| {
+        let relative = path.strip_prefix(&agent).expect("under agent/src");
+        let first = relative.components().next().expect("a file").as_os_str().to_string_lossy().into_owned();
+        match first.trim_end_matches(".rs") {
+            "lib" | "main" => "crate".to_owned(),
+            module => module.to_owned(),
+        }
+    };
+    let modules: Vec<String> = sources.iter().map(|(path, _)| module_of(path)).collect();
+    // Edges: `crate::<module>` in code (comments left out), to a module of the crate's.
+    let mut edges: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
+        std::collections::BTreeMap::new();
+    for ((path, text), from) in sources.iter().zip(&modules) {
+        for line in text.lines().map(|l| l.split("//").next().unwrap_or_default()) {
+            for (at, _) in line.match_indices("crate::") {
+                let rest = &line[at + "crate::".len()..];
+                let to: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                let to = if modules.contains(&to) { to } else { continue };
+                if to != *from {
+                    edges.entry(from.clone()).or_default().entry(to).or_insert_with(|| path.display().to_string());
+                }
+            }
+        }
+    }
+    assert!(edges.get("tail").is_some_and(|e| e.contains_key("record")), "the edges are read: {edges:?}");
+    assert!(!edges.contains_key("record"), "record imports no module of the agent: {:?}", edges.get("record"));
+    // A cycle: a path from a module back to itself.
+    let mut cycles = Vec::new();
+    for start in edges.keys() {
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some((at, path)) = stack.pop() {
+            for (to, file) in edges.get(&at).into_iter().flatten() {
+                if to == start {
+                    cycles.push(format!("{} -> {start} (in {file})", path.join(" -> ")));
+                } else if seen.insert(to.clone()) {
+                    stack.push((to.clone(), [path.clone(), vec![to.clone()]].concat()));
+                }
+            }
+        }
+    }
+    assert!(cycles.is_empty(), "modules that import one another:\n{}", cycles.join("\n"));
+}

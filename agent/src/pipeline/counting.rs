@@ -15,9 +15,8 @@ use crate::matching::{Matched, Rules};
 use crate::metrics::{Metrics, Observed, label_value};
 use crate::parse::fields::{self, Format};
 use crate::parse::value::Reading;
+use crate::record::{Event, Line, Piece};
 use crate::sinks::alerts::SharedAlerts;
-use crate::tail::lines::{Line, Piece};
-use crate::tail::multiline::Event;
 use watcher_base::lock;
 
 /// One reader's counting.

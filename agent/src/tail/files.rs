@@ -38,8 +38,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::config::Start;
-pub use crate::pipeline::{Record, Report, Sink, SourceError};
+pub use crate::record::{Record, Report, Sink, SourceError};
+use crate::tail::Start;
 use crate::tail::checkpoint::{FileMark, hash, seconds};
 use crate::tail::lines::LineBuffer;
 

@@ -9,27 +9,9 @@ use std::time::Instant;
 
 use memchr::memchr;
 
-use crate::tail::multiline::{Event, Joiner, Multiline};
-
-/// A line as it is handed out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Line<'a> {
-    /// Its bytes, without the newline (and a `\r` before it), at most the bound.
-    pub bytes: &'a [u8],
-    /// Whether it was longer than the bound.
-    pub truncated: bool,
-}
-
-/// What [`LineBuffer::push_runs`] hands out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Piece<'a> {
-    /// One line, completed across pushes.
-    Line(Line<'a>),
-    /// Complete lines, each ending in `\n`.
-    Run(&'a [u8]),
-    /// An event of joined lines (with `AGENT_MULTILINE_START`: then lines come only so).
-    Event(Event<'a>),
-}
+use crate::record::Event;
+pub use crate::record::{Line, Piece};
+use crate::tail::multiline::{Joiner, Multiline};
 
 /// The part of a line seen so far.
 #[derive(Debug)]

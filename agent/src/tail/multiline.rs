@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use regex::bytes::Regex;
 
+pub use crate::record::Event;
+
 /// What starts an event.
 #[derive(Clone, Debug)]
 pub enum Start {
@@ -51,28 +53,6 @@ pub struct Multiline {
     pub max_lines: u64,
     /// An event's text is kept up to this many bytes.
     pub max_bytes: usize,
-}
-
-/// An event as the rules see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Event<'a> {
-    /// Its lines, joined by `\n`, up to `AGENT_MULTILINE_MAX_BYTES`.
-    pub text: &'a [u8],
-    /// How many lines it is made of.
-    pub lines: u64,
-    /// Ended at `AGENT_MULTILINE_MAX_LINES`, with more to come.
-    pub cut_lines: bool,
-    /// Its text was cut at `AGENT_MULTILINE_MAX_BYTES`.
-    pub cut_bytes: bool,
-    /// Its lines longer than `AGENT_MAX_LINE_BYTES` (each kept to that bound).
-    pub long_lines: u64,
-}
-
-impl<'a> Event<'a> {
-    /// Its first line: what an Event or an alert quotes.
-    pub fn first_line(&self) -> &'a [u8] {
-        memchr::memchr(b'\n', self.text).map_or(self.text, |end| &self.text[..end])
-    }
 }
 
 /// Where a trace stands, for the presets.

@@ -19,7 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, LogParams};
 use tracing::{info, warn};
 
-use crate::pipeline::{Pipeline, Record, Report, Sink, SourceError};
+use crate::record::{Record, Report, Sink, SourceError};
 use crate::tail::checkpoint::{StreamMark, hash};
 use crate::tail::lines::{Line, LineBuffer, Piece};
 use watcher_base::lock;
@@ -163,7 +163,7 @@ pub(crate) enum Ended {
 /// What a stream reads into.
 pub(crate) struct Reader<'a> {
     /// Where the lines go (the stream's own pipeline).
-    pub(crate) pipeline: &'a mut Pipeline,
+    pub(crate) pipeline: &'a mut (dyn Sink + Send),
     /// The source index of the stream.
     pub(crate) source: usize,
     /// Which lines are new.

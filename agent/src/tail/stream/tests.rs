@@ -15,6 +15,7 @@ use crate::config::RuleConfig;
 use crate::matching::Rules;
 use crate::metrics::Metrics;
 use crate::parse::fields::Format;
+use crate::pipeline::Pipeline;
 use crate::sinks::alerts::AlertBook;
 
 fn stamp(text: &str) -> Timestamp {
