@@ -197,16 +197,7 @@ fn agent_reading(
         let alerts = Arc::new(Mutex::new(AlertBook::new(rules)));
         let compiled = Rules::new(rules).expect("rules");
         let mut pipeline = Pipeline::reading(&compiled, rules, vec![format], 16_384, metrics.clone(), alerts);
-        let options = FollowOptions {
-            globs: vec![glob.to_owned()],
-            start: Start::Beginning,
-            max_line: 16_384,
-            rotate_wait: Duration::from_secs(5),
-            ignore_older: None,
-            max_open: 128,
-            multiline: multiline.clone(),
-        };
-        let mut follower = Follower::new(options, Begin::Fresh);
+        let mut follower = Follower::new(follow_options(glob, multiline.clone()), Begin::Fresh);
         let start = Instant::now();
         loop {
             let more = follower.poll(&mut Counted(&mut pipeline));
@@ -224,6 +215,19 @@ fn agent_reading(
         matched = metrics.matches[0][0].as_ref().map_or(0, prometheus_client::metrics::counter::Counter::get);
     }
     (LINES as f64 / best, matched)
+}
+
+/// How the benches follow `glob`: from the beginning, as the agent's defaults say otherwise.
+fn follow_options(glob: &str, multiline: Option<Arc<watcher_agent::tail::multiline::Multiline>>) -> FollowOptions {
+    FollowOptions {
+        globs: vec![glob.to_owned()],
+        start: Start::Beginning,
+        max_line: 16_384,
+        rotate_wait: Duration::from_secs(5),
+        ignore_older: None,
+        max_open: 128,
+        multiline,
+    }
 }
 
 /// Seconds `command` takes, best of three; `None` when it cannot run.
@@ -557,16 +561,7 @@ fn counted_with_reloads(glob: &str, lines: usize, every: Option<Duration>) -> (f
         })
     });
     let mut pipeline = Pipeline::live(&live);
-    let options = FollowOptions {
-        globs: vec![glob.to_owned()],
-        start: Start::Beginning,
-        max_line: 16_384,
-        rotate_wait: Duration::from_secs(5),
-        ignore_older: None,
-        max_open: 128,
-        multiline: None,
-    };
-    let mut follower = Follower::new(options, Begin::Fresh);
+    let mut follower = Follower::new(follow_options(glob, None), Begin::Fresh);
     let start = Instant::now();
     while follower.poll(&mut Counted(&mut pipeline)) {
         pipeline.flush();

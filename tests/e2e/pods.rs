@@ -22,6 +22,35 @@ async fn counts_become(watchers: &Api<Watcher>, check: impl Fn(PodCounts) -> boo
     .await
 }
 
+/// Waits until the webhook's cache has the Watcher that selects `app=<app>`: a dry-run pod of
+/// that label gets injected.
+async fn injected_on_a_dry_run(pods: &Api<Pod>, app: &str) {
+    let probe: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "probe", "labels": {"app": app}},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36"}]}}))
+    .expect("valid Pod");
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    wait_for(STEP, || async {
+        let created = pods.create(&dry_run, &probe).await.ok()?;
+        created.metadata.annotations?.get("watcher.dev/injected").cloned()
+    })
+    .await;
+}
+
+/// A Deployment `name` of `replicas` sleeping pods labelled `app=<name>` in `namespace`.
+async fn create_deployment(client: &kube::Client, namespace: &str, name: &str, replicas: i32) {
+    let deployment: Deployment = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}}}))
+    .expect("valid Deployment");
+    Api::<Deployment>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("Deployment created");
+}
+
 #[tokio::test]
 #[ignore = "needs a cluster: KUBECONFIG"]
 async fn drift_is_counted_and_repaired() {
@@ -51,26 +80,8 @@ async fn drift_is_counted_and_repaired() {
 
     // Wait until the webhook's cache has the Watcher (a dry-run pod gets injected), then three
     // selected pods from a Deployment.
-    let probe: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "probe", "labels": {"app": "drift"}},
-        "spec": {"containers": [{"name": "app", "image": "busybox:1.36"}]}}))
-    .expect("valid Pod");
-    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
-    wait_for(STEP, || async {
-        let created = pods.create(&dry_run, &probe).await.ok()?;
-        created.metadata.annotations?.get("watcher.dev/injected").cloned()
-    })
-    .await;
-    let deployment: Deployment = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "drift"},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "drift"}},
-                 "template": {"metadata": {"labels": {"app": "drift"}},
-                              "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}}}))
-    .expect("valid Deployment");
-    Api::<Deployment>::namespaced(client.clone(), &ns.name)
-        .create(&PostParams::default(), &deployment)
-        .await
-        .expect("Deployment created");
+    injected_on_a_dry_run(&pods, "drift").await;
+    create_deployment(&client, &ns.name, "drift", 3).await;
     let counts = counts_become(&watchers, |c| c.matched == 4 && c.up_to_date == 3).await;
     assert_eq!(counts, PodCounts { matched: 4, injected: 3, up_to_date: 3, missing: 1, ..PodCounts::default() });
 
@@ -118,26 +129,8 @@ async fn a_configuration_change_outdates_a_plain_sidecars_pods() {
     .expect("valid Watcher");
     let created = watchers.create(&PostParams::default(), &watcher).await.expect("Watcher created");
     let first = created.spec.config_hash().expect("config data");
-    let probe: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "probe", "labels": {"app": "levels"}},
-        "spec": {"containers": [{"name": "app", "image": "busybox:1.36"}]}}))
-    .expect("valid Pod");
-    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
-    wait_for(STEP, || async {
-        let created = pods.create(&dry_run, &probe).await.ok()?;
-        created.metadata.annotations?.get("watcher.dev/injected").cloned()
-    })
-    .await;
-    let deployment: Deployment = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "levels"},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "levels"}},
-                 "template": {"metadata": {"labels": {"app": "levels"}},
-                              "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}}}))
-    .expect("valid Deployment");
-    Api::<Deployment>::namespaced(client.clone(), &ns.name)
-        .create(&PostParams::default(), &deployment)
-        .await
-        .expect("Deployment created");
+    injected_on_a_dry_run(&pods, "levels").await;
+    create_deployment(&client, &ns.name, "levels", 2).await;
     counts_become(&watchers, |c| c.matched == 2 && c.up_to_date == 2).await;
     let carried = |pod: &Pod| pod.metadata.annotations.as_ref()?.get("watcher.dev/injected-config").cloned();
     let listed = pods.list(&Default::default()).await.expect("pods");

@@ -393,7 +393,7 @@ mod app {
 
     const CAPTURED: &str = include_str!("../../fixtures/admission-review/pod-create-named-annotated.json");
 
-    fn captured() -> Value {
+    pub(super) fn captured() -> Value {
         let review: Value = serde_json::from_str(CAPTURED).expect("fixture");
         review["request"]["object"].clone()
     }
@@ -955,14 +955,8 @@ mod agent_config {
     use serde_json::{Value, json};
     use watcher_api::Watcher;
 
+    use super::app::captured;
     use super::{options, run, watcher};
-
-    const CAPTURED: &str = include_str!("../../fixtures/admission-review/pod-create-named-annotated.json");
-
-    fn captured() -> Value {
-        let review: Value = serde_json::from_str(CAPTURED).expect("fixture");
-        review["request"]["object"].clone()
-    }
 
     fn agent(more: Value) -> Watcher {
         let mut spec = json!({
