@@ -32,7 +32,7 @@ async fn injected_on_a_dry_run(pods: &Api<Pod>, app: &str) {
     let dry_run = PostParams { dry_run: true, ..PostParams::default() };
     wait_for(STEP, || async {
         let created = pods.create(&dry_run, &probe).await.ok()?;
-        created.metadata.annotations?.get("watcher.dev/injected").cloned()
+        created.metadata.annotations?.get(watcher_api::annotation::Injected::KEY).cloned()
     })
     .await;
 }
@@ -132,7 +132,8 @@ async fn a_configuration_change_outdates_a_plain_sidecars_pods() {
     injected_on_a_dry_run(&pods, "levels").await;
     create_deployment(&client, &ns.name, "levels", 2).await;
     counts_become(&watchers, |c| c.matched == 2 && c.up_to_date == 2).await;
-    let carried = |pod: &Pod| pod.metadata.annotations.as_ref()?.get("watcher.dev/injected-config").cloned();
+    let key = watcher_api::annotation::InjectedConfig::KEY;
+    let carried = |pod: &Pod| pod.metadata.annotations.as_ref()?.get(key).cloned();
     let listed = pods.list(&Default::default()).await.expect("pods");
     assert!(
         listed.items.iter().all(|p| carried(p) == Some(format!("log-watcher@{first}"))),

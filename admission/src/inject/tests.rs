@@ -938,7 +938,7 @@ fn a_watcher_whose_configuration_was_never_shipped_is_left_out() {
     assert!(
         injection.warnings[0].starts_with("Watcher log-watcher not injected: no configuration of it was ever shipped")
     );
-    let left_out = &patched["metadata"]["annotations"]["watcher.dev/left-out"];
+    let left_out = &patched["metadata"]["annotations"][watcher_api::annotation::LeftOut::KEY];
     assert!(left_out.as_str().is_some_and(|l| l.contains("AGENT_RULE_X: bad")), "{patched}");
     assert_eq!(patched["spec"]["initContainers"], Value::Null, "no sidecar: {patched}");
 
@@ -1003,10 +1003,11 @@ mod agent_config {
         let plain = agent(json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}}));
         let hash = plain.spec.config_hash().expect("config data");
         let (_, patched) = run(&captured(), &[plain], &options(true));
-        assert_eq!(patched["metadata"]["annotations"]["watcher.dev/injected-config"], format!("log-watcher@{hash}"));
+        let key = watcher_api::annotation::InjectedConfig::KEY;
+        assert_eq!(patched["metadata"]["annotations"][key], format!("log-watcher@{hash}"));
         let bare = agent(json!({"configData": null}));
         let (_, patched) = run(&captured(), &[bare], &options(true));
-        assert_eq!(patched["metadata"]["annotations"]["watcher.dev/injected-config"], Value::Null);
+        assert_eq!(patched["metadata"]["annotations"][key], Value::Null);
     }
 
     /// Another sidecar, or an agent without config data: nothing mounted. An agent whose

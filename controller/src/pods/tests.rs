@@ -1175,7 +1175,7 @@ fn a_pod_with_an_older_configuration_is_out_of_date_unless_its_sidecar_reloads()
         let injected = |config: Option<&str>| {
             let mut annotations = current(w);
             if let Some(config) = config {
-                annotations["watcher.dev/injected-config"] = json!(format!("log-watcher@{config}"));
+                annotations[watcher_api::annotation::InjectedConfig::KEY] = json!(format!("log-watcher@{config}"));
             }
             annotations
         };

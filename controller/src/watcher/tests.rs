@@ -123,7 +123,7 @@ async fn first_reconcile_creates_the_config_map_then_writes_status() {
                 "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "log-watcher-config", "namespace": "team-a",
                              "labels": {"app.kubernetes.io/managed-by": "watcher-operator", "watcher.dev/watcher": "log-watcher"},
-                             "annotations": {"watcher.dev/config-generation": "4"},
+                             "annotations": {watcher_api::CONFIG_GENERATION_ANNOTATION: "4"},
                              "ownerReferences": owner_reference()},
                 "data": {"LEVEL": "debug"},
             })
@@ -515,7 +515,7 @@ fn refused_config() -> Value {
 async fn a_refused_configuration_is_not_written_and_the_config_map_keeps_the_last_good_one() {
     let good = agent_watcher(json!({"AGENT_FILES": "/var/log/app/*.log", "AGENT_RULE_ERROR": "ERROR"}), None);
     let mut kept = desired_config_map(&good).expect("config data");
-    kept.metadata.annotations = Some([("watcher.dev/config-generation".to_owned(), "3".to_owned())].into());
+    kept.metadata.annotations = Some([(watcher_api::CONFIG_GENERATION_ANNOTATION.to_owned(), "3".to_owned())].into());
     let refused = agent_watcher(refused_config(), None);
     let written = Arc::new(std::sync::Mutex::new(Value::Null));
     let seen = written.clone();
