@@ -120,13 +120,14 @@ async fn a_configuration_change_outdates_a_plain_sidecars_pods() {
     let _operator = Operator::start(&operator_ns.name).await;
     let pods = Api::<Pod>::namespaced(client.clone(), &ns.name);
     let watchers = Api::<Watcher>::namespaced(client.clone(), &ns.name);
-    let watcher: Watcher = serde_json::from_value(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+    let watcher: Watcher =
+        serde_json::from_value(json!({"apiVersion": <Watcher as kube::Resource>::api_version(&()), "kind": "Watcher",
         "metadata": {"name": "log-watcher"},
         "spec": {"container": {"name": "log-watcher", "image": "busybox:1.36",
                                "command": ["sh", "-c", "echo level $LEVEL; sleep 3600"]},
                  "configData": {"LEVEL": "info"},
                  "selector": {"matchLabels": {"app": "levels"}}}}))
-    .expect("valid Watcher");
+        .expect("valid Watcher");
     let created = watchers.create(&PostParams::default(), &watcher).await.expect("Watcher created");
     let first = created.spec.config_hash().expect("config data");
     injected_on_a_dry_run(&pods, "levels").await;

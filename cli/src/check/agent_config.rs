@@ -41,13 +41,14 @@ mod tests {
 
     #[test]
     fn a_refused_configuration_is_warned_of_with_what_pods_get() {
+        let api_version = <Watcher as kube::Resource>::api_version(&());
         let watcher = |name: &str, reason: &str| {
             let status = json!({"conditions": [{"type": "Ready", "status": "False", "reason": reason,
                 "message": "generation 5's configuration is not shipped, watcher-agent would refuse it: AGENT_RULE_X: \
                             bad; ConfigMap w-config keeps generation 4's, which pods get",
                 "lastTransitionTime": "2026-12-07T00:00:00Z"}]});
             std::sync::Arc::new(
-                serde_json::from_value::<Watcher>(json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
+                serde_json::from_value::<Watcher>(json!({"apiVersion": api_version, "kind": "Watcher",
                     "metadata": {"name": name, "namespace": "shop"},
                     "spec": {"container": {"name": name}}, "status": status}))
                 .expect("Watcher"),

@@ -565,9 +565,9 @@ async fn a_first_configuration_refused_creates_no_config_map() {
         event.created();
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         assert_eq!(status.body["status"]["configMapName"], Value::Null);
-        let echoed = json!({"apiVersion": "watcher.dev/v1alpha1", "kind": "Watcher",
-            "metadata": {"name": "log-watcher", "namespace": "team-a"}, "spec": agent_watcher(refused_config(), None).spec,
-            "status": status.body["status"]});
+        let mut echoed =
+            watcher_echo(serde_json::to_value(agent_watcher(refused_config(), None).spec).expect("a spec"));
+        echoed["status"] = status.body["status"].clone();
         let stored: Watcher = serde_json::from_value(echoed.clone()).expect("a Watcher");
         let unshipped = stored.unshipped_config().expect("said to the webhook");
         assert!(unshipped.contains("no configuration was ever shipped"), "{unshipped}");
