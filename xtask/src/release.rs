@@ -180,9 +180,9 @@ impl Plan {
         let registry = Registry::parse(&args.registry, args.plain_http)?;
         let signer = args.key.as_deref().map(Signer::load).transpose()?;
         let git = |a: &[&str]| cmd::run("git", &[&["-C", &root.display().to_string()], a].concat());
-        let changes = git(&["status", "--porcelain"])?;
-        if !changes.trim().is_empty() {
-            bail!("the tree has changes that are not committed (a release is of a commit):\n{}", changes.trim_end());
+        let changes = uncommitted_changes(&root)?;
+        if !changes.is_empty() {
+            bail!("the tree has changes that are not committed (a release is of a commit):\n{changes}");
         }
         let revision = git(&["rev-parse", "HEAD"])?.trim().to_owned();
         let seconds: i64 = git(&["log", "-1", "--format=%ct", "HEAD"])?.trim().parse().context("the commit's time")?;
@@ -468,6 +468,17 @@ fn release_notes(changelog: &str, version: &str) -> anyhow::Result<String> {
     Ok(notes + "\n")
 }
 
+/// What `git status` says differs from the commit at `root` (empty when nothing does).
+/// `--no-optional-locks`: the index is read, never refreshed and written. A fresh clone's index
+/// holds entries git checks again and rewrites at the first `status`; that write is a change to
+/// a file the build stamp follows (build-info's build script), and every crate that uses the
+/// stamp would be linked again by the next build, the test binaries a CI run executes among them.
+fn uncommitted_changes(root: &Path) -> anyhow::Result<String> {
+    let root = root.display().to_string();
+    let said = cmd::run("git", &["-C", &root, "--no-optional-locks", "status", "--porcelain"])?;
+    Ok(said.trim_end().to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,5 +519,32 @@ mod tests {
         assert!(signed_by(&manifest(oci::digest(&payload), &signature), &payload, &signer));
         assert!(!signed_by(&manifest(oci::digest(b"other"), &signature), &payload, &signer));
         assert!(!signed_by(&manifest(oci::digest(&payload), "AAAA"), &payload, &signer));
+    }
+
+    #[test]
+    fn the_tree_is_checked_without_writing_the_index() {
+        let dir = std::env::temp_dir().join(format!("xtask-tree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let root = dir.display().to_string();
+        let git = |a: &[&str]| {
+            cmd::run("git", &[&["-C", root.as_str(), "-c", "user.name=t", "-c", "user.email=t@t"], a].concat())
+        };
+        git(&["init", "-q"]).expect("git init");
+        std::fs::write(dir.join("Cargo.toml"), CARGO).expect("write");
+        git(&["add", "Cargo.toml"]).expect("git add");
+        git(&["commit", "-q", "-m", "one"]).expect("git commit");
+        // A file whose time is not the index's (a fresh clone's racily clean entries, a file
+        // written again unchanged): a plain `git status` looks at it again and writes the index.
+        let file = std::fs::File::options().append(true).open(dir.join("Cargo.toml")).expect("open");
+        file.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(60)).expect("mtime");
+        drop(file);
+        let index = dir.join(".git/index");
+        let before = std::fs::read(&index).expect("index");
+        assert_eq!(uncommitted_changes(&dir).expect("status"), "");
+        assert_eq!(std::fs::read(&index).expect("index"), before, "the index was written");
+        std::fs::write(dir.join("Cargo.toml"), "changed").expect("write");
+        assert_eq!(uncommitted_changes(&dir).expect("status"), " M Cargo.toml");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
