@@ -169,8 +169,14 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         println!("  (not signed: no --key)");
     }
     println!("  files: {}", plan.out.display());
+    println!("  the release's record, for CI's upgrade test (docs/release.md), in {LAST_RELEASE}:");
+    println!("    {} {}", plan.version, plan.revision);
     Ok(())
 }
+
+/// The file that names the last release ("VERSION COMMIT"), from which CI's upgrade test starts
+/// (`.ci/e2e` builds it from its commit where no registry of the machine keeps it).
+const LAST_RELEASE: &str = ".ci/last-release";
 
 impl Plan {
     /// The version, the registry, the key, the tree and the release notes, checked.
@@ -546,5 +552,30 @@ mod tests {
         std::fs::write(dir.join("Cargo.toml"), "changed").expect("write");
         assert_eq!(uncommitted_changes(&dir).expect("status"), " M Cargo.toml");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `.ci/last-release` names the newest version CHANGELOG.md has released, and a commit of
+    /// this history: a release that is not recorded fails here, not in a CI run that upgrades
+    /// from the one before it.
+    #[test]
+    fn the_last_release_is_recorded() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
+        let record = std::fs::read_to_string(root.join(LAST_RELEASE)).expect(LAST_RELEASE);
+        let (version, commit) = record.trim().split_once(' ').expect("VERSION COMMIT");
+        let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).expect("CHANGELOG.md");
+        let released = changelog
+            .lines()
+            .filter_map(|l| l.strip_prefix("## ["))
+            .filter_map(|l| l.split_once(']'))
+            .find(|(v, rest)| *v != "Unreleased" && rest.starts_with(" - "))
+            .map(|(v, _)| v);
+        assert_eq!(released, Some(version), "{LAST_RELEASE} names {version}, CHANGELOG.md's last release differs");
+        assert!(commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()), "{commit:?}: a whole commit id");
+        let git = |a: &[&str]| std::process::Command::new("git").arg("-C").arg(root).args(a).output().expect("git");
+        let shallow = git(&["rev-parse", "--is-shallow-repository"]);
+        if String::from_utf8_lossy(&shallow.stdout).trim() == "false" {
+            let ancestor = git(&["merge-base", "--is-ancestor", commit, "HEAD"]);
+            assert!(ancestor.status.success(), "{commit} is not a commit of this history");
+        }
     }
 }
