@@ -156,6 +156,9 @@ impl ClusterWatcher {
             pods: s.pods,
             conditions: s.conditions.clone(),
             config_map_name: None,
+            // A ConfigMap per namespace, none recorded here: its pods injected by 0.2.0 (no
+            // configuration's hash) are judged by their spec.
+            config_generation: None,
             current_revision: s.current_revision.clone(),
             stable_revision: s.stable_revision.clone(),
         });

@@ -33,8 +33,8 @@ pub use image_policy::{
 pub use pod_resources::{PodResources, QUANTITY_PATTERN, QuantityText};
 pub use podset::{DEFAULT_PODSET_IMAGE, PodSet, PodSetSpec, PodSetStatus};
 pub use watcher::{
-    FailurePolicy, InjectionSpec, NativeSidecar, NewPods, PodCounts, UpdatePolicy, UpdatePolicyType, Watcher,
-    WatcherSpec, WatcherStatus, config_map_name,
+    ConfigJudge, FailurePolicy, InjectionSpec, NativeSidecar, NewPods, PodCounts, UpdatePolicy, UpdatePolicyType,
+    Watcher, WatcherSpec, WatcherStatus, config_map_name,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

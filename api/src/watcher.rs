@@ -285,6 +285,13 @@ pub struct WatcherStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_name: Option<String>,
 
+    /// The Watcher generation whose configuration the ConfigMap holds, as the ConfigMap records
+    /// it (`watcher.dev/config-generation`, written with each configuration; 0.2.0 wrote none).
+    /// Absent where there is no ConfigMap, and while it holds what 0.2.0 wrote: the
+    /// configuration pods injected before an upgrade run, which carry no hash of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_generation: Option<i64>,
+
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -389,6 +396,37 @@ impl Watcher {
         }
         let ready = status.conditions.iter().find(|c| c.type_ == crate::types::READY)?;
         (ready.status == "False" && ready.reason == crate::reasons::CONFIG_REFUSED).then_some(ready.message.as_str())
+    }
+}
+
+/// Whether a pod runs the configuration a Watcher gives it now, from the configuration's hash the
+/// pod carries (`watcher.dev/injected-config`): what the pod reconciler counts and `check-inject`
+/// says. Made once per Watcher, asked per pod.
+#[derive(Clone, Debug)]
+pub struct ConfigJudge {
+    /// [`WatcherSpec::pinned_config_hash`].
+    pinned: Option<String>,
+    /// Whether a pod that carries no hash (injected by 0.2.0) runs the current configuration:
+    /// where there is none, and while the ConfigMap holds what 0.2.0 wrote (the status records
+    /// no `configGeneration`). Once the configuration changes, such a pod runs an older one,
+    /// watcher-agent's too: it has no volume to read a new one from.
+    unmarked_current: bool,
+}
+
+impl ConfigJudge {
+    /// The judge of `watcher`'s pods.
+    pub fn of(watcher: &Watcher) -> Self {
+        let recorded = watcher.status.as_ref().and_then(|s| s.config_generation).is_some();
+        Self { pinned: watcher.spec.pinned_config_hash(), unmarked_current: !watcher.spec.has_config() || !recorded }
+    }
+
+    /// Whether a pod that carries `carried` (its hash of this Watcher's configuration, `None`
+    /// where it carries none) runs the current configuration, as far as the operator can know.
+    pub fn current(&self, carried: Option<&str>) -> bool {
+        match carried {
+            Some(hash) => self.pinned.as_deref().is_none_or(|pinned| pinned == hash),
+            None => self.unmarked_current,
+        }
     }
 }
 

@@ -152,8 +152,9 @@ impl WatcherState {
 enum ConfigOutcome {
     /// No config data, no ConfigMap.
     None,
-    /// The ConfigMap holds the config data.
-    Applied(String),
+    /// The ConfigMap (its name) holds the config data, of the generation it records (`None`:
+    /// written by 0.2.0, which recorded none).
+    Applied(String, Option<i64>),
     /// A ConfigMap of that name belongs to someone else and was left alone.
     Conflict(String),
     /// watcher-agent would refuse the configuration (in these words): it is not written. The
@@ -218,6 +219,7 @@ pub async fn reconcile(watcher: Arc<Watcher>, ctx: Arc<Context>, state: Arc<Watc
         let api = Api::<Watcher>::namespaced(ctx.client.clone(), &namespace);
         let patch = json!({"status": {
             "configMapName": status.config_map_name,
+            "configGeneration": status.config_generation,
             "observedGeneration": status.observed_generation,
             "specHash": status.spec_hash,
             "conditions": status.conditions,
@@ -269,7 +271,9 @@ async fn apply_config_map(
             ConfigOutcome::Refused { kept, why }
         }
         (Some(desired), Some(existing)) => {
-            if !config_map_matches(&existing, &desired) {
+            let held = if config_map_matches(&existing, &desired) {
+                held_generation(&existing)
+            } else {
                 let patch = Patch::Merge(update_patch(&existing, &desired));
                 // A write that fails (the ConfigMap deleted meanwhile, or changed) forgets what
                 // was written: the next reconcile reads the cache again.
@@ -278,19 +282,23 @@ async fn apply_config_map(
                 })?;
                 remember(patched);
                 info!(config_map = name, "updated ConfigMap");
-            }
-            ConfigOutcome::Applied(name)
+                held_generation(&desired)
+            };
+            ConfigOutcome::Applied(name, held)
         }
         (Some(desired), None) => match api.create(&create_params(), &desired).await {
             Ok(created) => {
+                let held = held_generation(&created);
                 remember(created);
                 info!(config_map = name, "created ConfigMap");
-                ConfigOutcome::Applied(name)
+                ConfigOutcome::Applied(name, held)
             }
             // Not in the cache, not written by this process, but there: someone else's (never
             // overwritten), or ours from before a restart that the cache has not listed.
             Err(kube::Error::Api(status)) if status.code == 409 => match api.get_opt(&name).await? {
-                Some(existing) if crate::is_controlled_by(&existing, watcher) => ConfigOutcome::Applied(name),
+                Some(existing) if crate::is_controlled_by(&existing, watcher) => {
+                    ConfigOutcome::Applied(name, held_generation(&existing))
+                }
                 _ => conflict(),
             },
             Err(error) => return Err(error.into()),
@@ -370,18 +378,22 @@ fn desired_status(
     let ready = match outcome {
         ConfigOutcome::None => {
             status.config_map_name = None;
+            status.config_generation = None;
             condition(types::READY, true, reasons::RECONCILED, "Watcher has no config data", generation)
         }
-        ConfigOutcome::Applied(name) => {
+        ConfigOutcome::Applied(name, held) => {
             status.config_map_name = Some(name.clone());
+            status.config_generation = *held;
             condition(types::READY, true, reasons::RECONCILED, format!("ConfigMap {name} is up to date"), generation)
         }
         ConfigOutcome::Conflict(message) => {
             status.config_map_name = None;
+            status.config_generation = None;
             condition(types::READY, false, reasons::CONFIG_MAP_CONFLICT, message.clone(), generation)
         }
         ConfigOutcome::Refused { kept, why } => {
             status.config_map_name = kept.as_ref().map(|(name, _)| name.clone());
+            status.config_generation = kept.as_ref().and_then(|(_, held)| *held);
             condition(
                 types::READY,
                 false,

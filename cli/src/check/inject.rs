@@ -15,7 +15,7 @@ use watcher_admission::{
     Asked, Exclusion, Guards, InjectOptions, PodView, Sent, Verdict, WebhookSelectors, decide, exclusion,
     inject_guarded,
 };
-use watcher_api::{ClusterWatcher, CompiledPolicy, Watcher, annotation};
+use watcher_api::{ClusterWatcher, CompiledPolicy, ConfigJudge, Watcher, annotation};
 
 /// Why the namespace or the pod is kept from the webhook.
 #[derive(Debug, PartialEq, Eq, Serialize)]
@@ -226,9 +226,8 @@ impl Carried<'_> {
     /// sidecar reads it once (`None`: it does not carry it), as the pod reconciler counts it.
     fn up_to_date(&self, name: &str) -> Option<bool> {
         let watcher = self.watchers.iter().find(|w| w.name_any() == name);
-        let config = watcher.and_then(|w| w.spec.pinned_config_hash());
         let carried_config = self.configs.iter().find(|(n, _)| *n == name).map(|(_, h)| *h);
-        let config_current = config.is_none_or(|current| carried_config.is_none_or(|h| h == current));
+        let config_current = watcher.is_none_or(|w| ConfigJudge::of(w).current(carried_config));
         self.hash_of(name).map(|hash| self.current(name).as_deref() == Some(hash) && config_current)
     }
 }

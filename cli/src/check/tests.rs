@@ -471,8 +471,8 @@ async fn a_server_without_cel_stores_no_rules_and_that_is_no_difference() {
 }
 
 /// The fields added after the 1.24 capture: those that let the sidecar see the app, the canary
-/// that holds at admission and its revisions in the status.
-const APP_FIELDS: [&str; 14] = [
+/// that holds at admission and its revisions in the status, the configuration generation held.
+const APP_FIELDS: [&str; 15] = [
     "spec.shareVolumes",
     "spec.appVolumeMounts",
     "spec.appContainers",
@@ -487,6 +487,7 @@ const APP_FIELDS: [&str; 14] = [
     "status.stableRevision",
     "status.pods.cannotStart",
     "status.pods.cannotEnd",
+    "status.configGeneration",
 ];
 
 /// What the Watcher CRD gained after the 1.24 capture: bounds (on what rules read, then on
@@ -532,7 +533,7 @@ async fn the_stored_1_24_crd_differs_only_by_the_bounds_added_since() {
     assert_eq!(
         message,
         "older than this binary: v1alpha1 lacks spec.appContainers, spec.appVolumeMounts, \
-         spec.automountServiceAccountToken, spec.initContainers, spec.podAnnotations and 9 more"
+         spec.automountServiceAccountToken, spec.initContainers, spec.podAnnotations and 10 more"
     );
 }
 

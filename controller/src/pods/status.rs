@@ -6,7 +6,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::json;
 use watcher_api::types;
-use watcher_api::{ClusterWatcher, PodCounts, SUPERVISOR_NAME, Watcher, annotation, condition, set_condition};
+use watcher_api::{
+    ClusterWatcher, ConfigJudge, PodCounts, SUPERVISOR_NAME, Watcher, annotation, condition, set_condition,
+};
 
 use super::Subject;
 use super::in_place::Blocked;
@@ -21,25 +23,24 @@ pub(super) struct PodStanding {
     pub(super) matched: bool,
     pub(super) injected: bool,
     /// Injected with the current spec and, for a sidecar that reads its configuration once, the
-    /// current configuration (as far as the pod says: one injected before it carried a
-    /// configuration's hash is judged by its spec).
+    /// current configuration. A pod injected by 0.2.0, which carries no configuration's hash,
+    /// is judged by its spec until the configuration next changes; then it runs an older one,
+    /// watcher-agent's too (such a pod lacks the volume it reads a new one from).
     pub(super) up_to_date: bool,
     /// Injected with the current spec (its configuration may be older).
     pub(super) spec_current: bool,
 }
 
-/// What a pod is compared with: the current spec's hash, and the hash of the configuration a
-/// sidecar that reads it once, when it starts, runs (none for watcher-agent, which takes a new
-/// one while it runs, and for a Watcher without config data).
+/// What a pod is compared with: the current spec's hash, and the configuration it must run
+/// ([`ConfigJudge`]).
 pub(super) struct Current {
     pub(super) spec: String,
-    config: Option<String>,
+    config: ConfigJudge,
 }
 
 impl Current {
     pub(super) fn of(watcher: &Watcher) -> Self {
-        let spec = &watcher.spec;
-        Self { spec: spec.spec_hash(), config: spec.pinned_config_hash() }
+        Self { spec: watcher.spec.spec_hash(), config: ConfigJudge::of(watcher) }
     }
 }
 
@@ -49,10 +50,8 @@ pub(super) fn standing(watcher: &Watcher, current: &Current, pod: &CountedPod) -
     let matched = annotation::Inject::read(annotations).contains(&name.as_str()) || watcher.selects(pod.labels());
     let entry = annotation::Injected::read(annotations).into_iter().find(|(n, _)| *n == name);
     let spec_current = entry.is_some_and(|(_, h)| h == current.spec);
-    let config_current = current.config.as_deref().is_none_or(|config| {
-        let carried = annotation::InjectedConfig::read(annotations).into_iter().find(|(n, _)| *n == name);
-        carried.is_none_or(|(_, h)| h == config)
-    });
+    let carried = annotation::InjectedConfig::read(annotations).into_iter().find(|(n, _)| *n == name);
+    let config_current = current.config.current(carried.map(|(_, hash)| hash));
     PodStanding { matched, injected: entry.is_some(), up_to_date: spec_current && config_current, spec_current }
 }
 

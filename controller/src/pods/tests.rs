@@ -1161,8 +1161,9 @@ fn pods_left_out_by_their_namespaces_rules_are_said_on_the_watcher() {
 /// A plain sidecar reads its configuration once, when it starts: a pod injected with an older
 /// configuration (`watcher.dev/injected-config`) is out of date, counted so under `Report` and
 /// replaced under `Recreate` and `InPlace` alike (a running container's environment cannot
-/// change). A pod injected before the hash was carried (0.2.0) is judged by its spec alone;
-/// watcher-agent takes a new configuration while it runs, and is never out of date by it.
+/// change). A pod injected before the hash was carried (0.2.0) is judged by its spec alone until
+/// the configuration next changes (the Watcher's `status.configGeneration`); watcher-agent takes
+/// a new configuration while it runs, and is never out of date by it where it has the volume.
 #[test]
 fn a_pod_with_an_older_configuration_is_out_of_date_unless_its_sidecar_reloads() {
     let with_config = |policy: &str, image: &str| {
@@ -1201,4 +1202,23 @@ fn a_pod_with_an_older_configuration_is_out_of_date_unless_its_sidecar_reloads()
     let pods = pods_of(&agent);
     assert_eq!(count(&agent, &refs(&pods)).up_to_date, 3, "the agent reloads");
     assert!(eviction_choice(&agent, &pods).is_empty());
+
+    // The configuration changed since the upgrade: the ConfigMap records the generation it
+    // holds, and the Watcher's status says so. The pod from 0.2.0 runs an older configuration
+    // now, watcher-agent's too (it has no volume to read a new one from).
+    let recorded = |mut w: Watcher| {
+        w.status = Some(watcher_api::WatcherStatus { config_generation: Some(2), ..Default::default() });
+        w
+    };
+    let report = recorded(with_config("Report", "busybox:1.36"));
+    assert_eq!(count(&report, &refs(&pods_of(&report))).up_to_date, 1);
+    for policy in ["Recreate", "InPlace"] {
+        let mut w = recorded(with_config(policy, "busybox:1.36"));
+        w.spec.update_policy.max_unavailable = 3;
+        assert_eq!(eviction_choice(&w, &pods_of(&w)), ["older", "from-0.2.0"], "{policy}");
+    }
+    let agent = recorded(with_config("Recreate", "watcher-agent:0.2.0"));
+    let pods = pods_of(&agent);
+    assert_eq!(count(&agent, &refs(&pods)).up_to_date, 2, "the agent of 0.2.0 cannot reload");
+    assert_eq!(eviction_choice(&agent, &pods), ["from-0.2.0"]);
 }

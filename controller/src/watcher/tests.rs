@@ -43,6 +43,7 @@ fn owner_reference() -> Value {
 fn status_of(watcher: &Watcher, config_map_name: Option<&str>, message: &str) -> Value {
     json!({
         "configMapName": config_map_name,
+        "configGeneration": config_map_name.map(|_| 4),
         "observedGeneration": 4,
         "specHash": watcher.spec.spec_hash(),
         "conditions": [{"type": "Ready", "status": "True", "reason": "Reconciled", "message": message,
@@ -134,6 +135,7 @@ async fn first_reconcile_creates_the_config_map_then_writes_status() {
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         let patch = &status.body["status"];
         assert_eq!(patch["configMapName"], "log-watcher-config");
+        assert_eq!(patch["configGeneration"], 4);
         assert_eq!(patch["observedGeneration"], 4);
         assert_eq!(patch["specHash"], hash.as_str());
         assert_eq!(patch["conditions"][0]["type"], "Ready");
@@ -157,6 +159,20 @@ async fn steady_state_makes_no_request() {
     let (result, metrics) = run_scenario(watcher, vec![cached], |api| api.expect_no_more()).await;
     result.expect("reconciled");
     assert_eq!(metrics.reconciles_of("watcher"), 1);
+}
+
+/// After an upgrade from 0.2.0, whose ConfigMaps record no generation: nothing is written, and
+/// the status records none (pods injected by 0.2.0 run what the ConfigMap holds).
+#[tokio::test]
+async fn a_config_map_written_by_0_2_0_is_left_as_it_is_and_no_generation_recorded() {
+    let unsynced = watcher(spec_with_config(), None);
+    let mut status = status_of(&unsynced, Some("log-watcher-config"), "ConfigMap log-watcher-config is up to date");
+    status.as_object_mut().map(|s| s.remove("configGeneration"));
+    let watcher = watcher(spec_with_config(), Some(status));
+    let mut cached: ConfigMap = desired_config_map(&watcher).expect("has config");
+    cached.metadata.annotations = None;
+    let (result, _) = run_scenario(watcher, vec![cached], |api| api.expect_no_more()).await;
+    result.expect("reconciled");
 }
 
 /// Changed config data: one merge patch with the cached resourceVersion, removed keys nulled.

@@ -1,8 +1,10 @@
-//! The upgrade a user makes: the build before this one installed from its release in the
-//! registry (`WATCHER_E2E_PREVIOUS`, which `.ci/e2e` keeps between runs), with Watchers of every
+//! The upgrade a user makes: the last release installed from the registry
+//! (`WATCHER_E2E_PREVIOUS`: `.ci/e2e` keeps it there, or builds it from the commit
+//! `.ci/last-release` names), with Watchers of every
 //! kind and their pods, then `helm upgrade` to this build's release and `helm rollback` to the
 //! one before: no pod re-created, restarted or written by the operator, every status as it was,
-//! every pod made meanwhile injected.
+//! every pod made meanwhile injected. Between the two, a configuration change replaces the pod
+//! of a `Recreate` Watcher that the release before injected, as it does any sidecar's.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +19,7 @@ use crate::common::{
 };
 use crate::helm::{Release, helm, helm_install_from};
 use crate::node::{POD_START, require_node};
+use watcher_api::annotation;
 
 /// What an upgrade must leave as it was, per pod: its uid, its containers' restarts, its
 /// `watcher.dev/` annotations and labels, its images, and when the operator last wrote it.
@@ -119,8 +122,8 @@ async fn workloads(client: &kube::Client, n: &str, agent: &str) {
                 "spec": {"namespaceSelector": {"matchLabels": {"upgrade-e2e": "yes"}},
                   "rewrites": [{"from": "e2e-looper:0.1.0", "to": "docker.io/library/e2e-looper:0.1.0"}]}}),
     );
-    // A plain sidecar with config data under Recreate, over a Deployment's pod: the build before
-    // carried no configuration hash on its pods, and the upgrade replaces none of them.
+    // A plain sidecar with config data under Recreate, over a Deployment's pod: 0.2.0 put no
+    // configuration's hash on its pods, and the upgrade replaces none of them.
     let mut configured = watcher("configured", "configured", "busybox:1.36", json!({"type": "Recreate"}));
     configured["spec"]["configData"] = json!({"LEVEL": "info"});
     kubectl_apply(n, &configured);
@@ -177,6 +180,49 @@ async fn workloads(client: &kube::Client, n: &str, agent: &str) {
     .await;
 }
 
+/// The configuration of the `Recreate` Watcher changes after the upgrade: its Deployment's pod,
+/// injected by the release before (no configuration's hash), now runs an older configuration and
+/// is replaced, as any sidecar's pod is; the new one carries the hash and the Watcher records the
+/// generation its ConfigMap holds. Returns the state once that is done.
+async fn configuration_changed(client: &kube::Client, n: &str) -> Value {
+    let pods = Api::<Pod>::namespaced(client.clone(), n);
+    let configured = ListParams::default().labels("app=configured");
+    let carried =
+        |pod: &Pod| annotation::InjectedConfig::read(pod.annotations()).iter().any(|(n, _)| *n == "configured");
+    let listed = pods.list(&configured).await.expect("pods").items;
+    assert!(listed.len() == 1 && !carried(&listed[0]), "the release before's pod, with no configuration's hash");
+    let before = listed[0].metadata.uid.clone().expect("a uid");
+    kubectl(&[
+        "patch",
+        "watcher",
+        "configured",
+        "-n",
+        n,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"configData":{"LEVEL":"debug"}}}"#,
+    ]);
+    let watchers = Api::<watcher_api::Watcher>::namespaced(client.clone(), n);
+    wait_until(POD_START * 3, || async {
+        let listed = pods.list(&configured).await.map(|l| l.items).unwrap_or_default();
+        let live: Vec<&Pod> = listed.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        let replaced =
+            live.len() == 1 && live.iter().all(|p| p.metadata.uid.as_ref().is_some_and(|u| *u != before) && carried(p));
+        let ready = live.iter().all(|p| {
+            let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+            conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        let status = watchers.get("configured").await.ok().and_then(|w| w.status);
+        let counted = status.is_some_and(|s| {
+            s.config_generation.is_some() && s.pods.is_some_and(|p| p.injected == 1 && p.up_to_date == 1)
+        });
+        replaced && ready && counted
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    state(client, n).await
+}
+
 /// The Lease is held by one of the operator's pods that run now (the upgraded Deployment's),
 /// and it has had time to reconcile everything once.
 async fn new_leader_settled(client: &kube::Client, release_ns: &str) {
@@ -223,10 +269,10 @@ async fn while_pods_are_made(client: &kube::Client, release_ns: &str, n: &str, a
 
 #[tokio::test]
 #[ignore = "needs a cluster with a node, Services routed, and two releases in a registry: WATCHER_E2E_REGISTRY, WATCHER_E2E_PREVIOUS"]
-async fn an_upgrade_from_the_build_before_and_a_rollback_leave_every_pod_as_it_was() {
+async fn an_upgrade_from_the_last_release_and_a_rollback_leave_every_pod_as_it_was() {
     let _one = exclusive().await;
     let (Some(release), Some(previous)) = (Release::from_env(), Release::previous_from_env()) else {
-        eprintln!("upgrade: no earlier build in the registry (WATCHER_E2E_PREVIOUS): not tested");
+        eprintln!("upgrade: no last release in the registry (WATCHER_E2E_PREVIOUS): not tested");
         return;
     };
     let client = client().await;
@@ -268,10 +314,11 @@ async fn an_upgrade_from_the_build_before_and_a_rollback_leave_every_pod_as_it_w
     // The new release has reconciled everything and found nothing to write.
     new_leader_settled(&client, r).await;
     assert_eq!(state(&client, n).await, before, "helm upgrade changed what it did not need to");
+    let changed = configuration_changed(&client, n).await;
 
     while_pods_are_made(&client, r, n, &["rollback", "watcher-operator", "1", "-n", r]).await;
     new_leader_settled(&client, r).await;
-    assert_eq!(state(&client, n).await, before, "helm rollback changed what it did not need to");
+    assert_eq!(state(&client, n).await, changed, "helm rollback changed what it did not need to");
 
     helm(&["uninstall", "watcher-operator", "-n", r, "--wait"]);
     ns.delete().await;
