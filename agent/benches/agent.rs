@@ -220,7 +220,7 @@ fn agent_reading(
 /// How the benches follow `glob`: from the beginning, as the agent's defaults say otherwise.
 fn follow_options(glob: &str, multiline: Option<Arc<watcher_agent::tail::multiline::Multiline>>) -> FollowOptions {
     FollowOptions {
-        globs: vec![glob.to_owned()],
+        globs: vec![watcher_agent::tail::glob::Glob::new(glob).expect("a glob")],
         start: Start::Beginning,
         max_line: 16_384,
         rotate_wait: Duration::from_secs(5),

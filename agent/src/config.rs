@@ -27,6 +27,7 @@ pub use variables::{Kind, VARIABLES, Variable, markdown};
 
 use crate::parse::fields::Format;
 pub use crate::tail::Start;
+pub use crate::tail::glob::Glob;
 use crate::tail::multiline::{Multiline, Start as EventStart};
 
 /// Prefix of every variable the agent reads (besides the downward API's `POD_*`).
@@ -123,8 +124,8 @@ impl MultilineConfig {
 /// The whole configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
-    /// File globs, in order.
-    pub files: Vec<String>,
+    /// File globs, in order, each compiled once.
+    pub files: Vec<Glob>,
     /// The container whose log stream to follow.
     pub logs_container: Option<String>,
     /// The rules, by name.
@@ -399,10 +400,7 @@ fn multiline(values: &Values) -> Result<Option<MultilineConfig>, ConfigError> {
         ));
     }
     let compiled = EventStart::parse(start).map_err(|problem| {
-        error(
-            MULTILINE_START.name,
-            format!("neither a preset (java, python, go) nor a regular expression: {}", one_line(&problem.to_string())),
-        )
+        error(MULTILINE_START.name, format!("neither a preset (java, python, go) nor a regular expression: {problem}"))
     })?;
     Ok(Some(MultilineConfig {
         compiled,
@@ -415,22 +413,18 @@ fn multiline(values: &Values) -> Result<Option<MultilineConfig>, ConfigError> {
 
 /// What to follow: file globs (`AGENT_FILES`) and a container's log stream
 /// (`AGENT_LOGS_CONTAINER`), at least one.
-fn sources(values: &Values) -> Result<(Vec<String>, Option<String>), ConfigError> {
+fn sources(values: &Values) -> Result<(Vec<Glob>, Option<String>), ConfigError> {
     let get = |name: &str| values.get(name);
-    let files: Vec<String> = get(FILES.name)
-        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
-        .unwrap_or_default();
+    let files: Vec<&str> =
+        get(FILES.name).map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()).unwrap_or_default();
     if files.len() > MAX_FILES {
         return Err(error(FILES.name, format!("{} globs: at most {MAX_FILES}", files.len())));
     }
-    for file in &files {
-        if !file.starts_with('/') {
-            return Err(error(FILES.name, format!("{file:?} is not an absolute path")));
-        }
-        if let Err(problem) = glob::Pattern::new(file) {
-            return Err(error(FILES.name, format!("{file:?} is not a glob: {problem}")));
-        }
-    }
+    let files = files
+        .into_iter()
+        .map(Glob::new)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|problem| error(FILES.name, problem))?;
     let logs_container = get(LOGS_CONTAINER.name).map(str::to_owned);
     if let Some(name) = &logs_container
         && !watcher_base::is_dns1123_label(name)
@@ -469,11 +463,6 @@ fn is_label_name(name: &str) -> bool {
     name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && !name.starts_with("__")
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// The regex crate's multi-line error, on one line.
-fn one_line(text: &str) -> String {
-    text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ pub mod config;
 pub mod matching;
 pub mod metrics;
 pub mod parse;
+pub mod pattern;
 pub mod pipeline;
 pub mod record;
 mod reload;
@@ -34,7 +35,7 @@ pub enum Refusal {
     Config(#[from] config::ConfigError),
     /// Each rule compiles alone, not all of them together (the set's size limit).
     #[error("AGENT_RULE_<NAME>: the rules do not compile together: {0}")]
-    Rules(regex::Error),
+    Rules(String),
 }
 
 /// The configuration the environment `vars` gives, judged as the agent's start judges it (every

@@ -9,16 +9,21 @@
 //! before it. `^` and `$` are its ends, as if each line were matched alone.
 
 use memchr::{memchr, memrchr};
-use regex::bytes::{CaptureLocations, Regex, RegexBuilder, RegexSet};
+use regex_automata::meta::Regex;
+use regex_automata::util::captures::Captures;
+use regex_automata::{Input, PatternSet};
 
-use crate::config::{Pattern, RuleConfig, ValueFrom};
+use crate::config::{RuleConfig, ValueFrom};
 use crate::parse::fields::Record;
+use crate::pattern::{self, Pattern};
 
 /// The compiled rules, in configuration order.
 #[derive(Clone, Debug)]
 pub struct Rules {
-    /// The line expressions of the rules that have one, in rule order.
-    set: RegexSet,
+    /// The line expressions of the rules that have one, in rule order, at once.
+    set: Regex,
+    /// Which of them a line matched (kept from line to line).
+    which: PatternSet,
     /// `set`'s index of each of them: its rule.
     set_rules: Vec<usize>,
     /// Runs of lines (`None` where a rule could not be matched so: `\A` or `\z`, which mean
@@ -36,12 +41,14 @@ pub struct Rules {
 struct Runs {
     /// The alternation of the plain rules' expressions (`None`: there are none).
     any: Option<Regex>,
-    /// The plain rules' expressions, and the rule of each.
-    plain: RegexSet,
+    /// The plain rules' expressions on a line, at once, which of them a line matched, and the
+    /// rule of each.
+    plain: Regex,
+    plain_which: PatternSet,
     plain_rules: Vec<usize>,
     /// Each rule with groups: its index, its expression over runs (`^`, `$` at lines), and a
     /// place for its groups' positions.
-    grouped: Vec<(usize, Regex, CaptureLocations)>,
+    grouped: Vec<(usize, Regex, Captures)>,
     /// Where a rule with groups starts with a literal and is one-pass: its matches found by
     /// that literal and read by the one-pass DFA anchored there (by the index in `grouped`).
     anchored: Vec<Option<AnchoredAt>>,
@@ -61,14 +68,9 @@ struct AnchoredAt {
 impl AnchoredAt {
     /// For `pattern` over runs, where it starts with a literal of two bytes or more and is
     /// one-pass (`None` otherwise: the general search serves).
-    fn new(pattern: &str) -> Option<Self> {
-        use regex_automata::{dfa::onepass, nfa::thompson, util::syntax};
-        let literal = literal_prefix(pattern)?;
-        let dfa = onepass::DFA::builder()
-            .syntax(syntax::Config::new().utf8(false).multi_line(true).crlf(true))
-            .thompson(thompson::Config::new().utf8(false))
-            .build(pattern)
-            .ok()?;
+    fn new(pattern: &Pattern) -> Option<Self> {
+        let literal = literal_prefix(pattern.over_runs())?;
+        let dfa = regex_automata::dfa::onepass::DFA::builder().build_from_nfa(pattern::nfa_over_runs(pattern)?).ok()?;
         let (cache, captures) = (dfa.create_cache(), dfa.create_captures());
         Some(Self { literal: memchr::memmem::Finder::new(&literal).into_owned(), dfa, cache, captures })
     }
@@ -92,12 +94,11 @@ impl AnchoredAt {
 
 /// The bytes every match of `pattern` starts with, where there are two or more
 /// (`latency=` in `latency=(?P<ms>\d+)ms`): the longest common prefix of the literals regex-syntax
-/// extracts, read as the rules read (bytes, lines at `^` and `$`). `None` where matches may start
-/// anywhere (a class that is not expanded, an alternation with no common start, `(?i)`).
-fn literal_prefix(pattern: &str) -> Option<Vec<u8>> {
+/// extracts from its parse. `None` where matches may start anywhere (a class that is not
+/// expanded, an alternation with no common start, `(?i)`).
+fn literal_prefix(hir: &regex_syntax::hir::Hir) -> Option<Vec<u8>> {
     use regex_syntax::hir::literal::{ExtractKind, Extractor};
-    let hir = regex_syntax::ParserBuilder::new().utf8(false).multi_line(true).crlf(true).build().parse(pattern).ok()?;
-    let prefixes = Extractor::new().kind(ExtractKind::Prefix).extract(&hir);
+    let prefixes = Extractor::new().kind(ExtractKind::Prefix).extract(hir);
     let common = prefixes.longest_common_prefix()?;
     (common.len() >= 2).then(|| common.to_vec())
 }
@@ -107,12 +108,12 @@ fn literal_prefix(pattern: &str) -> Option<Vec<u8>> {
 struct Spec {
     has_pattern: bool,
     /// Its own expression, where it has groups to read, and a place for their positions.
-    captures: Option<(Regex, CaptureLocations)>,
+    captures: Option<(Regex, Captures)>,
     /// The group of each group label.
     label_groups: Vec<usize>,
     value: Option<At>,
     /// Field conditions: the field (an index of `paths`) and what its value must match.
-    fields: Vec<(usize, Regex)>,
+    fields: Vec<(usize, Pattern)>,
     /// The field of each field label.
     field_labels: Vec<usize>,
 }
@@ -141,11 +142,12 @@ pub struct Matched<'l> {
 impl Rules {
     /// The rules of `config`, each compiled alone when it was read: here their set and their
     /// reading over runs are built from them (once: readers clone them).
-    pub fn new(rules: &[RuleConfig]) -> Result<Self, regex::Error> {
-        let with_pattern: Vec<(usize, &str)> =
-            rules.iter().enumerate().filter_map(|(i, r)| Some((i, r.pattern.as_ref()?.as_str()))).collect();
-        let set = RegexSet::new(with_pattern.iter().map(|(_, p)| *p))?;
-        let whole_text = with_pattern.iter().any(|(_, p)| p.contains(r"\A") || p.contains(r"\z"));
+    pub fn new(rules: &[RuleConfig]) -> Result<Self, String> {
+        let with_pattern: Vec<(usize, &Pattern)> =
+            rules.iter().enumerate().filter_map(|(i, r)| Some((i, r.pattern.as_ref()?))).collect();
+        let patterns: Vec<&Pattern> = with_pattern.iter().map(|(_, p)| *p).collect();
+        let set = pattern::set_on_a_line(&patterns)?;
+        let whole_text = patterns.iter().any(|p| p.ends_of_text());
         let runs = if whole_text { None } else { Some(Runs::new(rules)?) };
         let mut paths: Vec<String> = Vec::new();
         let mut path = |p: &str| match paths.iter().position(|known| known == p) {
@@ -166,19 +168,18 @@ impl Rules {
                 field_labels: rule.field_labels.iter().map(|p| path(p)).collect(),
             };
             for condition in &rule.fields {
-                spec.fields.push((path(&condition.path), condition.pattern.regex().clone()));
+                spec.fields.push((path(&condition.path), condition.pattern.clone()));
             }
             if let Some(pattern) = &rule.pattern {
-                let regex = pattern.regex().clone();
-                let group = |name: &str| regex.capture_names().position(|n| n == Some(name));
                 let group_labels = rule.labels.len() - rule.field_labels.len();
-                spec.label_groups = rule.labels[..group_labels].iter().filter_map(|l| group(l)).collect();
+                spec.label_groups = rule.labels[..group_labels].iter().filter_map(|l| pattern.group(l)).collect();
                 if let Some(ValueFrom::Group(name)) = &rule.value {
-                    spec.value = group(name).map(At::Group);
+                    spec.value = pattern.group(name).map(At::Group);
                 }
                 if !spec.label_groups.is_empty() || spec.value.is_some() {
-                    let locations = regex.capture_locations();
-                    spec.captures = Some((regex, locations));
+                    let regex = pattern.regex().clone();
+                    let captures = regex.create_captures();
+                    spec.captures = Some((regex, captures));
                 }
             }
             if let Some(ValueFrom::Field(field)) = &rule.value {
@@ -187,6 +188,7 @@ impl Rules {
             specs.push(spec);
         }
         Ok(Self {
+            which: PatternSet::new(set.pattern_len()),
             set,
             set_rules: with_pattern.iter().map(|(i, _)| *i).collect(),
             runs,
@@ -213,19 +215,22 @@ impl Rules {
         if self.set_rules.is_empty() || !self.set.is_match(line) {
             return;
         }
-        if self.set_rules.len() == 1 {
-            let rule = self.set_rules[0];
-            if self.specs[rule].fields.is_empty()
-                && let Some(m) = self.matched(rule, line, None)
+        let Self { set, which, set_rules, specs, .. } = self;
+        if set_rules.len() == 1 {
+            let rule = set_rules[0];
+            if specs[rule].fields.is_empty()
+                && let Some(m) = take(&mut specs[rule], rule, line, None)
             {
                 matched(m);
             }
             return;
         }
-        for index in self.set.matches(line).iter() {
-            let rule = self.set_rules[index];
-            if self.specs[rule].fields.is_empty()
-                && let Some(m) = self.matched(rule, line, None)
+        which.clear();
+        set.which_overlapping_matches(&Input::new(line), which);
+        for index in which.iter() {
+            let rule = set_rules[index.as_usize()];
+            if specs[rule].fields.is_empty()
+                && let Some(m) = take(&mut specs[rule], rule, line, None)
             {
                 matched(m);
             }
@@ -245,50 +250,27 @@ impl Rules {
             self.each_match(text, matched);
             return;
         };
-        let by_pattern = if self.set_rules.is_empty() { None } else { Some(self.set.matches(text)) };
+        let Self { set, which, set_rules, specs, .. } = self;
+        which.clear();
+        if !set_rules.is_empty() {
+            set.which_overlapping_matches(&Input::new(text), which);
+        }
         let mut next_set = 0;
-        for rule in 0..self.specs.len() {
-            let spec = &self.specs[rule];
+        for (rule, spec) in specs.iter_mut().enumerate() {
             if spec.has_pattern {
                 let index = next_set;
                 next_set += 1;
-                if !by_pattern.as_ref().is_some_and(|m| m.matched(index)) {
+                if !which.contains(regex_automata::PatternID::must(index)) {
                     continue;
                 }
             }
-            let holds = spec
-                .fields
-                .iter()
-                .all(|(path, regex)| record.values[*path].as_ref().is_some_and(|field| regex.is_match(field.bytes())));
-            if holds && let Some(m) = self.matched(rule, text, Some(record)) {
+            let holds = spec.fields.iter().all(|(path, pattern)| {
+                record.values[*path].as_ref().is_some_and(|field| pattern.is_match(field.bytes()))
+            });
+            if holds && let Some(m) = take(spec, rule, text, Some(record)) {
                 matched(m);
             }
         }
-    }
-
-    /// What rule `rule` takes from `line` and `record`; `None` where its own expression, read
-    /// for its groups, does not match `line` alone.
-    fn matched<'l>(&mut self, rule: usize, line: &'l [u8], record: Option<&'l Record<'_>>) -> Option<Matched<'l>> {
-        let spec = &mut self.specs[rule];
-        let mut values = Vec::new();
-        let mut value = None;
-        if let Some((regex, locations)) = &mut spec.captures {
-            let found = regex.captures_read(locations, line).is_some();
-            if !found {
-                return None;
-            }
-            let group = |g: usize| if found { locations.get(g).map(|(s, e)| &line[s..e]) } else { None };
-            values.extend(spec.label_groups.iter().map(|g| group(*g).unwrap_or_default()));
-            if let Some(At::Group(g)) = spec.value {
-                value = group(g);
-            }
-        }
-        let field = |p: usize| record.and_then(|r| r.values[p].as_ref()).map(crate::parse::fields::Field::bytes);
-        values.extend(spec.field_labels.iter().map(|p| field(*p).unwrap_or_default()));
-        if let Some(At::Field(p)) = spec.value {
-            value = field(p);
-        }
-        Some(Matched { rule, line, values, value })
     }
 
     /// What rule `rule` takes from its match in `run`, in `line`, each group's span in the run
@@ -327,28 +309,34 @@ impl Rules {
             }
             return (lines, long);
         };
+        let mut runs = runs;
         if let Some(any) = &runs.any {
             let mut at = 0;
-            while let Some(found) = any.find_at(run, at) {
+            while let Some(found) = any.find(Input::new(run).range(at..)) {
                 // The line the match starts in, matched alone (a match of the alternation may
                 // run past its end, or past the bytes the rules see: the line decides).
                 let (start, end) = line_around(run, found.start());
                 let line = as_seen(&run[start..end], max_line);
-                for index in runs.plain.matches(line).iter() {
-                    if let Some(m) = self.matched(runs.plain_rules[index], line, None) {
+                runs.plain_which.clear();
+                runs.plain.which_overlapping_matches(&Input::new(line), &mut runs.plain_which);
+                for index in runs.plain_which.iter() {
+                    let rule = runs.plain_rules[index.as_usize()];
+                    if let Some(m) = take(&mut self.specs[rule], rule, line, None) {
                         matched(m);
                     }
                 }
                 at = end;
             }
         }
-        let mut runs = runs;
-        for ((rule, regex, locations), anchored) in runs.grouped.iter_mut().zip(&mut runs.anchored) {
+        for ((rule, regex, captures), anchored) in runs.grouped.iter_mut().zip(&mut runs.anchored) {
             let mut at = 0;
             loop {
                 let span = match anchored {
                     Some(anchored) => anchored.find(run, at),
-                    None => regex.captures_read_at(locations, run, at).and_then(|_| locations.get(0)),
+                    None => {
+                        regex.search_captures(&Input::new(run).range(at..), captures);
+                        captures.get_match().map(|m| (m.start(), m.end()))
+                    }
                 };
                 let Some((from, to)) = span else { break };
                 let (start, end) = line_around(run, from);
@@ -357,12 +345,12 @@ impl Rules {
                 // bytes the rules see), or in a line with a `\r` inside (where `^` and `$` over
                 // runs also stand), is not: the line is matched alone, and decides.
                 let found = if to > start + line.len() || memchr(b'\r', line).is_some() {
-                    self.matched(*rule, line, None)
+                    take(&mut self.specs[*rule], *rule, line, None)
                 } else if let Some(anchored) = anchored {
                     let group = |g: usize| anchored.captures.get_group(g).map(|s| (s.start, s.end));
                     Some(self.matched_at(*rule, run, line, group))
                 } else {
-                    Some(self.matched_at(*rule, run, line, |g| locations.get(g)))
+                    Some(self.matched_at(*rule, run, line, |g| captures.get_group(g).map(|s| (s.start, s.end))))
                 };
                 if let Some(m) = found {
                     matched(m);
@@ -376,40 +364,61 @@ impl Rules {
 }
 
 impl Runs {
-    fn new(rules: &[RuleConfig]) -> Result<Self, regex::Error> {
-        let over_runs = |pattern: &str| RegexBuilder::new(pattern).multi_line(true).crlf(true).build();
+    fn new(rules: &[RuleConfig]) -> Result<Self, String> {
         // Rules with field conditions never match text: not in runs at all.
         let text_rules = rules.iter().enumerate().filter(|(_, r)| r.fields.is_empty());
-        let mut plain: Vec<(usize, &str)> = Vec::new();
+        let mut plain: Vec<(usize, &Pattern)> = Vec::new();
         let mut grouped = Vec::new();
         let mut anchored = Vec::new();
         for (index, rule) in text_rules {
-            let Some(pattern) = rule.pattern.as_ref().map(Pattern::as_str) else { continue };
+            let Some(pattern) = rule.pattern.as_ref() else { continue };
             let has_groups =
                 rule.labels.len() > rule.field_labels.len() || matches!(rule.value, Some(ValueFrom::Group(_)));
             if has_groups {
-                let regex = over_runs(pattern)?;
-                let locations = regex.capture_locations();
-                grouped.push((index, regex, locations));
+                let regex = pattern::over_runs(pattern)?;
+                let captures = regex.create_captures();
+                grouped.push((index, regex, captures));
                 anchored.push(AnchoredAt::new(pattern));
             } else {
                 plain.push((index, pattern));
             }
         }
-        let any = if plain.is_empty() {
-            None
-        } else {
-            let alternation: Vec<String> = plain.iter().map(|(_, p)| format!("(?:{p})")).collect();
-            Some(over_runs(&alternation.join("|"))?)
-        };
+        let patterns: Vec<&Pattern> = plain.iter().map(|(_, p)| *p).collect();
+        let any = if patterns.is_empty() { None } else { Some(pattern::any_over_runs(&patterns)?) };
+        let set = pattern::set_on_a_line(&patterns)?;
         Ok(Self {
             any,
-            plain: RegexSet::new(plain.iter().map(|(_, p)| *p))?,
+            plain_which: PatternSet::new(set.pattern_len()),
+            plain: set,
             plain_rules: plain.iter().map(|(i, _)| *i).collect(),
             grouped,
             anchored,
         })
     }
+}
+
+/// What rule `rule` (compiled as `spec`) takes from `line` and `record`; `None` where its own
+/// expression, read for its groups, does not match `line` alone.
+fn take<'l>(spec: &mut Spec, rule: usize, line: &'l [u8], record: Option<&'l Record<'_>>) -> Option<Matched<'l>> {
+    let mut values = Vec::new();
+    let mut value = None;
+    if let Some((regex, captures)) = &mut spec.captures {
+        regex.search_captures(&Input::new(line), captures);
+        if !captures.is_match() {
+            return None;
+        }
+        let group = |g: usize| captures.get_group(g).map(|s| &line[s.start..s.end]);
+        values.extend(spec.label_groups.iter().map(|g| group(*g).unwrap_or_default()));
+        if let Some(At::Group(g)) = spec.value {
+            value = group(g);
+        }
+    }
+    let field = |p: usize| record.and_then(|r| r.values[p].as_ref()).map(crate::parse::fields::Field::bytes);
+    values.extend(spec.field_labels.iter().map(|p| field(*p).unwrap_or_default()));
+    if let Some(At::Field(p)) = spec.value {
+        value = field(p);
+    }
+    Some(Matched { rule, line, values, value })
 }
 
 /// The line of `run` that holds byte `at`: (its start, its end after its newline).
@@ -550,7 +559,10 @@ mod tests {
 
     #[test]
     fn a_literal_prefix_is_what_every_match_starts_with() {
-        let prefix = |pattern: &str| literal_prefix(pattern).map(|p| String::from_utf8_lossy(&p).into_owned());
+        let prefix = |text: &str| {
+            let pattern = Pattern::new(text).expect("a pattern");
+            literal_prefix(pattern.over_runs()).map(|p| String::from_utf8_lossy(&p).into_owned())
+        };
         assert_eq!(prefix(r"latency=(?P<ms>\d+)ms").as_deref(), Some("latency="));
         assert_eq!(prefix(r#"user="(?P<u>[^"]*)""#).as_deref(), Some("user=\""));
         assert_eq!(prefix("abc+(?P<x>d)").as_deref(), Some("abc"), "c+ is at least one c");
@@ -581,7 +593,8 @@ mod tests {
             "took=", "12", "ms", " ", "code=", "404", "9999", "user=\"", "bob", "\"", "ab", "c", "d", "\r", "x",
             "took=1",
         ];
-        let alone_rules: Vec<Regex> = patterns.iter().map(|(_, p)| Regex::new(p).expect("regex")).collect();
+        let alone_rules: Vec<regex::bytes::Regex> =
+            patterns.iter().map(|(_, p)| regex::bytes::Regex::new(p).expect("regex")).collect();
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = || {
             seed ^= seed << 13;

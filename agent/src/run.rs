@@ -69,13 +69,13 @@ pub enum RunError {
     },
     /// A rule did not compile with the others (each compiles alone: the set's size limit).
     #[error("AGENT_RULE_<NAME>: the rules do not compile together: {0}")]
-    Rules(regex::Error),
+    Rules(String),
 }
 
 /// Runs the agent until `shutdown` resolves (the process's SIGTERM or SIGINT) or the pod's app
 /// has ended.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
-    let mut sources = config.files.clone();
+    let mut sources: Vec<String> = config.files.iter().map(|glob| glob.as_str().to_owned()).collect();
     if config.logs_container.is_some() {
         sources.push(STDOUT_SOURCE.to_owned());
     }

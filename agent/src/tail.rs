@@ -5,6 +5,7 @@
 
 pub mod checkpoint;
 pub mod files;
+pub mod glob;
 pub mod lines;
 pub mod multiline;
 pub(crate) mod stream;

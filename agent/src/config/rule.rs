@@ -6,9 +6,8 @@
 
 use super::{
     ALERT_PREFIX, BUCKETS_PREFIX, ConfigError, LABELS_PREFIX, MATCH_PREFIX, MAX_RULES, METRIC_PREFIX, RULE_PREFIX,
-    UNIT_PREFIX, VALUE_PREFIX, Values, error, is_label_name, one_line, parse_threshold,
+    UNIT_PREFIX, VALUE_PREFIX, Values, error, is_label_name, parse_threshold,
 };
-use std::fmt;
 
 use crate::parse::value::{Reading, Unit};
 
@@ -69,49 +68,7 @@ pub enum ValueFrom {
     Field(String),
 }
 
-/// A regular expression as configured, compiled once when the configuration is read: the
-/// rules match with it (and with the set its text makes), `check` prints its text.
-#[derive(Clone, Debug)]
-pub struct Pattern(regex::bytes::Regex);
-
-impl Pattern {
-    /// `text`, compiled; what is wrong with it on one line, as the regex crate says it.
-    pub fn new(text: &str) -> Result<Self, String> {
-        regex::bytes::Regex::new(text)
-            .map(Self)
-            .map_err(|problem| format!("not a regular expression: {}", one_line(&problem.to_string())))
-    }
-
-    /// Its text, as configured.
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The compiled expression.
-    pub fn regex(&self) -> &regex::bytes::Regex {
-        &self.0
-    }
-
-    /// The names of its named groups, in order.
-    pub fn groups(&self) -> impl Iterator<Item = &str> {
-        self.0.capture_names().flatten()
-    }
-}
-
-/// Two patterns are the same where they are written the same.
-impl PartialEq for Pattern {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for Pattern {}
-
-impl fmt::Display for Pattern {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::pattern::Pattern;
 
 /// A field condition (`AGENT_MATCH_<NAME>=field=regex`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -507,7 +464,7 @@ fn field_path(key: &str, path: &str) -> Result<(), ConfigError> {
 }
 
 fn compile(key: &str, pattern: &str) -> Result<Pattern, ConfigError> {
-    Pattern::new(pattern).map_err(|problem| error(key, problem))
+    Pattern::new(pattern).map_err(|problem| error(key, format!("not a regular expression: {problem}")))
 }
 
 /// `error` of `AGENT_RULE_ERROR`: names are letters, digits and `_`, starting with a letter.

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant, SystemTime};
 pub use crate::record::{Record, Report, Sink, SourceError};
 use crate::tail::Start;
 use crate::tail::checkpoint::{FileMark, hash, seconds};
+use crate::tail::glob::Glob;
 use crate::tail::lines::LineBuffer;
 
 mod disk;
@@ -49,9 +50,7 @@ mod read;
 
 use moved::Left;
 
-use disk::{
-    Now, fingerprint_of, is_compressed, literal_prefix, mark_of, now_at, position_of, read_fully_at, read_tail,
-};
+use disk::{Now, fingerprint_of, is_compressed, mark_of, now_at, position_of, read_fully_at, read_tail};
 
 /// Bytes of a file's beginning its fingerprint is made of, at most (up to its first newline).
 const HEAD_BYTES: usize = 256;
@@ -69,8 +68,8 @@ type Key = (u64, u64);
 /// How files are followed.
 #[derive(Clone, Debug)]
 pub struct FollowOptions {
-    /// The globs, index by index (the sources).
-    pub globs: Vec<String>,
+    /// The globs, index by index (the sources), compiled.
+    pub globs: Vec<Glob>,
     /// Where files present at the first look start (without checkpoints).
     pub start: Start,
     /// Lines are kept up to this many bytes.
@@ -208,7 +207,7 @@ impl Follower {
     }
 
     /// The globs, index by index (the sources).
-    pub fn globs(&self) -> &[String] {
+    pub fn globs(&self) -> &[Glob] {
         &self.options.globs
     }
 
@@ -356,31 +355,20 @@ impl Follower {
         let mut problems: Vec<Option<(SourceError, String)>> = vec![None; sources];
         let mut found = vec![false; sources];
         let mut wanted = Vec::new();
-        for source in 0..sources {
-            let paths = match glob::glob(&self.options.globs[source]) {
-                Ok(paths) => paths,
-                Err(error) => {
-                    // Checked at start: cannot happen with a valid configuration.
-                    problems[source] = Some((SourceError::Io, error.to_string()));
-                    continue;
-                }
-            };
-            for entry in paths {
-                let path = match entry {
-                    Ok(path) => path,
-                    Err(error) => {
-                        problems[source] = Some((SourceError::of(error.error()), error.to_string()));
-                        continue;
-                    }
-                };
-                match self.look_at(source, path, &mut wanted) {
+        // Out while they are walked (each look reads the follower's state); put back after.
+        let globs = std::mem::take(&mut self.options.globs);
+        for (source, glob) in globs.iter().enumerate() {
+            glob.walk(&mut |entry| {
+                let looked = entry.and_then(|path| self.look_at(source, path, &mut wanted));
+                match looked {
                     Ok(is_file) => found[source] |= is_file,
                     Err((path, error)) => {
                         problems[source] = Some((SourceError::of(&error), format!("{}: {error}", path.display())));
                     }
                 }
-            }
+            });
         }
+        self.options.globs = globs;
         wanted.sort_by_key(|w: &Wanted| w.waiting);
         let mut waiting = false;
         for want in wanted {
@@ -402,8 +390,8 @@ impl Follower {
         for (source, problem) in problems.into_iter().enumerate() {
             let mut problem = problem;
             if !found[source] && problem.is_none() {
-                let prefix = literal_prefix(&self.options.globs[source]);
-                if let Err(error) = std::fs::metadata(&prefix) {
+                let prefix = self.options.globs[source].base();
+                if let Err(error) = std::fs::metadata(prefix) {
                     problem = Some((SourceError::of(&error), format!("{}: {error}", prefix.display())));
                 }
             }
@@ -611,14 +599,14 @@ impl Follower {
             match &problem {
                 Some((reason, detail)) => {
                     tracing::warn!(
-                        glob = self.options.globs[source],
+                        glob = self.options.globs[source].as_str(),
                         reason = reason.as_str(),
                         detail,
                         "cannot follow"
                     );
                     sink.report(Report::Error { source, reason: *reason, detail });
                 }
-                None => tracing::info!(glob = self.options.globs[source], "readable again"),
+                None => tracing::info!(glob = self.options.globs[source].as_str(), "readable again"),
             }
             self.states[source] = now;
         }

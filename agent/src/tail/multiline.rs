@@ -10,15 +10,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use regex::bytes::Regex;
-
+pub use crate::pattern::Pattern;
 pub use crate::record::Event;
 
 /// What starts an event.
 #[derive(Clone, Debug)]
 pub enum Start {
     /// A line this expression matches.
-    Pattern(Regex),
+    Pattern(Pattern),
     /// Any line but a Java stack trace's frames and causes.
     Java,
     /// Any line but a Python traceback's.
@@ -31,13 +30,14 @@ impl Start {
     /// The presets' names.
     pub const PRESETS: [&'static str; 3] = ["java", "python", "go"];
 
-    /// A preset by name, else the regular expression `value` is.
-    pub fn parse(value: &str) -> Result<Self, regex::Error> {
+    /// A preset by name, else the regular expression `value` is (what is wrong with it, as
+    /// [`Pattern::new`] says it).
+    pub fn parse(value: &str) -> Result<Self, String> {
         Ok(match value {
             "java" => Self::Java,
             "python" => Self::Python,
             "go" => Self::Go,
-            pattern => Self::Pattern(Regex::new(pattern)?),
+            pattern => Self::Pattern(Pattern::new(pattern)?),
         })
     }
 }

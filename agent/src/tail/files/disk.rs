@@ -127,20 +127,6 @@ pub(super) fn read_failed(open: &mut Open, error: &io::Error, sink: &mut impl Si
     }
 }
 
-/// The part of `glob` before its first component with a pattern character: the directory that
-/// must exist for the glob to match anything (the whole path for a plain file name).
-pub(super) fn literal_prefix(glob: &str) -> PathBuf {
-    let mut prefix = PathBuf::from("/");
-    for component in Path::new(glob).components().skip(1) {
-        let text = component.as_os_str().to_string_lossy();
-        if text.contains(['*', '?', '[']) {
-            break;
-        }
-        prefix.push(component);
-    }
-    prefix
-}
-
 /// Where an open file is now.
 pub(super) enum Now {
     /// At this path.

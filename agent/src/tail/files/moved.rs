@@ -68,9 +68,7 @@ impl Follower {
         let marks: Vec<FileMark> = self.known.values().map(|k| k.mark.clone()).collect();
         for mark in marks {
             let path = Path::new(&mark.path);
-            let Some(source) =
-                self.options.globs.iter().position(|g| glob::Pattern::new(g).is_ok_and(|p| p.matches_path(path)))
-            else {
+            let Some(source) = self.options.globs.iter().position(|glob| glob.matches(path)) else {
                 continue;
             };
             let in_place = std::fs::metadata(path).is_ok_and(|m| {
