@@ -196,7 +196,7 @@ fn agent_reading(
         let metrics = Arc::new(Metrics::register(&mut registry, &["bench".into()], rules, 100));
         let alerts = Arc::new(Mutex::new(AlertBook::new(rules)));
         let compiled = Rules::new(rules).expect("rules");
-        let mut pipeline = Pipeline::reading(&compiled, rules, vec![format], 16_384, metrics.clone(), alerts);
+        let mut pipeline = Pipeline::reading(&compiled, vec![format], 16_384, metrics.clone(), alerts);
         let mut follower = Follower::new(follow_options(glob, multiline.clone()), Begin::Fresh);
         let start = Instant::now();
         loop {
@@ -212,7 +212,7 @@ fn agent_reading(
             }
         }
         best = best.min(start.elapsed().as_secs_f64());
-        matched = metrics.matches[0][0].as_ref().map_or(0, prometheus_client::metrics::counter::Counter::get);
+        matched = metrics.rules[0].matches[0].get();
     }
     (LINES as f64 / best, matched)
 }
@@ -571,7 +571,7 @@ fn counted_with_reloads(glob: &str, lines: usize, every: Option<Duration>) -> (f
     done.store(true, std::sync::atomic::Ordering::Release);
     let swaps = swapper.map_or(0, |s| s.join().expect("the swapper"));
     let current = live.current();
-    let errors = current.metrics.matches[0][0].as_ref().map_or(0, prometheus_client::metrics::counter::Counter::get);
+    let errors = current.metrics.rules[0].matches[0].get();
     let read = current.metrics.lines[0].get();
     (lines as f64 / seconds, errors, read, swaps)
 }

@@ -8,6 +8,8 @@
 //! A line is what the rules see: its first `max_line` bytes, without the newline and a `\r`
 //! before it. `^` and `$` are its ends, as if each line were matched alone.
 
+use std::sync::Arc;
+
 use memchr::{memchr, memrchr};
 use regex_automata::meta::Regex;
 use regex_automata::util::captures::Captures;
@@ -29,8 +31,10 @@ pub struct Rules {
     /// Runs of lines (`None` where a rule could not be matched so: `\A` or `\z`, which mean
     /// the line's ends only line by line): the rules without groups to read, at once.
     runs: Option<Runs>,
+    /// What each rule takes from what it matches, in rule order.
     specs: Vec<Spec>,
-    names: Vec<String>,
+    /// The rules as configured, in rule order: what the stages after matching read of each.
+    configs: Arc<[RuleConfig]>,
     paths: Vec<String>,
 }
 
@@ -193,14 +197,14 @@ impl Rules {
             set_rules: with_pattern.iter().map(|(i, _)| *i).collect(),
             runs,
             specs,
-            names: rules.iter().map(|r| r.name.clone()).collect(),
+            configs: rules.into(),
             paths,
         })
     }
 
-    /// The rules' names, index by index.
-    pub fn names(&self) -> &[String] {
-        &self.names
+    /// The rules as configured, index by index (a match's `rule`).
+    pub fn configs(&self) -> &[RuleConfig] {
+        &self.configs
     }
 
     /// The fields the rules read, by index: what a structured line is read for.
@@ -482,7 +486,8 @@ mod tests {
         assert_eq!(matched(&mut rules, b"2026-11-25 ERROR upstream timed out"), [0, 1]);
         assert_eq!(matched(&mut rules, br#"GET /x HTTP/1.1" 503 "#), [2]);
         assert!(matched(&mut rules, b"INFO all good, no ERRORS").is_empty(), "word boundaries hold");
-        assert_eq!(rules.names(), ["error", "timeout", "status5xx"]);
+        let names: Vec<&str> = rules.configs().iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["error", "timeout", "status5xx"]);
     }
 
     #[test]

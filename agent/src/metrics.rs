@@ -101,30 +101,19 @@ struct Labelled {
 pub struct Metrics {
     /// `lines[source]`.
     pub lines: Vec<Counter>,
-    /// `matches[rule][source]`, for rules without named groups.
-    pub matches: Vec<Vec<Option<Counter>>>,
-    labelled: Vec<Option<Arc<Labelled>>>,
+    /// Each rule's series, in rule order.
+    pub rules: Vec<RuleMetrics>,
     max_series: usize,
-    rule_names: Vec<String>,
-    values: Vec<Option<ValueMetric>>,
     /// What every configuration shares: the families, registered once.
     families: Arc<Families>,
-    /// The rules' series, as each rule's [`Series`] makes them.
-    shapes: Vec<Series>,
-    /// `value_errors[rule]`, for rules with a value.
-    pub value_errors: Vec<Option<Counter>>,
     /// `events[source]`: events (a line each without `AGENT_MULTILINE_START`).
     pub events: Vec<Counter>,
     /// `parse_errors[source]`: lines not in their format.
     pub parse_errors: Vec<Counter>,
     /// `events_cut[source]`: ended at `AGENT_MULTILINE_MAX_LINES`, cut at `_MAX_BYTES`.
     pub events_cut: Vec<[Counter; 2]>,
-    /// `last_match[rule]`: seconds since the epoch.
-    pub last_match: Vec<Gauge<f64, AtomicU64>>,
     /// `long_lines[source]`.
     pub long_lines: Vec<Counter>,
-    /// `firing[rule]`: 1 while its alert fires.
-    pub firing: Vec<Gauge>,
     /// Files open now.
     pub open_files: Gauge,
     closed: Family<ReasonLabels, Counter>,
@@ -134,6 +123,25 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     sent: Family<SentLabels, Counter>,
     sources: Vec<String>,
+}
+
+/// One rule's series: what counting adds to, and what a new configuration keeps of a rule made
+/// alike.
+pub struct RuleMetrics {
+    /// How its series are made (its name among them).
+    shape: Series,
+    /// `matches[source]`, for a rule without labels (none for one with labels).
+    pub matches: Vec<Counter>,
+    /// Its label sets, for a rule with labels.
+    labelled: Option<Arc<Labelled>>,
+    /// Its value's metric, for a rule with a value.
+    value: Option<ValueMetric>,
+    /// Values that did not parse, for a rule with a value.
+    pub value_errors: Option<Counter>,
+    /// When it last matched: seconds since the epoch.
+    pub last_match: Gauge<f64, AtomicU64>,
+    /// 1 while its alert fires.
+    pub firing: Gauge,
 }
 
 /// Every family the agent exports, before it is registered.
@@ -340,30 +348,34 @@ impl Metrics {
     /// changed rule's start at 0. The sources are the same (they change only with a restart).
     pub fn reconfigured(&self, rules: &[RuleConfig]) -> Self {
         let kept: Vec<Option<usize>> =
-            rules.iter().map(|r| self.shapes.iter().position(|old| *old == Series::of(r))).collect();
-        for (index, shape) in self.shapes.iter().enumerate() {
+            rules.iter().map(|r| self.rules.iter().position(|old| old.shape == Series::of(r))).collect();
+        for (index, old) in self.rules.iter().enumerate() {
             if !kept.contains(&Some(index)) {
-                self.remove_rule(index, shape);
+                self.remove_rule(old);
             }
         }
         let carried: Vec<Carried> = kept
             .iter()
             .map(|old| match old {
-                Some(index) => Carried { labelled: self.labelled[*index].clone(), value: self.values[*index].clone() },
+                Some(index) => {
+                    let old = &self.rules[*index];
+                    Carried { labelled: old.labelled.clone(), value: old.value.clone() }
+                }
                 None => Carried::default(),
             })
             .collect();
         Self::over(self.families.clone(), &self.sources, rules, self.max_series, &carried)
     }
 
-    /// Takes away every series of rule `index` (made as `shape`).
-    fn remove_rule(&self, index: usize, shape: &Series) {
+    /// Takes away every series of `old`, a rule of this configuration.
+    fn remove_rule(&self, old: &RuleMetrics) {
         let families = &self.families;
+        let shape = &old.shape;
         let rule = RuleLabels { rule: shape.name.clone() };
         for source in &self.sources {
             families.matches.remove(&match_labels(&shape.name, source, &[], &[]));
         }
-        if let Some(Some(labelled)) = self.labelled.get(index) {
+        if let Some(labelled) = &old.labelled {
             labelled.retired.store(true, Ordering::Release);
             let other = vec![OTHER.to_owned(); labelled.names.len()];
             for values in lock(&labelled.seen).keys().chain(std::iter::once(&other)) {
@@ -391,21 +403,6 @@ impl Metrics {
         max_series: usize,
         carried: &[Carried],
     ) -> Self {
-        let values: Vec<Option<ValueMetric>> = rules
-            .iter()
-            .enumerate()
-            .map(|(i, r)| match carried.get(i).and_then(|c| c.value.clone()) {
-                Some(value) => Some(value),
-                None => families.values.register(r),
-            })
-            .collect();
-        for (rule, metric) in rules.iter().zip(&values) {
-            if let (Some(metric), true) = (metric, rule.labels.is_empty()) {
-                for source in sources {
-                    metric.at_zero(&match_labels(&rule.name, source, &[], &[]));
-                }
-            }
-        }
         let cut = |s: &String, reason: &str| {
             families.events_cut.get_or_create(&CutLabels { source: s.clone(), reason: reason.to_owned() }).clone()
         };
@@ -414,42 +411,48 @@ impl Metrics {
         let per_source = |family: &Family<SourceLabels, Counter>| {
             sources.iter().map(|s| family.get_or_create(&source(s)).clone()).collect()
         };
-        let unlabelled = |rule: &RuleConfig| -> Vec<Option<Counter>> {
-            let matches = |s: &String| families.matches.get_or_create(&match_labels(&rule.name, s, &[], &[])).clone();
-            sources.iter().map(|s| rule.labels.is_empty().then(|| matches(s))).collect()
-        };
-        let labelled = |(i, r): (usize, &RuleConfig)| {
-            if let Some(kept) = carried.get(i).and_then(|c| c.labelled.clone()) {
-                return Some(kept);
-            }
-            (!r.labels.is_empty()).then(|| {
-                Arc::new(Labelled {
-                    names: r.labels.clone(),
-                    seen: Mutex::default(),
-                    dropped: families.dropped.get_or_create(&rule(&r.name)).clone(),
-                    said: AtomicBool::new(false),
-                    retired: AtomicBool::new(false),
+        let rule_metrics = |(i, r): (usize, &RuleConfig)| {
+            let carried = carried.get(i);
+            let value = carried.and_then(|c| c.value.clone()).or_else(|| families.values.register(r));
+            let unlabelled = r.labels.is_empty();
+            let matches = if unlabelled {
+                let labels = |s: &String| match_labels(&r.name, s, &[], &[]);
+                if let Some(metric) = &value {
+                    sources.iter().for_each(|s| metric.at_zero(&labels(s)));
+                }
+                sources.iter().map(|s| families.matches.get_or_create(&labels(s)).clone()).collect()
+            } else {
+                Vec::new()
+            };
+            let labelled = carried.and_then(|c| c.labelled.clone()).or_else(|| {
+                (!unlabelled).then(|| {
+                    Arc::new(Labelled {
+                        names: r.labels.clone(),
+                        seen: Mutex::default(),
+                        dropped: families.dropped.get_or_create(&rule(&r.name)).clone(),
+                        said: AtomicBool::new(false),
+                        retired: AtomicBool::new(false),
+                    })
                 })
-            })
+            });
+            RuleMetrics {
+                shape: Series::of(r),
+                matches,
+                labelled,
+                value_errors: value.as_ref().map(|_| families.value_errors.get_or_create(&rule(&r.name)).clone()),
+                value,
+                last_match: families.last_match.get_or_create(&rule(&r.name)).clone(),
+                firing: families.firing.get_or_create(&rule(&r.name)).clone(),
+            }
         };
         Self {
             lines: per_source(&families.lines),
-            matches: rules.iter().map(unlabelled).collect(),
-            labelled: rules.iter().enumerate().map(labelled).collect(),
+            rules: rules.iter().enumerate().map(rule_metrics).collect(),
             max_series,
-            rule_names: rules.iter().map(|r| r.name.clone()).collect(),
-            value_errors: rules
-                .iter()
-                .zip(&values)
-                .map(|(r, v)| v.as_ref().map(|_| families.value_errors.get_or_create(&rule(&r.name)).clone()))
-                .collect(),
-            values,
             events: per_source(&families.events),
             parse_errors: per_source(&families.parse_errors),
             events_cut: sources.iter().map(|s| [cut(s, "max_lines"), cut(s, "max_bytes")]).collect(),
-            last_match: rules.iter().map(|r| families.last_match.get_or_create(&rule(&r.name)).clone()).collect(),
             long_lines: per_source(&families.long_lines),
-            firing: rules.iter().map(|r| families.firing.get_or_create(&rule(&r.name)).clone()).collect(),
             open_files: families.open_files.clone(),
             closed: families.closed.clone(),
             skipped: families.skipped.clone(),
@@ -458,7 +461,6 @@ impl Metrics {
             errors: families.errors.clone(),
             sent: families.sent.clone(),
             sources: sources.to_vec(),
-            shapes: rules.iter().map(Series::of).collect(),
             families,
         }
     }
@@ -486,11 +488,8 @@ impl Metrics {
         count: u64,
         observed: Option<&Observed>,
     ) {
-        let (Some(Some(labelled)), Some(name), Some(source_name)) =
-            (self.labelled.get(rule), self.rule_names.get(rule), self.sources.get(source))
-        else {
-            return;
-        };
+        let (Some(rule), Some(source_name)) = (self.rules.get(rule), self.sources.get(source)) else { return };
+        let (Some(labelled), name) = (&rule.labelled, &rule.shape.name) else { return };
         if labelled.retired.load(Ordering::Acquire) {
             return;
         }
@@ -529,15 +528,16 @@ impl Metrics {
         if count > 0 {
             self.families.matches.get_or_create(&labels).inc_by(count);
         }
-        if let (Some(Some(metric)), Some(observed)) = (self.values.get(rule), observed) {
+        if let (Some(metric), Some(observed)) = (&rule.value, observed) {
             metric.add(&labels, observed);
         }
     }
 
     /// Values rule `rule` (one without labels) read in source `source`.
     pub fn observed(&self, rule: usize, source: usize, observed: &Observed) {
-        if let (Some(Some(metric)), Some(name), Some(source)) =
-            (self.values.get(rule), self.rule_names.get(rule), self.sources.get(source))
+        let rule = self.rules.get(rule);
+        if let (Some((Some(metric), name)), Some(source)) =
+            (rule.map(|r| (&r.value, &r.shape.name)), self.sources.get(source))
         {
             metric.add(&match_labels(name, source, &[], &[]), observed);
         }
@@ -546,9 +546,9 @@ impl Metrics {
     /// Drops the label sets not counted for `idle` (`AGENT_SERIES_IDLE`): their series leave
     /// `/metrics`, and count from 0 if they come back.
     pub fn expire(&self, idle: Duration, now: Instant) {
-        for (rule, labelled) in self.labelled.iter().enumerate() {
-            let Some(labelled) = labelled else { continue };
-            let name = &self.rule_names[rule];
+        for rule in &self.rules {
+            let Some(labelled) = &rule.labelled else { continue };
+            let name = &rule.shape.name;
             lock(&labelled.seen).retain(|values, seen| {
                 if now.saturating_duration_since(seen.at) < idle {
                     return true;
@@ -557,7 +557,7 @@ impl Metrics {
                     if seen.sources & (1_u64 << index.min(63)) != 0 {
                         let labels = match_labels(name, source, &labelled.names, values);
                         self.families.matches.remove(&labels);
-                        if let Some(Some(metric)) = self.values.get(rule) {
+                        if let Some(metric) = &rule.value {
                             metric.remove(&labels);
                         }
                     }

@@ -10,7 +10,7 @@ mod counting;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::config::{Config, RuleConfig};
+use crate::config::Config;
 use crate::matching::Rules;
 use crate::metrics::Metrics;
 use crate::parse::fields::Format;
@@ -81,7 +81,7 @@ impl Pipeline {
     /// A pipeline over `config`'s sources (its files' globs, then the log stream if one is
     /// read) and `rules` (`config`'s, compiled), into `metrics` and `alerts`.
     pub fn new(config: &Config, rules: &Rules, metrics: Arc<Metrics>, alerts: SharedAlerts) -> Self {
-        Self::reading(rules, &config.rules, formats(config), config.max_line_bytes, metrics, alerts)
+        Self::reading(rules, formats(config), config.max_line_bytes, metrics, alerts)
     }
 
     /// A pipeline over the configuration that runs in `live`, taking each new one at a flush.
@@ -97,17 +97,16 @@ impl Pipeline {
         Self::new(&compiled.config, &compiled.rules, compiled.metrics.clone(), alerts)
     }
 
-    /// A pipeline over `rules` (`configs`, compiled) for sources read as `formats` (one each),
-    /// lines matched on their first `max_line` bytes, into `metrics` and `alerts`.
+    /// A pipeline over `rules` (compiled) for sources read as `formats` (one each), lines
+    /// matched on their first `max_line` bytes, into `metrics` and `alerts`.
     pub fn reading(
         rules: &Rules,
-        configs: &[RuleConfig],
         formats: Vec<Format>,
         max_line: usize,
         metrics: Arc<Metrics>,
         alerts: SharedAlerts,
     ) -> Self {
-        let counting = counting::Counting::new(rules.clone(), configs, metrics.clone(), alerts, formats, max_line);
+        let counting = counting::Counting::new(rules.clone(), metrics.clone(), alerts, formats, max_line);
         Self { counting, metrics, live: None }
     }
 

@@ -474,7 +474,7 @@ fn look(live: &Live, states: &mut Vec<AlertState>, publish: &tokio::sync::watch:
         if report.resolved {
             info!(rule = report.name, "alert resolved");
         }
-        if let Some(gauge) = metrics.firing.get(report.rule) {
+        if let Some(gauge) = metrics.rules.get(report.rule).map(|r| &r.firing) {
             gauge.set(i64::from(report.firing));
         }
         if let Some(state) = states.iter_mut().find(|s| s.name == report.name) {

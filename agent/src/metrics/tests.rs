@@ -145,7 +145,7 @@ fn a_new_configuration_keeps_the_series_of_the_rules_made_alike() {
     let mut registry = Registry::default();
     let first = [counting("error", "ERROR"), counting("http", r"(?<code>5\d\d)"), latency(&[0.25, 1.0])];
     let metrics = Metrics::register(&mut registry, &["stdout".into()], &first, 100);
-    metrics.matches[0][0].as_ref().expect("unlabelled").inc_by(5);
+    metrics.rules[0].matches[0].inc_by(5);
     metrics.labelled_matches(1, 0, &["500".into()], 2, None);
     let mut seen = Observed::default();
     seen.observe(0.2, &[0.25, 1.0]);
@@ -154,7 +154,7 @@ fn a_new_configuration_keeps_the_series_of_the_rules_made_alike() {
 
     let next = [counting("panic", "panic"), counting("error", "ERROR|FATAL"), latency(&[0.5, 2.0])];
     let metrics = metrics.reconfigured(&next);
-    metrics.matches[1][0].as_ref().expect("unlabelled").inc();
+    metrics.rules[1].matches[0].inc();
     metrics.reloaded(true);
     metrics.running("bbbb");
     let text = openmetrics(&registry);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Record;
-use crate::config::{MetricKind, RuleConfig};
+use crate::config::MetricKind;
 use crate::matching::{Matched, Rules};
 use crate::metrics::{Metrics, Observed, label_value};
 use crate::parse::fields::{self, Format};
@@ -45,53 +45,60 @@ struct Measure {
     bounds: Vec<f64>,
 }
 
+/// One rule, as counting reads it, and what a batch counted of it.
+struct RuleTally {
+    /// Its name (an alert reconfigured since is found by name).
+    name: String,
+    has_alert: bool,
+    /// Counted by its label values.
+    labelled: bool,
+    /// For a rule with a value.
+    measure: Option<Measure>,
+    /// `matches[source]`, for a rule without labels.
+    matches: Vec<u64>,
+    /// `observed[source]`, for a rule with a value and without labels.
+    observed: Vec<Observed>,
+    value_errors: u64,
+    matched: bool,
+}
+
 /// The matches of a batch.
 struct Tally {
     alerts: SharedAlerts,
     /// The alerts' configuration this counting's rules are.
     generation: u64,
-    /// The rules' names (an alert reconfigured since is found by name).
-    names: Vec<String>,
-    has_alert: Vec<bool>,
-    /// Rules with labels (counted by their values).
-    labelled_rules: Vec<bool>,
-    /// `matches[rule][source]`, for rules without labels.
-    matches: Vec<Vec<u64>>,
-    /// `measures[rule]`, for rules with a value.
-    measures: Vec<Option<Measure>>,
-    /// `observed[rule][source]`, for rules with a value and without labels.
-    observed: Vec<Vec<Observed>>,
+    /// Each rule, in rule order (a match's `rule`).
+    rules: Vec<RuleTally>,
     /// Matches of rules with labels, by (rule, source) and the labels' raw values (each its
     /// length, then its bytes: looked up without a copy), and their values.
     labelled: HashMap<(usize, usize), LabelSets>,
     /// The key of a match's labels, made again for each match.
     key: Vec<u8>,
-    value_errors: Vec<u64>,
-    matched: Vec<bool>,
 }
 
 impl Tally {
     /// `m`, in source `source`, written at `written`; `quote` is what an alert says of it.
     fn matched(&mut self, source: usize, m: &Matched<'_>, written: SystemTime, quote: &[u8]) {
-        let rule = m.rule;
-        self.matched[rule] = true;
-        let value = match (&self.measures[rule], m.value) {
+        let index = m.rule;
+        let rule = &mut self.rules[index];
+        rule.matched = true;
+        let value = match (&rule.measure, m.value) {
             (Some(measure), Some(text)) => match measure.reading.parse(text) {
                 Ok(value) => Some((value, measure.bounds.as_slice())),
                 Err(_) => {
-                    self.value_errors[rule] += 1;
+                    rule.value_errors += 1;
                     None
                 }
             },
             _ => None,
         };
-        if self.labelled_rules[rule] {
+        if rule.labelled {
             self.key.clear();
             for value in &m.values {
                 self.key.extend_from_slice(&u32::try_from(value.len()).unwrap_or(u32::MAX).to_le_bytes());
                 self.key.extend_from_slice(value);
             }
-            let sets = self.labelled.entry((rule, source)).or_default();
+            let sets = self.labelled.entry((index, source)).or_default();
             let (count, observed) = match sets.get_mut(self.key.as_slice()) {
                 Some(entry) => entry,
                 None => sets.entry(self.key.clone()).or_default(),
@@ -101,14 +108,13 @@ impl Tally {
                 observed.observe(value, bounds);
             }
         } else {
-            self.matches[rule][source] += 1;
+            rule.matches[source] += 1;
             if let Some((value, bounds)) = value {
-                self.observed[rule][source].observe(value, bounds);
+                rule.observed[source].observe(value, bounds);
             }
         }
-        if self.has_alert[rule] {
-            let name = self.names[rule].as_str();
-            lock(&self.alerts).record_of(self.generation, (rule, name), quote, written, SystemTime::now());
+        if rule.has_alert {
+            lock(&self.alerts).record_of(self.generation, (index, &rule.name), quote, written, SystemTime::now());
         }
     }
 }
@@ -118,40 +124,34 @@ impl Counting {
     /// each); lines matched on their first `max_line` bytes.
     pub(super) fn new(
         rules: Rules,
-        configs: &[RuleConfig],
         metrics: Arc<Metrics>,
         alerts: SharedAlerts,
         formats: Vec<Format>,
         max_line: usize,
     ) -> Self {
-        let (count, sources) = (rules.names().len(), formats.len());
-        let (has_alert, generation) = {
-            let book = lock(&alerts);
-            ((0..count).map(|rule| book.has_alert(rule)).collect(), book.generation())
-        };
-        let measures = configs
+        let sources = formats.len();
+        let book = lock(&alerts);
+        let generation = book.generation();
+        let tallies = rules
+            .configs()
             .iter()
-            .map(|r| {
-                (r.metric != MetricKind::Count).then(|| Measure {
+            .enumerate()
+            .map(|(index, r)| RuleTally {
+                name: r.name.clone(),
+                has_alert: book.has_alert(index),
+                labelled: !r.labels.is_empty(),
+                measure: (r.metric != MetricKind::Count).then(|| Measure {
                     reading: r.reading,
                     bounds: if r.metric == MetricKind::Histogram { r.buckets.clone() } else { Vec::new() },
-                })
+                }),
+                matches: vec![0; sources],
+                observed: vec![Observed::default(); sources],
+                value_errors: 0,
+                matched: false,
             })
             .collect();
-        let tally = Tally {
-            alerts,
-            generation,
-            names: rules.names().to_vec(),
-            has_alert,
-            labelled_rules: configs.iter().map(|r| !r.labels.is_empty()).collect(),
-            matches: vec![vec![0; sources]; count],
-            measures,
-            observed: vec![vec![Observed::default(); sources]; count],
-            labelled: HashMap::new(),
-            key: Vec::new(),
-            value_errors: vec![0; count],
-            matched: vec![false; count],
-        };
+        drop(book);
+        let tally = Tally { alerts, generation, rules: tallies, labelled: HashMap::new(), key: Vec::new() };
         Self {
             rules,
             metrics,
@@ -244,35 +244,25 @@ impl Counting {
         for (counters, counts) in self.metrics.events_cut.iter().zip(&mut self.cut) {
             add(counters, counts);
         }
-        for (counters, counts) in self.metrics.matches.iter().zip(&mut self.tally.matches) {
-            for (counter, count) in counters.iter().zip(counts.iter_mut()) {
-                if let Some(counter) = counter {
-                    counter.inc_by(std::mem::take(count));
+        let now = wall_clock();
+        for (index, (rule, metrics)) in self.tally.rules.iter_mut().zip(&self.metrics.rules).enumerate() {
+            add(&metrics.matches, &mut rule.matches);
+            for (source, observed) in rule.observed.iter_mut().enumerate() {
+                if observed.count > 0 {
+                    self.metrics.observed(index, source, &std::mem::take(observed));
                 }
             }
-        }
-        for (rule, per_source) in self.tally.observed.iter_mut().enumerate() {
-            for (source, observed) in per_source.iter_mut().enumerate() {
-                if observed.count > 0 {
-                    self.metrics.observed(rule, source, &std::mem::take(observed));
-                }
+            if let (Some(counter), true) = (&metrics.value_errors, rule.value_errors > 0) {
+                counter.inc_by(std::mem::take(&mut rule.value_errors));
+            }
+            if std::mem::take(&mut rule.matched) {
+                metrics.last_match.set(now);
             }
         }
         for ((rule, source), sets) in &mut self.tally.labelled {
             for (key, (count, observed)) in sets.drain() {
                 let observed = (observed.count > 0).then_some(&observed);
                 self.metrics.labelled_matches(*rule, *source, &label_values(&key), count, observed);
-            }
-        }
-        for (counter, count) in self.metrics.value_errors.iter().zip(&mut self.tally.value_errors) {
-            if let (Some(counter), true) = (counter, *count > 0) {
-                counter.inc_by(std::mem::take(count));
-            }
-        }
-        let now = wall_clock();
-        for (gauge, matched) in self.metrics.last_match.iter().zip(&mut self.tally.matched) {
-            if std::mem::take(matched) {
-                gauge.set(now);
             }
         }
     }
@@ -302,7 +292,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::config::{Pattern, Threshold, ValueFrom};
+    use crate::config::{Pattern, RuleConfig, Threshold, ValueFrom};
     use crate::parse::value::Unit;
     use crate::sinks::alerts::AlertBook;
 
@@ -319,7 +309,7 @@ mod tests {
         let alerts = Arc::new(Mutex::new(AlertBook::new(&rules)));
         let compiled = Rules::new(&rules).expect("rules");
         let formats = vec![Format::Text; 2];
-        (Counting::new(compiled, &rules, Arc::new(metrics), alerts.clone(), formats, 1024), registry, alerts)
+        (Counting::new(compiled, Arc::new(metrics), alerts.clone(), formats, 1024), registry, alerts)
     }
 
     #[test]
@@ -387,7 +377,7 @@ mod tests {
         let metrics = Metrics::register(&mut registry, &sources, rules, max_series);
         let alerts = Arc::new(Mutex::new(AlertBook::new(rules)));
         let compiled = Rules::new(rules).expect("rules");
-        (Counting::new(compiled, rules, Arc::new(metrics), alerts, formats, 1024), registry)
+        (Counting::new(compiled, Arc::new(metrics), alerts, formats, 1024), registry)
     }
 
     fn has(text: &str, series: &[&str]) {

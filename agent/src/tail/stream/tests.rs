@@ -40,7 +40,7 @@ fn pipeline() -> (Pipeline, Arc<Metrics>, Registry) {
     let metrics = Arc::new(Metrics::register(&mut registry, &["stdout".into()], &rules, 100));
     let alerts = Arc::new(Mutex::new(AlertBook::new(&rules)));
     let compiled = Rules::new(&rules).expect("rules");
-    let pipeline = Pipeline::reading(&compiled, &rules, vec![Format::Text], 1024, metrics.clone(), alerts);
+    let pipeline = Pipeline::reading(&compiled, vec![Format::Text], 1024, metrics.clone(), alerts);
     (pipeline, metrics, registry)
 }
 
