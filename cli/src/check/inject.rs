@@ -424,7 +424,7 @@ fn agent_lines(pod: &PodView, existing: bool, watcher: &Watcher) -> Vec<String> 
     for glob in &config.files {
         let under = |path: &String| {
             let dir = path.trim_end_matches('/');
-            glob.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
+            glob.as_str().strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
         };
         match mounted.iter().filter(|p| under(p)).max_by_key(|p| p.len()) {
             Some(path) => lines.push(format!("follows {glob}: a volume is mounted at {path} in the sidecar")),
