@@ -32,7 +32,8 @@ async fn restarts(pods: &Api<Pod>, pod: &str) -> Vec<i32> {
 }
 
 /// README's use case; then a rule added with `kubectl apply`: counted by the same agent within
-/// [`RELOADED_WITHIN`], every restart count 0, the unchanged rule's counter not reset. Then a
+/// [`RELOADED_WITHIN`], every restart count 0, the unchanged rule's counter not reset; then that
+/// rule's pattern changed: what it counts now, its series not reset. Then a
 /// pattern that does not compile: the ConfigMap stays as it was, the Watcher says so, and a pod
 /// created meanwhile is Ready and counting with the last good configuration.
 #[tokio::test]
@@ -72,6 +73,36 @@ async fn a_rule_added_is_counted_by_the_agents_that_run() {
     assert!(restarts(&pods, "shop").await.iter().all(|r| *r == 0), "no restart");
     let described = kubectl(&["describe", "pod", "shop", "-n", n]);
     assert!(described.contains("ConfigApplied"), "the Event on the pod: {described}");
+
+    // A pattern changed: rule `info` now counts the ERROR lines, its series going on.
+    let matches = |metrics: &str, rule: &str| sample(metrics, "watcher_agent_matches_total", &[("rule", rule), source]);
+    let info_before = matches(&metrics, "info").expect("info");
+    kubectl(&["apply", "-n", n, "-f", &watcher_with("    AGENT_RULE_INFO: \\bERROR\\b\n", "changed")]);
+    let reloaded = wait_for(RELOADED_WITHIN, || async {
+        let (_, metrics) = http_get(&url).await?;
+        let applied = sample(&metrics, "watcher_agent_config_reloads_total", &[("result", "applied")]);
+        (applied == Some(2.0)).then_some(metrics)
+    })
+    .await;
+    assert!(matches(&reloaded, "info").expect("info") >= info_before, "the changed rule's series go on");
+    // The reader takes a new configuration at its next flush: once the ERROR count has moved,
+    // every batch after is counted with it, and both rules count the same lines.
+    let after = |since: f64| {
+        let url = url.clone();
+        async move {
+            wait_for(Duration::from_secs(60), || async {
+                let (_, metrics) = http_get(&url).await?;
+                let counts = (matches(&metrics, "info")?, matches(&metrics, "error")?);
+                (counts.1 > since).then_some(counts)
+            })
+            .await
+        }
+    };
+    let error_reloaded = matches(&reloaded, "error").expect("error");
+    let (info_1, error_1) = after(error_reloaded).await;
+    let (info_2, error_2) = after(error_1).await;
+    assert_eq!(info_2 - info_1, error_2 - error_1, "the new pattern counts the ERROR lines");
+    assert!(restarts(&pods, "shop").await.iter().all(|r| *r == 0), "no restart");
 
     // A pattern that does not compile: never written, said by the Watcher.
     let configs = Api::<ConfigMap>::namespaced(client.clone(), n);
