@@ -22,9 +22,12 @@ async fn counts_become(watchers: &Api<Watcher>, check: impl Fn(PodCounts) -> boo
     .await
 }
 
-/// Waits until the webhook's cache has the Watcher that selects `app=<app>`: a dry-run pod of
-/// that label gets injected.
+/// Waits until the pods of `app=<app>` reach the webhook and get the Watcher `log-watcher`: a
+/// dry-run pod of that label is injected (the webhook's cache has the Watcher), and the Watcher
+/// is `Ready` (kube-apiserver's matchConditions send such pods: until then a pod the
+/// ReplicaSet makes may be admitted without a call).
 async fn injected_on_a_dry_run(pods: &Api<Pod>, app: &str) {
+    let watchers = Api::<Watcher>::namespaced(pods.clone().into_client(), pods.namespace().unwrap_or_default());
     let probe: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "probe", "labels": {"app": app}},
         "spec": {"containers": [{"name": "app", "image": "busybox:1.36"}]}}))
@@ -33,6 +36,11 @@ async fn injected_on_a_dry_run(pods: &Api<Pod>, app: &str) {
     wait_for(STEP, || async {
         let created = pods.create(&dry_run, &probe).await.ok()?;
         created.metadata.annotations?.get(watcher_api::annotation::Injected::KEY).cloned()
+    })
+    .await;
+    wait_for(STEP, || async {
+        let status = watchers.get("log-watcher").await.ok()?.status?;
+        status.conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True").map(|_| ())
     })
     .await;
 }

@@ -32,11 +32,14 @@ pub enum MetricKind {
     Gauge,
     /// Observes their values in buckets.
     Histogram,
+    /// Is the running total the line carries (a counter set to it: a lower value is a reset of
+    /// the app's count).
+    Cumulative,
 }
 
 impl MetricKind {
     /// The words `AGENT_METRIC_<NAME>` takes.
-    pub const WORDS: [&'static str; 4] = ["count", "sum", "gauge", "histogram"];
+    pub const WORDS: [&'static str; 5] = ["count", "sum", "gauge", "histogram", "cumulative"];
 
     fn parse(word: &str) -> Option<Self> {
         Some(match word {
@@ -44,6 +47,7 @@ impl MetricKind {
             "sum" => Self::Sum,
             "gauge" => Self::Gauge,
             "histogram" => Self::Histogram,
+            "cumulative" => Self::Cumulative,
             _ => return None,
         })
     }
@@ -55,6 +59,7 @@ impl MetricKind {
             Self::Sum => "sum",
             Self::Gauge => "gauge",
             Self::Histogram => "histogram",
+            Self::Cumulative => "cumulative",
         }
     }
 }
@@ -243,8 +248,9 @@ fn setting(rule: &mut RuleConfig, prefix: &str, key: &str, value: &str, structur
     match prefix {
         ALERT_PREFIX => rule.alert = Some(parse_threshold(value).map_err(|problem| error(key, problem))?),
         METRIC_PREFIX => {
-            rule.metric = MetricKind::parse(value)
-                .ok_or_else(|| error(key, format!("{value:?}: `count`, `sum`, `gauge` or `histogram`")))?;
+            rule.metric = MetricKind::parse(value).ok_or_else(|| {
+                error(key, format!("{value:?}: `count`, `sum`, `gauge`, `histogram` or `cumulative`"))
+            })?;
         }
         UNIT_PREFIX => {
             let unit =
@@ -290,7 +296,7 @@ fn finish(rule: &mut RuleConfig) -> Result<(), ConfigError> {
     labels.extend(field_names);
     rule.labels = labels;
     match (rule.metric, &rule.value) {
-        (kind @ (MetricKind::Sum | MetricKind::Gauge | MetricKind::Histogram), None) => {
+        (kind @ (MetricKind::Sum | MetricKind::Gauge | MetricKind::Histogram | MetricKind::Cumulative), None) => {
             return Err(error(
                 &key(METRIC_PREFIX),
                 format!("{} needs a value: set {} to a named group or a field", kind.as_str(), key(VALUE_PREFIX)),
@@ -299,7 +305,11 @@ fn finish(rule: &mut RuleConfig) -> Result<(), ConfigError> {
         (MetricKind::Count, Some(_)) => {
             return Err(error(
                 &key(VALUE_PREFIX),
-                format!("rule {} counts its matches: set {} to sum, gauge or histogram", rule.name, key(METRIC_PREFIX)),
+                format!(
+                    "rule {} counts its matches: set {} to sum, gauge, histogram or cumulative",
+                    rule.name,
+                    key(METRIC_PREFIX)
+                ),
             ));
         }
         _ => {}
@@ -318,7 +328,8 @@ fn finish(rule: &mut RuleConfig) -> Result<(), ConfigError> {
         }
         (_, true) => {}
     }
-    rule.reading.non_negative = rule.metric == MetricKind::Sum;
+    // A sum adds its values and a running total only grows between resets: neither is negative.
+    rule.reading.non_negative = matches!(rule.metric, MetricKind::Sum | MetricKind::Cumulative);
     Ok(())
 }
 

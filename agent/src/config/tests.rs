@@ -310,7 +310,11 @@ fn values_fields_and_events_problems_name_their_variable() {
         (vec![files, latency, value], "AGENT_VALUE_LATENCY: rule latency counts its matches: set AGENT_METRIC_LATENCY"),
         (
             vec![files, latency, value, ("AGENT_METRIC_LATENCY", "summary")],
-            "AGENT_METRIC_LATENCY: \"summary\": `count`, `sum`, `gauge` or `histogram`",
+            "AGENT_METRIC_LATENCY: \"summary\": `count`, `sum`, `gauge`, `histogram` or `cumulative`",
+        ),
+        (
+            vec![files, latency, ("AGENT_METRIC_LATENCY", "cumulative")],
+            "AGENT_METRIC_LATENCY: cumulative needs a value: set AGENT_VALUE_LATENCY",
         ),
         (
             vec![files, latency, value, histogram, ("AGENT_BUCKETS_LATENCY", "1,0.5")],

@@ -144,7 +144,9 @@ pub(super) const METRIC: Variable = Variable {
     default: "count",
     kind: Kind::Family,
     doc: "what rule `<NAME>` makes: `count` (its matches), `sum` (a counter adding its values), `gauge` (the last \
-          value) or `histogram`, named `watcher_agent_<name>` with `_seconds` or `_bytes` after `AGENT_UNIT_<NAME>`",
+          value), `histogram`, or `cumulative` (a counter that is the running total the line carries, \
+          `requests_total=1500`: a lower value is a reset of the app's count), named `watcher_agent_<name>` with \
+          `_seconds` or `_bytes` after `AGENT_UNIT_<NAME>`",
 };
 /// `AGENT_BUCKETS_<NAME>`.
 pub(super) const BUCKETS: Variable = Variable {

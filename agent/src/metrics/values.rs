@@ -99,6 +99,37 @@ impl EncodeMetric for BatchHistogram {
     }
 }
 
+/// A counter that is the running total an app logs (`AGENT_METRIC_<NAME>=cumulative`): set to
+/// each value read, the last of a batch. A value lower than the one before is the app's count
+/// starting again, which Prometheus reads as a counter's reset (`resets()`, `rate()`).
+#[derive(Clone, Debug, Default)]
+pub(super) struct RunningTotal(Arc<AtomicU64>);
+
+impl RunningTotal {
+    fn set(&self, total: f64) {
+        self.0.store(total.to_bits(), Ordering::Relaxed);
+    }
+
+    /// The running total last read.
+    pub(super) fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+}
+
+impl TypedMetric for RunningTotal {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for RunningTotal {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.encode_counter::<NoLabelSet, _, f64>(&self.get(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
 /// Makes a rule's histograms with its buckets.
 #[derive(Clone, Debug)]
 pub struct Buckets(Arc<[f64]>);
@@ -138,13 +169,14 @@ impl Collector for ValueMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         for (name, (help, metric)) in lock(&self.0).iter() {
             let kind = match metric {
-                ValueMetric::Sum(_) => MetricType::Counter,
+                ValueMetric::Sum(_) | ValueMetric::Cumulative(_) => MetricType::Counter,
                 ValueMetric::Gauge(_) => MetricType::Gauge,
                 ValueMetric::Histogram(_) => MetricType::Histogram,
             };
             let series = encoder.encode_descriptor(name, help, None, kind)?;
             match metric {
                 ValueMetric::Sum(family) => family.encode(series)?,
+                ValueMetric::Cumulative(family) => family.encode(series)?,
                 ValueMetric::Gauge(family) => family.encode(series)?,
                 ValueMetric::Histogram(family) => family.encode(series)?,
             }
@@ -157,6 +189,7 @@ impl Collector for ValueMetrics {
 #[derive(Clone, Debug)]
 pub(super) enum ValueMetric {
     Sum(Family<Labels, Counter<f64, AtomicU64>>),
+    Cumulative(Family<Labels, RunningTotal>),
     Gauge(Family<Labels, Gauge<f64, AtomicU64>>),
     Histogram(Family<Labels, BatchHistogram, Buckets>),
 }
@@ -167,6 +200,7 @@ impl ValueMetric {
         Some(match rule.metric {
             MetricKind::Count => return None,
             MetricKind::Sum => Self::Sum(Family::default()),
+            MetricKind::Cumulative => Self::Cumulative(Family::default()),
             MetricKind::Gauge => Self::Gauge(Family::default()),
             MetricKind::Histogram => {
                 Self::Histogram(Family::new_with_constructor(Buckets(rule.buckets.clone().into())))
@@ -177,6 +211,8 @@ impl ValueMetric {
     pub(super) fn add(&self, labels: &Labels, observed: &Observed) {
         match self {
             Self::Sum(family) => drop(family.get_or_create(labels).inc_by(observed.sum)),
+            Self::Cumulative(family) if observed.count > 0 => family.get_or_create(labels).set(observed.last),
+            Self::Cumulative(_) => {}
             Self::Gauge(family) if observed.count > 0 => drop(family.get_or_create(labels).set(observed.last)),
             Self::Gauge(_) => {}
             Self::Histogram(family) => family.get_or_create(labels).add(observed),
@@ -187,7 +223,7 @@ impl ValueMetric {
     pub(super) fn at_zero(&self, labels: &Labels) {
         match self {
             Self::Sum(family) => drop(family.get_or_create(labels)),
-            Self::Gauge(_) => {}
+            Self::Gauge(_) | Self::Cumulative(_) => {}
             Self::Histogram(family) => drop(family.get_or_create(labels)),
         }
     }
@@ -195,6 +231,7 @@ impl ValueMetric {
     pub(super) fn remove(&self, labels: &Labels) {
         match self {
             Self::Sum(family) => drop(family.remove(labels)),
+            Self::Cumulative(family) => drop(family.remove(labels)),
             Self::Gauge(family) => drop(family.remove(labels)),
             Self::Histogram(family) => drop(family.remove(labels)),
         }

@@ -492,6 +492,29 @@ mod tests {
         );
     }
 
+    /// A running total the app logs is the counter's value: the last of a batch, and after a
+    /// lower one (the app's count started again) the new value, as logged; a negative total is
+    /// an error, never the value.
+    #[test]
+    fn a_running_total_is_the_counter_and_a_lower_one_a_reset() {
+        let requests = rule("requests", Some(r"requests_total=(?P<n>-?\d+)"), |r| {
+            r.value = Some(ValueFrom::Group("n".into()));
+            r.metric = MetricKind::Cumulative;
+            r.reading = Reading { bare: None, non_negative: true };
+            r.labels.clear();
+        });
+        let (mut c, registry) = measuring(&[requests], vec![Format::Text], 100);
+        let series = r#"watcher_agent_requests_total{rule="requests",source="s0"}"#;
+        has(&read(&mut c, &registry, b"requests_total=1500\nrequests_total=1600\n"), &[&format!("{series} 1600.0")]);
+        has(&read(&mut c, &registry, b"nothing\n"), &[&format!("{series} 1600.0")]);
+        has(
+            &read(&mut c, &registry, b"requests_total=20\nrequests_total=-3\nrequests_total=30\n"),
+            &[&format!("{series} 30.0"), r#"watcher_agent_value_errors_total{rule="requests"} 1"#],
+        );
+        let text = read(&mut c, &registry, b"");
+        assert!(text.contains("# TYPE watcher_agent_requests_total counter"), "{text}");
+    }
+
     /// An event is matched once, its lines counted, its first line quoted by the alert.
     #[test]
     fn events_are_matched_once_and_quoted_by_their_first_line() {
