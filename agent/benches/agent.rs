@@ -298,6 +298,12 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
+    // `... -- scrape`: a scrape of 100 series in each format.
+    if std::env::args().any(|a| a == "scrape") {
+        scrape();
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     // `... -- memory`: only the memory rows, following 10 files.
     if std::env::args().any(|a| a == "memory") {
         memory(&dir, programs, &[10]);
@@ -374,6 +380,19 @@ fn values_fields_and_events(dir: &Path, log: &str, programs: &str) {
     if let Some(seconds) = mtail {
         println!("{:<44} {:>14.0}", "mtail --one_shot, 2 rules + a histogram", LINES as f64 / seconds);
     }
+    // The same histogram, also a native one: both from one observation.
+    let native = configured(&[
+        ("AGENT_RULE_ERROR", r"\bERROR\b"),
+        ("AGENT_RULE_TIMEOUT", "(?i)timeout"),
+        ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms"),
+        ("AGENT_VALUE_LATENCY", "ms"),
+        ("AGENT_METRIC_LATENCY", "histogram"),
+        ("AGENT_UNIT_LATENCY", "ms"),
+        ("AGENT_NATIVE_LATENCY", "1.1"),
+    ]);
+    let (native_rate, matched) = agent_reading(log, &native.rules, None, Format::Text, None);
+    assert_eq!(matched, (LINES / 50) as u64, "every ERROR line counted once");
+    println!("{:<44} {native_rate:>14.0} {:>10.2}", "text: 2 rules + a native histogram (1.1)", native_rate / rate);
 
     let json = dir.join("json.log");
     let twin = dir.join("twin.log");
@@ -609,4 +628,58 @@ fn reloads(dir: &Path) {
         best = best.min(start.elapsed());
     }
     println!("{:<48} {:>11.1} ms", "a reload of 32 rules, best of 10", best.as_secs_f64() * 1e3);
+}
+
+/// A scrape in each format `/metrics` serves, of 100 rule series (90 counters of a rule with a
+/// label, 10 sources of a histogram that is also a native one) beside the agent's own: the time
+/// a scrape takes to encode, best of 5 rounds of 2,000.
+fn scrape() {
+    let configured = configured(&[
+        ("AGENT_RULE_STATUS", r"status=(?P<code>\d+)"),
+        ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms"),
+        ("AGENT_VALUE_LATENCY", "ms"),
+        ("AGENT_METRIC_LATENCY", "histogram"),
+        ("AGENT_UNIT_LATENCY", "ms"),
+        ("AGENT_NATIVE_LATENCY", "1.1"),
+    ]);
+    let sources: Vec<String> = (0..10).map(|s| format!("/var/log/app-{s}/*.log")).collect();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry, &sources, &configured.rules, 1000);
+    let rules = Rules::new(&configured.rules).expect("rules");
+    let alerts = Arc::new(Mutex::new(AlertBook::new(&configured.rules)));
+    let mut pipeline = Pipeline::reading(&rules, vec![Format::Text; 10], 16_384, Arc::new(metrics), alerts);
+    let written = std::time::SystemTime::now();
+    for source in 0..10 {
+        let lines: String = (0..9).map(|code| format!("status={} took={}ms\n", 200 + code, 3 + code * 40)).collect();
+        let record = Record { source, piece: watcher_agent::record::Piece::Run(lines.as_bytes()), written };
+        pipeline.take(record);
+    }
+    pipeline.flush();
+    let series = watcher_agent::metrics::prometheus_text(&registry)
+        .lines()
+        .filter(|l| {
+            l.starts_with("watcher_agent_matches_total{rule=\"status\"")
+                || l.starts_with("watcher_agent_latency_seconds_count")
+        })
+        .count();
+    println!("{:<44} {:>14} {:>10}", format!("a scrape of {series} rule series, encoded"), "µs", "bytes");
+    let time = |encode: &dyn Fn() -> usize| {
+        let mut best = f64::MAX;
+        let mut bytes = 0;
+        for _ in 0..5 {
+            let start = Instant::now();
+            for _ in 0..2000 {
+                bytes = encode();
+            }
+            best = best.min(start.elapsed().as_secs_f64() / 2000.0);
+        }
+        (best * 1e6, bytes)
+    };
+    let (text, text_bytes) = time(&|| watcher_agent::metrics::prometheus_text(&registry).len());
+    let (open, open_bytes) = time(&|| watcher_agent::metrics::openmetrics(&registry).len());
+    let (protobuf, protobuf_bytes) = time(&|| watcher_agent::metrics::protobuf(&registry).len());
+    println!("{:<44} {text:>14.1} {text_bytes:>10}", "text 0.0.4");
+    println!("{:<44} {open:>14.1} {open_bytes:>10}", "OpenMetrics text");
+    println!("{:<44} {protobuf:>14.1} {protobuf_bytes:>10}", "protobuf (delimited MetricFamily)");
+    println!("{:<44} {:>14.2}", "protobuf against text 0.0.4 (time)", protobuf / text);
 }

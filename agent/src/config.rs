@@ -16,6 +16,7 @@ mod variables;
 
 pub use rule::{
     DEFAULT_BUCKETS, FieldMatch, MAX_BUCKETS, MAX_FIELDS, MetricKind, OWN_FAMILIES, Pattern, RuleConfig, ValueFrom,
+    growth, native_schema_for,
 };
 use variables::{
     ALERTMANAGER_URL, CONFIG_DIR, ENDED_FILE, EVENTS, FILES, FORMAT, IGNORE_OLDER, LISTEN, LOGS_CONTAINER,
@@ -48,9 +49,20 @@ pub const BUCKETS_PREFIX: &str = "AGENT_BUCKETS_";
 pub const UNIT_PREFIX: &str = "AGENT_UNIT_";
 /// `AGENT_LABELS_<NAME>=field,label:field`.
 pub const LABELS_PREFIX: &str = "AGENT_LABELS_";
+/// `AGENT_NATIVE_<NAME>=<factor>`: rule `<NAME>`'s histogram is also a native one.
+pub const NATIVE_PREFIX: &str = "AGENT_NATIVE_";
 /// Every family of variables, one per rule.
-pub const RULE_FAMILIES: [&str; 8] =
-    [RULE_PREFIX, MATCH_PREFIX, ALERT_PREFIX, VALUE_PREFIX, METRIC_PREFIX, BUCKETS_PREFIX, UNIT_PREFIX, LABELS_PREFIX];
+pub const RULE_FAMILIES: [&str; 9] = [
+    RULE_PREFIX,
+    MATCH_PREFIX,
+    ALERT_PREFIX,
+    VALUE_PREFIX,
+    METRIC_PREFIX,
+    BUCKETS_PREFIX,
+    UNIT_PREFIX,
+    LABELS_PREFIX,
+    NATIVE_PREFIX,
+];
 
 /// At most this many rules (one pass over each line matches them all).
 pub const MAX_RULES: usize = 64;

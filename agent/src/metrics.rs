@@ -20,6 +20,7 @@ use prometheus_client::registry::Registry;
 use crate::config::RuleConfig;
 use crate::record::SourceError;
 
+pub mod native;
 pub(crate) mod server;
 mod termination;
 mod values;
@@ -192,6 +193,7 @@ struct Series {
     metric_name: Option<String>,
     labels: Vec<String>,
     buckets: Vec<f64>,
+    native_schema: Option<i32>,
 }
 
 impl Series {
@@ -202,6 +204,7 @@ impl Series {
             metric_name: rule.metric_name(),
             labels: rule.labels.clone(),
             buckets: rule.buckets.clone(),
+            native_schema: rule.native_schema,
         }
     }
 }
@@ -621,6 +624,13 @@ fn match_labels(rule: &str, source: &str, names: &[String], values: &[String]) -
 /// A named group's value as a label value: text, at most [`VALUE_BYTES`].
 pub fn label_value(bytes: &[u8]) -> String {
     crate::text::truncate(&String::from_utf8_lossy(bytes), VALUE_BYTES)
+}
+
+/// `registry` in Prometheus' protobuf exposition: length-delimited `io.prometheus.client.MetricFamily`
+/// messages, native histograms with their classic buckets.
+pub fn protobuf(registry: &Registry) -> Vec<u8> {
+    // Every metric here encodes (as the text encoders show): an error leaves the families before it.
+    prometheus_client::encoding::prometheus_protobuf::encode_to_vec(registry).unwrap_or_default()
 }
 
 /// `registry` as OpenMetrics text.

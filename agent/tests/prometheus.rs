@@ -121,3 +121,38 @@ fn a_running_total_is_stored_as_logged_and_its_restart_is_one_reset() {
     assert_eq!(prometheus.query(&format!("resets({series}[5m])")), Some(1.0), "the app's restart, once");
     assert_eq!(prometheus.query(&format!("max_over_time({series}[5m])")), Some(250.0));
 }
+
+/// A native histogram (`AGENT_NATIVE_<NAME>=1.1`) scraped by Prometheus with native histograms
+/// on: it asks for the protobuf exposition, and stores the histogram whole. Its count is exact
+/// and its p99 within the factor's error of the true p99 of the values written; a scraper that
+/// asks for text still gets the classic buckets.
+#[test]
+fn a_native_histogram_is_scraped_in_protobuf_and_its_p99_is_within_the_factor() {
+    let dir = dir("prometheus-native");
+    let log = dir.join("app.log");
+    append(&log, "");
+    let agent = Agent::start(&[
+        ("AGENT_FILES", format!("{}/*.log", dir.display())),
+        ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms".to_owned()),
+        ("AGENT_VALUE_LATENCY", "ms".to_owned()),
+        ("AGENT_METRIC_LATENCY", "histogram".to_owned()),
+        ("AGENT_UNIT_LATENCY", "ms".to_owned()),
+        ("AGENT_NATIVE_LATENCY", "1.1".to_owned()),
+        ("AGENT_POLL", "20ms".to_owned()),
+        ("AGENT_EVENTS", "false".to_owned()),
+    ]);
+    let Some(prometheus) = Prometheus::start(&dir, agent.addr) else { return };
+    // 1 ms to 1000 ms, each once, in a shuffled order: the true p99 is 990 ms.
+    let values: Vec<u32> = (1..=1000).map(|i| (i * 337) % 1000 + 1).collect();
+    let lines: String = values.iter().map(|ms| format!("GET /cart took={ms}ms\n")).collect();
+    append(&log, &lines);
+    let series = r#"watcher_agent_latency_seconds{rule="latency"}"#;
+    prometheus.wait_value(&format!("histogram_count({series})"), 1000.0);
+    let p99 = prometheus.query(&format!("histogram_quantile(0.99, {series})")).expect("a p99");
+    assert!((p99 / 0.99 - 1.0).abs() <= 0.1, "p99 {p99} s, the true one 0.99 s");
+    let sum = prometheus.query(&format!("histogram_sum({series})")).expect("a sum");
+    assert!((sum - 500.5).abs() < 1e-6, "{sum}");
+    eprintln!("native histogram in Prometheus: count 1000, p99 {p99} s (true 0.99 s), sum {sum} s");
+    let (_, text) = get(agent.addr, "/metrics").expect("/metrics");
+    assert!(text.contains(r#"watcher_agent_latency_seconds_bucket{le="1.0",rule="latency""#), "{text}");
+}

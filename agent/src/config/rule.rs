@@ -5,8 +5,8 @@
 //! variable.
 
 use super::{
-    ALERT_PREFIX, BUCKETS_PREFIX, ConfigError, LABELS_PREFIX, MATCH_PREFIX, MAX_RULES, METRIC_PREFIX, RULE_PREFIX,
-    UNIT_PREFIX, VALUE_PREFIX, Values, error, is_label_name, parse_threshold,
+    ALERT_PREFIX, BUCKETS_PREFIX, ConfigError, LABELS_PREFIX, MATCH_PREFIX, MAX_RULES, METRIC_PREFIX, NATIVE_PREFIX,
+    RULE_PREFIX, UNIT_PREFIX, VALUE_PREFIX, Values, error, is_label_name, parse_threshold,
 };
 
 use crate::parse::value::{Reading, Unit};
@@ -106,6 +106,9 @@ pub struct RuleConfig {
     pub metric: MetricKind,
     /// A histogram's upper bounds, in base units (`AGENT_BUCKETS_<NAME>`).
     pub buckets: Vec<f64>,
+    /// The schema of its native histogram (`AGENT_NATIVE_<NAME>`'s growth factor picks it), if
+    /// its histogram is also a native one.
+    pub native_schema: Option<i32>,
     /// How its values are read (`AGENT_UNIT_<NAME>`).
     pub reading: Reading,
 }
@@ -168,7 +171,8 @@ pub(super) fn rules(values: &Values, structured: bool) -> Result<Vec<RuleConfig>
     if rules.len() > MAX_RULES {
         return Err(error("AGENT_RULE_<NAME>", format!("{} rules: at most {MAX_RULES}", rules.len())));
     }
-    for prefix in [ALERT_PREFIX, METRIC_PREFIX, UNIT_PREFIX, VALUE_PREFIX, LABELS_PREFIX, BUCKETS_PREFIX] {
+    for prefix in [ALERT_PREFIX, METRIC_PREFIX, UNIT_PREFIX, VALUE_PREFIX, LABELS_PREFIX, BUCKETS_PREFIX, NATIVE_PREFIX]
+    {
         let mut seen: Vec<usize> = Vec::new();
         for (key, value) in values.own.iter().filter(|(k, _)| k.starts_with(prefix)) {
             let index = rule_of(key, prefix, &rules)?;
@@ -260,6 +264,7 @@ fn setting(rule: &mut RuleConfig, prefix: &str, key: &str, value: &str, structur
         VALUE_PREFIX => rule.value = Some(value_from(key, value, rule, structured)?),
         LABELS_PREFIX if !structured => return Err(error(key, NEEDS_STRUCTURED)),
         LABELS_PREFIX => rule.field_labels = field_labels(key, value, &mut rule.labels)?,
+        NATIVE_PREFIX => rule.native_schema = Some(native_schema(key, value)?),
         _ => rule.buckets = buckets(key, value)?,
     }
     Ok(())
@@ -329,6 +334,12 @@ fn finish(rule: &mut RuleConfig) -> Result<(), ConfigError> {
         (_, true) => {}
     }
     // A sum adds its values and a running total only grows between resets: neither is negative.
+    if rule.native_schema.is_some() && rule.metric != MetricKind::Histogram {
+        return Err(error(
+            &key(NATIVE_PREFIX),
+            format!("rule {} makes a {}: set {} to histogram", rule.name, rule.metric.as_str(), key(METRIC_PREFIX)),
+        ));
+    }
     rule.reading.non_negative = matches!(rule.metric, MetricKind::Sum | MetricKind::Cumulative);
     Ok(())
 }
@@ -349,6 +360,35 @@ fn metric_names(rules: &[RuleConfig]) -> Result<(), ConfigError> {
         names.push((name, rule));
     }
     Ok(())
+}
+
+/// The highest schema (the finest buckets: growth 2^(1/256)).
+const MAX_SCHEMA: i32 = 8;
+
+/// The native histogram schema whose bucket growth is at most `factor` (1 < factor ≤ 2), as
+/// client_golang picks it: the coarsest such one.
+pub fn native_schema_for(factor: f64) -> i32 {
+    let floor = factor.log2().log2().floor();
+    if floor <= -f64::from(MAX_SCHEMA) {
+        MAX_SCHEMA
+    } else {
+        // 1 < factor ≤ 2: log2(log2(factor)) ≤ 0, the schema 0 to 8.
+        (-floor).clamp(0.0, f64::from(MAX_SCHEMA)) as i32
+    }
+}
+
+/// The bucket growth of native histogram schema `schema`: `2^(2^-schema)`.
+pub fn growth(schema: i32) -> f64 {
+    2_f64.powf(2_f64.powi(-schema))
+}
+
+/// `AGENT_NATIVE_<NAME>=<factor>`: the schema of the native histogram whose buckets grow by at
+/// most `factor` (1 < factor ≤ 2), as client_golang's `NativeHistogramBucketFactor` picks it.
+fn native_schema(key: &str, value: &str) -> Result<i32, ConfigError> {
+    match value.trim().parse::<f64>() {
+        Ok(factor) if factor > 1.0 && factor <= 2.0 => Ok(native_schema_for(factor)),
+        _ => Err(error(key, format!("{value:?}: a bucket growth factor above 1 and at most 2, e.g. 1.1"))),
+    }
 }
 
 /// `AGENT_VALUE_<NAME>`: a named group of the rule's regular expression, else a field.

@@ -155,6 +155,15 @@ pub(super) const BUCKETS: Variable = Variable {
     kind: Kind::Family,
     doc: "a histogram's upper bounds in base units (seconds, bytes), strictly increasing, at most 64",
 };
+/// `AGENT_NATIVE_<NAME>`.
+pub(super) const NATIVE: Variable = Variable {
+    name: "AGENT_NATIVE_<NAME>",
+    default: "(none)",
+    kind: Kind::Family,
+    doc: "rule `<NAME>`'s histogram is also a Prometheus native histogram whose buckets grow by at most this \
+          factor (above 1, at most 2: `1.1` is 8 buckets per power of two), served in the protobuf exposition to \
+          a scraper that asks for it; its classic buckets are served to every scraper",
+};
 /// `AGENT_UNIT_<NAME>`.
 pub(super) const UNIT: Variable = Variable {
     name: "AGENT_UNIT_<NAME>",
@@ -369,7 +378,7 @@ pub(super) const POD: Variable = Variable {
 };
 
 /// Every variable, in the order docs/agent.md and `watcher-agent help` show them.
-pub const VARIABLES: [Variable; 36] = [
+pub const VARIABLES: [Variable; 37] = [
     FILES,
     LOGS_CONTAINER,
     RULE,
@@ -378,6 +387,7 @@ pub const VARIABLES: [Variable; 36] = [
     VALUE,
     METRIC,
     BUCKETS,
+    NATIVE,
     UNIT,
     LABELS,
     FORMAT,

@@ -22,7 +22,7 @@ fn latency(labels: &[&str]) -> (Registry, Metrics) {
 fn observed(values: &[f64]) -> Observed {
     let mut observed = Observed::default();
     for value in values {
-        observed.observe(*value, &crate::config::DEFAULT_BUCKETS);
+        observed.observe(*value, &crate::config::DEFAULT_BUCKETS, None);
     }
     observed
 }
@@ -148,7 +148,7 @@ fn a_new_configuration_keeps_the_series_of_the_rules_made_alike() {
     metrics.rules[0].matches[0].inc_by(5);
     metrics.labelled_matches(1, 0, &["500".into()], 2, None);
     let mut seen = Observed::default();
-    seen.observe(0.2, &[0.25, 1.0]);
+    seen.observe(0.2, &[0.25, 1.0], None);
     metrics.observed(2, 0, &seen);
     metrics.running("aaaa");
 

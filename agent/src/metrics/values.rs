@@ -10,7 +10,9 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use watcher_base::lock;
 
-use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NativeHistogram, NativeHistogramBuckets, NoLabelSet};
+
+use super::native::{Index, Native, ZERO_THRESHOLD};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
@@ -29,12 +31,15 @@ pub struct Observed {
     pub last: f64,
     /// Per bucket (the last, `+Inf`), for a histogram.
     pub buckets: Vec<u64>,
+    /// By native bucket, for a native histogram.
+    pub native: Native,
 }
 
 impl Observed {
-    /// `value`, in a histogram with upper bounds `bounds` where there are some.
+    /// `value`, in a histogram with upper bounds `bounds` where there are some, and in the
+    /// native buckets `native` finds where it is one: both from this one observation.
     #[inline]
-    pub fn observe(&mut self, value: f64, bounds: &[f64]) {
+    pub fn observe(&mut self, value: f64, bounds: &[f64], native: Option<&Index>) {
         self.count += 1;
         self.sum += value;
         self.last = value;
@@ -43,6 +48,9 @@ impl Observed {
                 self.buckets = vec![0; bounds.len() + 1];
             }
             self.buckets[bounds.partition_point(|bound| *bound < value)] += 1;
+        }
+        if let Some(index) = native {
+            self.native.observe(value, index);
         }
     }
 }
@@ -53,6 +61,9 @@ impl Observed {
 pub struct BatchHistogram {
     bounds: Arc<[f64]>,
     inner: Arc<HistogramCounts>,
+    /// Its native buckets, where it is also a native histogram: the schema, and the counts (a
+    /// lock taken once a batch and at a scrape).
+    native: Option<(i32, Arc<Mutex<Native>>)>,
 }
 
 #[derive(Debug)]
@@ -65,9 +76,10 @@ struct HistogramCounts {
 }
 
 impl BatchHistogram {
-    fn new(bounds: Arc<[f64]>) -> Self {
+    fn new(bounds: Arc<[f64]>, native_schema: Option<i32>) -> Self {
         let buckets = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
-        Self { bounds, inner: Arc::new(HistogramCounts { buckets, count: AtomicU64::new(0), sum: AtomicU64::new(0) }) }
+        let inner = Arc::new(HistogramCounts { buckets, count: AtomicU64::new(0), sum: AtomicU64::new(0) });
+        Self { bounds, inner, native: native_schema.map(|schema| (schema, Arc::default())) }
     }
 
     fn add(&self, observed: &Observed) {
@@ -78,6 +90,9 @@ impl BatchHistogram {
             Some((f64::from_bits(bits) + observed.sum).to_bits())
         });
         self.inner.count.fetch_add(observed.count, Ordering::Relaxed);
+        if let Some((_, native)) = &self.native {
+            lock(native).merge(&observed.native);
+        }
     }
 }
 
@@ -91,7 +106,22 @@ impl EncodeMetric for BatchHistogram {
         let buckets: Vec<(f64, u64)> =
             bounds.zip(self.inner.buckets.iter().map(|b| b.load(Ordering::Relaxed))).collect();
         let sum = f64::from_bits(self.inner.sum.load(Ordering::Relaxed));
-        encoder.encode_histogram::<NoLabelSet>(sum, self.inner.count.load(Ordering::Relaxed), &buckets, None)
+        let count = self.inner.count.load(Ordering::Relaxed);
+        let Some((schema, native)) = &self.native else {
+            return encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None);
+        };
+        let native = lock(native).clone();
+        let (positive_spans, positive_deltas) = native.positive.spans_and_deltas();
+        let (negative_spans, negative_deltas) = native.negative.spans_and_deltas();
+        let native = NativeHistogram {
+            schema: *schema,
+            zero_threshold: ZERO_THRESHOLD,
+            zero_count: native.zero,
+            negative: NativeHistogramBuckets { spans: &negative_spans, deltas: &negative_deltas },
+            positive: NativeHistogramBuckets { spans: &positive_spans, deltas: &positive_deltas },
+            created: None,
+        };
+        encoder.encode_histogram_with_native::<NoLabelSet>(sum, count, &buckets, None, native)
     }
 
     fn metric_type(&self) -> MetricType {
@@ -130,13 +160,13 @@ impl EncodeMetric for RunningTotal {
     }
 }
 
-/// Makes a rule's histograms with its buckets.
+/// Makes a rule's histograms with its buckets (and its native schema, where it has one).
 #[derive(Clone, Debug)]
-pub struct Buckets(Arc<[f64]>);
+pub struct Buckets(Arc<[f64]>, Option<i32>);
 
 impl MetricConstructor<BatchHistogram> for Buckets {
     fn new_metric(&self) -> BatchHistogram {
-        BatchHistogram::new(self.0.clone())
+        BatchHistogram::new(self.0.clone(), self.1)
     }
 }
 
@@ -203,7 +233,7 @@ impl ValueMetric {
             MetricKind::Cumulative => Self::Cumulative(Family::default()),
             MetricKind::Gauge => Self::Gauge(Family::default()),
             MetricKind::Histogram => {
-                Self::Histogram(Family::new_with_constructor(Buckets(rule.buckets.clone().into())))
+                Self::Histogram(Family::new_with_constructor(Buckets(rule.buckets.clone().into(), rule.native_schema)))
             }
         })
     }

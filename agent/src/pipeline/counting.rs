@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use super::Record;
 use crate::config::MetricKind;
 use crate::matching::{Matched, Rules};
+use crate::metrics::native::Index;
 use crate::metrics::{Metrics, Observed, label_value};
 use crate::parse::fields::{self, Format};
 use crate::parse::value::Reading;
@@ -43,6 +44,8 @@ struct Measure {
     reading: Reading,
     /// A histogram's bounds (none for a sum or a gauge).
     bounds: Vec<f64>,
+    /// A native histogram's buckets.
+    native: Option<Index>,
 }
 
 /// One rule, as counting reads it, and what a batch counted of it.
@@ -84,7 +87,7 @@ impl Tally {
         rule.matched = true;
         let value = match (&rule.measure, m.value) {
             (Some(measure), Some(text)) => match measure.reading.parse(text) {
-                Ok(value) => Some((value, measure.bounds.as_slice())),
+                Ok(value) => Some((value, measure.bounds.as_slice(), measure.native.as_ref())),
                 Err(_) => {
                     rule.value_errors += 1;
                     None
@@ -104,13 +107,13 @@ impl Tally {
                 None => sets.entry(self.key.clone()).or_default(),
             };
             *count += 1;
-            if let Some((value, bounds)) = value {
-                observed.observe(value, bounds);
+            if let Some((value, bounds, native)) = value {
+                observed.observe(value, bounds, native);
             }
         } else {
             rule.matches[source] += 1;
-            if let Some((value, bounds)) = value {
-                rule.observed[source].observe(value, bounds);
+            if let Some((value, bounds, native)) = value {
+                rule.observed[source].observe(value, bounds, native);
             }
         }
         if rule.has_alert {
@@ -143,6 +146,7 @@ impl Counting {
                 measure: (r.metric != MetricKind::Count).then(|| Measure {
                     reading: r.reading,
                     bounds: if r.metric == MetricKind::Histogram { r.buckets.clone() } else { Vec::new() },
+                    native: r.native_schema.map(Index::new),
                 }),
                 matches: vec![0; sources],
                 observed: vec![Observed::default(); sources],
