@@ -145,3 +145,32 @@ fn the_namespaces_resource_rules_are_previewed() {
     let error = String::from_utf8_lossy(&wrong.stderr);
     assert!(error.contains("LimitRange"), "{error}");
 }
+
+/// The PodMonitor sample scrapes what README's Watcher injects: it selects the app's pods by
+/// labels they carry, and names the agent container's port.
+#[test]
+fn the_podmonitor_sample_selects_the_apps_pods_and_the_agents_port() {
+    let read = |path: &str| -> Value {
+        let text = std::fs::read_to_string(format!("{ROOT}/{path}")).expect("a sample");
+        serde_saphyr::from_str(&text).expect("YAML")
+    };
+    let monitor = read("deploy/samples/agent-podmonitor.yaml");
+    assert_eq!(monitor["kind"], "PodMonitor");
+    let (pod, _) = preview("deploy/samples/app.yaml", "deploy/samples/app-watcher.yaml");
+    let labels = pod["metadata"]["labels"].as_object().expect("the app's labels");
+    let selected = monitor["spec"]["selector"]["matchLabels"].as_object().expect("matchLabels");
+    assert!(!selected.is_empty() && selected.iter().all(|(k, v)| labels.get(k) == Some(v)), "{selected:?} {labels:?}");
+    let ports: Vec<&Value> = pod["spec"]["initContainers"]
+        .as_array()
+        .into_iter()
+        .chain(pod["spec"]["containers"].as_array())
+        .flatten()
+        .filter(|c| c["name"] == "app-watcher")
+        .flat_map(|c| c["ports"].as_array().into_iter().flatten())
+        .collect();
+    let endpoints = monitor["spec"]["podMetricsEndpoints"].as_array().expect("endpoints");
+    assert!(
+        endpoints.iter().all(|e| ports.iter().any(|p| p["name"] == e["port"])),
+        "{endpoints:?} against the agent's ports {ports:?}"
+    );
+}
