@@ -50,10 +50,70 @@ const REMIND_AFTER: i64 = 10;
 pub async fn run(ctx: Arc<Context>, supervisor_image: String) {
     let api = Api::<Pod>::all(ctx.client.clone());
     let selector = format!("{END_SIDECARS_LABEL}=true");
-    let (store, pods, _) = crate::cached_watch(api, watcher::Config::default().labels(&selector), |_| {});
+    let (store, pods, _) = crate::cached_watch(api, watcher::Config::default().labels(&selector), strip);
     let controller = Controller::for_stream(pods, store);
     let image = Arc::new(supervisor_image);
     crate::run_controller(CONTROLLER, controller, crate::controller_config(), ctx, image, reconcile).await;
+}
+
+/// Keeps of `pod` what this controller reads (a Job's pod can be tens of KB in the cache, each
+/// kept until the Job is deleted): its name, namespace, uid, resourceVersion and deletion, the
+/// annotations it reads and writes; its restart policy, OS, grace period, each container's name and image
+/// (their order: a patch tests them by index) and its mount of the ended file, the supervisor's
+/// init container; its phase and whether each container ended (its exit code, when). [`next`] decides the same
+/// on what is kept as on the whole pod.
+pub fn strip(pod: &mut Pod) {
+    use k8s_openapi::api::core::v1::{
+        Container, ContainerState, ContainerStateTerminated, ContainerStatus, PodSpec, PodStatus,
+    };
+    let meta = &mut pod.metadata;
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    meta.generate_name = None;
+    let read = [annotation::EndSidecars::KEY, annotation::SidecarsEnded::KEY, annotation::SidecarsCannotEnd::KEY];
+    if let Some(annotations) = &mut meta.annotations {
+        annotations.retain(|key, _| read.contains(&key.as_str()));
+    }
+    let kept_container = |c: &Container| Container {
+        name: c.name.clone(),
+        image: c.image.clone(),
+        volume_mounts: c
+            .volume_mounts
+            .as_ref()
+            .map(|mounts| mounts.iter().filter(|m| m.name == ENDED_VOLUME).cloned().collect::<Vec<_>>())
+            .filter(|mounts| !mounts.is_empty()),
+        ..Container::default()
+    };
+    pod.spec = pod.spec.take().map(|spec| PodSpec {
+        containers: spec.containers.iter().map(kept_container).collect(),
+        init_containers: spec
+            .init_containers
+            .map(|init| init.iter().filter(|c| c.name == SUPERVISOR_NAME).map(kept_container).collect::<Vec<_>>()),
+        os: spec.os,
+        restart_policy: spec.restart_policy,
+        termination_grace_period_seconds: spec.termination_grace_period_seconds,
+        ..PodSpec::default()
+    });
+    pod.status = pod.status.take().map(|status| PodStatus {
+        phase: status.phase,
+        container_statuses: status.container_statuses.map(|statuses| {
+            statuses
+                .into_iter()
+                .map(|s| {
+                    // Only whether it ended, with what code, and when.
+                    let ended = s.state.and_then(|state| state.terminated).map(|t| ContainerStateTerminated {
+                        exit_code: t.exit_code,
+                        finished_at: t.finished_at,
+                        ..ContainerStateTerminated::default()
+                    });
+                    let state = ContainerState { terminated: ended, ..ContainerState::default() };
+                    ContainerStatus { name: s.name, state: Some(state), ..ContainerStatus::default() }
+                })
+                .collect()
+        }),
+        ..PodStatus::default()
+    });
 }
 
 /// What to do with a pod, from what it carries.

@@ -306,3 +306,36 @@ fn a_sidecar_ended_by_a_restart_is_said_on_its_watcher() {
     set_restart_condition(&mut conditions, &fixed, Some(4));
     assert!(conditions.is_empty());
 }
+
+/// Every version of every real Job pod, kept as the cache keeps it ([`strip`]): the same
+/// decision at every moment of its life, the same patch, the same supervisor image; and a
+/// fraction of its size.
+#[test]
+fn a_stripped_pod_is_decided_as_the_whole_one() {
+    let mut whole_bytes = 0;
+    let mut kept_bytes = 0;
+    let mut count = 0;
+    for entry in std::fs::read_dir(format!("{}/fixtures/ending", env!("CARGO_MANIFEST_DIR"))).expect("fixtures") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let file = path.file_stem().expect("a name").to_string_lossy().into_owned();
+        for pod in versions(&file) {
+            let mut kept = pod.clone();
+            strip(&mut kept);
+            for offset in [0, 1, 11, 61, 3600] {
+                let now = ended_at(&pod) + offset;
+                assert_eq!(next(&kept, IMAGE, now), next(&pod, IMAGE, now), "{file} at +{offset} s");
+            }
+            assert_eq!(supervisor_image(&kept, IMAGE), supervisor_image(&pod, IMAGE), "{file}");
+            whole_bytes += serde_json::to_vec(&pod).expect("JSON").len();
+            kept_bytes += serde_json::to_vec(&kept).expect("JSON").len();
+            count += 1;
+        }
+    }
+    assert!(count >= 30, "{count} versions");
+    let (whole, kept) = (whole_bytes / count, kept_bytes / count);
+    eprintln!("a Job's pod: {whole} bytes as JSON, {kept} kept ({count} versions)");
+    assert!(kept * 4 < whole && kept < 1024, "{kept} of {whole} bytes kept");
+}
