@@ -354,14 +354,15 @@ fn main() {
 /// twin; Java stack traces joined into events.
 fn values_fields_and_events(dir: &Path, log: &str, programs: &str) {
     println!("{:<44} {:>14} {:>10}", "values, fields, events (one core)", "lines/s", "ratio");
-    let histogram = configured(&[
+    let histogram_vars = [
         ("AGENT_RULE_ERROR", r"\bERROR\b"),
         ("AGENT_RULE_TIMEOUT", "(?i)timeout"),
         ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms"),
         ("AGENT_VALUE_LATENCY", "ms"),
         ("AGENT_METRIC_LATENCY", "histogram"),
         ("AGENT_UNIT_LATENCY", "ms"),
-    ]);
+    ];
+    let histogram = configured(&histogram_vars);
     let (rate, matched) = agent_reading(log, &histogram.rules, None, Format::Text, None);
     assert_eq!(matched, (LINES / 50) as u64, "every ERROR line counted once");
     let mtail = time_command(
@@ -381,15 +382,7 @@ fn values_fields_and_events(dir: &Path, log: &str, programs: &str) {
         println!("{:<44} {:>14.0}", "mtail --one_shot, 2 rules + a histogram", LINES as f64 / seconds);
     }
     // The same histogram, also a native one: both from one observation.
-    let native = configured(&[
-        ("AGENT_RULE_ERROR", r"\bERROR\b"),
-        ("AGENT_RULE_TIMEOUT", "(?i)timeout"),
-        ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms"),
-        ("AGENT_VALUE_LATENCY", "ms"),
-        ("AGENT_METRIC_LATENCY", "histogram"),
-        ("AGENT_UNIT_LATENCY", "ms"),
-        ("AGENT_NATIVE_LATENCY", "1.1"),
-    ]);
+    let native = configured(&[&histogram_vars[..], &[("AGENT_NATIVE_LATENCY", "1.1")]].concat());
     let (native_rate, matched) = agent_reading(log, &native.rules, None, Format::Text, None);
     assert_eq!(matched, (LINES / 50) as u64, "every ERROR line counted once");
     println!("{:<44} {native_rate:>14.0} {:>10.2}", "text: 2 rules + a native histogram (1.1)", native_rate / rate);

@@ -87,6 +87,17 @@ impl Prometheus {
     }
 }
 
+/// The agent following `dir/*.log` with `rule` (its variables), read every 20 ms, no Events.
+fn files_agent(dir: &Path, rule: &[(&str, &str)]) -> Agent {
+    let mut vars = vec![
+        ("AGENT_FILES", format!("{}/*.log", dir.display())),
+        ("AGENT_POLL", "20ms".to_owned()),
+        ("AGENT_EVENTS", "false".to_owned()),
+    ];
+    vars.extend(rule.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    Agent::start(&vars)
+}
+
 /// `text` as a URL's query value.
 fn encoded(text: &str) -> String {
     text.bytes()
@@ -104,14 +115,14 @@ fn a_running_total_is_stored_as_logged_and_its_restart_is_one_reset() {
     let dir = dir("prometheus-cumulative");
     let log = dir.join("app.log");
     append(&log, "");
-    let agent = Agent::start(&[
-        ("AGENT_FILES", format!("{}/*.log", dir.display())),
-        ("AGENT_RULE_REQUESTS", r"requests_total=(?P<n>\d+)".to_owned()),
-        ("AGENT_VALUE_REQUESTS", "n".to_owned()),
-        ("AGENT_METRIC_REQUESTS", "cumulative".to_owned()),
-        ("AGENT_POLL", "20ms".to_owned()),
-        ("AGENT_EVENTS", "false".to_owned()),
-    ]);
+    let agent = files_agent(
+        &dir,
+        &[
+            ("AGENT_RULE_REQUESTS", r"requests_total=(?P<n>\d+)"),
+            ("AGENT_VALUE_REQUESTS", "n"),
+            ("AGENT_METRIC_REQUESTS", "cumulative"),
+        ],
+    );
     let Some(prometheus) = Prometheus::start(&dir, agent.addr) else { return };
     let series = r#"watcher_agent_requests_total{rule="requests"}"#;
     for total in [100, 250, 40, 90] {
@@ -131,16 +142,16 @@ fn a_native_histogram_is_scraped_in_protobuf_and_its_p99_is_within_the_factor() 
     let dir = dir("prometheus-native");
     let log = dir.join("app.log");
     append(&log, "");
-    let agent = Agent::start(&[
-        ("AGENT_FILES", format!("{}/*.log", dir.display())),
-        ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms".to_owned()),
-        ("AGENT_VALUE_LATENCY", "ms".to_owned()),
-        ("AGENT_METRIC_LATENCY", "histogram".to_owned()),
-        ("AGENT_UNIT_LATENCY", "ms".to_owned()),
-        ("AGENT_NATIVE_LATENCY", "1.1".to_owned()),
-        ("AGENT_POLL", "20ms".to_owned()),
-        ("AGENT_EVENTS", "false".to_owned()),
-    ]);
+    let agent = files_agent(
+        &dir,
+        &[
+            ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms"),
+            ("AGENT_VALUE_LATENCY", "ms"),
+            ("AGENT_METRIC_LATENCY", "histogram"),
+            ("AGENT_UNIT_LATENCY", "ms"),
+            ("AGENT_NATIVE_LATENCY", "1.1"),
+        ],
+    );
     let Some(prometheus) = Prometheus::start(&dir, agent.addr) else { return };
     // 1 ms to 1000 ms, each once, in a shuffled order: the true p99 is 990 ms.
     let values: Vec<u32> = (1..=1000).map(|i| (i * 337) % 1000 + 1).collect();
