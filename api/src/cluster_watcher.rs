@@ -61,6 +61,13 @@ pub struct ClusterWatcherStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespaces: Option<i32>,
 
+    /// While its configuration is refused (`Ready=False`, `ConfigRefused`): how many of those
+    /// namespaces hold its ConfigMap with the last good configuration. 0: none was ever shipped,
+    /// and the webhook admits its pods without the sidecar (which would wait for a ConfigMap
+    /// that is not there), as for a Watcher.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_maps_held: Option<i32>,
+
     /// Pods of those namespaces that ask for it, and how far they are injected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<PodCounts>,
@@ -140,8 +147,17 @@ impl ClusterWatcher {
     pub fn unplaced(&self) -> Watcher {
         let mut watcher = self.in_namespace("");
         watcher.metadata.namespace = None;
-        if let Some(stable) = self.status.as_ref().and_then(|s| s.stable_revision.clone()) {
-            watcher.status = Some(crate::WatcherStatus { stable_revision: Some(stable), ..Default::default() });
+        let Some(status) = self.status.as_ref() else { return watcher };
+        // A configuration refused before any was shipped: its `Ready` goes with the copy, which
+        // then says so ([`Watcher::unshipped_config`]) in every namespace.
+        let unshipped = status.config_maps_held == Some(0);
+        let ready = status.conditions.iter().find(|c| c.type_ == crate::types::READY).filter(|_| unshipped);
+        if status.stable_revision.is_some() || ready.is_some() {
+            watcher.status = Some(crate::WatcherStatus {
+                stable_revision: status.stable_revision.clone(),
+                conditions: ready.cloned().into_iter().collect(),
+                ..Default::default()
+            });
         }
         watcher
     }
@@ -233,5 +249,28 @@ mod tests {
         }))
         .expect("valid Watcher");
         assert!(own.cluster_watcher().is_none());
+    }
+
+    /// A refused configuration that no namespace holds (its first): the copy the webhook
+    /// injects from says so, and the pods are admitted without the sidecar; where a namespace
+    /// keeps an earlier good one, the copy says nothing and pods get that one.
+    #[test]
+    fn a_configuration_never_shipped_goes_with_the_webhooks_copy() {
+        let mut cluster = cluster_watcher(serde_json::json!({}));
+        cluster.spec.watcher.config_data = Some([("AGENT_RULE_X".to_owned(), "(".to_owned())].into());
+        let refused = |held: i32| -> ClusterWatcherStatus {
+            serde_json::from_value(serde_json::json!({"configMapsHeld": held, "conditions": [{
+                "type": "Ready", "status": "False", "reason": "ConfigRefused",
+                "message": "generation 3's configuration is not shipped, watcher-agent would refuse it: AGENT_RULE_X",
+                "lastTransitionTime": "2026-12-07T00:00:00Z"}]}))
+            .expect("a status")
+        };
+        cluster.status = Some(refused(0));
+        let said = cluster.unplaced().unshipped_config().map(str::to_owned);
+        assert!(said.as_deref().is_some_and(|s| s.contains("AGENT_RULE_X")), "{said:?}");
+        cluster.status = Some(refused(2));
+        assert_eq!(cluster.unplaced().unshipped_config(), None);
+        cluster.status = None;
+        assert_eq!(cluster.unplaced().unshipped_config(), None);
     }
 }

@@ -159,9 +159,16 @@ fn hold(plan: &mut ConfigMapPlan) -> usize {
 }
 
 /// What `Ready` says of a ClusterWatcher whose configuration watcher-agent would refuse (`why`),
-/// in generation `generation`, with `unshipped` namespaces that have no ConfigMap of it.
-fn refused_message(why: &str, unshipped: usize, generation: Option<i64>) -> String {
+/// in generation `generation`, with `held` namespaces that keep a ConfigMap of it and
+/// `unshipped` that have none.
+fn refused_message(why: &str, held: usize, unshipped: usize, generation: Option<i64>) -> String {
     let this = generation.map_or("the configuration".to_owned(), |g| format!("generation {g}'s configuration"));
+    if held == 0 {
+        return format!(
+            "{this} is not shipped, watcher-agent would refuse it: {why}; no configuration of it was ever shipped: \
+             its pods are admitted without its sidecar until the configuration is fixed"
+        );
+    }
     let mut message = format!(
         "{this} is not shipped, watcher-agent would refuse it: {why}; its ConfigMaps keep the last good \
          configuration, which pods get"
@@ -211,9 +218,11 @@ pub async fn reconcile(
     let cluster = state.as_known(&cluster);
     let covered = state.scope.covers_in(applies.iter().map(String::as_str), &cluster.unplaced()).unwrap_or(false);
     let mut status = desired_status(&cluster, applies.len(), &conflicts, covered);
+    let held = owned.iter().filter(|c| c.namespace().is_some_and(|n| applies.contains(&n))).count();
+    status.config_maps_held = refused.as_ref().map(|_| i32::try_from(held).unwrap_or(i32::MAX));
     if let (Some(why), Some(unshipped), true) = (&refused, unshipped, cluster.problems().is_empty()) {
         let generation = cluster.meta().generation;
-        let message = refused_message(why, unshipped, generation);
+        let message = refused_message(why, held, unshipped, generation);
         let known = cluster.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == types::READY));
         if known.is_none_or(|c| c.message != message) {
             let note = message.clone();
@@ -275,6 +284,7 @@ async fn write_status(
         "observedGeneration": status.observed_generation,
         "specHash": status.spec_hash,
         "namespaces": status.namespaces,
+        "configMapsHeld": status.config_maps_held,
         "conditions": status.conditions,
     }});
     match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {

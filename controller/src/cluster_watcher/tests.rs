@@ -465,6 +465,41 @@ async fn a_refused_configuration_is_held_back_in_every_namespace() {
                     .ends_with("1 namespace(s) have none yet: their pods wait for it until the configuration is fixed"),
                 "{message}"
             );
+            assert_eq!(status.body["status"]["configMapsHeld"], 1);
+            status.ok(&echoed);
+            api.expect_no_more().await;
+        },
+        verifier,
+    )
+    .await;
+}
+
+/// A ClusterWatcher whose first configuration is refused: no ConfigMap anywhere, none created,
+/// and its status says none is held (`configMapsHeld: 0`), which the webhook reads to admit its
+/// pods without the sidecar.
+#[tokio::test]
+async fn a_first_configuration_refused_ships_none_and_says_so() {
+    let (ctx, verifier) = Context::test();
+    let namespaces = [namespace("team-a", "payments"), namespace("team-b", "payments")];
+    let mut refused = cluster_watcher(payments(), None);
+    refused.spec.watcher.container.image = Some("watcher-agent:0.2.0".into());
+    refused.spec.watcher.config_data =
+        serde_json::from_value(json!({"AGENT_FILES": "/var/log/app/*.log", "AGENT_RULE_ERROR": "(ERROR"}))
+            .expect("config data");
+    let state = cluster(ctx, &namespaces, vec![]);
+    let echoed = serde_json::to_value(&refused).expect("JSON");
+    reconcile_with(
+        refused,
+        state,
+        |mut api| async move {
+            let event = api.expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/default/events").await;
+            event.created();
+            let status = api.expect(Method::PATCH, STATUS_PATH).await;
+            assert_eq!(status.body["status"]["configMapsHeld"], 0);
+            let conditions = status.body["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            let ready = conditions.iter().find(|c| c["type"] == "Ready").expect("Ready");
+            let message = ready["message"].as_str().unwrap_or_default();
+            assert!(message.ends_with("its pods are admitted without its sidecar until the configuration is fixed"));
             status.ok(&echoed);
             api.expect_no_more().await;
         },
