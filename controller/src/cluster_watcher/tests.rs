@@ -428,6 +428,15 @@ async fn a_relabelled_namespace_updates_the_pod_security_condition() {
     .await;
 }
 
+/// A ClusterWatcher of watcher-agent over the payments namespaces, with `config` as its
+/// `configData`.
+fn agent(config: Value) -> ClusterWatcher {
+    let mut cw = cluster_watcher(payments(), None);
+    cw.spec.watcher.container.image = Some("watcher-agent:0.2.0".into());
+    cw.spec.watcher.config_data = serde_json::from_value(config).expect("config data");
+    cw
+}
+
 /// A ClusterWatcher of watcher-agent whose configuration the agent would refuse: the ConfigMap
 /// that holds the last good one is not written, none is created where there is none yet, and
 /// `Ready=False` (`ConfigRefused`) with a Warning Event says so, counting those namespaces.
@@ -435,12 +444,6 @@ async fn a_relabelled_namespace_updates_the_pod_security_condition() {
 async fn a_refused_configuration_is_held_back_in_every_namespace() {
     let (ctx, verifier) = Context::test();
     let namespaces = [namespace("team-a", "payments"), namespace("team-b", "payments")];
-    let agent = |config: Value| {
-        let mut cw = cluster_watcher(payments(), None);
-        cw.spec.watcher.container.image = Some("watcher-agent:0.2.0".into());
-        cw.spec.watcher.config_data = serde_json::from_value(config).expect("config data");
-        cw
-    };
     let good = agent(json!({"AGENT_FILES": "/var/log/app/*.log", "AGENT_RULE_ERROR": "ERROR"}));
     let state = cluster(ctx, &namespaces, vec![ours(&good, "team-a")]);
     let refused = agent(json!({"AGENT_FILES": "/var/log/app/*.log", "AGENT_RULE_ERROR": "(ERROR"}));
@@ -481,11 +484,7 @@ async fn a_refused_configuration_is_held_back_in_every_namespace() {
 async fn a_first_configuration_refused_ships_none_and_says_so() {
     let (ctx, verifier) = Context::test();
     let namespaces = [namespace("team-a", "payments"), namespace("team-b", "payments")];
-    let mut refused = cluster_watcher(payments(), None);
-    refused.spec.watcher.container.image = Some("watcher-agent:0.2.0".into());
-    refused.spec.watcher.config_data =
-        serde_json::from_value(json!({"AGENT_FILES": "/var/log/app/*.log", "AGENT_RULE_ERROR": "(ERROR"}))
-            .expect("config data");
+    let refused = agent(json!({"AGENT_FILES": "/var/log/app/*.log", "AGENT_RULE_ERROR": "(ERROR"}));
     let state = cluster(ctx, &namespaces, vec![]);
     let echoed = serde_json::to_value(&refused).expect("JSON");
     reconcile_with(
