@@ -47,19 +47,33 @@ impl Prometheus {
             ),
         )
         .expect("the configuration");
-        let addr = free_port();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address={addr}"))
-            .args(["--enable-feature=native-histograms,exemplar-storage", "--web.enable-remote-write-receiver"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus starts");
-        let prometheus = Self { child, addr };
-        wait_for("Prometheus ready", || get(addr, "/-/ready").is_some_and(|(status, _)| status == 200));
-        Some(prometheus)
+        // A port found free can be taken before Prometheus binds it: it exits, and starts again
+        // on another.
+        for _ in 0..5 {
+            let addr = free_port();
+            let child = Command::new("prometheus")
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+                .arg(format!("--web.listen-address={addr}"))
+                .args(["--enable-feature=native-histograms,exemplar-storage", "--web.enable-remote-write-receiver"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("prometheus starts");
+            let mut prometheus = Self { child, addr };
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(30) {
+                if get(addr, "/-/ready").is_some_and(|(status, _)| status == 200) {
+                    return Some(prometheus);
+                }
+                if prometheus.child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            assert!(prometheus.child.try_wait().ok().flatten().is_some(), "Prometheus not ready within 30 s");
+        }
+        panic!("Prometheus exited at every start")
     }
 
     /// The value of the instant query `expr` now (its one series), `None` while it has none.

@@ -89,12 +89,26 @@ impl Drop for Agent {
 }
 
 impl Agent {
-    /// The agent with `vars` (and a port of its own), ready.
+    /// The agent with `vars` (and a port of its own), ready. A port found free can be taken by
+    /// another process before the agent binds it (the agent then exits, saying so): it is
+    /// started again on another.
     pub(crate) fn start(vars: &[(&str, String)]) -> Self {
-        let agent = Self::spawn(vars);
-        let addr = agent.addr;
-        wait_for("/readyz", || get(addr, "/readyz").is_some_and(|(status, _)| status == 200));
-        agent
+        for _ in 0..5 {
+            let mut agent = Self::spawn(vars);
+            let addr = agent.addr;
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(30) {
+                if get(addr, "/readyz").is_some_and(|(status, _)| status == 200) {
+                    return agent;
+                }
+                if agent.child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            assert!(agent.child.try_wait().ok().flatten().is_some(), "timed out waiting for /readyz");
+        }
+        panic!("the agent exited at every start (its port taken each time?)");
     }
 
     /// The agent with `vars`, not waited for.
