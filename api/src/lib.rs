@@ -9,6 +9,7 @@ mod app;
 mod at;
 mod cluster_watcher;
 mod condition;
+mod config_judge;
 mod ending;
 pub mod image;
 mod image_policy;
@@ -26,6 +27,7 @@ pub use app::{
 pub use at::{At, AtPhase, AtSpec, AtStatus, DEFAULT_AT_IMAGE};
 pub use cluster_watcher::{CLUSTER_WATCHER_KIND, ClusterWatcher, ClusterWatcherSpec, ClusterWatcherStatus};
 pub use condition::{Condition, condition, reasons, set_condition, types};
+pub use config_judge::ConfigJudge;
 pub use ending::{EndsByRestart, Regular, SidecarEnding, meant_to_end};
 pub use image_policy::{
     CompiledPolicy, ImagePolicy, ImagePolicySpec, ImagePolicyStatus, ImageRewrite, PolicyError, WorkloadCounts,
@@ -33,8 +35,8 @@ pub use image_policy::{
 pub use pod_resources::{PodResources, QUANTITY_PATTERN, QuantityText};
 pub use podset::{DEFAULT_PODSET_IMAGE, PodSet, PodSetSpec, PodSetStatus};
 pub use watcher::{
-    ConfigJudge, FailurePolicy, InjectionSpec, NativeSidecar, NewPods, PodCounts, UpdatePolicy, UpdatePolicyType,
-    Watcher, WatcherSpec, WatcherStatus, config_map_name,
+    FailurePolicy, InjectionSpec, NativeSidecar, NewPods, PodCounts, UpdatePolicy, UpdatePolicyType, Watcher,
+    WatcherSpec, WatcherStatus, config_map_name,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
