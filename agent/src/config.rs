@@ -10,10 +10,12 @@ use watcher_base::format_duration;
 
 mod describe;
 pub mod dir;
+mod remote_write;
 mod rule;
 mod unknown;
 mod variables;
 
+pub use remote_write::{ReceiverUrl, RemoteWrite};
 pub use rule::{
     DEFAULT_BUCKETS, FieldMatch, MAX_BUCKETS, MAX_FIELDS, MetricKind, OWN_FAMILIES, Pattern, RuleConfig, ValueFrom,
     growth, native_schema_for,
@@ -172,6 +174,8 @@ pub struct Config {
     pub events: bool,
     /// Alertmanager's base URL (`http://host:port`), to post alerts to.
     pub alertmanager: Option<AlertmanagerUrl>,
+    /// Where every series is pushed, by remote write.
+    pub remote_write: Option<RemoteWrite>,
     /// How often files are polled.
     pub poll: Duration,
     /// Bytes of a line kept for matching.
@@ -318,6 +322,7 @@ impl Config {
             listen: listen(&values)?,
             events: values.bool(&EVENTS)?,
             alertmanager: alertmanager(&values)?,
+            remote_write: remote_write::remote_write(&values)?,
             poll: values.required_duration(&POLL)?,
             shutdown_linger: values.required_duration(&SHUTDOWN_LINGER)?,
             max_line_bytes: values.count(&MAX_LINE_BYTES)?,
@@ -359,6 +364,7 @@ impl Config {
         differs(LISTEN.name, self.listen != other.listen);
         differs(EVENTS.name, self.events != other.events);
         differs(ALERTMANAGER_URL.name, self.alertmanager != other.alertmanager);
+        differs("AGENT_REMOTE_WRITE_*", self.remote_write != other.remote_write);
         differs(POLL.name, self.poll != other.poll);
         differs(MAX_LINE_BYTES.name, self.max_line_bytes != other.max_line_bytes);
         differs(SHUTDOWN_LINGER.name, self.shutdown_linger != other.shutdown_linger);

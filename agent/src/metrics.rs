@@ -20,11 +20,13 @@ use prometheus_client::registry::Registry;
 use crate::config::RuleConfig;
 use crate::record::SourceError;
 
+mod exposition;
 pub mod native;
 pub(crate) mod server;
 mod termination;
 mod values;
 
+pub use exposition::{openmetrics, prometheus_text, protobuf};
 pub use termination::last_counts;
 pub use values::{BatchHistogram, Buckets, Observed};
 use values::{ValueMetric, ValueMetrics};
@@ -171,6 +173,10 @@ struct Families {
     reloads: Family<ResultLabels, Counter>,
     /// `watcher_agent_config_info`, by hash: 1 for the configuration that runs.
     config_info: Family<HashLabels, Gauge>,
+    /// `watcher_agent_remote_write_samples_total`, by result.
+    remote_written: Family<ResultLabels, Counter>,
+    /// `watcher_agent_remote_write_queue_samples`.
+    remote_write_held: Gauge,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -330,6 +336,17 @@ impl Families {
             "The configuration that runs, by the hash of its variables; always 1",
             self.config_info.clone(),
         );
+        registry.register(
+            "watcher_agent_remote_write_samples",
+            "Samples pushed by remote write (AGENT_REMOTE_WRITE_URL), by result: sent, refused (an answer other than \
+             2xx, 429 or 5xx: not tried again) or dropped (the oldest pushes, beyond the queue's bounds)",
+            self.remote_written.clone(),
+        );
+        registry.register(
+            "watcher_agent_remote_write_queue_samples",
+            "Samples of the pushes waiting for the receiver",
+            self.remote_write_held.clone(),
+        );
         registry.register_collector(Box::new(self.values.clone()));
     }
 }
@@ -341,6 +358,9 @@ impl Metrics {
         families.known_at_zero(sources);
         for result in ["applied", "refused"] {
             drop(families.reloads.get_or_create(&ResultLabels { result: result.to_owned() }));
+        }
+        for result in ["sent", "refused", "dropped"] {
+            drop(families.remote_written.get_or_create(&ResultLabels { result: result.to_owned() }));
         }
         families.register(registry);
         Self::over(families, sources, rules, max_series, &[])
@@ -472,6 +492,17 @@ impl Metrics {
     pub fn reloaded(&self, applied: bool) {
         let result = if applied { "applied" } else { "refused" };
         self.families.reloads.get_or_create(&ResultLabels { result: result.to_owned() }).inc();
+    }
+
+    /// `samples` pushed by remote write: `sent`, `refused` or `dropped`.
+    pub fn remote_written(&self, result: &str, samples: usize) {
+        let samples = u64::try_from(samples).unwrap_or(u64::MAX);
+        self.families.remote_written.get_or_create(&ResultLabels { result: result.to_owned() }).inc_by(samples);
+    }
+
+    /// `samples` wait for the remote write receiver.
+    pub fn remote_write_held(&self, samples: usize) {
+        self.families.remote_write_held.set(i64::try_from(samples).unwrap_or(i64::MAX));
     }
 
     /// The configuration that runs has the hash `hash` (the one before it no longer runs).
@@ -624,43 +655,6 @@ fn match_labels(rule: &str, source: &str, names: &[String], values: &[String]) -
 /// A named group's value as a label value: text, at most [`VALUE_BYTES`].
 pub fn label_value(bytes: &[u8]) -> String {
     crate::text::truncate(&String::from_utf8_lossy(bytes), VALUE_BYTES)
-}
-
-/// `registry` in Prometheus' protobuf exposition: length-delimited `io.prometheus.client.MetricFamily`
-/// messages, native histograms with their classic buckets.
-pub fn protobuf(registry: &Registry) -> Vec<u8> {
-    // Every metric here encodes (as the text encoders show): an error leaves the families before it.
-    prometheus_client::encoding::prometheus_protobuf::encode_to_vec(registry).unwrap_or_default()
-}
-
-/// `registry` as OpenMetrics text.
-pub fn openmetrics(registry: &Registry) -> String {
-    let mut body = String::new();
-    // Writing into a String cannot fail.
-    let _ = prometheus_client::encoding::text::encode(&mut body, registry);
-    body
-}
-
-/// `registry` in Prometheus' text format 0.0.4: a counter's `# TYPE` and `# HELP` name its
-/// `_total` sample, and there is no `# EOF` or `# UNIT`.
-pub fn prometheus_text(registry: &Registry) -> String {
-    let open = openmetrics(registry);
-    let counters: Vec<String> =
-        open.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter").map(str::to_owned)).collect();
-    let mut out = String::with_capacity(open.len());
-    for line in open.lines() {
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            continue;
-        }
-        let renamed = ["# TYPE ", "# HELP "].iter().find_map(|prefix| {
-            let rest = line.strip_prefix(prefix)?;
-            let (name, tail) = rest.split_once(' ')?;
-            counters.iter().any(|c| c == name).then(|| format!("{prefix}{name}_total {tail}"))
-        });
-        out.push_str(renamed.as_deref().unwrap_or(line));
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]

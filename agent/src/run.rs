@@ -6,7 +6,8 @@
 //!
 //! On the process's shutdown (SIGTERM or SIGINT): every file is read to its end once more and the log stream until it
 //! ends or [`crate::tail::stream::DRAIN`]; the alerts are looked at a last time and the sinks say what
-//! is left ([`SINK_DEADLINE`]); the checkpoint is written; `/metrics` waits for one last scrape
+//! is left ([`SINK_DEADLINE`]); remote write pushes the last counts
+//! ([`crate::sinks::remote_write::LAST_PUSH`]); the checkpoint is written; `/metrics` waits for one last scrape
 //! (at most `AGENT_SHUTDOWN_LINGER`); the process exits 0. All of it within a pod's default
 //! 30 s grace period.
 //!
@@ -34,6 +35,7 @@ use crate::reload::{CONFIG_POLL, Outcome, Reloader};
 use crate::sinks::alertmanager::{Alertmanager, Poster};
 use crate::sinks::alerts::{AlertBook, AlertState, sink_task};
 use crate::sinks::events::EventPublisher;
+use crate::sinks::remote_write::{LAST_PUSH, Pusher};
 use crate::tail::checkpoint::{self, Checkpoint, FileMark};
 use crate::tail::files::{Begin, FollowOptions, Follower};
 use crate::tail::multiline::Multiline;
@@ -116,6 +118,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // The sinks.
     let (publish, published) = tokio::sync::watch::channel(initial_states(&config));
     let sinks = start_sinks(&config, client.as_ref(), has_alert, published, &metrics);
+    let remote_write = start_remote_write(&config, &endpoints, &metrics);
 
     // The configuration read again.
     let reloads = start_reloads(&live, client.as_ref(), stop.subscribe());
@@ -148,6 +151,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     for sink in sinks {
         let _ = tokio::time::timeout(SINK_DEADLINE + Duration::from_secs(1), sink).await;
     }
+    if let Some((finish, pushing)) = remote_write {
+        let _ = finish.send(());
+        let _ = tokio::time::timeout(LAST_PUSH + Duration::from_secs(1), pushing).await;
+    }
     if let Some(checkpoints) = &mut checkpoints {
         checkpoints.save().await;
     }
@@ -160,6 +167,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let _ = server.await;
     info!("stopped");
     Ok(())
+}
+
+/// Pushes every series by remote write, where `AGENT_REMOTE_WRITE_URL` says where: the pusher's
+/// task, and what tells it to push its last counts and end.
+fn start_remote_write(
+    config: &Config,
+    endpoints: &Arc<Endpoints>,
+    metrics: &Arc<Metrics>,
+) -> Option<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)> {
+    let remote = config.remote_write.as_ref()?;
+    info!(url = %remote.url, every = %watcher_base::format_duration(remote.interval), "pushing every series by remote write");
+    let pusher = Pusher::new(remote, &config.pod, endpoints.clone(), metrics.clone());
+    let (finish, finishing) = tokio::sync::oneshot::channel();
+    Some((finish, tokio::spawn(pusher.run(remote.interval, finishing))))
 }
 
 /// Follows the log stream of the watched container, when one is named and the API can be

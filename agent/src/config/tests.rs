@@ -430,3 +430,46 @@ fn alertmanager_urls() {
     let url = AlertmanagerUrl::parse("http://am:9093/alertmanager").expect("an address");
     assert_eq!(url.to_string(), "http://am:9093/alertmanager", "said as it was given");
 }
+
+/// `AGENT_REMOTE_WRITE_URL` as `http::Uri` reads it: `http` or `https`, a host, a port (80 or
+/// 443 by default), the path and query as given; a user, a fragment or another scheme refused.
+#[test]
+fn remote_write_urls() {
+    let read = |url: &str| ReceiverUrl::parse(url).map(|u| (u.tls, u.host, u.port, u.path));
+    let owned = |tls, host: &str, port, path: &str| Some((tls, host.to_owned(), port, path.to_owned()));
+    assert_eq!(read("http://prometheus:9090/api/v1/write"), owned(false, "prometheus", 9090, "/api/v1/write"));
+    assert_eq!(read("https://mimir.example/api/v1/push"), owned(true, "mimir.example", 443, "/api/v1/push"));
+    assert_eq!(read("http://10.0.0.7"), owned(false, "10.0.0.7", 80, "/"));
+    assert_eq!(read("https://[fd00::7]:8443/push?tenant=a"), owned(true, "[fd00::7]", 8443, "/push?tenant=a"));
+    for bad in ["prometheus:9090", "ftp://p/x", "http://", "http://u:p@p/x", "http://p:port/x", "http://p/x#f", ""] {
+        assert_eq!(read(bad), None, "{bad:?}");
+    }
+    let url = ReceiverUrl::parse("https://[fd00::7]/push").expect("a URL");
+    assert_eq!(url.server_name(), "fd00::7");
+}
+
+/// The other `AGENT_REMOTE_WRITE_*` variables need the URL; a CA file needs `https://`; a tenant
+/// must be a header's value; defaults where unset.
+#[test]
+fn remote_write_variables() {
+    let base = [("AGENT_FILES", "/x/*.log"), ("AGENT_RULE_ERROR", "ERROR")];
+    let with = |more: &[(&'static str, &'static str)]| [&base[..], more].concat();
+    assert_eq!(
+        problem(&with(&[("AGENT_REMOTE_WRITE_INTERVAL", "5s")])),
+        "AGENT_REMOTE_WRITE_INTERVAL: has no effect without AGENT_REMOTE_WRITE_URL"
+    );
+    let said = problem(&with(&[("AGENT_REMOTE_WRITE_URL", "prometheus:9090")]));
+    assert!(said.starts_with("AGENT_REMOTE_WRITE_URL: \"prometheus:9090\": an http:// or https:// URL"), "{said}");
+    let said = problem(&with(&[("AGENT_REMOTE_WRITE_URL", "http://p/w"), ("AGENT_REMOTE_WRITE_CA_FILE", "/ca.pem")]));
+    assert_eq!(said, "AGENT_REMOTE_WRITE_CA_FILE: http://p:80/w is not https://: no certificate to check");
+    let said = problem(&with(&[("AGENT_REMOTE_WRITE_URL", "http://p/w"), ("AGENT_REMOTE_WRITE_TENANT", "a\u{7}b")]));
+    assert!(said.starts_with("AGENT_REMOTE_WRITE_TENANT:"), "{said}");
+    let said = problem(&with(&[("AGENT_REMOTE_WRITE_URL", "http://p/w"), ("AGENT_REMOTE_WRITE_INTERVAL", "0s")]));
+    assert!(said.starts_with("AGENT_REMOTE_WRITE_INTERVAL:"), "{said}");
+    let config = Config::from_vars(with(&[("AGENT_REMOTE_WRITE_URL", "https://mimir/api/v1/push")])).expect("valid");
+    let remote = config.remote_write.expect("remote write");
+    assert_eq!(remote.interval, Duration::from_secs(15));
+    assert_eq!((remote.max_samples, remote.max_bytes), (100_000, 4 << 20));
+    assert_eq!((remote.bearer_token_file, remote.ca_file, remote.tenant), (None, None, None));
+    assert!(Config::from_vars(base).expect("valid").remote_write.is_none());
+}

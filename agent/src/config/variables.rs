@@ -327,6 +327,60 @@ pub(super) const ALERTMANAGER_URL: Variable = Variable {
     kind: Kind::Text,
     doc: "also post alerts to this Alertmanager (API v2, `http://host:port[/prefix]`): firing, then resolved",
 };
+/// `AGENT_REMOTE_WRITE_URL`.
+pub(super) const REMOTE_WRITE_URL: Variable = Variable {
+    name: "AGENT_REMOTE_WRITE_URL",
+    default: "(none)",
+    kind: Kind::Text,
+    doc: "also push every series by Prometheus remote write 1.0 to this `http://` or `https://` URL (Prometheus' \
+          `/api/v1/write`, Mimir's `/api/v1/push`), with the labels `namespace` and `pod`; the last counts are \
+          pushed when the agent ends",
+};
+/// `AGENT_REMOTE_WRITE_INTERVAL`.
+pub(super) const REMOTE_WRITE_INTERVAL: Variable = Variable {
+    name: "AGENT_REMOTE_WRITE_INTERVAL",
+    default: "15s",
+    kind: Kind::Duration { min: seconds(1), max: seconds(600) },
+    doc: "how often every series is pushed",
+};
+/// `AGENT_REMOTE_WRITE_BEARER_TOKEN_FILE`.
+pub(super) const REMOTE_WRITE_BEARER_TOKEN_FILE: Variable = Variable {
+    name: "AGENT_REMOTE_WRITE_BEARER_TOKEN_FILE",
+    default: "(none)",
+    kind: Kind::Text,
+    doc: "a file holding the token each push sends as `Authorization: Bearer`, read at every push (a projected \
+          token is renewed in place)",
+};
+/// `AGENT_REMOTE_WRITE_CA_FILE`.
+pub(super) const REMOTE_WRITE_CA_FILE: Variable = Variable {
+    name: "AGENT_REMOTE_WRITE_CA_FILE",
+    default: "(system roots)",
+    kind: Kind::Text,
+    doc: "PEM certificates an `https://` receiver's certificate must chain to",
+};
+/// `AGENT_REMOTE_WRITE_TENANT`.
+pub(super) const REMOTE_WRITE_TENANT: Variable = Variable {
+    name: "AGENT_REMOTE_WRITE_TENANT",
+    default: "(none)",
+    kind: Kind::Text,
+    doc: "the tenant each push names in `X-Scope-OrgID`, as Mimir, Cortex and Loki read it",
+};
+/// `AGENT_REMOTE_WRITE_MAX_SAMPLES`.
+pub(super) const REMOTE_WRITE_MAX_SAMPLES: Variable = Variable {
+    name: "AGENT_REMOTE_WRITE_MAX_SAMPLES",
+    default: "100000",
+    kind: Kind::Count { min: 100, max: 10_000_000 },
+    doc: "samples held while the receiver cannot take them; beyond, the oldest pushes are dropped and counted \
+          (`watcher_agent_remote_write_samples_total{result=\"dropped\"}`)",
+};
+/// `AGENT_REMOTE_WRITE_MAX_BYTES`.
+pub(super) const REMOTE_WRITE_MAX_BYTES: Variable = Variable {
+    name: "AGENT_REMOTE_WRITE_MAX_BYTES",
+    default: "4MiB",
+    kind: Kind::Bytes { min: 65_536, max: 1 << 30 },
+    doc: "bytes of compressed pushes held while the receiver cannot take them; beyond, the oldest are dropped \
+          and counted",
+};
 /// `AGENT_POLL`.
 pub(super) const POLL: Variable = Variable {
     name: "AGENT_POLL",
@@ -378,7 +432,7 @@ pub(super) const POD: Variable = Variable {
 };
 
 /// Every variable, in the order docs/agent.md and `watcher-agent help` show them.
-pub const VARIABLES: [Variable; 37] = [
+pub const VARIABLES: [Variable; 44] = [
     FILES,
     LOGS_CONTAINER,
     RULE,
@@ -408,6 +462,13 @@ pub const VARIABLES: [Variable; 37] = [
     LISTEN,
     EVENTS,
     ALERTMANAGER_URL,
+    REMOTE_WRITE_URL,
+    REMOTE_WRITE_INTERVAL,
+    REMOTE_WRITE_BEARER_TOKEN_FILE,
+    REMOTE_WRITE_CA_FILE,
+    REMOTE_WRITE_TENANT,
+    REMOTE_WRITE_MAX_SAMPLES,
+    REMOTE_WRITE_MAX_BYTES,
     POLL,
     MAX_LINE_BYTES,
     SHUTDOWN_LINGER,
