@@ -638,6 +638,7 @@ fn scrape() {
     let sources: Vec<String> = (0..10).map(|s| format!("/var/log/app-{s}/*.log")).collect();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry, &sources, &configured.rules, 1000);
+    let exemplars = metrics.exemplar_store();
     let rules = Rules::new(&configured.rules).expect("rules");
     let alerts = Arc::new(Mutex::new(AlertBook::new(&configured.rules)));
     let mut pipeline = Pipeline::reading(&rules, vec![Format::Text; 10], 16_384, Arc::new(metrics), alerts);
@@ -670,7 +671,7 @@ fn scrape() {
     };
     let (text, text_bytes) = time(&|| watcher_agent::metrics::prometheus_text(&registry).len());
     let (open, open_bytes) = time(&|| watcher_agent::metrics::openmetrics(&registry).len());
-    let (protobuf, protobuf_bytes) = time(&|| watcher_agent::metrics::protobuf(&registry).len());
+    let (protobuf, protobuf_bytes) = time(&|| watcher_agent::metrics::protobuf(&registry, &exemplars).len());
     println!("{:<44} {text:>14.1} {text_bytes:>10}", "text 0.0.4");
     println!("{:<44} {open:>14.1} {open_bytes:>10}", "OpenMetrics text");
     println!("{:<44} {protobuf:>14.1} {protobuf_bytes:>10}", "protobuf (delimited MetricFamily)");

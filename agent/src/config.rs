@@ -53,8 +53,10 @@ pub const UNIT_PREFIX: &str = "AGENT_UNIT_";
 pub const LABELS_PREFIX: &str = "AGENT_LABELS_";
 /// `AGENT_NATIVE_<NAME>=<factor>`: rule `<NAME>`'s histogram is also a native one.
 pub const NATIVE_PREFIX: &str = "AGENT_NATIVE_";
+/// `AGENT_EXEMPLAR_<NAME>=group|field`: the trace id rule `<NAME>`'s samples carry.
+pub const EXEMPLAR_PREFIX: &str = "AGENT_EXEMPLAR_";
 /// Every family of variables, one per rule.
-pub const RULE_FAMILIES: [&str; 9] = [
+pub const RULE_FAMILIES: [&str; 10] = [
     RULE_PREFIX,
     MATCH_PREFIX,
     ALERT_PREFIX,
@@ -64,6 +66,7 @@ pub const RULE_FAMILIES: [&str; 9] = [
     UNIT_PREFIX,
     LABELS_PREFIX,
     NATIVE_PREFIX,
+    EXEMPLAR_PREFIX,
 ];
 
 /// At most this many rules (one pass over each line matches them all).

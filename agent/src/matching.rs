@@ -116,6 +116,8 @@ struct Spec {
     /// The group of each group label.
     label_groups: Vec<usize>,
     value: Option<At>,
+    /// Where its exemplar's trace id is.
+    exemplar: Option<At>,
     /// Field conditions: the field (an index of `paths`) and what its value must match.
     fields: Vec<(usize, Pattern)>,
     /// The field of each field label.
@@ -141,6 +143,8 @@ pub struct Matched<'l> {
     pub values: Vec<&'l [u8]>,
     /// Its value's text, where the rule has a value and the line gives it.
     pub value: Option<&'l [u8]>,
+    /// Its exemplar's trace id, where the rule has one and the line gives it.
+    pub exemplar: Option<&'l [u8]>,
 }
 
 impl Rules {
@@ -168,6 +172,7 @@ impl Rules {
                 captures: None,
                 label_groups: Vec::new(),
                 value: None,
+                exemplar: None,
                 fields: Vec::new(),
                 field_labels: rule.field_labels.iter().map(|p| path(p)).collect(),
             };
@@ -180,7 +185,10 @@ impl Rules {
                 if let Some(ValueFrom::Group(name)) = &rule.value {
                     spec.value = pattern.group(name).map(At::Group);
                 }
-                if !spec.label_groups.is_empty() || spec.value.is_some() {
+                if let Some(ValueFrom::Group(name)) = &rule.exemplar {
+                    spec.exemplar = pattern.group(name).map(At::Group);
+                }
+                if !spec.label_groups.is_empty() || spec.value.is_some() || spec.exemplar.is_some() {
                     let regex = pattern.regex().clone();
                     let captures = regex.create_captures();
                     spec.captures = Some((regex, captures));
@@ -188,6 +196,9 @@ impl Rules {
             }
             if let Some(ValueFrom::Field(field)) = &rule.value {
                 spec.value = Some(At::Field(path(field)));
+            }
+            if let Some(ValueFrom::Field(field)) = &rule.exemplar {
+                spec.exemplar = Some(At::Field(path(field)));
             }
             specs.push(spec);
         }
@@ -290,11 +301,11 @@ impl Rules {
         let group = |g: usize| span(g).map(|(s, e)| &run[s..e]);
         let mut values: Vec<&[u8]> = spec.label_groups.iter().map(|g| group(*g).unwrap_or_default()).collect();
         values.extend(spec.field_labels.iter().map(|_| &b""[..]));
-        let value = match spec.value {
+        let at = |at: Option<At>| match at {
             Some(At::Group(g)) => group(g),
             _ => None,
         };
-        Matched { rule, line, values, value }
+        Matched { rule, line, values, value: at(spec.value), exemplar: at(spec.exemplar) }
     }
 
     /// Matches every line of `run` (complete lines, each ending in `\n`), each cut to
@@ -376,8 +387,9 @@ impl Runs {
         let mut anchored = Vec::new();
         for (index, rule) in text_rules {
             let Some(pattern) = rule.pattern.as_ref() else { continue };
-            let has_groups =
-                rule.labels.len() > rule.field_labels.len() || matches!(rule.value, Some(ValueFrom::Group(_)));
+            let has_groups = rule.labels.len() > rule.field_labels.len()
+                || matches!(rule.value, Some(ValueFrom::Group(_)))
+                || matches!(rule.exemplar, Some(ValueFrom::Group(_)));
             if has_groups {
                 let regex = pattern::over_runs(pattern)?;
                 let captures = regex.create_captures();
@@ -405,7 +417,7 @@ impl Runs {
 /// expression, read for its groups, does not match `line` alone.
 fn take<'l>(spec: &mut Spec, rule: usize, line: &'l [u8], record: Option<&'l Record<'_>>) -> Option<Matched<'l>> {
     let mut values = Vec::new();
-    let mut value = None;
+    let (mut value, mut exemplar) = (None, None);
     if let Some((regex, captures)) = &mut spec.captures {
         regex.search_captures(&Input::new(line), captures);
         if !captures.is_match() {
@@ -416,13 +428,19 @@ fn take<'l>(spec: &mut Spec, rule: usize, line: &'l [u8], record: Option<&'l Rec
         if let Some(At::Group(g)) = spec.value {
             value = group(g);
         }
+        if let Some(At::Group(g)) = spec.exemplar {
+            exemplar = group(g);
+        }
     }
     let field = |p: usize| record.and_then(|r| r.values[p].as_ref()).map(crate::parse::fields::Field::bytes);
     values.extend(spec.field_labels.iter().map(|p| field(*p).unwrap_or_default()));
     if let Some(At::Field(p)) = spec.value {
         value = field(p);
     }
-    Some(Matched { rule, line, values, value })
+    if let Some(At::Field(p)) = spec.exemplar {
+        exemplar = field(p);
+    }
+    Some(Matched { rule, line, values, value, exemplar })
 }
 
 /// The line of `run` that holds byte `at`: (its start, its end after its newline).

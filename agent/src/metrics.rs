@@ -20,13 +20,15 @@ use prometheus_client::registry::Registry;
 use crate::config::RuleConfig;
 use crate::record::SourceError;
 
+pub mod exemplars;
 mod exposition;
 pub mod native;
 pub(crate) mod server;
 mod termination;
 mod values;
 
-pub use exposition::{openmetrics, prometheus_text, protobuf};
+pub use exemplars::{Exemplar, Exemplars};
+pub use exposition::{families, openmetrics, prometheus_text, protobuf};
 pub use termination::last_counts;
 pub use values::{BatchHistogram, Buckets, Observed};
 use values::{ValueMetric, ValueMetrics};
@@ -145,6 +147,8 @@ pub struct RuleMetrics {
     pub last_match: Gauge<f64, AtomicU64>,
     /// 1 while its alert fires.
     pub firing: Gauge,
+    /// Whether its samples carry exemplars.
+    exemplars: bool,
 }
 
 /// Every family the agent exports, before it is registered.
@@ -177,6 +181,8 @@ struct Families {
     remote_written: Family<ResultLabels, Counter>,
     /// `watcher_agent_remote_write_queue_samples`.
     remote_write_held: Gauge,
+    /// The exemplars of the rules that have them.
+    exemplars: Arc<Exemplars>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -387,7 +393,15 @@ impl Metrics {
                 None => Carried::default(),
             })
             .collect();
+        for rule in rules.iter().filter(|r| r.exemplar.is_none()) {
+            self.families.exemplars.forget_rule(&rule.name);
+        }
         Self::over(self.families.clone(), &self.sources, rules, self.max_series, &carried)
+    }
+
+    /// The exemplars, which the formats that carry them read.
+    pub fn exemplar_store(&self) -> Arc<Exemplars> {
+        self.families.exemplars.clone()
     }
 
     /// Takes away every series of `old`, a rule of this configuration.
@@ -415,6 +429,7 @@ impl Metrics {
         }
         families.last_match.remove(&rule);
         families.firing.remove(&rule);
+        families.exemplars.forget_rule(&shape.name);
     }
 
     /// The metrics of `rules` over `families`, each rule with what `carried` holds of it (by
@@ -466,6 +481,7 @@ impl Metrics {
                 value,
                 last_match: families.last_match.get_or_create(&rule(&r.name)).clone(),
                 firing: families.firing.get_or_create(&rule(&r.name)).clone(),
+                exemplars: r.exemplar.is_some(),
             }
         };
         Self {
@@ -521,6 +537,7 @@ impl Metrics {
         values: &[String],
         count: u64,
         observed: Option<&Observed>,
+        exemplars: Vec<Exemplar>,
     ) {
         let (Some(rule), Some(source_name)) = (self.rules.get(rule), self.sources.get(source)) else { return };
         let (Some(labelled), name) = (&rule.labelled, &rule.shape.name) else { return };
@@ -565,6 +582,23 @@ impl Metrics {
         if let (Some(metric), Some(observed)) = (&rule.value, observed) {
             metric.add(&labels, observed);
         }
+        if rule.exemplars {
+            for exemplar in exemplars {
+                self.families.exemplars.keep(&labels, &rule.shape.buckets, exemplar);
+            }
+        }
+    }
+
+    /// The latest `exemplars` of rule `rule` (one without labels) in source `source`, the newest
+    /// last.
+    pub fn exemplars(&self, rule: usize, source: usize, exemplars: Vec<Exemplar>) {
+        let (Some(rule), Some(source)) = (self.rules.get(rule), self.sources.get(source)) else { return };
+        if rule.exemplars {
+            let labels = match_labels(&rule.shape.name, source, &[], &[]);
+            for exemplar in exemplars {
+                self.families.exemplars.keep(&labels, &rule.shape.buckets, exemplar);
+            }
+        }
     }
 
     /// Values rule `rule` (one without labels) read in source `source`.
@@ -593,6 +627,9 @@ impl Metrics {
                         self.families.matches.remove(&labels);
                         if let Some(metric) = &rule.value {
                             metric.remove(&labels);
+                        }
+                        if rule.exemplars {
+                            self.families.exemplars.forget(&labels);
                         }
                     }
                 }

@@ -90,8 +90,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let live = Live::new(compiled, alerts.clone());
     let pipeline = || Pipeline::live(&live);
     let multiline = config.multiline.as_ref().map(crate::config::MultilineConfig::build);
-    let endpoints =
-        Arc::new(Endpoints { registry, ready: AtomicBool::new(false), scraped: tokio::sync::Notify::new() });
+    let endpoints = Arc::new(Endpoints {
+        registry,
+        exemplars: metrics.exemplar_store(),
+        ready: AtomicBool::new(false),
+        scraped: tokio::sync::Notify::new(),
+    });
 
     let (stop_server, server) = serve(config.listen, &endpoints).await?;
 

@@ -300,3 +300,47 @@ fn a_receiver_down_for_a_while_then_back_gets_every_push_and_the_exact_value() {
     eprintln!("receiver down {seconds:.0} s: {held} samples held, then {stored} pushes of the series stored, 42 exact");
     agent.kill();
 }
+
+/// Exemplars (`AGENT_EXEMPLAR_<NAME>`) scraped by Prometheus with exemplar storage on: its
+/// `/api/v1/query_exemplars` answers with the trace ids the log gave, on the histogram's buckets
+/// and on the counter of matches.
+#[test]
+fn exemplars_are_queryable_with_the_trace_ids_from_the_log() {
+    let dir = dir("prometheus-exemplars");
+    let log = dir.join("app.log");
+    append(&log, "");
+    let agent = files_agent(
+        &dir,
+        &[
+            ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms trace_id=(?P<trace>[0-9a-f]+)"),
+            ("AGENT_VALUE_LATENCY", "ms"),
+            ("AGENT_METRIC_LATENCY", "histogram"),
+            ("AGENT_UNIT_LATENCY", "ms"),
+            ("AGENT_BUCKETS_LATENCY", "0.1,1"),
+            ("AGENT_EXEMPLAR_LATENCY", "trace"),
+        ],
+    );
+    let Some(prometheus) = Prometheus::start(&dir, Some(agent.addr)) else { return };
+    append(&log, "GET /cart took=40ms trace_id=4bf92f3577b34da6\nGET /pay took=734ms trace_id=a3ce929d0e0e4736\n");
+    prometheus.wait_value(r#"watcher_agent_matches_total{rule="latency"}"#, 2.0);
+    let ids = |query: &str| -> Vec<String> {
+        let path = format!("/api/v1/query_exemplars?query={}&start=0&end=4102444800", encoded(query));
+        let Some((200, body)) = get(prometheus.addr, &path) else { return Vec::new() };
+        let (Some(start), Some(end)) = (body.find('{'), body.rfind('}')) else { return Vec::new() };
+        let answer: Value = serde_json::from_str(&body[start..=end]).unwrap_or_default();
+        let mut ids: Vec<String> = answer["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|series| series["exemplars"].as_array().cloned().unwrap_or_default())
+            .filter_map(|e| e["labels"]["trace_id"].as_str().map(str::to_owned))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    };
+    let both = ["4bf92f3577b34da6".to_owned(), "a3ce929d0e0e4736".to_owned()];
+    wait_for("exemplars on the buckets", || ids("watcher_agent_latency_seconds_bucket") == both);
+    wait_for("the latest on the counter", || ids("watcher_agent_matches_total") == both[1..]);
+    eprintln!("exemplars in Prometheus: buckets {both:?}, counter {:?}", &both[1..]);
+}

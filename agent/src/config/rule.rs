@@ -5,8 +5,8 @@
 //! variable.
 
 use super::{
-    ALERT_PREFIX, BUCKETS_PREFIX, ConfigError, LABELS_PREFIX, MATCH_PREFIX, MAX_RULES, METRIC_PREFIX, NATIVE_PREFIX,
-    RULE_PREFIX, UNIT_PREFIX, VALUE_PREFIX, Values, error, is_label_name, parse_threshold,
+    ALERT_PREFIX, BUCKETS_PREFIX, ConfigError, EXEMPLAR_PREFIX, LABELS_PREFIX, MATCH_PREFIX, MAX_RULES, METRIC_PREFIX,
+    NATIVE_PREFIX, RULE_PREFIX, UNIT_PREFIX, VALUE_PREFIX, Values, error, is_label_name, parse_threshold,
 };
 
 use crate::parse::value::{Reading, Unit};
@@ -111,6 +111,9 @@ pub struct RuleConfig {
     pub native_schema: Option<i32>,
     /// How its values are read (`AGENT_UNIT_<NAME>`).
     pub reading: Reading,
+    /// The group or field whose value its samples carry as an exemplar's `trace_id`
+    /// (`AGENT_EXEMPLAR_<NAME>`).
+    pub exemplar: Option<ValueFrom>,
 }
 
 impl RuleConfig {
@@ -171,8 +174,17 @@ pub(super) fn rules(values: &Values, structured: bool) -> Result<Vec<RuleConfig>
     if rules.len() > MAX_RULES {
         return Err(error("AGENT_RULE_<NAME>", format!("{} rules: at most {MAX_RULES}", rules.len())));
     }
-    for prefix in [ALERT_PREFIX, METRIC_PREFIX, UNIT_PREFIX, VALUE_PREFIX, LABELS_PREFIX, BUCKETS_PREFIX, NATIVE_PREFIX]
-    {
+    let prefixes = [
+        ALERT_PREFIX,
+        METRIC_PREFIX,
+        UNIT_PREFIX,
+        VALUE_PREFIX,
+        LABELS_PREFIX,
+        BUCKETS_PREFIX,
+        NATIVE_PREFIX,
+        EXEMPLAR_PREFIX,
+    ];
+    for prefix in prefixes {
         let mut seen: Vec<usize> = Vec::new();
         for (key, value) in values.own.iter().filter(|(k, _)| k.starts_with(prefix)) {
             let index = rule_of(key, prefix, &rules)?;
@@ -265,6 +277,7 @@ fn setting(rule: &mut RuleConfig, prefix: &str, key: &str, value: &str, structur
         LABELS_PREFIX if !structured => return Err(error(key, NEEDS_STRUCTURED)),
         LABELS_PREFIX => rule.field_labels = field_labels(key, value, &mut rule.labels)?,
         NATIVE_PREFIX => rule.native_schema = Some(native_schema(key, value)?),
+        EXEMPLAR_PREFIX => rule.exemplar = Some(value_from(key, value, rule, structured)?),
         _ => rule.buckets = buckets(key, value)?,
     }
     Ok(())
@@ -279,8 +292,16 @@ fn finish(rule: &mut RuleConfig) -> Result<(), ConfigError> {
         Some(pattern) => pattern.groups().map(str::to_owned).collect(),
         None => Vec::new(),
     };
-    if let Some(ValueFrom::Group(group)) = &rule.value {
-        labels.retain(|l| l != group);
+    for taken in [&rule.value, &rule.exemplar] {
+        if let Some(ValueFrom::Group(group)) = taken {
+            labels.retain(|l| l != group);
+        }
+    }
+    if rule.metric == MetricKind::Gauge && rule.exemplar.is_some() {
+        return Err(error(
+            &key(EXEMPLAR_PREFIX),
+            format!("rule {} makes a gauge: exemplars are a counter's or a histogram's", rule.name),
+        ));
     }
     for label in &labels {
         if !is_label_name(label) || ["rule", "source", "le"].contains(&label.as_str()) {

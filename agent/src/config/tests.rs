@@ -473,3 +473,23 @@ fn remote_write_variables() {
     assert_eq!((remote.bearer_token_file, remote.ca_file, remote.tenant), (None, None, None));
     assert!(Config::from_vars(base).expect("valid").remote_write.is_none());
 }
+
+/// `AGENT_EXEMPLAR_<NAME>` names a group (then no label) or a field; a gauge has none.
+#[test]
+fn exemplar_variables() {
+    let base = [("AGENT_FILES", "/x/*.log"), ("AGENT_RULE_HTTP", r"status=(?P<code>\d+) trace=(?P<trace>\w+)")];
+    let with = |more: &[(&'static str, &'static str)]| [&base[..], more].concat();
+    let config = Config::from_vars(with(&[("AGENT_EXEMPLAR_HTTP", "trace")])).expect("valid");
+    assert_eq!(config.rules[0].exemplar, Some(ValueFrom::Group("trace".into())));
+    assert_eq!(config.rules[0].labels, ["code"]);
+    let said = problem(&with(&[("AGENT_EXEMPLAR_HTTP", "span")]));
+    assert!(said.starts_with("AGENT_EXEMPLAR_HTTP: \"span\" is not a named group of AGENT_RULE_HTTP"), "{said}");
+    let said = problem(&with(&[
+        ("AGENT_EXEMPLAR_HTTP", "trace"),
+        ("AGENT_VALUE_HTTP", "code"),
+        ("AGENT_METRIC_HTTP", "gauge"),
+    ]));
+    assert_eq!(said, "AGENT_EXEMPLAR_HTTP: rule http makes a gauge: exemplars are a counter's or a histogram's");
+    let said = problem(&with(&[("AGENT_EXEMPLAR_NONE", "trace")]));
+    assert!(said.starts_with("AGENT_EXEMPLAR_NONE: no rule none"), "{said}");
+}

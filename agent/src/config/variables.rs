@@ -164,6 +164,14 @@ pub(super) const NATIVE: Variable = Variable {
           factor (above 1, at most 2: `1.1` is 8 buckets per power of two), served in the protobuf exposition to \
           a scraper that asks for it; its classic buckets are served to every scraper",
 };
+/// `AGENT_EXEMPLAR_<NAME>`.
+pub(super) const EXEMPLAR: Variable = Variable {
+    name: "AGENT_EXEMPLAR_<NAME>",
+    default: "(none)",
+    kind: Kind::Family,
+    doc: "a named group or a field whose value rule `<NAME>`'s samples carry as an exemplar's `trace_id` (its \
+          counters', its histogram's buckets'), in OpenMetrics and protobuf; the group is no label",
+};
 /// `AGENT_UNIT_<NAME>`.
 pub(super) const UNIT: Variable = Variable {
     name: "AGENT_UNIT_<NAME>",
@@ -432,7 +440,7 @@ pub(super) const POD: Variable = Variable {
 };
 
 /// Every variable, in the order docs/agent.md and `watcher-agent help` show them.
-pub const VARIABLES: [Variable; 44] = [
+pub const VARIABLES: [Variable; 45] = [
     FILES,
     LOGS_CONTAINER,
     RULE,
@@ -442,6 +450,7 @@ pub const VARIABLES: [Variable; 44] = [
     METRIC,
     BUCKETS,
     NATIVE,
+    EXEMPLAR,
     UNIT,
     LABELS,
     FORMAT,

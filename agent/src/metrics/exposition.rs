@@ -1,13 +1,31 @@
 //! The registry in each format `/metrics` serves: Prometheus' protobuf, OpenMetrics text,
 //! Prometheus text 0.0.4.
 
+use prometheus_client::encoding::prometheus_protobuf::{encode, prometheus_data_model::MetricFamily};
 use prometheus_client::registry::Registry;
+use prost::Message;
+
+use super::Exemplars;
+
+/// The metric families of `registry`, with `exemplars`: what the protobuf exposition and remote
+/// write carry.
+pub fn families(registry: &Registry, exemplars: &Exemplars) -> Vec<MetricFamily> {
+    // Every metric here encodes (as the text encoders show): an error leaves the families before it.
+    let mut families = encode(registry).unwrap_or_default();
+    exemplars.fill(&mut families);
+    families
+}
 
 /// `registry` in Prometheus' protobuf exposition: length-delimited `io.prometheus.client.MetricFamily`
-/// messages, native histograms with their classic buckets.
-pub fn protobuf(registry: &Registry) -> Vec<u8> {
-    // Every metric here encodes (as the text encoders show): an error leaves the families before it.
-    prometheus_client::encoding::prometheus_protobuf::encode_to_vec(registry).unwrap_or_default()
+/// messages, native histograms with their classic buckets, with `exemplars`.
+pub fn protobuf(registry: &Registry, exemplars: &Exemplars) -> Vec<u8> {
+    let families = families(registry, exemplars);
+    let mut out = Vec::with_capacity(families.iter().map(|f| f.encoded_len() + 4).sum());
+    for family in families {
+        // Into a Vec: it grows, so it cannot run short.
+        let _ = family.encode_length_delimited(&mut out);
+    }
+    out
 }
 
 /// `registry` as OpenMetrics text.

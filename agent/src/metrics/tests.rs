@@ -78,7 +78,7 @@ fn named_groups_are_labels_up_to_the_bound() {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry, &["stdout".into()], &[rule("http", &["code"])], 2);
     for code in ["500", "503", "500", "502", "504"] {
-        metrics.labelled_matches(0, 0, &[code.to_owned()], 1, None);
+        metrics.labelled_matches(0, 0, &[code.to_owned()], 1, None, Vec::new());
     }
     let text = openmetrics(&registry);
     for series in [
@@ -100,7 +100,7 @@ fn the_last_counts_keep_a_histograms_totals_over_many_label_sets() {
     let (registry, metrics) = latency(&["route"]);
     for route in 0..60 {
         let observed = observed(&[0.003, 0.2]);
-        metrics.labelled_matches(0, 0, &[format!("/api/v1/orders/{route}")], 2, Some(&observed));
+        metrics.labelled_matches(0, 0, &[format!("/api/v1/orders/{route}")], 2, Some(&observed), Vec::new());
     }
     let message = last_counts(&registry, 4096);
     assert!(message.len() <= 4096, "{}", message.len());
@@ -146,7 +146,7 @@ fn a_new_configuration_keeps_the_series_of_the_rules_made_alike() {
     let first = [counting("error", "ERROR"), counting("http", r"(?<code>5\d\d)"), latency(&[0.25, 1.0])];
     let metrics = Metrics::register(&mut registry, &["stdout".into()], &first, 100);
     metrics.rules[0].matches[0].inc_by(5);
-    metrics.labelled_matches(1, 0, &["500".into()], 2, None);
+    metrics.labelled_matches(1, 0, &["500".into()], 2, None, Vec::new());
     let mut seen = Observed::default();
     seen.observe(0.2, &[0.25, 1.0], None);
     metrics.observed(2, 0, &seen);

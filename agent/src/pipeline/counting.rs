@@ -13,7 +13,7 @@ use super::Record;
 use crate::config::MetricKind;
 use crate::matching::{Matched, Rules};
 use crate::metrics::native::Index;
-use crate::metrics::{Metrics, Observed, label_value};
+use crate::metrics::{Exemplar, Metrics, Observed, label_value};
 use crate::parse::fields::{self, Format};
 use crate::parse::value::Reading;
 use crate::record::{Event, Line, Piece};
@@ -36,8 +36,46 @@ pub(super) struct Counting {
     tally: Tally,
 }
 
-/// A rule's label sets in one source, by their key: matches, and the values they gave.
-type LabelSets = HashMap<Vec<u8>, (u64, Observed)>;
+/// A rule's label sets in one source, by their key: matches, the values they gave, the latest
+/// exemplar.
+type LabelSets = HashMap<Vec<u8>, (u64, Observed, Latest)>;
+
+/// The latest exemplars of a batch, one a bucket (a histogram's; 0 for a counter): the bucket,
+/// the trace id (its buffer kept while the entry is), the value; and which entry is the newest.
+#[derive(Clone, Debug, Default)]
+struct Latest {
+    by_bucket: Vec<(usize, Vec<u8>, f64)>,
+    newest: usize,
+}
+
+impl Latest {
+    /// `trace_id` with `value`, in `bucket`.
+    fn keep(&mut self, bucket: usize, trace_id: &[u8], value: f64) {
+        let at = match self.by_bucket.iter().position(|(b, ..)| *b == bucket) {
+            Some(at) => at,
+            None => {
+                self.by_bucket.push((bucket, Vec::new(), 0.0));
+                self.by_bucket.len() - 1
+            }
+        };
+        let (_, kept, kept_value) = &mut self.by_bucket[at];
+        kept.clear();
+        kept.extend_from_slice(trace_id);
+        *kept_value = value;
+        self.newest = at;
+    }
+
+    /// The exemplars kept, the newest last; none are left.
+    fn take(&mut self) -> Vec<Exemplar> {
+        let newest = self.newest;
+        let mut kept = std::mem::take(&mut self.by_bucket);
+        if newest < kept.len() {
+            let last = kept.remove(newest);
+            kept.push(last);
+        }
+        kept.iter().map(|(_, trace_id, value)| Exemplar::new(trace_id, *value)).collect()
+    }
+}
 
 /// What a rule with a value does with it.
 struct Measure {
@@ -61,6 +99,8 @@ struct RuleTally {
     matches: Vec<u64>,
     /// `observed[source]`, for a rule with a value and without labels.
     observed: Vec<Observed>,
+    /// `exemplars[source]`, for a rule with exemplars and without labels.
+    exemplars: Vec<Latest>,
     value_errors: u64,
     matched: bool,
 }
@@ -95,6 +135,11 @@ impl Tally {
             },
             _ => None,
         };
+        // A value rule's exemplar comes with the value it read (in the bucket it fell in); a
+        // count's with 1.
+        let exemplar = m.exemplar.filter(|_| rule.measure.is_none() || value.is_some());
+        let (exemplar_value, bucket) =
+            value.map_or((1.0, 0), |(v, bounds, _)| (v, bounds.partition_point(|bound| *bound < v)));
         if rule.labelled {
             self.key.clear();
             for value in &m.values {
@@ -102,7 +147,7 @@ impl Tally {
                 self.key.extend_from_slice(value);
             }
             let sets = self.labelled.entry((index, source)).or_default();
-            let (count, observed) = match sets.get_mut(self.key.as_slice()) {
+            let (count, observed, kept) = match sets.get_mut(self.key.as_slice()) {
                 Some(entry) => entry,
                 None => sets.entry(self.key.clone()).or_default(),
             };
@@ -110,10 +155,16 @@ impl Tally {
             if let Some((value, bounds, native)) = value {
                 observed.observe(value, bounds, native);
             }
+            if let Some(trace_id) = exemplar {
+                kept.keep(bucket, trace_id, exemplar_value);
+            }
         } else {
             rule.matches[source] += 1;
             if let Some((value, bounds, native)) = value {
                 rule.observed[source].observe(value, bounds, native);
+            }
+            if let Some(trace_id) = exemplar {
+                rule.exemplars[source].keep(bucket, trace_id, exemplar_value);
             }
         }
         if rule.has_alert {
@@ -150,6 +201,7 @@ impl Counting {
                 }),
                 matches: vec![0; sources],
                 observed: vec![Observed::default(); sources],
+                exemplars: vec![Latest::default(); sources],
                 value_errors: 0,
                 matched: false,
             })
@@ -256,6 +308,11 @@ impl Counting {
                     self.metrics.observed(index, source, &std::mem::take(observed));
                 }
             }
+            for (source, kept) in rule.exemplars.iter_mut().enumerate() {
+                if !kept.by_bucket.is_empty() {
+                    self.metrics.exemplars(index, source, kept.take());
+                }
+            }
             if let (Some(counter), true) = (&metrics.value_errors, rule.value_errors > 0) {
                 counter.inc_by(std::mem::take(&mut rule.value_errors));
             }
@@ -264,9 +321,10 @@ impl Counting {
             }
         }
         for ((rule, source), sets) in &mut self.tally.labelled {
-            for (key, (count, observed)) in sets.drain() {
+            for (key, (count, observed, mut kept)) in sets.drain() {
                 let observed = (observed.count > 0).then_some(&observed);
-                self.metrics.labelled_matches(*rule, *source, &label_values(&key), count, observed);
+                let exemplars = kept.take();
+                self.metrics.labelled_matches(*rule, *source, &label_values(&key), count, observed, exemplars);
             }
         }
     }

@@ -257,8 +257,7 @@ impl Pusher {
     fn snapshot(&mut self) {
         let at = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let at = i64::try_from(at.as_millis()).unwrap_or(i64::MAX);
-        let families =
-            prometheus_client::encoding::prometheus_protobuf::encode(&self.endpoints.registry).unwrap_or_default();
+        let families = crate::metrics::families(&self.endpoints.registry, &self.endpoints.exemplars);
         let identity: Vec<(&str, &str)> = self.identity.iter().map(|(n, v)| (*n, v.as_str())).collect();
         let push = series::push(&families, &identity, at);
         let body = snap::raw::Encoder::new().compress_vec(&push.request.encode_to_vec()).unwrap_or_default();
