@@ -15,7 +15,7 @@ use crate::common::{Operator, TestNamespace, client, exclusive, http_get, instal
 const RELOADED_WITHIN: Duration = Duration::from_secs(150);
 
 /// README's agent Watcher with `extra` lines added to its `configData`, as a file to apply.
-fn watcher_with(extra: &str, tag: &str) -> String {
+pub(super) fn watcher_with(extra: &str, tag: &str) -> String {
     let text = std::fs::read_to_string(format!("{SAMPLES}/app-watcher.yaml")).expect("sample");
     let anchor = "    AGENT_STATE_DIR: /var/lib/watcher-agent\n";
     assert!(text.contains(anchor), "the sample's configData");

@@ -9,7 +9,9 @@ use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
 use super::{Ending, POD_START, require_node};
-use crate::common::{Operator, Registration, TestNamespace, client, exclusive, install_crds, kubectl, kubectl_apply};
+use crate::common::{
+    Operator, Registration, TestNamespace, client, exclusive, http_get, install_crds, kubectl, kubectl_apply,
+};
 
 /// A busybox sidecar with a command that ignores SIGTERM (the supervisor ends it).
 fn stubborn(native: &str) -> Value {
@@ -165,4 +167,107 @@ async fn the_supervisor_comes_through_the_mirror() {
     kubectl(&["delete", "imagepolicy", &policy, "--wait=false"]);
     ns.delete().await;
     operator_ns.delete().await;
+}
+
+/// Debian's `prometheus` on the host as a remote write receiver only (nothing scraped), on a
+/// port of all the host's addresses: pods reach it at the bridge's gateway. Stopped when dropped.
+struct Receiver {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where a pod on the node reaches the host (node-up's bridge: `cni0`, gateway 10.88.0.1).
+const HOST_FROM_PODS: &str = "10.88.0.1";
+
+impl Receiver {
+    /// Started and ready; `None` where Prometheus is not installed and the tools are not required.
+    async fn start(dir: &std::path::Path) -> Option<Self> {
+        if std::process::Command::new("prometheus").arg("--version").output().is_err() {
+            assert!(std::env::var_os("WATCHER_REQUIRE_TOOLS").is_none(), "prometheus is not installed");
+            eprintln!("prometheus is not installed: not tested");
+            return None;
+        }
+        std::fs::create_dir_all(dir).expect("a directory");
+        let config = dir.join("prometheus.yml");
+        std::fs::write(&config, "global: {scrape_interval: 15s}\n").expect("the configuration");
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("0.0.0.0:0").and_then(|l| l.local_addr()).expect("a port").port();
+            let child = std::process::Command::new("prometheus")
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+                .arg(format!("--web.listen-address=0.0.0.0:{port}"))
+                .args(["--enable-feature=native-histograms,exemplar-storage", "--web.enable-remote-write-receiver"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("prometheus starts");
+            let mut receiver = Self { child, port };
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_secs(30) {
+                if http_get(&format!("http://127.0.0.1:{port}/-/ready")).await.is_some_and(|(s, _)| s == 200) {
+                    return Some(receiver);
+                }
+                if receiver.child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+        panic!("Prometheus did not start")
+    }
+
+    /// The value of the instant query `expr` (its one series).
+    async fn query(&self, expr: &str) -> Option<f64> {
+        let query: String = form_urlencoded::byte_serialize(expr.as_bytes()).collect();
+        let (status, body) = http_get(&format!("http://127.0.0.1:{}/api/v1/query?query={query}", self.port)).await?;
+        let (start, end) = (body.find('{')?, body.rfind('}')?);
+        let answer: Value = serde_json::from_str(&body[start..=end]).ok().filter(|_| status == 200)?;
+        let result = answer["data"]["result"].as_array()?;
+        (result.len() == 1).then(|| result[0]["value"][1].as_str()?.parse().ok()).flatten()
+    }
+}
+
+/// README's Job (deploy/samples/job.yaml as written) with README's agent pushing by remote write
+/// to a Prometheus that scrapes nothing: the Job completes, and the agent's last counts are in
+/// Prometheus, with the pod's `namespace` and `pod`: the three ERROR lines the app wrote before
+/// it ended, pushed when the agent ended with it.
+#[tokio::test]
+#[ignore = "needs a cluster with a node: KUBECONFIG, and the images watcher-agent:0.2.0 and watcher-supervise:0.2.0 on the node"]
+async fn a_jobs_last_counts_reach_prometheus_by_remote_write() {
+    let _one = exclusive().await;
+    let client = client().await;
+    require_node(&client).await;
+    let dir = std::env::temp_dir().join(format!("watcher-e2e-{}-remote-write", std::process::id()));
+    let Some(prometheus) = Receiver::start(&dir).await else { return };
+    install_crds(&client).await;
+    let operator_ns = TestNamespace::create(&client, "watcher-e2e-op").await;
+    let ns = TestNamespace::create(&client, "watcher-e2e-push").await;
+    let operator = Operator::start(&operator_ns.name).await;
+    let n = ns.name.as_str();
+    let url = format!("    AGENT_REMOTE_WRITE_URL: http://{HOST_FROM_PODS}:{}/api/v1/write\n", prometheus.port);
+    kubectl(&["apply", "-n", n, "-f", &format!("{}/agent-rbac.yaml", super::SAMPLES)]);
+    kubectl(&["apply", "-n", n, "-f", &super::config::watcher_with(&url, "remote-write")]);
+    kubectl(&["wait", "-n", n, "--for=condition=Ready", "watcher/app-watcher", "--timeout=60s"]);
+    kubectl(&["apply", "-n", n, "-f", &format!("{}/job.yaml", super::SAMPLES)]);
+    let wait = format!("--timeout={}s", POD_START.as_secs());
+    kubectl(&["wait", "-n", n, "--for=condition=complete", "job/shop-report", &wait]);
+    let pod = kubectl(&["get", "pods", "-n", n, "-l", "job-name=shop-report", "-o", "jsonpath={.items[0].metadata.name}"]);
+    let series = format!(r#"watcher_agent_matches_total{{rule="error",namespace="{n}",pod="{}"}}"#, pod.trim());
+    let errors = crate::common::wait_for(std::time::Duration::from_secs(30), || async {
+        prometheus.query(&series).await.filter(|v| *v == 3.0)
+    })
+    .await;
+    assert_eq!(errors, 3.0, "the Job's last counts, pushed");
+    operator.stop().await;
+    ns.delete().await;
+    operator_ns.delete().await;
+    drop(prometheus);
+    let _ = std::fs::remove_dir_all(&dir);
 }
