@@ -35,12 +35,3 @@ pub(crate) fn run<S: AsRef<OsStr>>(program: &str, args: &[S]) -> anyhow::Result<
     }
     Ok(said.stdout)
 }
-
-/// Runs `program` with its output passed through (a build's progress); fails when it fails.
-pub(crate) fn run_shown<S: AsRef<OsStr>>(program: &str, args: &[S]) -> anyhow::Result<()> {
-    let status = Command::new(program).args(args).status().with_context(|| format!("cannot run {program}"))?;
-    if !status.success() {
-        bail!("{program} failed ({status})");
-    }
-    Ok(())
-}

@@ -1,14 +1,16 @@
 //! `cargo xtask`: the project's own tasks (docs/release.md).
 //!
 //! - `release --version V --registry HOST[:PORT][/PATH] [--plain-http] [--key FILE]`: builds the
-//!   three binaries with the shipped profiles, packs them as OCI images, signs them and their
-//!   chart, attaches SBOMs and pushes it all to the registry.
+//!   three binaries with the shipped profiles for linux/amd64 and linux/arm64, packs each as an
+//!   OCI index of both platforms, signs them and their chart, attaches an SBOM to each
+//!   platform's manifest and pushes it all to the registry.
 //! - `rootfs --binary FILE --out DIR`: lays out an image's files as the release packs them
 //!   (deploy/Dockerfile copies that directory into `FROM scratch`).
 
 mod chart;
 mod cmd;
 mod oci;
+mod platform;
 mod registry;
 mod release;
 mod rootfs;

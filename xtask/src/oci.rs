@@ -1,6 +1,6 @@
 //! OCI image layouts (image-spec v1.1), written so that the same inputs give the same digests:
 //! entries sorted, owned by root, stamped with the commit's time, gzip without a name or a time.
-//! A layout holds one tagged index (the image, one entry per platform) or one tagged manifest
+//! A layout holds one tagged index (the image, one manifest per platform) or one tagged manifest
 //! (a signature, an SBOM), for skopeo to copy to a registry as it is.
 
 use std::io::Write;
@@ -78,49 +78,60 @@ impl Layout {
     }
 }
 
-/// The image of `files` for linux/amd64 in `layout`, tagged `tag`: an index with one manifest
-/// (another platform is one more entry of `manifests`). The index's descriptor.
-pub(crate) fn image(layout: &Layout, files: &Files, config: &ImageConfig, tag: &str) -> anyhow::Result<Value> {
+/// The image of `platforms` (each an OCI architecture of `linux` and its files) in `layout`,
+/// tagged `tag`: an index with one manifest per platform, in that order. The index's
+/// descriptor, and each platform's manifest digest.
+pub(crate) fn image(
+    layout: &Layout,
+    platforms: &[(&str, Files)],
+    config: &ImageConfig,
+    tag: &str,
+) -> anyhow::Result<(Value, Vec<String>)> {
     let created: jiff::Timestamp = config.created.parse().context("the image's creation time")?;
     let mtime = u64::try_from(created.as_second()).context("a creation time before 1970")?;
-    let tar = tar_of(files, mtime)?;
-    let layer = gzip(&tar)?;
     let ports: serde_json::Map<String, Value> = config.ports.iter().map(|p| (format!("{p}/tcp"), json!({}))).collect();
-    let image_config = json!({
-        "created": config.created,
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {
-            "User": crate::rootfs::USER,
-            "Entrypoint": config.entrypoint,
-            "Cmd": config.cmd,
-            "Env": config.env,
-            "ExposedPorts": ports,
-            "Labels": config.labels,
-            "WorkingDir": "/",
-        },
-        "rootfs": {"type": "layers", "diff_ids": [digest(&tar)]},
-        "history": [{"created": config.created, "created_by": "cargo xtask release"}],
-    });
-    let config_descriptor = layout.blob(CONFIG, &serde_json::to_vec(&image_config)?)?;
-    let layer_descriptor = layout.blob(LAYER, &layer)?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": MANIFEST,
-        "config": config_descriptor,
-        "layers": [layer_descriptor],
-        "annotations": config.labels,
-    });
-    let manifest_bytes = serde_json::to_vec(&manifest)?;
-    let mut platform_entry = layout.blob(MANIFEST, &manifest_bytes)?;
-    platform_entry["platform"] = json!({"architecture": "amd64", "os": "linux"});
+    let mut entries = Vec::new();
+    let mut digests = Vec::new();
+    for (architecture, files) in platforms {
+        let tar = tar_of(files, mtime)?;
+        let layer = gzip(&tar)?;
+        let image_config = json!({
+            "created": config.created,
+            "architecture": architecture,
+            "os": "linux",
+            "config": {
+                "User": crate::rootfs::USER,
+                "Entrypoint": config.entrypoint,
+                "Cmd": config.cmd,
+                "Env": config.env,
+                "ExposedPorts": ports,
+                "Labels": config.labels,
+                "WorkingDir": "/",
+            },
+            "rootfs": {"type": "layers", "diff_ids": [digest(&tar)]},
+            "history": [{"created": config.created, "created_by": "cargo xtask release"}],
+        });
+        let config_descriptor = layout.blob(CONFIG, &serde_json::to_vec(&image_config)?)?;
+        let layer_descriptor = layout.blob(LAYER, &layer)?;
+        let manifest = json!({
+            "schemaVersion": 2,
+            "mediaType": MANIFEST,
+            "config": config_descriptor,
+            "layers": [layer_descriptor],
+            "annotations": config.labels,
+        });
+        let mut entry = layout.blob(MANIFEST, &serde_json::to_vec(&manifest)?)?;
+        digests.push(entry["digest"].as_str().context("a digest")?.to_owned());
+        entry["platform"] = json!({"architecture": architecture, "os": "linux"});
+        entries.push(entry);
+    }
     let index = json!({
         "schemaVersion": 2,
         "mediaType": INDEX,
-        "manifests": [platform_entry],
+        "manifests": entries,
         "annotations": config.labels,
     });
-    layout.tag(INDEX, &index, tag)
+    Ok((layout.tag(INDEX, &index, tag)?, digests))
 }
 
 /// An artifact in cosign's shape (a signature, an SBOM): a manifest whose one layer is
@@ -203,14 +214,21 @@ mod tests {
     #[test]
     fn the_same_files_make_the_same_image() {
         let files = Files::from_iter([("usr/local/bin/x".into(), (b"binary".to_vec(), 0o755))]);
+        let arm = Files::from_iter([("usr/local/bin/x".into(), (b"arm binary".to_vec(), 0o755))]);
         let dir = std::env::temp_dir().join(format!("xtask-oci-{}", std::process::id()));
-        let one = image(&Layout::create(&dir.join("a")).expect("layout"), &files, &config(), "0.2.0").expect("image");
-        let two = image(&Layout::create(&dir.join("b")).expect("layout"), &files, &config(), "0.2.0").expect("image");
+        let both = |name: &str, amd64: &Files| {
+            let platforms = [("amd64", amd64.clone()), ("arm64", arm.clone())];
+            image(&Layout::create(&dir.join(name)).expect("layout"), &platforms, &config(), "0.2.0").expect("image")
+        };
+        let (one, manifests) = both("a", &files);
+        let (two, _) = both("b", &files);
         assert_eq!(one["digest"], two["digest"]);
         let mut other = files.clone();
         other.insert("etc/passwd".into(), (b"root".to_vec(), 0o644));
-        let three = image(&Layout::create(&dir.join("c")).expect("layout"), &other, &config(), "0.2.0").expect("image");
+        let (three, others) = both("c", &other);
         assert_ne!(one["digest"], three["digest"]);
+        assert_ne!(manifests[0], others[0], "the amd64 image changed");
+        assert_eq!(manifests[1], others[1], "the arm64 image did not");
         // The layout's index names the tag; the image index names its platform.
         let index: Value =
             serde_json::from_slice(&std::fs::read(dir.join("a/index.json")).expect("index")).expect("json");
@@ -220,12 +238,15 @@ mod tests {
         let image_index: Value =
             serde_json::from_slice(&std::fs::read(blob(&one["digest"])).expect("blob")).expect("json");
         assert_eq!(image_index["manifests"][0]["platform"]["architecture"], "amd64");
+        assert_eq!(image_index["manifests"][1]["platform"], json!({"architecture": "arm64", "os": "linux"}));
+        assert_eq!(image_index["manifests"][1]["digest"], manifests[1].as_str());
         let manifest: Value =
             serde_json::from_slice(&std::fs::read(blob(&image_index["manifests"][0]["digest"])).expect("blob"))
                 .expect("json");
         let image_config: Value =
             serde_json::from_slice(&std::fs::read(blob(&manifest["config"]["digest"])).expect("blob")).expect("json");
         assert_eq!(image_config["config"]["User"], "65532:65532");
+        assert_eq!(image_config["architecture"], "amd64");
         assert_eq!(image_config["config"]["ExposedPorts"]["9102/tcp"], json!({}));
         std::fs::remove_dir_all(&dir).expect("cleaned");
     }

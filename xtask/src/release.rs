@@ -14,6 +14,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use crate::oci::{self, Layout};
+use crate::platform::{AMD64, PLATFORMS, Platform};
 use crate::registry::Registry;
 use crate::sign::{self, Signer};
 use crate::{chart, cmd, rootfs, sbom};
@@ -36,9 +37,9 @@ pub(crate) struct Args {
     /// release is not signed, and says so.
     #[arg(long)]
     key: Option<PathBuf>,
-    /// Release the binaries in this directory (watcher-operator, watcher-agent and
-    /// watcher-supervise, built from this commit) instead of building them with the shipped
-    /// profiles: CI releases the build its tests run.
+    /// Release the binaries in this directory instead of building them with the shipped
+    /// profiles: `linux-amd64/` and `linux-arm64/`, each with watcher-operator, watcher-agent
+    /// and watcher-supervise built from this commit. CI releases the build its tests run.
     #[arg(long)]
     binaries: Option<PathBuf>,
     /// Where to write the release's files (default target/release/V).
@@ -132,7 +133,6 @@ struct Plan {
     notes: String,
     out: PathBuf,
     work: PathBuf,
-    target: String,
 }
 
 /// What a release is made of, packed and not yet pushed.
@@ -145,14 +145,29 @@ struct PackedImage {
     name: &'static str,
     repository: String,
     layout: PathBuf,
+    /// The index's digest.
     digest: String,
+    /// Each platform's SBOM, attached to its manifest.
+    sboms: Vec<PackedSbom>,
+}
+
+struct PackedSbom {
+    platform: Platform,
+    /// The platform's manifest, which the SBOM is attached to.
+    manifest: String,
     sbom: Vec<u8>,
-    sbom_layout: PathBuf,
-    sbom_digest: String,
+    layout: PathBuf,
+    digest: String,
 }
 
 pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     let plan = Plan::check(args)?;
+    // Each platform's toolchain is there before anything is built.
+    if args.binaries.is_none() {
+        for platform in &PLATFORMS {
+            platform.cargo(&plan.root.join("target/aarch64"))?;
+        }
+    }
     // The registry answers (and speaks the protocol asked for) before an 18-minute build.
     plan.registry.manifest(&plan.registry.repository(IMAGES[0].name), &plan.version)?;
     let binaries = plan.binaries(args.binaries.as_deref())?;
@@ -195,47 +210,81 @@ impl Plan {
         let created = jiff::Timestamp::from_second(seconds)?.to_string();
         let notes =
             release_notes(&std::fs::read_to_string(root.join("CHANGELOG.md")).context("CHANGELOG.md")?, &version)?;
-        let host = cmd::run("rustc", &["-vV"])?;
-        let target = host.lines().find_map(|l| l.strip_prefix("host: ")).context("rustc -vV names no host")?.to_owned();
         let out = args.out.clone().unwrap_or_else(|| root.join("target/release").join(&version));
         let work = root.join("target/xtask").join(&version);
-        Ok(Self { root, version, registry, signer, revision, created, notes, out, work, target })
+        Ok(Self { root, version, registry, signer, revision, created, notes, out, work })
     }
 
-    /// The three binaries: built with the shipped profiles, or the ones given.
-    fn binaries(&self, given: Option<&Path>) -> anyhow::Result<Vec<PathBuf>> {
+    /// The three binaries of each platform, by platform: built with the shipped profiles, or
+    /// the ones given.
+    fn binaries(&self, given: Option<&Path>) -> anyhow::Result<Vec<Vec<PathBuf>>> {
         let Some(dir) = given else {
-            for image in &IMAGES {
-                eprintln!("building {} (cargo {})", image.name, image.build.join(" "));
-                cmd::run_shown("cargo", image.build)?;
-            }
-            return Ok(IMAGES.iter().map(|i| self.root.join("target").join(i.built)).collect());
+            return PLATFORMS.iter().map(|platform| self.build(*platform)).collect();
         };
-        IMAGES
+        PLATFORMS
             .iter()
-            .map(|i| {
-                let path = dir.join(i.name);
-                path.is_file().then_some(path).with_context(|| format!("--binaries {}: no {}", dir.display(), i.name))
+            .map(|platform| {
+                IMAGES
+                    .iter()
+                    .map(|i| {
+                        let path = dir.join(platform.dir()).join(i.name);
+                        path.is_file()
+                            .then_some(path)
+                            .with_context(|| format!("--binaries {}: no {}/{}", dir.display(), platform.dir(), i.name))
+                    })
+                    .collect()
             })
             .collect()
     }
 
-    /// Each binary says this version and this commit (unchanged), as the images will run it.
-    fn check_binaries(&self, binaries: &[PathBuf]) -> anyhow::Result<()> {
-        for (image, binary) in IMAGES.iter().zip(binaries) {
-            let said = cmd::run(&binary.display().to_string(), &["--version"])?;
-            let line = said.lines().next().unwrap_or_default();
-            let words: Vec<&str> = line.split_whitespace().collect();
-            if words.first() != Some(&image.name) || words.get(1) != Some(&self.version.as_str()) {
-                bail!(
-                    "{} --version says {line:?}, not version {}: built from another tree?",
-                    binary.display(),
-                    self.version
-                );
+    /// Builds the three binaries of `platform` with the shipped profiles: amd64 in target/,
+    /// arm64 by Debian's toolchain in target/aarch64/.
+    fn build(&self, platform: Platform) -> anyhow::Result<Vec<PathBuf>> {
+        let target_dir = self.root.join("target/aarch64");
+        let mut built = Vec::new();
+        for image in &IMAGES {
+            let mut args: Vec<&str> = image.build.to_vec();
+            let native = platform == AMD64;
+            if !native {
+                let at = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+                args.splice(at..at, ["--target", platform.target]);
             }
-            let commit = line.split("commit ").nth(1).and_then(|r| r.split([',', ')']).next()).unwrap_or_default();
-            if commit.is_empty() || commit.ends_with("-dirty") || !self.revision.starts_with(commit) {
-                bail!("{} was built from commit {commit:?}, not from {} as it is", binary.display(), self.revision);
+            eprintln!("building {} for {} (cargo {})", image.name, platform.name(), args.join(" "));
+            let mut cargo = platform.cargo(&target_dir)?;
+            let status = cargo.args(&args).current_dir(&self.root).status().context("cannot run cargo")?;
+            if !status.success() {
+                bail!("building {} for {} failed ({status})", image.name, platform.name());
+            }
+            built.push(match native {
+                true => self.root.join("target").join(image.built),
+                false => target_dir.join(platform.target).join(image.built),
+            });
+        }
+        Ok(built)
+    }
+
+    /// Each binary says this version, this commit (unchanged) and its platform's target, as the
+    /// images will run it (an arm64 one under qemu).
+    fn check_binaries(&self, binaries: &[Vec<PathBuf>]) -> anyhow::Result<()> {
+        for (platform, binaries) in PLATFORMS.iter().zip(binaries) {
+            for (image, binary) in IMAGES.iter().zip(binaries) {
+                let said = platform.run(binary, &["--version"], None)?;
+                let line = said.lines().next().unwrap_or_default();
+                let words: Vec<&str> = line.split_whitespace().collect();
+                if words.first() != Some(&image.name) || words.get(1) != Some(&self.version.as_str()) {
+                    bail!(
+                        "{} --version says {line:?}, not version {}: built from another tree?",
+                        binary.display(),
+                        self.version
+                    );
+                }
+                let commit = line.split("commit ").nth(1).and_then(|r| r.split([',', ')']).next()).unwrap_or_default();
+                if commit.is_empty() || commit.ends_with("-dirty") || !self.revision.starts_with(commit) {
+                    bail!("{} was built from commit {commit:?}, not from {} as it is", binary.display(), self.revision);
+                }
+                if !line.contains(&format!("target {})", platform.target)) {
+                    bail!("{} says {line:?}: not built for {}", binary.display(), platform.target);
+                }
             }
         }
         Ok(())
@@ -243,13 +292,17 @@ impl Plan {
 
     /// The images' layouts and SBOMs (one thread each: most of it is gzip), and the chart's
     /// archive.
-    fn pack(&self, binaries: &[PathBuf]) -> anyhow::Result<Packed> {
+    fn pack(&self, binaries: &[Vec<PathBuf>]) -> anyhow::Result<Packed> {
         let sums = sbom::checksums(&std::fs::read_to_string(self.root.join("Cargo.lock"))?);
         let images = std::thread::scope(|scope| {
             let packing: Vec<_> = IMAGES
                 .iter()
-                .zip(binaries)
-                .map(|(image, binary)| scope.spawn(|| self.pack_image(image, binary, &sums)))
+                .enumerate()
+                .map(|(i, image)| {
+                    let of_image: Vec<&Path> = binaries.iter().map(|b| b[i].as_path()).collect();
+                    let sums = &sums;
+                    scope.spawn(move || self.pack_image(image, &of_image, sums))
+                })
                 .collect();
             packing
                 .into_iter()
@@ -264,24 +317,39 @@ impl Plan {
         Ok(Packed { images, chart })
     }
 
+    /// `image` of `binaries` (one a platform, in [`PLATFORMS`]' order): its index, and an SBOM
+    /// for each platform's manifest.
     fn pack_image(
         &self,
         image: &Image,
-        binary: &Path,
+        binaries: &[&Path],
         sums: &std::collections::BTreeMap<String, String>,
     ) -> anyhow::Result<PackedImage> {
         let repository = self.registry.repository(image.name);
         let layout = self.work.join("oci").join(image.name);
-        let index =
-            oci::image(&Layout::create(&layout)?, &rootfs::files(binary)?, &self.image_config(image), &self.version)?;
+        let platforms = PLATFORMS
+            .iter()
+            .zip(binaries)
+            .map(|(platform, binary)| {
+                let foreign = platform.foreign_root();
+                let foreign = foreign.as_ref().map(|(root, multiarch)| (root.as_path(), *multiarch));
+                Ok((platform.architecture, rootfs::files(binary, foreign)?))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let (index, manifests) =
+            oci::image(&Layout::create(&layout)?, &platforms, &self.image_config(image), &self.version)?;
         let digest = index["digest"].as_str().context("a digest")?.to_owned();
-        let components = sbom::components(image.name, &self.target)?;
-        let sbom = sbom::document(image.name, &self.version, &self.created, &components, sums)?;
-        let sbom_layout = self.work.join("sbom").join(image.name);
-        let tag = sign::tag_for(&digest, "sbom");
-        let sbom_digest = oci::artifact(&Layout::create(&sbom_layout)?, sbom::MEDIA_TYPE, &sbom, json!({}), &tag)?;
-        let sbom_digest = sbom_digest["digest"].as_str().context("a digest")?.to_owned();
-        Ok(PackedImage { name: image.name, repository, layout, digest, sbom, sbom_layout, sbom_digest })
+        let mut sboms = Vec::new();
+        for (platform, manifest) in PLATFORMS.iter().zip(manifests) {
+            let components = sbom::components(image.name, platform.target)?;
+            let sbom = sbom::document(image.name, &self.version, &self.created, &components, sums)?;
+            let sbom_layout = self.work.join("sbom").join(image.name).join(platform.dir());
+            let tag = sign::tag_for(&manifest, "sbom");
+            let attached = oci::artifact(&Layout::create(&sbom_layout)?, sbom::MEDIA_TYPE, &sbom, json!({}), &tag)?;
+            let digest = attached["digest"].as_str().context("a digest")?.to_owned();
+            sboms.push(PackedSbom { platform: *platform, manifest, sbom, layout: sbom_layout, digest });
+        }
+        Ok(PackedImage { name: image.name, repository, layout, digest, sboms })
     }
 
     fn image_config(&self, image: &Image) -> oci::ImageConfig {
@@ -320,7 +388,9 @@ impl Plan {
         };
         for image in &packed.images {
             differs(&image.repository, &self.version, &image.digest)?;
-            differs(&image.repository, &sign::tag_for(&image.digest, "sbom"), &image.sbom_digest)?;
+            for sbom in &image.sboms {
+                differs(&image.repository, &sign::tag_for(&sbom.manifest, "sbom"), &sbom.digest)?;
+            }
             self.refuse_other_signature(&image.repository, &image.digest)?;
         }
         let repository = self.registry.repository("charts/watcher-operator");
@@ -357,8 +427,10 @@ impl Plan {
         let mut references = Vec::new();
         for image in &packed.images {
             self.push_once(&image.layout, &self.version, &image.repository, &image.digest)?;
-            let tag = sign::tag_for(&image.digest, "sbom");
-            self.push_once(&image.sbom_layout, &tag, &image.repository, &image.sbom_digest)?;
+            for sbom in &image.sboms {
+                let tag = sign::tag_for(&sbom.manifest, "sbom");
+                self.push_once(&sbom.layout, &tag, &image.repository, &sbom.digest)?;
+            }
             self.sign(&image.repository, &image.digest)?;
             references.push((image.name.to_owned(), format!("{}:{}@{}", image.repository, self.version, image.digest)));
         }
@@ -407,7 +479,9 @@ impl Plan {
         let chart_name = format!("watcher-operator-{}.tgz", self.version);
         files.push((chart_name, std::fs::read(&packed.chart)?));
         for image in &packed.images {
-            files.push((format!("{}.cdx.json", image.name), image.sbom.clone()));
+            for sbom in &image.sboms {
+                files.push((format!("{}-{}.cdx.json", image.name, sbom.platform.dir()), sbom.sbom.clone()));
+            }
         }
         if let Some(signer) = &self.signer {
             files.push(("cosign.pub".into(), signer.public_pem().into_bytes()));

@@ -258,7 +258,8 @@ async fn a_jobs_last_counts_reach_prometheus_by_remote_write() {
     kubectl(&["apply", "-n", n, "-f", &format!("{}/job.yaml", super::SAMPLES)]);
     let wait = format!("--timeout={}s", POD_START.as_secs());
     kubectl(&["wait", "-n", n, "--for=condition=complete", "job/shop-report", &wait]);
-    let pod = kubectl(&["get", "pods", "-n", n, "-l", "job-name=shop-report", "-o", "jsonpath={.items[0].metadata.name}"]);
+    let pod =
+        kubectl(&["get", "pods", "-n", n, "-l", "job-name=shop-report", "-o", "jsonpath={.items[0].metadata.name}"]);
     let series = format!(r#"watcher_agent_matches_total{{rule="error",namespace="{n}",pod="{}"}}"#, pod.trim());
     let errors = crate::common::wait_for(std::time::Duration::from_secs(30), || async {
         prometheus.query(&series).await.filter(|v| *v == 3.0)
