@@ -256,34 +256,6 @@ fn rss_mib(pid: u32) -> Option<(f64, f64)> {
     Some((field("VmRSS:")?, field("RssAnon:")?))
 }
 
-/// A remote write receiver that takes every push (204): its URL, and how many it took.
-fn receiver() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-    use std::io::{BufRead, BufReader, Read};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-    let url = format!("http://{}/api/v1/write", listener.local_addr().expect("an address"));
-    let pushes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = pushes.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut reader = BufReader::new(stream);
-            let mut length = 0;
-            let mut header = String::new();
-            while reader.read_line(&mut header).is_ok_and(|n| n > 0) && !header.trim_end().is_empty() {
-                if let Some(value) = header.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = value.trim().parse().unwrap_or(0);
-                }
-                header.clear();
-            }
-            let mut body = vec![0; length];
-            if reader.read_exact(&mut body).is_ok() {
-                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            let _ = reader.get_mut().write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n");
-        }
-    });
-    (url, pushes)
-}
-
 /// Starts `command`, lets it follow the `files` files of `dir` while 200,000 lines in all are
 /// appended to them, and reads its resident memory once it caught up.
 fn rss_following(mut command: Command, dir: &Path, files: usize) -> Option<(f64, f64)> {
@@ -305,6 +277,10 @@ fn rss_following(mut command: Command, dir: &Path, files: usize) -> Option<(f64,
     let _ = child.wait();
     rss
 }
+
+#[path = "support/receiver.rs"]
+mod receiver;
+use receiver::receiver;
 
 fn main() {
     let dir: PathBuf = std::env::temp_dir().join(format!("watcher-agent-bench-{}", std::process::id()));
@@ -527,7 +503,19 @@ fn memory(dir: &Path, programs: &str, counts: &[usize]) {
             None => println!("watcher-agent with AGENT_CONFIG_DIR: could not be measured"),
         }
         // The same agent reading values, JSON fields and events: each mode's memory.
-        let modes: [(&str, &[(&str, &str)]); 3] = [
+        // Today's Prometheus: a native histogram with exemplars beside the two rules, every
+        // series pushed by remote write every second to a receiver that takes each push.
+        let (url, pushes) = receiver();
+        let pushing = [
+            ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms user=\S+ trace=(?P<trace>[0-9a-f]+)"),
+            ("AGENT_VALUE_LATENCY", "ms"),
+            ("AGENT_METRIC_LATENCY", "histogram"),
+            ("AGENT_NATIVE_LATENCY", "1.1"),
+            ("AGENT_EXEMPLAR_LATENCY", "trace"),
+            ("AGENT_REMOTE_WRITE_URL", url.as_str()),
+            ("AGENT_REMOTE_WRITE_INTERVAL", "1s"),
+        ];
+        let modes: [(&str, &[(&str, &str)]); 4] = [
             (
                 "watcher-agent, 2 rules + a histogram",
                 &[
@@ -541,29 +529,13 @@ fn memory(dir: &Path, programs: &str, counts: &[usize]) {
                 &[("AGENT_FORMAT", "auto"), ("AGENT_MATCH_LEVEL", "level=error"), ("AGENT_LABELS_LEVEL", "user")],
             ),
             ("watcher-agent, 2 rules, java events", &[("AGENT_MULTILINE_START", "java")]),
+            ("watcher-agent, + native, exemplars, remote write", &pushing),
         ];
         for (name, vars) in modes {
             match rss_following(agent_with(vars), &followed, files) {
                 Some((rss, anon)) => println!("{name:<44} {rss:>14.1} {anon:>10.1}"),
                 None => println!("{name}: could not be measured"),
             }
-        }
-        // Today's Prometheus: a native histogram with exemplars beside the two rules, every
-        // series pushed by remote write every second to a receiver that takes each push.
-        let (url, pushes) = receiver();
-        let pushing = [
-            ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms user=\S+ trace=(?P<trace>[0-9a-f]+)"),
-            ("AGENT_VALUE_LATENCY", "ms"),
-            ("AGENT_METRIC_LATENCY", "histogram"),
-            ("AGENT_NATIVE_LATENCY", "1.1"),
-            ("AGENT_EXEMPLAR_LATENCY", "trace"),
-            ("AGENT_REMOTE_WRITE_URL", url.as_str()),
-            ("AGENT_REMOTE_WRITE_INTERVAL", "1s"),
-        ];
-        let name = "watcher-agent, + native, exemplars, remote write";
-        match rss_following(agent_with(&pushing), &followed, files) {
-            Some((rss, anon)) => println!("{name:<44} {rss:>14.1} {anon:>10.1}"),
-            None => println!("{name}: could not be measured"),
         }
         println!("{:<44} {:>14}", "  pushes the receiver took", pushes.load(std::sync::atomic::Ordering::Relaxed));
         let mut mtail = Command::new("mtail");
