@@ -529,7 +529,7 @@ fn memory(dir: &Path, programs: &str, counts: &[usize]) {
                 &[("AGENT_FORMAT", "auto"), ("AGENT_MATCH_LEVEL", "level=error"), ("AGENT_LABELS_LEVEL", "user")],
             ),
             ("watcher-agent, 2 rules, java events", &[("AGENT_MULTILINE_START", "java")]),
-            ("watcher-agent, + native, exemplars, remote write", &pushing),
+            ("watcher-agent, native, exemplars, push 1s", &pushing),
         ];
         for (name, vars) in modes {
             match rss_following(agent_with(vars), &followed, files) {
