@@ -243,22 +243,14 @@ impl Plan {
         let target_dir = self.root.join("target/aarch64");
         let mut built = Vec::new();
         for image in &IMAGES {
-            let mut args: Vec<&str> = image.build.to_vec();
-            let native = platform == AMD64;
-            if !native {
-                let at = args.iter().position(|a| *a == "--").unwrap_or(args.len());
-                args.splice(at..at, ["--target", platform.target]);
-            }
+            let (args, path) = build_of(image, platform, &self.root.join("target"), &target_dir);
             eprintln!("building {} for {} (cargo {})", image.name, platform.name(), args.join(" "));
             let mut cargo = platform.cargo(&target_dir)?;
             let status = cargo.args(&args).current_dir(&self.root).status().context("cannot run cargo")?;
             if !status.success() {
                 bail!("building {} for {} failed ({status})", image.name, platform.name());
             }
-            built.push(match native {
-                true => self.root.join("target").join(image.built),
-                false => target_dir.join(platform.target).join(image.built),
-            });
+            built.push(path);
         }
         Ok(built)
     }
@@ -499,6 +491,18 @@ impl Plan {
     }
 }
 
+/// cargo's arguments for `image`'s binary on `platform`, and where it lands: the native one in
+/// `target`, another with `--target` (before rustc's own arguments) in `foreign_target`.
+fn build_of(image: &Image, platform: Platform, target: &Path, foreign_target: &Path) -> (Vec<&'static str>, PathBuf) {
+    let mut args: Vec<&'static str> = image.build.to_vec();
+    if platform == AMD64 {
+        return (args, target.join(image.built));
+    }
+    let at = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+    args.splice(at..at, ["--target", platform.target]);
+    (args, foreign_target.join(platform.target).join(image.built))
+}
+
 /// Whether a signature manifest holds `signer`'s signature over `payload`.
 fn signed_by(manifest: &[u8], payload: &[u8], signer: &Signer) -> bool {
     let Ok(manifest) = serde_json::from_slice::<Value>(manifest) else { return false };
@@ -573,6 +577,24 @@ mod tests {
         assert!(said("0.2").contains("not a semantic version"));
         assert!(said("0.2.0+build.1").contains("build metadata"));
         assert!(said("0.3.0").contains("the workspace is version 0.2.0"));
+    }
+
+    /// arm64's binaries are built with `--target` before rustc's own arguments (the static
+    /// link), in their own target directory; amd64's as they were.
+    #[test]
+    fn each_platform_builds_in_its_own_place() {
+        let (target, foreign) = (Path::new("/r/target"), Path::new("/r/target/aarch64"));
+        let agent = &IMAGES[1];
+        let (args, path) = build_of(agent, AMD64, target, foreign);
+        assert_eq!(args, agent.build);
+        assert_eq!(path, Path::new("/r/target/agent/watcher-agent"));
+        let (args, path) = build_of(agent, crate::platform::ARM64, target, foreign);
+        let joined = args.join(" ");
+        assert!(joined.ends_with("--target aarch64-unknown-linux-gnu -- -C target-feature=+crt-static"), "{joined}");
+        assert_eq!(path, Path::new("/r/target/aarch64/aarch64-unknown-linux-gnu/agent/watcher-agent"));
+        let (args, path) = build_of(&IMAGES[0], crate::platform::ARM64, target, foreign);
+        assert_eq!(args[args.len() - 2..], ["--target", "aarch64-unknown-linux-gnu"], "no rustc arguments: at the end");
+        assert_eq!(path, Path::new("/r/target/aarch64/aarch64-unknown-linux-gnu/dist/watcher-operator"));
     }
 
     #[test]
