@@ -203,3 +203,64 @@ async fn a_push_is_posted_as_remote_write_and_each_answer_is_taken_as_the_spec_s
     assert!(matches!(Receiver { config: config(nobody), tls: None }.post(body.into()).await, Answer::Retry(_)));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A receiver over TLS with a certificate for `localhost` that `ca.pem` (in `dir`) issued itself:
+/// it answers each request 204. Its URL.
+async fn tls_receiver(dir: &std::path::Path) -> ReceiverUrl {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("a certificate");
+    std::fs::write(dir.join("ca.pem"), made.cert.pem()).expect("written");
+    let key = PrivateKeyDer::from_pem_slice(made.signing_key.serialize_pem().as_bytes()).expect("a key");
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![CertificateDer::from(made.cert.der().to_vec())], key)
+        .expect("a server configuration");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let port = listener.local_addr().expect("an address").port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let Ok(mut stream) = acceptor.accept(stream).await else { continue };
+            let mut request = Vec::new();
+            let mut buffer = [0; 65536];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buffer[..n]),
+                }
+            }
+            let _ = stream.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n").await;
+            let _ = stream.shutdown().await;
+        }
+    });
+    ReceiverUrl::parse(&format!("https://localhost:{port}/api/v1/write")).expect("a URL")
+}
+
+/// An `https://` receiver: its certificate checked against `AGENT_REMOTE_WRITE_CA_FILE`'s;
+/// without that file (the system's roots know nothing of it), or with a file that holds no
+/// certificate, the push fails and is tried again.
+#[tokio::test]
+async fn an_https_receiver_is_trusted_through_its_ca_file() {
+    let dir = std::env::temp_dir().join(format!("watcher-agent-rw-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let url = tls_receiver(&dir).await;
+    let body = || Bytes::from_static(b"");
+    let mut trusted = config(url.clone());
+    trusted.ca_file = Some(dir.join("ca.pem"));
+    assert_eq!(Receiver { config: trusted, tls: None }.post(body()).await, Answer::Taken);
+    match (Receiver { config: config(url.clone()), tls: None }).post(body()).await {
+        Answer::Retry(why) => assert!(why.contains("TLS") || why.contains("root"), "{why}"),
+        other => panic!("an unknown issuer: {other:?}"),
+    }
+    std::fs::write(dir.join("empty.pem"), "not a certificate\n").expect("written");
+    let mut empty = config(url);
+    empty.ca_file = Some(dir.join("empty.pem"));
+    match (Receiver { config: empty, tls: None }).post(body()).await {
+        Answer::Retry(why) => assert!(why.contains("no certificate"), "{why}"),
+        other => panic!("no certificate in the file: {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
