@@ -84,6 +84,25 @@ impl Config {
         if let Some(url) = &self.alertmanager {
             line(format!("alertmanager: {url} (alerts posted firing and resolved)"));
         }
+        if let Some(remote) = &self.remote_write {
+            let mut said = format!(
+                "remote write: every series to {} every {} (at most {} samples, {} bytes held while it is down)",
+                remote.url,
+                format_duration(remote.interval),
+                remote.max_samples,
+                remote.max_bytes
+            );
+            for (what, set) in [
+                ("a bearer token", remote.bearer_token_file.is_some()),
+                ("its CA file", remote.ca_file.is_some()),
+                ("a tenant", remote.tenant.is_some()),
+            ] {
+                if set {
+                    said.push_str(&format!("; {what}"));
+                }
+            }
+            line(said);
+        }
         line(format!(
             "polls files every {}; lines matched on their first {} bytes",
             format_duration(self.poll),
@@ -133,6 +152,16 @@ fn describe_rule(rule: &RuleConfig, max_series: usize) -> String {
             let buckets: Vec<String> = rule.buckets.iter().map(f64::to_string).collect();
             text.push_str(&format!(" (buckets {})", buckets.join(",")));
         }
+        if let Some(schema) = rule.native_schema {
+            text.push_str(&format!(", also a native histogram (schema {schema})"));
+        }
+    }
+    if let Some(exemplar) = &rule.exemplar {
+        let from = match exemplar {
+            ValueFrom::Group(group) => format!("group {group}"),
+            ValueFrom::Field(field) => format!("field {field}"),
+        };
+        text.push_str(&format!("; exemplars: trace_id from {from}"));
     }
     text
 }

@@ -493,3 +493,30 @@ fn exemplar_variables() {
     let said = problem(&with(&[("AGENT_EXEMPLAR_NONE", "trace")]));
     assert!(said.starts_with("AGENT_EXEMPLAR_NONE: no rule none"), "{said}");
 }
+
+/// `watcher-agent check` says where every series is pushed, and each rule's native histogram and
+/// exemplars.
+#[test]
+fn check_describes_remote_write_native_histograms_and_exemplars() {
+    let config = Config::from_vars([
+        ("AGENT_FILES", "/x/*.log"),
+        ("AGENT_RULE_LATENCY", r"took=(?P<ms>\d+)ms trace=(?P<trace>\w+)"),
+        ("AGENT_VALUE_LATENCY", "ms"),
+        ("AGENT_METRIC_LATENCY", "histogram"),
+        ("AGENT_NATIVE_LATENCY", "1.1"),
+        ("AGENT_EXEMPLAR_LATENCY", "trace"),
+        ("AGENT_REMOTE_WRITE_URL", "https://mimir/api/v1/push"),
+        ("AGENT_REMOTE_WRITE_TENANT", "team-a"),
+    ])
+    .expect("valid");
+    let described = config.describe();
+    for said in [
+        "remote write: every series to https://mimir:443/api/v1/push every 15s",
+        "; a tenant",
+        "also a native histogram (schema 3)",
+        "; exemplars: trace_id from group trace",
+    ] {
+        assert!(described.contains(said), "{said} in {described}");
+    }
+    assert!(!described.contains("bearer token"), "{described}");
+}
