@@ -249,7 +249,7 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
         // The Watcher's sidecar, watcher-agent, exports its own: the dashboard's row and the
         // alert on them read what it exports.
-        let mut agent = Registry::default();
+        let mut agent = watcher_agent::metrics::Registry::default();
         let latency = watcher_agent::config::RuleConfig {
             value: Some(watcher_agent::config::ValueFrom::Group("ms".into())),
             metric: watcher_agent::config::MetricKind::Histogram,

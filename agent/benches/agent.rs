@@ -192,7 +192,7 @@ fn agent_reading(
     let mut best = f64::MAX;
     let mut matched = 0;
     for _ in 0..3 {
-        let mut registry = prometheus_client::registry::Registry::default();
+        let mut registry = watcher_agent::metrics::Registry::default();
         let metrics = Arc::new(Metrics::register(&mut registry, &["bench".into()], rules, 100));
         let alerts = Arc::new(Mutex::new(AlertBook::new(rules)));
         let compiled = Rules::new(rules).expect("rules");
@@ -570,7 +570,7 @@ fn reload_vars(flip: bool) -> Vec<(String, String)> {
 fn counted_with_reloads(glob: &str, lines: usize, every: Option<Duration>) -> (f64, u64, u64, u64) {
     use watcher_agent::pipeline::{Compiled, Live};
     let (config, rules) = watcher_agent::compile(reload_vars(false)).expect("a configuration");
-    let mut registry = prometheus_client::registry::Registry::default();
+    let mut registry = watcher_agent::metrics::Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry, &["bench".into()], &config.rules, 100));
     let alerts = Arc::new(Mutex::new(AlertBook::new(&config.rules)));
     let live = Live::new(Compiled { config, rules, metrics: metrics.clone() }, alerts);
@@ -626,7 +626,7 @@ fn reloads(dir: &Path) {
         .chain((0..32).map(|i| (format!("AGENT_RULE_R{i}"), format!(r"\b(?:ERROR|WARN)\b.*code={i}\b"))))
         .collect();
     let (config, rules) = watcher_agent::compile(many.clone()).expect("32 rules");
-    let mut registry = prometheus_client::registry::Registry::default();
+    let mut registry = watcher_agent::metrics::Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry, &["bench".into()], &config.rules, 100));
     let alerts = Arc::new(Mutex::new(AlertBook::new(&config.rules)));
     let live = watcher_agent::pipeline::Live::new(watcher_agent::pipeline::Compiled { config, rules, metrics }, alerts);
@@ -654,9 +654,8 @@ fn scrape() {
         ("AGENT_NATIVE_LATENCY", "1.1"),
     ]);
     let sources: Vec<String> = (0..10).map(|s| format!("/var/log/app-{s}/*.log")).collect();
-    let mut registry = prometheus_client::registry::Registry::default();
+    let mut registry = watcher_agent::metrics::Registry::default();
     let metrics = Metrics::register(&mut registry, &sources, &configured.rules, 1000);
-    let exemplars = metrics.exemplar_store();
     let rules = Rules::new(&configured.rules).expect("rules");
     let alerts = Arc::new(Mutex::new(AlertBook::new(&configured.rules)));
     let mut pipeline = Pipeline::reading(&rules, vec![Format::Text; 10], 16_384, Arc::new(metrics), alerts);
@@ -689,7 +688,7 @@ fn scrape() {
     };
     let (text, text_bytes) = time(&|| watcher_agent::metrics::prometheus_text(&registry).len());
     let (open, open_bytes) = time(&|| watcher_agent::metrics::openmetrics(&registry).len());
-    let (protobuf, protobuf_bytes) = time(&|| watcher_agent::metrics::protobuf(&registry, &exemplars).len());
+    let (protobuf, protobuf_bytes) = time(&|| watcher_agent::metrics::protobuf(&registry).len());
     println!("{:<44} {text:>14.1} {text_bytes:>10}", "text 0.0.4");
     println!("{:<44} {open:>14.1} {open_bytes:>10}", "OpenMetrics text");
     println!("{:<44} {protobuf:>14.1} {protobuf_bytes:>10}", "protobuf (delimited MetricFamily)");

@@ -7,65 +7,43 @@
 //! or a histogram). Every counter is atomic: a scrape never waits for a reader.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 
 use crate::config::RuleConfig;
 use crate::record::SourceError;
 
 pub mod exemplars;
 mod exposition;
+pub mod model;
 pub mod native;
+pub(crate) mod proto;
 pub(crate) mod server;
 mod termination;
 mod values;
 
 pub use exemplars::{Exemplar, Exemplars};
-pub use exposition::{families, openmetrics, prometheus_text, protobuf};
+pub(crate) use exposition::{bound, suffix};
+pub use exposition::{openmetrics, prometheus_text, protobuf};
+pub use model::{Counter, FloatGauge, Gauge, Registry};
+use model::{Family, label_set};
 pub use termination::last_counts;
 pub use values::{BatchHistogram, Buckets, Observed};
 use values::{ValueMetric, ValueMetrics};
 use watcher_base::lock;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SourceLabels {
-    source: String,
-}
+label_set!(SourceLabels { source });
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RuleLabels {
-    rule: String,
-}
+label_set!(RuleLabels { rule });
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ErrorLabels {
-    source: String,
-    reason: String,
-}
+label_set!(ErrorLabels { source, reason });
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SentLabels {
-    to: String,
-    result: String,
-}
+label_set!(SentLabels { to, result });
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: String,
-}
+label_set!(ReasonLabels { reason });
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TruncationLabels {
-    source: String,
-    copy: String,
-}
+label_set!(TruncationLabels { source, copy });
 
 /// The value of a named group that takes the place of values beyond `AGENT_MAX_SERIES`.
 pub const OTHER: &str = "other";
@@ -77,11 +55,7 @@ pub const CLOSED_REASONS: [&str; 3] = ["rotated", "idle", "limit"];
 /// Why the log stream was asked again.
 pub const RECONNECT_REASONS: [&str; 5] = ["ended", "idle", "error", "restarted", "shutdown"];
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CutLabels {
-    source: String,
-    reason: String,
-}
+label_set!(CutLabels { source, reason });
 
 /// A label set of a rule: when it was last counted, and in which sources (a bit each).
 struct Seen {
@@ -144,7 +118,7 @@ pub struct RuleMetrics {
     /// Values that did not parse, for a rule with a value.
     pub value_errors: Option<Counter>,
     /// When it last matched: seconds since the epoch.
-    pub last_match: Gauge<f64, AtomicU64>,
+    pub last_match: FloatGauge,
     /// 1 while its alert fires.
     pub firing: Gauge,
     /// Whether its samples carry exemplars.
@@ -156,7 +130,7 @@ pub struct RuleMetrics {
 struct Families {
     lines: Family<SourceLabels, Counter>,
     matches: Family<Vec<(String, String)>, Counter>,
-    last_match: Family<RuleLabels, Gauge<f64, AtomicU64>>,
+    last_match: Family<RuleLabels, FloatGauge>,
     long_lines: Family<SourceLabels, Counter>,
     firing: Family<RuleLabels, Gauge>,
     dropped: Family<RuleLabels, Counter>,
@@ -185,15 +159,9 @@ struct Families {
     exemplars: Arc<Exemplars>,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: String,
-}
+label_set!(ResultLabels { result });
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct HashLabels {
-    hash: String,
-}
+label_set!(HashLabels { hash });
 
 /// What makes a rule's series: its name, its kind, its unit, its labels and buckets. A new
 /// configuration keeps the series of a rule whose series are made alike (its pattern, fields or
@@ -256,10 +224,10 @@ impl Families {
 
     /// Registers every family in `registry`, with its help text.
     fn register(&self, registry: &mut Registry) {
-        registry.register(
+        registry.register_info(
             "watcher_agent_build",
             "What this binary is: its version, commit (revision), cargo profile and target; always 1",
-            prometheus_client::metrics::info::Info::new(watcher_build_info::LABELS),
+            &watcher_build_info::LABELS,
         );
         registry.register("watcher_agent_lines", "Lines read, per source", self.lines.clone());
         registry.register(
@@ -314,7 +282,7 @@ impl Families {
             "Alerts sent as Events on the pod and to Alertmanager, by result",
             self.sent.clone(),
         );
-        registry.register("watcher_agent_open_files", "Files open now", self.open_files.clone());
+        registry.register_single("watcher_agent_open_files", "Files open now", self.open_files.clone());
         registry.register(
             "watcher_agent_files_closed",
             "Files closed: rotated away and read to the end, idle past AGENT_IGNORE_OLDER, or over AGENT_MAX_OPEN_FILES",
@@ -348,12 +316,13 @@ impl Families {
              2xx, 429 or 5xx: not tried again) or dropped (the oldest pushes, beyond the queue's bounds)",
             self.remote_written.clone(),
         );
-        registry.register(
+        registry.register_single(
             "watcher_agent_remote_write_queue_samples",
             "Samples of the pushes waiting for the receiver",
             self.remote_write_held.clone(),
         );
         registry.register_collector(Box::new(self.values.clone()));
+        registry.set_exemplars(self.exemplars.clone());
     }
 }
 
@@ -399,11 +368,6 @@ impl Metrics {
         Self::over(self.families.clone(), &self.sources, rules, self.max_series, &carried)
     }
 
-    /// The exemplars, which the formats that carry them read.
-    pub fn exemplar_store(&self) -> Arc<Exemplars> {
-        self.families.exemplars.clone()
-    }
-
     /// Takes away every series of `old`, a rule of this configuration.
     fn remove_rule(&self, old: &RuleMetrics) {
         let families = &self.families;
@@ -442,13 +406,12 @@ impl Metrics {
         carried: &[Carried],
     ) -> Self {
         let cut = |s: &String, reason: &str| {
-            families.events_cut.get_or_create(&CutLabels { source: s.clone(), reason: reason.to_owned() }).clone()
+            families.events_cut.get_or_create(&CutLabels { source: s.clone(), reason: reason.to_owned() })
         };
         let source = |s: &String| SourceLabels { source: s.clone() };
         let rule = |r: &str| RuleLabels { rule: r.to_owned() };
-        let per_source = |family: &Family<SourceLabels, Counter>| {
-            sources.iter().map(|s| family.get_or_create(&source(s)).clone()).collect()
-        };
+        let per_source =
+            |family: &Family<SourceLabels, Counter>| sources.iter().map(|s| family.get_or_create(&source(s))).collect();
         let rule_metrics = |(i, r): (usize, &RuleConfig)| {
             let carried = carried.get(i);
             let value = carried.and_then(|c| c.value.clone()).or_else(|| families.values.register(r));
@@ -458,7 +421,7 @@ impl Metrics {
                 if let Some(metric) = &value {
                     sources.iter().for_each(|s| metric.at_zero(&labels(s)));
                 }
-                sources.iter().map(|s| families.matches.get_or_create(&labels(s)).clone()).collect()
+                sources.iter().map(|s| families.matches.get_or_create(&labels(s))).collect()
             } else {
                 Vec::new()
             };
@@ -467,7 +430,7 @@ impl Metrics {
                     Arc::new(Labelled {
                         names: r.labels.clone(),
                         seen: Mutex::default(),
-                        dropped: families.dropped.get_or_create(&rule(&r.name)).clone(),
+                        dropped: families.dropped.get_or_create(&rule(&r.name)),
                         said: AtomicBool::new(false),
                         retired: AtomicBool::new(false),
                     })
@@ -477,10 +440,10 @@ impl Metrics {
                 shape: Series::of(r),
                 matches,
                 labelled,
-                value_errors: value.as_ref().map(|_| families.value_errors.get_or_create(&rule(&r.name)).clone()),
+                value_errors: value.as_ref().map(|_| families.value_errors.get_or_create(&rule(&r.name))),
                 value,
-                last_match: families.last_match.get_or_create(&rule(&r.name)).clone(),
-                firing: families.firing.get_or_create(&rule(&r.name)).clone(),
+                last_match: families.last_match.get_or_create(&rule(&r.name)),
+                firing: families.firing.get_or_create(&rule(&r.name)),
                 exemplars: r.exemplar.is_some(),
             }
         };

@@ -162,7 +162,7 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::AtomicBool;
 
-    use prometheus_client::registry::Registry;
+    use crate::metrics::Registry;
 
     use std::time::SystemTime;
 

@@ -132,7 +132,7 @@ impl Reloader {
 mod tests {
     use std::sync::Mutex;
 
-    use prometheus_client::registry::Registry;
+    use crate::metrics::Registry;
 
     use super::*;
     use crate::metrics::{Metrics, openmetrics};

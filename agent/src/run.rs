@@ -23,13 +23,12 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::jiff::Timestamp;
-use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
 use crate::config::{Config, Start};
 use crate::matching::Rules;
-use crate::metrics::Metrics;
 use crate::metrics::server::{Endpoints, router};
+use crate::metrics::{Metrics, Registry};
 use crate::pipeline::{Compiled, Live, Pipeline, Report, SharedAlerts, Sink, SourceError};
 use crate::reload::{CONFIG_POLL, Outcome, Reloader};
 use crate::sinks::alertmanager::{Alertmanager, Poster};
@@ -90,12 +89,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let live = Live::new(compiled, alerts.clone());
     let pipeline = || Pipeline::live(&live);
     let multiline = config.multiline.as_ref().map(crate::config::MultilineConfig::build);
-    let endpoints = Arc::new(Endpoints {
-        registry,
-        exemplars: metrics.exemplar_store(),
-        ready: AtomicBool::new(false),
-        scraped: tokio::sync::Notify::new(),
-    });
+    let endpoints =
+        Arc::new(Endpoints { registry, ready: AtomicBool::new(false), scraped: tokio::sync::Notify::new() });
 
     let (stop_server, server) = serve(config.listen, &endpoints).await?;
 

@@ -11,8 +11,10 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use prometheus_client::encoding::prometheus_protobuf::prometheus_data_model as model;
 use watcher_base::lock;
+
+use super::model::LabelSet;
+use super::proto;
 
 /// The label an exemplar's trace id is.
 pub const TRACE_ID: &str = "trace_id";
@@ -43,20 +45,28 @@ impl Exemplar {
         self.at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
     }
 
-    fn model(&self) -> model::Exemplar {
+    /// When it was read: seconds and nanoseconds since the epoch.
+    pub(crate) fn since_epoch(&self) -> (i64, i32) {
         let since = self.at.duration_since(UNIX_EPOCH).unwrap_or_default();
-        model::Exemplar {
-            label: vec![model::LabelPair { name: TRACE_ID.to_owned(), value: self.trace_id.clone() }],
-            value: self.value,
-            timestamp: Some(prost_types::Timestamp {
-                seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
-                nanos: i32::try_from(since.subsec_nanos()).unwrap_or(0),
-            }),
-        }
+        (i64::try_from(since.as_secs()).unwrap_or(i64::MAX), i32::try_from(since.subsec_nanos()).unwrap_or(0))
+    }
+
+    /// As the protobuf exposition's `io.prometheus.client.Exemplar`: its label, value, time.
+    pub(crate) fn write_protobuf(&self, out: &mut Vec<u8>) {
+        proto::message(out, 1, |out| {
+            proto::string(out, 1, TRACE_ID);
+            proto::string(out, 2, &self.trace_id);
+        });
+        proto::double(out, 2, self.value);
+        let (seconds, nanos) = self.since_epoch();
+        proto::message(out, 3, |out| {
+            proto::int(out, 1, seconds);
+            proto::int(out, 2, i64::from(nanos));
+        });
     }
 
     /// ` # {trace_id="…"} value timestamp`, as OpenMetrics text follows a sample with it.
-    fn write_text(&self, out: &mut String) {
+    pub(crate) fn write_text(&self, out: &mut String) {
         let _ = write!(out, " # {{{TRACE_ID}=\"");
         escape_into(&self.trace_id, out);
         let _ = write!(
@@ -70,11 +80,18 @@ impl Exemplar {
 
 /// What one series keeps.
 #[derive(Debug, Default)]
-struct Kept {
+pub(crate) struct Kept {
     /// The latest.
-    last: Option<Exemplar>,
+    pub(crate) last: Option<Exemplar>,
     /// A histogram's, by bucket: upper bound, and the latest whose value fell in it.
     buckets: Vec<(f64, Option<Exemplar>)>,
+}
+
+impl Kept {
+    /// The latest whose value fell in the bucket of upper bound `bound`.
+    pub(crate) fn bucket(&self, bound: f64) -> Option<&Exemplar> {
+        self.buckets.iter().find(|(b, _)| *b == bound)?.1.as_ref()
+    }
 }
 
 /// The exemplars of every series that has some, by its labels as the text formats write them
@@ -113,79 +130,42 @@ impl Exemplars {
         lock(&self.series).retain(|key, _| !(key.starts_with(&prefix) && key[prefix.len()..].starts_with(',')));
     }
 
-    /// Puts the exemplars into `families` (the protobuf exposition's, which remote write reads
-    /// too): a counter's, each classic bucket's, a native histogram's latest.
-    pub fn fill(&self, families: &mut [model::MetricFamily]) {
-        let series = lock(&self.series);
-        if series.is_empty() {
-            return;
-        }
-        for family in families {
-            let kind = model::MetricType::try_from(family.r#type).unwrap_or(model::MetricType::Untyped);
-            if !matches!(kind, model::MetricType::Counter | model::MetricType::Histogram) {
-                continue;
-            }
-            for metric in &mut family.metric {
-                if !metric.label.iter().any(|l| l.name == "rule") {
-                    continue;
-                }
-                let key = block(metric.label.iter().map(|l| (l.name.as_str(), l.value.as_str())));
-                let Some(kept) = series.get(&key) else { continue };
-                if let Some(counter) = &mut metric.counter {
-                    counter.exemplar = kept.last.as_ref().map(Exemplar::model);
-                }
-                if let Some(histogram) = &mut metric.histogram {
-                    for bucket in &mut histogram.bucket {
-                        let found = kept.buckets.iter().find(|(bound, _)| *bound == bucket.upper_bound);
-                        bucket.exemplar = found.and_then(|(_, e)| e.as_ref()).map(Exemplar::model);
-                    }
-                    let native = histogram.zero_threshold > 0.0 || !histogram.positive_span.is_empty();
-                    if native {
-                        histogram.exemplars = kept.last.iter().map(Exemplar::model).collect();
-                    }
-                }
-            }
-        }
-    }
-
-    /// `text` (OpenMetrics) with each exemplar after its sample: a counter's `_total`, a
-    /// histogram's `_bucket`.
-    pub fn fill_text(&self, text: String) -> String {
-        let series = lock(&self.series);
-        if series.is_empty() {
-            return text;
-        }
-        let mut out = String::with_capacity(text.len() + series.len() * 256);
-        for line in text.lines() {
-            out.push_str(line);
-            if let Some(exemplar) = sample_exemplar(line, &series) {
-                exemplar.write_text(&mut out);
-            }
-            out.push('\n');
-        }
-        out
+    /// The exemplars of each series, for one scrape or push.
+    pub(crate) fn lookup(&self) -> Lookup<'_> {
+        Lookup { series: lock(&self.series), key: String::new() }
     }
 }
 
-/// The exemplar a sample line of OpenMetrics text carries, if any.
-fn sample_exemplar<'a>(line: &str, series: &'a HashMap<String, Kept>) -> Option<&'a Exemplar> {
-    if line.starts_with('#') {
-        return None;
+/// The exemplars, held for one scrape or push.
+pub(crate) struct Lookup<'a> {
+    series: std::sync::MutexGuard<'a, HashMap<String, Kept>>,
+    key: String,
+}
+
+impl Lookup<'_> {
+    /// What the series `labels` keeps: only a rule's series have exemplars.
+    pub(crate) fn find(&mut self, labels: &dyn LabelSet) -> Option<&Kept> {
+        if self.series.is_empty() || !(0..labels.count()).any(|i| labels.label(i).0 == "rule") {
+            return None;
+        }
+        self.key.clear();
+        write_block(labels, &mut self.key);
+        self.series.get(&self.key)
     }
-    let (name, rest) = line.split_once('{')?;
-    let labels = &rest[..rest.rfind('}')?];
-    if name.ends_with("_total") {
-        return series.get(labels)?.last.as_ref();
+}
+
+/// `labels` as the text formats write them, into `out`.
+pub(crate) fn write_block(labels: &dyn LabelSet, out: &mut String) {
+    for i in 0..labels.count() {
+        let (name, value) = labels.label(i);
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push_str("=\"");
+        escape_into(value, out);
+        out.push('"');
     }
-    if name.ends_with("_bucket") {
-        // The bucket's `le` first, then the series' labels.
-        let after = labels.strip_prefix("le=\"")?;
-        let (le, labels) = after.split_once("\",")?;
-        let bound = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
-        let kept = series.get(labels)?;
-        return kept.buckets.iter().find(|(b, _)| *b == bound)?.1.as_ref();
-    }
-    None
 }
 
 /// Labels as the text formats write them: `name="value"`, comma-separated, the values escaped.
@@ -204,7 +184,11 @@ fn block<'a>(labels: impl Iterator<Item = (&'a str, &'a str)>) -> String {
 }
 
 /// `value` escaped as a label value: `\`, `"` and newlines.
-fn escape_into(value: &str, out: &mut String) {
+pub(crate) fn escape_into(value: &str, out: &mut String) {
+    if !value.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+        out.push_str(value);
+        return;
+    }
     for c in value.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -219,7 +203,9 @@ fn escape_into(value: &str, out: &mut String) {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use prometheus_client::registry::Registry;
+    use crate::metrics::exposition::messages as model;
+
+    use crate::metrics::Registry;
 
     use super::*;
     use crate::config::{Config, ValueFrom};
@@ -231,7 +217,7 @@ mod tests {
 
     /// Rules with exemplars from a group (a histogram that is also native; a count with a
     /// label) and from a JSON field, after `log` is read.
-    fn read(log: &str) -> (Registry, Arc<Exemplars>, Config) {
+    fn read(log: &str) -> (Registry, Config) {
         let config = Config::from_vars([
             ("AGENT_FILES", "/x/*.log"),
             ("AGENT_FORMAT", "auto"),
@@ -250,7 +236,6 @@ mod tests {
         .expect("a configuration");
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry, &["/x/*.log".into()], &config.rules, 100);
-        let exemplars = metrics.exemplar_store();
         let rules = Rules::new(&config.rules).expect("rules");
         let alerts = Arc::new(Mutex::new(AlertBook::new(&config.rules)));
         let formats = vec![config.format];
@@ -258,7 +243,7 @@ mod tests {
         let written = SystemTime::now();
         pipeline.take(Record { source: 0, piece: Piece::Run(log.as_bytes()), written });
         pipeline.flush();
-        (registry, exemplars, config)
+        (registry, config)
     }
 
     const LOG: &str = "GET took=50ms trace=aaa\nGET took=734ms trace=bbb\nGET took=60ms trace=ccc\n\
@@ -268,11 +253,11 @@ mod tests {
     /// counter with the latest; the group is no label; text 0.0.4 carries none.
     #[test]
     fn openmetrics_carries_the_latest_trace_id_of_each_series_and_bucket() {
-        let (registry, exemplars, config) = read(LOG);
+        let (registry, config) = read(LOG);
         let rule = |name: &str| config.rules.iter().find(|r| r.name == name).expect("the rule");
         assert_eq!(rule("errors").labels, ["code"], "the exemplar's group is no label");
         assert_eq!(rule("slow").exemplar, Some(ValueFrom::Field("trace.id".into())));
-        let text = exemplars.fill_text(crate::metrics::openmetrics(&registry));
+        let text = crate::metrics::openmetrics(&registry);
         let carried = |series: &str| -> Option<(String, String)> {
             let line = text.lines().find(|l| l.starts_with(series))?;
             let (_, exemplar) = line.split_once(" # ")?;
@@ -299,8 +284,8 @@ mod tests {
     /// exemplar, each classic bucket's, the native histogram's latest.
     #[test]
     fn protobuf_carries_them_on_counters_buckets_and_the_native_histogram() {
-        let (registry, exemplars, _) = read(LOG);
-        let families = crate::metrics::families(&registry, &exemplars);
+        let (registry, _) = read(LOG);
+        let families = crate::metrics::exposition::messages::families(&crate::metrics::protobuf(&registry));
         let trace = |e: &Option<model::Exemplar>| e.as_ref().map(|e| (e.label[0].value.clone(), e.value));
         let latency = families.iter().find(|f| f.name == "watcher_agent_latency_seconds").expect("the histogram");
         let histogram = latency.metric[0].histogram.as_ref().expect("a histogram");

@@ -11,15 +11,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 
 /// What the endpoints read.
 pub(crate) struct Endpoints {
-    /// The metrics.
-    pub(crate) registry: Registry,
-    /// Their exemplars.
-    pub(crate) exemplars: Arc<crate::metrics::Exemplars>,
+    /// The metrics, with their exemplars.
+    pub(crate) registry: crate::metrics::Registry,
     /// Set once the files were looked at.
     pub(crate) ready: AtomicBool,
     /// Notified after each scrape (shutdown waits for a last one).
@@ -90,10 +87,10 @@ impl Format {
 async fn metrics(State(endpoints): State<Arc<Endpoints>>, headers: HeaderMap) -> impl IntoResponse {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let (content_type, body) = match Format::negotiated(accept) {
-        Format::Protobuf => (PROTOBUF, crate::metrics::protobuf(&endpoints.registry, &endpoints.exemplars)),
+        Format::Protobuf => (PROTOBUF, crate::metrics::protobuf(&endpoints.registry)),
         Format::OpenMetrics => (
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            endpoints.exemplars.fill_text(crate::metrics::openmetrics(&endpoints.registry)).into_bytes(),
+            crate::metrics::openmetrics(&endpoints.registry).into_bytes(),
         ),
         Format::Text => (
             "text/plain; version=0.0.4; charset=utf-8",

@@ -7,9 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use prometheus_client::registry::Registry;
-
-use super::prometheus_text;
+use super::{Registry, prometheus_text};
 
 /// One sample of the text exposition: `name{labels} value`.
 struct Sample<'t> {

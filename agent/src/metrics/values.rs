@@ -6,17 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
 use watcher_base::lock;
 
-use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NativeHistogram, NativeHistogramBuckets, NoLabelSet};
-
+use super::model::{
+    Collect, Family, FloatCounter, FloatGauge, HistogramValue, Kind, Make, Metric, NativeBuckets, Value, Visit,
+};
 use super::native::{Index, Native, ZERO_THRESHOLD};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::{Family, MetricConstructor};
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::{MetricType, TypedMetric};
 
 use crate::config::{MetricKind, RuleConfig};
 
@@ -96,67 +91,35 @@ impl BatchHistogram {
     }
 }
 
-impl TypedMetric for BatchHistogram {
-    const TYPE: MetricType = MetricType::Histogram;
-}
+impl Metric for BatchHistogram {
+    const KIND: Kind = Kind::Histogram;
 
-impl EncodeMetric for BatchHistogram {
-    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+    fn value(&self) -> Value {
+        let mut cumulative = 0;
         let bounds = self.bounds.iter().copied().chain(std::iter::once(f64::INFINITY));
-        let buckets: Vec<(f64, u64)> =
-            bounds.zip(self.inner.buckets.iter().map(|b| b.load(Ordering::Relaxed))).collect();
-        let sum = f64::from_bits(self.inner.sum.load(Ordering::Relaxed));
-        let count = self.inner.count.load(Ordering::Relaxed);
-        let Some((schema, native)) = &self.native else {
-            return encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None);
-        };
-        let native = lock(native).clone();
-        let (positive_spans, positive_deltas) = native.positive.spans_and_deltas();
-        let (negative_spans, negative_deltas) = native.negative.spans_and_deltas();
-        let native = NativeHistogram {
-            schema: *schema,
-            zero_threshold: ZERO_THRESHOLD,
-            zero_count: native.zero,
-            negative: NativeHistogramBuckets { spans: &negative_spans, deltas: &negative_deltas },
-            positive: NativeHistogramBuckets { spans: &positive_spans, deltas: &positive_deltas },
-            created: None,
-        };
-        encoder.encode_histogram_with_native::<NoLabelSet>(sum, count, &buckets, None, native)
-    }
-
-    fn metric_type(&self) -> MetricType {
-        MetricType::Histogram
-    }
-}
-
-/// A counter that is the running total an app logs (`AGENT_METRIC_<NAME>=cumulative`): set to
-/// each value read, the last of a batch. A value lower than the one before is the app's count
-/// starting again, which Prometheus reads as a counter's reset (`resets()`, `rate()`).
-#[derive(Clone, Debug, Default)]
-pub(super) struct RunningTotal(Arc<AtomicU64>);
-
-impl RunningTotal {
-    fn set(&self, total: f64) {
-        self.0.store(total.to_bits(), Ordering::Relaxed);
-    }
-
-    /// The running total last read.
-    pub(super) fn get(&self) -> f64 {
-        f64::from_bits(self.0.load(Ordering::Relaxed))
-    }
-}
-
-impl TypedMetric for RunningTotal {
-    const TYPE: MetricType = MetricType::Counter;
-}
-
-impl EncodeMetric for RunningTotal {
-    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
-        encoder.encode_counter::<NoLabelSet, _, f64>(&self.get(), None)
-    }
-
-    fn metric_type(&self) -> MetricType {
-        MetricType::Counter
+        let buckets = bounds
+            .zip(&self.inner.buckets)
+            .map(|(bound, count)| {
+                cumulative += count.load(Ordering::Relaxed);
+                (bound, cumulative)
+            })
+            .collect();
+        let native = self.native.as_ref().map(|(schema, native)| {
+            let native = lock(native);
+            NativeBuckets {
+                schema: *schema,
+                zero_threshold: ZERO_THRESHOLD,
+                zero_count: native.zero,
+                positive: native.positive.spans_and_deltas(),
+                negative: native.negative.spans_and_deltas(),
+            }
+        });
+        Value::Histogram(HistogramValue {
+            sum: f64::from_bits(self.inner.sum.load(Ordering::Relaxed)),
+            count: self.inner.count.load(Ordering::Relaxed),
+            buckets,
+            native,
+        })
     }
 }
 
@@ -164,8 +127,8 @@ impl EncodeMetric for RunningTotal {
 #[derive(Clone, Debug)]
 pub struct Buckets(Arc<[f64]>, Option<i32>);
 
-impl MetricConstructor<BatchHistogram> for Buckets {
-    fn new_metric(&self) -> BatchHistogram {
+impl Make<BatchHistogram> for Buckets {
+    fn make(&self) -> BatchHistogram {
         BatchHistogram::new(self.0.clone(), self.1)
     }
 }
@@ -195,32 +158,27 @@ impl ValueMetrics {
     }
 }
 
-impl Collector for ValueMetrics {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+impl Collect for ValueMetrics {
+    fn collect(&self, visit: &mut dyn Visit) {
         for (name, (help, metric)) in lock(&self.0).iter() {
-            let kind = match metric {
-                ValueMetric::Sum(_) | ValueMetric::Cumulative(_) => MetricType::Counter,
-                ValueMetric::Gauge(_) => MetricType::Gauge,
-                ValueMetric::Histogram(_) => MetricType::Histogram,
-            };
-            let series = encoder.encode_descriptor(name, help, None, kind)?;
             match metric {
-                ValueMetric::Sum(family) => family.encode(series)?,
-                ValueMetric::Cumulative(family) => family.encode(series)?,
-                ValueMetric::Gauge(family) => family.encode(series)?,
-                ValueMetric::Histogram(family) => family.encode(series)?,
+                ValueMetric::Sum(family) | ValueMetric::Cumulative(family) => family.collect(name, help, visit),
+                ValueMetric::Gauge(family) => family.collect(name, help, visit),
+                ValueMetric::Histogram(family) => family.collect(name, help, visit),
             }
         }
-        Ok(())
     }
 }
 
 /// The metric a rule with a value makes.
 #[derive(Clone, Debug)]
 pub(super) enum ValueMetric {
-    Sum(Family<Labels, Counter<f64, AtomicU64>>),
-    Cumulative(Family<Labels, RunningTotal>),
-    Gauge(Family<Labels, Gauge<f64, AtomicU64>>),
+    Sum(Family<Labels, FloatCounter>),
+    /// A running total the app logs: set to each value read, the last of a batch. A value lower
+    /// than the one before is the app's count starting again, which Prometheus reads as a
+    /// counter's reset (`resets()`, `rate()`).
+    Cumulative(Family<Labels, FloatCounter>),
+    Gauge(Family<Labels, FloatGauge>),
     Histogram(Family<Labels, BatchHistogram, Buckets>),
 }
 
@@ -233,17 +191,17 @@ impl ValueMetric {
             MetricKind::Cumulative => Self::Cumulative(Family::default()),
             MetricKind::Gauge => Self::Gauge(Family::default()),
             MetricKind::Histogram => {
-                Self::Histogram(Family::new_with_constructor(Buckets(rule.buckets.clone().into(), rule.native_schema)))
+                Self::Histogram(Family::new_with(Buckets(rule.buckets.clone().into(), rule.native_schema)))
             }
         })
     }
 
     pub(super) fn add(&self, labels: &Labels, observed: &Observed) {
         match self {
-            Self::Sum(family) => drop(family.get_or_create(labels).inc_by(observed.sum)),
+            Self::Sum(family) => family.get_or_create(labels).inc_by(observed.sum),
             Self::Cumulative(family) if observed.count > 0 => family.get_or_create(labels).set(observed.last),
             Self::Cumulative(_) => {}
-            Self::Gauge(family) if observed.count > 0 => drop(family.get_or_create(labels).set(observed.last)),
+            Self::Gauge(family) if observed.count > 0 => family.get_or_create(labels).set(observed.last),
             Self::Gauge(_) => {}
             Self::Histogram(family) => family.get_or_create(labels).add(observed),
         }
@@ -260,10 +218,9 @@ impl ValueMetric {
 
     pub(super) fn remove(&self, labels: &Labels) {
         match self {
-            Self::Sum(family) => drop(family.remove(labels)),
-            Self::Cumulative(family) => drop(family.remove(labels)),
-            Self::Gauge(family) => drop(family.remove(labels)),
-            Self::Histogram(family) => drop(family.remove(labels)),
+            Self::Sum(family) | Self::Cumulative(family) => family.remove(labels),
+            Self::Gauge(family) => family.remove(labels),
+            Self::Histogram(family) => family.remove(labels),
         }
     }
 }

@@ -286,7 +286,7 @@ impl Counting {
 
     /// Adds the batch's counts to the metrics.
     pub(super) fn flush(&mut self) {
-        let add = |counters: &[prometheus_client::metrics::counter::Counter], counts: &mut [u64]| {
+        let add = |counters: &[crate::metrics::Counter], counts: &mut [u64]| {
             for (counter, count) in counters.iter().zip(counts.iter_mut()) {
                 if *count > 0 {
                     counter.inc_by(std::mem::take(count));
@@ -349,7 +349,7 @@ fn wall_clock() -> f64 {
 mod tests {
     use std::time::Duration;
 
-    use prometheus_client::registry::Registry;
+    use crate::metrics::Registry;
 
     use std::sync::Mutex;
 

@@ -213,7 +213,7 @@ impl AlertSink for Poster {
 
 #[cfg(test)]
 mod tests {
-    use prometheus_client::registry::Registry;
+    use crate::metrics::Registry;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;

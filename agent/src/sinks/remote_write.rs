@@ -15,7 +15,6 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use prost::Message;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -227,6 +226,10 @@ pub(crate) struct Pusher {
     retry_at: Option<Instant>,
     backoff: Duration,
     said: bool,
+    /// The buffers each push is written and compressed in, kept from one push to the next.
+    encoded: Vec<u8>,
+    compressed: Vec<u8>,
+    snappy: snap::raw::Encoder,
 }
 
 impl Pusher {
@@ -250,6 +253,9 @@ impl Pusher {
             retry_at: None,
             backoff: Duration::ZERO,
             said: false,
+            encoded: Vec::new(),
+            compressed: Vec::new(),
+            snappy: snap::raw::Encoder::new(),
         }
     }
 
@@ -257,11 +263,14 @@ impl Pusher {
     fn snapshot(&mut self) {
         let at = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let at = i64::try_from(at.as_millis()).unwrap_or(i64::MAX);
-        let families = crate::metrics::families(&self.endpoints.registry, &self.endpoints.exemplars);
         let identity: Vec<(&str, &str)> = self.identity.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        let push = series::push(&families, &identity, at);
-        let body = snap::raw::Encoder::new().compress_vec(&push.request.encode_to_vec()).unwrap_or_default();
-        let dropped = self.queue.push(Batch { body: body.into(), samples: push.samples });
+        self.encoded.clear();
+        let samples = series::push(&self.endpoints.registry, &identity, at, &mut self.encoded);
+        self.compressed.resize(snap::raw::max_compress_len(self.encoded.len()), 0);
+        // The output is as long as snappy may need: compressing into it cannot fail.
+        let len = self.snappy.compress(&self.encoded, &mut self.compressed).unwrap_or_default();
+        let body = Bytes::copy_from_slice(&self.compressed[..len]);
+        let dropped = self.queue.push(Batch { body, samples });
         if dropped > 0 {
             self.metrics.remote_written("dropped", dropped);
             warn!(

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use crate::metrics::Registry;
 use http::{Request, Response};
 use kube::client::Body;
-use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 

@@ -1,244 +1,284 @@
 //! The series of one push: Prometheus remote write 1.0's `WriteRequest` (prometheus/prompb's
-//! `types.proto` and `remote.proto`, the messages this agent sends), made of the metric
-//! families a scrape in protobuf reads, so a push and a scrape say the same.
+//! `types.proto` and `remote.proto`), written series by series from what a scrape reads, so a
+//! push and a scrape say the same.
 
-use prometheus_client::encoding::prometheus_protobuf::prometheus_data_model as model;
+use crate::metrics::exemplars::{Exemplar, Kept, Lookup};
+use crate::metrics::model::{HistogramValue, Kind, LabelSet, NativeBuckets, Registry, Value, Visit};
+use crate::metrics::{bound, proto, suffix};
 
-/// `prometheus.WriteRequest`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub(crate) struct WriteRequest {
-    #[prost(message, repeated, tag = "1")]
-    pub(crate) timeseries: Vec<TimeSeries>,
+/// The series of `registry` at `at` (milliseconds since the epoch) as a `WriteRequest`, into
+/// `out`; how many samples (floats and histograms) it holds. Each series has the labels
+/// `identity` (the pod's `namespace` and `pod`) where it has none of that name: a counter's, a
+/// gauge's and an info metric's sample; a histogram's classic `_bucket` (with `le`, `+Inf`
+/// last), `_sum` and `_count`, and its native histogram under its own name where it is one; each
+/// with its exemplars.
+pub(crate) fn push(registry: &Registry, identity: &[(&str, &str)], at: i64, out: &mut Vec<u8>) -> usize {
+    let mut writer = Writer {
+        out,
+        samples: 0,
+        identity,
+        at,
+        name: String::new(),
+        kind: Kind::Counter,
+        exemplars: registry.exemplars().lookup(),
+    };
+    registry.visit(&mut writer);
+    writer.samples
 }
 
-/// `prometheus.TimeSeries`: labels sorted by name, `__name__` among them.
-#[derive(Clone, PartialEq, prost::Message)]
-pub(crate) struct TimeSeries {
-    #[prost(message, repeated, tag = "1")]
-    pub(crate) labels: Vec<Label>,
-    #[prost(message, repeated, tag = "2")]
-    pub(crate) samples: Vec<Sample>,
-    #[prost(message, repeated, tag = "3")]
-    pub(crate) exemplars: Vec<Exemplar>,
-    #[prost(message, repeated, tag = "4")]
-    pub(crate) histograms: Vec<Histogram>,
-}
-
-/// `prometheus.Label`.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
-pub(crate) struct Label {
-    #[prost(string, tag = "1")]
-    pub(crate) name: String,
-    #[prost(string, tag = "2")]
-    pub(crate) value: String,
-}
-
-/// `prometheus.Sample`: a float and its time, milliseconds since the epoch.
-#[derive(Clone, PartialEq, prost::Message)]
-pub(crate) struct Sample {
-    #[prost(double, tag = "1")]
-    pub(crate) value: f64,
-    #[prost(int64, tag = "2")]
-    pub(crate) timestamp: i64,
-}
-
-/// `prometheus.Exemplar`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub(crate) struct Exemplar {
-    #[prost(message, repeated, tag = "1")]
-    pub(crate) labels: Vec<Label>,
-    #[prost(double, tag = "2")]
-    pub(crate) value: f64,
-    #[prost(int64, tag = "3")]
-    pub(crate) timestamp: i64,
-}
-
-/// `prometheus.Histogram`, a native one with integer counts.
-#[derive(Clone, PartialEq, prost::Message)]
-pub(crate) struct Histogram {
-    #[prost(oneof = "Count", tags = "1")]
-    pub(crate) count: Option<Count>,
-    #[prost(double, tag = "3")]
-    pub(crate) sum: f64,
-    #[prost(sint32, tag = "4")]
-    pub(crate) schema: i32,
-    #[prost(double, tag = "5")]
-    pub(crate) zero_threshold: f64,
-    #[prost(oneof = "ZeroCount", tags = "6")]
-    pub(crate) zero_count: Option<ZeroCount>,
-    #[prost(message, repeated, tag = "8")]
-    pub(crate) negative_spans: Vec<BucketSpan>,
-    #[prost(sint64, repeated, tag = "9")]
-    pub(crate) negative_deltas: Vec<i64>,
-    #[prost(message, repeated, tag = "11")]
-    pub(crate) positive_spans: Vec<BucketSpan>,
-    #[prost(sint64, repeated, tag = "12")]
-    pub(crate) positive_deltas: Vec<i64>,
-    /// `ResetHint`: 0, unknown (Prometheus finds resets itself).
-    #[prost(int32, tag = "14")]
-    pub(crate) reset_hint: i32,
-    #[prost(int64, tag = "15")]
-    pub(crate) timestamp: i64,
-}
-
-/// `Histogram.count`: `count_int`.
-#[derive(Clone, Copy, PartialEq, prost::Oneof)]
-pub(crate) enum Count {
-    #[prost(uint64, tag = "1")]
-    CountInt(u64),
-}
-
-/// `Histogram.zero_count`: `zero_count_int`.
-#[derive(Clone, Copy, PartialEq, prost::Oneof)]
-pub(crate) enum ZeroCount {
-    #[prost(uint64, tag = "6")]
-    ZeroCountInt(u64),
-}
-
-/// `prometheus.BucketSpan`.
-#[derive(Clone, Copy, PartialEq, prost::Message)]
-pub(crate) struct BucketSpan {
-    #[prost(sint32, tag = "1")]
-    pub(crate) offset: i32,
-    #[prost(uint32, tag = "2")]
-    pub(crate) length: u32,
-}
-
-/// One push's series, and how many samples (floats and histograms) they hold.
-pub(crate) struct Push {
-    pub(crate) request: WriteRequest,
-    pub(crate) samples: usize,
-}
-
-/// The series of `families` at `at` (milliseconds since the epoch), each with the labels
-/// `identity` (the pod's `namespace` and `pod`) where it has none of that name: a counter's,
-/// a gauge's and an untyped metric's sample; a histogram's classic `_bucket` (with `le`,
-/// `+Inf` last), `_sum` and `_count`, and its native histogram under its own name where it is
-/// one; each with its exemplars.
-pub(crate) fn push(families: &[model::MetricFamily], identity: &[(&str, &str)], at: i64) -> Push {
-    let mut series = Series { out: Vec::new(), samples: 0, identity, at };
-    for family in families {
-        let kind = model::MetricType::try_from(family.r#type).unwrap_or(model::MetricType::Untyped);
-        for metric in &family.metric {
-            let labels = &metric.label;
-            match kind {
-                model::MetricType::Counter => {
-                    let counter = metric.counter.clone().unwrap_or_default();
-                    series.float(&family.name, labels, None, counter.value, counter.exemplar.as_ref());
-                }
-                model::MetricType::Gauge => {
-                    let value = metric.gauge.as_ref().map_or(0.0, |g| g.value);
-                    series.float(&family.name, labels, None, value, None);
-                }
-                model::MetricType::Histogram | model::MetricType::GaugeHistogram => {
-                    if let Some(histogram) = &metric.histogram {
-                        series.histogram(&family.name, labels, histogram);
-                    }
-                }
-                model::MetricType::Summary | model::MetricType::Untyped => {
-                    let value = metric.untyped.as_ref().map_or(0.0, |u| u.value);
-                    series.float(&family.name, labels, None, value, None);
-                }
-            }
-        }
-    }
-    Push { samples: series.samples, request: WriteRequest { timeseries: series.out } }
-}
-
-struct Series<'a> {
-    out: Vec<TimeSeries>,
+struct Writer<'a> {
+    out: &'a mut Vec<u8>,
     samples: usize,
     identity: &'a [(&'a str, &'a str)],
     at: i64,
+    /// The family's name.
+    name: String,
+    kind: Kind,
+    exemplars: Lookup<'a>,
+}
+
+/// What a series is written with.
+struct Series<'s> {
+    /// `__name__`'s value: the family's name and the sample's suffix.
+    name: [&'s str; 2],
+    labels: &'s dyn LabelSet,
+    /// `le`, a bucket's.
+    le: Option<&'s str>,
+    identity: &'s [(&'s str, &'s str)],
 }
 
 impl Series<'_> {
-    /// The labels of a series: `__name__`, the metric's, `extra` (`le`), the pod's where the
-    /// metric has none of that name; sorted by name.
-    fn labels(&self, name: &str, labels: &[model::LabelPair], extra: Option<(&str, String)>) -> Vec<Label> {
-        let label = |name: &str, value: String| Label { name: name.to_owned(), value };
-        let mut out = Vec::with_capacity(labels.len() + 4);
-        out.push(label("__name__", name.to_owned()));
-        out.extend(labels.iter().map(|l| label(&l.name, l.value.clone())));
-        if let Some((name, value)) = extra {
-            out.push(label(name, value));
+    /// `TimeSeries.labels`: sorted by name, the pod's where the metric has none of that name.
+    fn write_labels(&self, out: &mut Vec<u8>) {
+        let mut labels: Vec<(&str, [&str; 2])> = Vec::with_capacity(self.labels.count() + 4);
+        labels.push(("__name__", self.name));
+        labels.extend((0..self.labels.count()).map(|i| self.labels.label(i)).map(|(n, v)| (n, [v, ""])));
+        if let Some(le) = self.le {
+            labels.push(("le", [le, ""]));
         }
         for (name, value) in self.identity {
-            if !out.iter().any(|l| l.name == *name) {
-                out.push(label(name, (*value).to_owned()));
+            if !labels.iter().any(|(n, _)| n == name) {
+                labels.push((name, [value, ""]));
             }
         }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        out
+        labels.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, value) in labels {
+            proto::message(out, 1, |out| {
+                proto::string(out, 1, name);
+                proto::strings(out, 2, &value);
+            });
+        }
+    }
+}
+
+/// `prometheus.Exemplar`: its label, value and time (milliseconds).
+fn exemplar(out: &mut Vec<u8>, exemplar: &Exemplar) {
+    proto::message(out, 3, |out| {
+        proto::message(out, 1, |out| {
+            proto::string(out, 1, crate::metrics::exemplars::TRACE_ID);
+            proto::string(out, 2, &exemplar.trace_id);
+        });
+        proto::double(out, 2, exemplar.value);
+        let (seconds, nanos) = exemplar.since_epoch();
+        proto::int(out, 3, seconds.saturating_mul(1000).saturating_add(i64::from(nanos / 1_000_000)));
+    });
+}
+
+/// Where the series go: the message, and how many samples it holds.
+struct Out<'o> {
+    out: &'o mut Vec<u8>,
+    samples: &'o mut usize,
+    at: i64,
+}
+
+impl Out<'_> {
+    /// A float series: one sample, and its exemplar.
+    fn float(&mut self, series: &Series<'_>, value: f64, with: Option<&Exemplar>) {
+        *self.samples += 1;
+        let at = self.at;
+        proto::message(self.out, 1, |out| {
+            series.write_labels(out);
+            proto::message(out, 2, |out| {
+                proto::double(out, 1, value);
+                proto::int(out, 2, at);
+            });
+            if let Some(with) = with {
+                exemplar(out, with);
+            }
+        });
     }
 
-    fn exemplar(&self, exemplar: &model::Exemplar) -> Exemplar {
-        let at = exemplar.timestamp.as_ref().map_or(self.at, |t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000);
-        let labels = exemplar.label.iter().map(|l| Label { name: l.name.clone(), value: l.value.clone() }).collect();
-        Exemplar { labels, value: exemplar.value, timestamp: at }
-    }
-
-    fn float(
+    /// A histogram's classic series, and its native one where it is one.
+    fn histogram<'s>(
         &mut self,
-        name: &str,
-        labels: &[model::LabelPair],
-        extra: Option<(&str, String)>,
-        value: f64,
-        exemplar: Option<&model::Exemplar>,
+        series: impl Fn(&'static str) -> Series<'s>,
+        histogram: &HistogramValue,
+        kept: Option<&Kept>,
     ) {
-        self.samples += 1;
-        self.out.push(TimeSeries {
-            labels: self.labels(name, labels, extra),
-            samples: vec![Sample { value, timestamp: self.at }],
-            exemplars: exemplar.map(|e| self.exemplar(e)).into_iter().collect(),
-            histograms: Vec::new(),
+        let mut le = String::new();
+        for (upper, count) in &histogram.buckets {
+            le.clear();
+            bound(*upper, &mut le);
+            let bucket = Series { le: Some(&le), ..series("_bucket") };
+            self.float(&bucket, *count as f64, kept.and_then(|k| k.bucket(*upper)));
+        }
+        self.float(&series("_sum"), histogram.sum, None);
+        self.float(&series("_count"), histogram.count as f64, None);
+        let Some(native) = &histogram.native else { return };
+        *self.samples += 1;
+        let (at, count, sum) = (self.at, histogram.count, histogram.sum);
+        let latest = kept.and_then(|k| k.last.as_ref());
+        proto::message(self.out, 1, |out| {
+            series("").write_labels(out);
+            if let Some(latest) = latest {
+                exemplar(out, latest);
+            }
+            proto::message(out, 4, |out| write_native(out, count, sum, native, at));
         });
     }
+}
 
-    fn histogram(&mut self, name: &str, labels: &[model::LabelPair], histogram: &model::Histogram) {
-        let bucket = format!("{name}_bucket");
-        let mut infinite = false;
-        for b in &histogram.bucket {
-            infinite |= b.upper_bound.is_infinite();
-            let le = if b.upper_bound.is_infinite() {
-                "+Inf".to_owned()
-            } else {
-                dtoa::Buffer::new().format(b.upper_bound).to_owned()
-            };
-            self.float(&bucket, labels, Some(("le", le)), b.cumulative_count as f64, b.exemplar.as_ref());
+/// `prometheus.Histogram`, a native one with integer counts.
+fn write_native(out: &mut Vec<u8>, count: u64, sum: f64, native: &NativeBuckets, at: i64) {
+    // `count_int` and `zero_count_int` are each one of a `oneof`: written even at 0.
+    proto::always(out, 1, count);
+    proto::double(out, 3, sum);
+    proto::sint(out, 4, i64::from(native.schema));
+    proto::double(out, 5, native.zero_threshold);
+    proto::always(out, 6, native.zero_count);
+    for (spans_field, deltas_field, (spans, deltas)) in [(8, 9, &native.negative), (11, 12, &native.positive)] {
+        for (offset, length) in spans {
+            proto::message(out, spans_field, |out| {
+                proto::sint(out, 1, i64::from(*offset));
+                proto::uint(out, 2, u64::from(*length));
+            });
         }
-        if !infinite {
-            self.float(&bucket, labels, Some(("le", "+Inf".to_owned())), histogram.sample_count as f64, None);
-        }
-        self.float(&format!("{name}_sum"), labels, None, histogram.sample_sum, None);
-        self.float(&format!("{name}_count"), labels, None, histogram.sample_count as f64, None);
-        let native = histogram.zero_threshold > 0.0
-            || !histogram.positive_span.is_empty()
-            || !histogram.negative_span.is_empty();
-        if !native {
-            return;
-        }
-        let spans = |spans: &[model::BucketSpan]| {
-            spans.iter().map(|s| BucketSpan { offset: s.offset, length: s.length }).collect()
+        proto::packed_sints(out, deltas_field, deltas);
+    }
+    // `reset_hint` 0: unknown, Prometheus finds resets itself.
+    proto::int(out, 15, at);
+}
+
+impl Visit for Writer<'_> {
+    fn family(&mut self, name: &str, _help: &str, kind: Kind) {
+        self.name.clear();
+        self.name.push_str(name);
+        self.kind = kind;
+    }
+
+    fn series(&mut self, labels: &dyn LabelSet, value: &Value) {
+        let kept = match self.kind {
+            Kind::Counter | Kind::Histogram => self.exemplars.find(labels),
+            Kind::Gauge | Kind::Info => None,
         };
-        self.samples += 1;
-        self.out.push(TimeSeries {
-            labels: self.labels(name, labels, None),
-            samples: Vec::new(),
-            exemplars: histogram.exemplars.iter().map(|e| self.exemplar(e)).collect(),
-            histograms: vec![Histogram {
-                count: Some(Count::CountInt(histogram.sample_count)),
-                sum: histogram.sample_sum,
-                schema: histogram.schema,
-                zero_threshold: histogram.zero_threshold,
-                zero_count: Some(ZeroCount::ZeroCountInt(histogram.zero_count)),
-                negative_spans: spans(&histogram.negative_span),
-                negative_deltas: histogram.negative_delta.clone(),
-                positive_spans: spans(&histogram.positive_span),
-                positive_deltas: histogram.positive_delta.clone(),
-                reset_hint: 0,
-                timestamp: self.at,
-            }],
-        });
+        let mut out = Out { out: self.out, samples: &mut self.samples, at: self.at };
+        let series = |tail| Series { name: [&self.name, tail], labels, le: None, identity: self.identity };
+        match value {
+            Value::Number(n) => out.float(&series(suffix(self.kind)), n.as_f64(), kept.and_then(|k| k.last.as_ref())),
+            Value::Histogram(histogram) => out.histogram(series, histogram, kept),
+        }
+    }
+}
+
+/// The messages, derived, to read a push back in the tests.
+#[cfg(test)]
+pub(crate) mod messages {
+    /// `prometheus.WriteRequest`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct WriteRequest {
+        #[prost(message, repeated, tag = "1")]
+        pub(crate) timeseries: Vec<TimeSeries>,
+    }
+
+    /// `prometheus.TimeSeries`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct TimeSeries {
+        #[prost(message, repeated, tag = "1")]
+        pub(crate) labels: Vec<Label>,
+        #[prost(message, repeated, tag = "2")]
+        pub(crate) samples: Vec<Sample>,
+        #[prost(message, repeated, tag = "3")]
+        pub(crate) exemplars: Vec<Exemplar>,
+        #[prost(message, repeated, tag = "4")]
+        pub(crate) histograms: Vec<Histogram>,
+    }
+
+    /// `prometheus.Label`.
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub(crate) struct Label {
+        #[prost(string, tag = "1")]
+        pub(crate) name: String,
+        #[prost(string, tag = "2")]
+        pub(crate) value: String,
+    }
+
+    /// `prometheus.Sample`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct Sample {
+        #[prost(double, tag = "1")]
+        pub(crate) value: f64,
+        #[prost(int64, tag = "2")]
+        pub(crate) timestamp: i64,
+    }
+
+    /// `prometheus.Exemplar`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct Exemplar {
+        #[prost(message, repeated, tag = "1")]
+        pub(crate) labels: Vec<Label>,
+        #[prost(double, tag = "2")]
+        pub(crate) value: f64,
+        #[prost(int64, tag = "3")]
+        pub(crate) timestamp: i64,
+    }
+
+    /// `prometheus.Histogram`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct Histogram {
+        #[prost(oneof = "Count", tags = "1")]
+        pub(crate) count: Option<Count>,
+        #[prost(double, tag = "3")]
+        pub(crate) sum: f64,
+        #[prost(sint32, tag = "4")]
+        pub(crate) schema: i32,
+        #[prost(double, tag = "5")]
+        pub(crate) zero_threshold: f64,
+        #[prost(oneof = "ZeroCount", tags = "6")]
+        pub(crate) zero_count: Option<ZeroCount>,
+        #[prost(message, repeated, tag = "8")]
+        pub(crate) negative_spans: Vec<BucketSpan>,
+        #[prost(sint64, repeated, tag = "9")]
+        pub(crate) negative_deltas: Vec<i64>,
+        #[prost(message, repeated, tag = "11")]
+        pub(crate) positive_spans: Vec<BucketSpan>,
+        #[prost(sint64, repeated, tag = "12")]
+        pub(crate) positive_deltas: Vec<i64>,
+        #[prost(int32, tag = "14")]
+        pub(crate) reset_hint: i32,
+        #[prost(int64, tag = "15")]
+        pub(crate) timestamp: i64,
+    }
+
+    /// `Histogram.count`.
+    #[derive(Clone, Copy, PartialEq, prost::Oneof)]
+    pub(crate) enum Count {
+        #[prost(uint64, tag = "1")]
+        CountInt(u64),
+    }
+
+    /// `Histogram.zero_count`.
+    #[derive(Clone, Copy, PartialEq, prost::Oneof)]
+    pub(crate) enum ZeroCount {
+        #[prost(uint64, tag = "6")]
+        ZeroCountInt(u64),
+    }
+
+    /// `prometheus.BucketSpan`.
+    #[derive(Clone, Copy, PartialEq, prost::Message)]
+    pub(crate) struct BucketSpan {
+        #[prost(sint32, tag = "1")]
+        pub(crate) offset: i32,
+        #[prost(uint32, tag = "2")]
+        pub(crate) length: u32,
     }
 }

@@ -1,7 +1,9 @@
-use prometheus_client::registry::Registry;
+use crate::metrics::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::series::{Count, WriteRequest};
+use prost::Message as _;
+
+use super::series::messages::{Count, WriteRequest};
 use super::*;
 use crate::config::{MetricKind, ReceiverUrl, RuleConfig, ValueFrom};
 use crate::metrics::{Metrics, Observed};
@@ -57,10 +59,11 @@ fn counted() -> (Registry, Metrics) {
 #[test]
 fn a_push_holds_every_series_a_scrape_reads_with_the_pods_labels() {
     let (registry, _metrics) = counted();
-    let families = prometheus_client::encoding::prometheus_protobuf::encode(&registry).expect("encodes");
-    let push = series::push(&families, &[("namespace", "shop"), ("pod", "cart-0")], 1_700_000_000_000);
+    let mut body = Vec::new();
+    let samples = series::push(&registry, &[("namespace", "shop"), ("pod", "cart-0")], 1_700_000_000_000, &mut body);
+    let request = WriteRequest::decode(body.as_slice()).expect("a WriteRequest");
     let find = |name: &str, extra: &[(&str, &str)]| {
-        push.request
+        request
             .timeseries
             .iter()
             .find(|s| {
@@ -94,14 +97,14 @@ fn a_push_holds_every_series_a_scrape_reads_with_the_pods_labels() {
         total
     };
     assert_eq!(buckets, 4, "every observation in a bucket");
-    assert!(
-        !push.request.timeseries.iter().any(|s| s.labels.iter().any(|l| l.name == "le") && !s.histograms.is_empty())
-    );
-    assert_eq!(push.samples, push.request.timeseries.len());
+    assert!(!request.timeseries.iter().any(|s| s.labels.iter().any(|l| l.name == "le") && !s.histograms.is_empty()));
+    assert_eq!(samples, request.timeseries.len());
     // A metric's own label of the pod's names wins, as a scrape's would over target labels.
-    let mine = series::push(&families, &[("rule", "the pod's")], 0);
+    let mut mine = Vec::new();
+    series::push(&registry, &[("rule", "the pod's")], 0, &mut mine);
+    let mine = WriteRequest::decode(mine.as_slice()).expect("a WriteRequest");
     let rules = |name: &str| -> Vec<String> {
-        let of = mine.request.timeseries.iter().filter(|s| s.labels.iter().any(|l| l.value == name));
+        let of = mine.timeseries.iter().filter(|s| s.labels.iter().any(|l| l.value == name));
         let mut rules: Vec<String> =
             of.flat_map(|s| s.labels.iter().filter(|l| l.name == "rule").map(|l| l.value.clone())).collect();
         rules.sort();

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
+use crate::metrics::Registry;
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
-use prometheus_client::registry::Registry;
 use tower_test::mock::Handle;
 
 use super::*;
