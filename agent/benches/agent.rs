@@ -515,7 +515,9 @@ fn memory(dir: &Path, programs: &str, counts: &[usize]) {
             ("AGENT_REMOTE_WRITE_URL", url.as_str()),
             ("AGENT_REMOTE_WRITE_INTERVAL", "1s"),
         ];
-        let modes: [(&str, &[(&str, &str)]); 4] = [
+        // The two rules as mtail's, pushed: the like of mtail's row with remote write on.
+        let pushed = [("AGENT_REMOTE_WRITE_URL", url.as_str()), ("AGENT_REMOTE_WRITE_INTERVAL", "1s")];
+        let modes: [(&str, &[(&str, &str)]); 5] = [
             (
                 "watcher-agent, 2 rules + a histogram",
                 &[
@@ -529,6 +531,7 @@ fn memory(dir: &Path, programs: &str, counts: &[usize]) {
                 &[("AGENT_FORMAT", "auto"), ("AGENT_MATCH_LEVEL", "level=error"), ("AGENT_LABELS_LEVEL", "user")],
             ),
             ("watcher-agent, 2 rules, java events", &[("AGENT_MULTILINE_START", "java")]),
+            ("watcher-agent, 2 rules, push 1s", &pushed),
             ("watcher-agent, native, exemplars, push 1s", &pushing),
         ];
         for (name, vars) in modes {

@@ -6,9 +6,14 @@
 //!   platform's manifest and pushes it all to the registry.
 //! - `rootfs --binary FILE --out DIR`: lays out an image's files as the release packs them
 //!   (deploy/Dockerfile copies that directory into `FROM scratch`).
+//! - `agent`: builds the agent as the release does for this machine's platform, its code laid
+//!   out by use on linux/amd64 (deploy/Dockerfile).
+//! - `agent-layout [--binary FILE]`: makes `agent/layout/hot-functions.txt` again, from what the
+//!   agent's shipped build runs under qemu.
 
 mod chart;
 mod cmd;
+mod layout;
 mod oci;
 mod platform;
 mod registry;
@@ -43,6 +48,16 @@ enum Task {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Build the agent as the release does for this machine (target/agent/watcher-agent): its
+    /// shipped profile, static, and on linux/amd64 its code laid out by use.
+    Agent,
+    /// Make agent/layout/hot-functions.txt again: the functions the agent's shipped build runs,
+    /// traced under qemu-x86_64-static (linux/amd64).
+    AgentLayout {
+        /// The agent to trace; without it, the agent is built first (`cargo xtask agent`).
+        #[arg(long)]
+        binary: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -50,6 +65,8 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Release(args) => release::run(&args),
         Task::Rootfs { binary, out } => rootfs::write_dir(&binary, &out),
+        Task::Agent => release::build_agent().map(|path| println!("{}", path.display())),
+        Task::AgentLayout { binary } => release::agent_layout(binary),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
