@@ -22,6 +22,10 @@
 //!    then the same ClusterWatchers there before the operator starts (1, 0, 0), and the operator
 //!    restarted onto what it wrote (no request).
 //!
+//! 6. with PODS pods, the same count of Job pods the ending controller watches
+//!    (`watcher.dev/end-sidecars=true`, a real node's, app and agent running): what each costs in
+//!    the caches (`BENCH_ENDING_ONLY=1`: the baseline and these runs alone).
+//!
 //! The operator runs with the environment the image gives it (`ENV` in `deploy/Dockerfile`: glibc's
 //! malloc tunables); `BENCH_BARE=1` runs it without.
 //!
@@ -35,7 +39,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use fake_apiserver::{FakeApiServer, cpu_ticks, kubeconfig, pods, rss_breakdown, rss_kib, watchers};
+use fake_apiserver::{FakeApiServer, cpu_ticks, job_pods, kubeconfig, pods, rss_breakdown, rss_kib, watchers};
 use serde_json::{Value, json};
 use watcher_api::Watcher;
 
@@ -76,10 +80,11 @@ async fn run(
     controllers: &str,
     watchers: Vec<Value>,
     config_maps: Vec<Value>,
-    pod_count: usize,
+    pods: Vec<Value>,
     status_writes: u64,
     lists: Lists,
 ) -> Run {
+    let pod_count = pods.len();
     let server = match lists {
         Lists::Streamed => FakeApiServer::default(),
         Lists::Paged => FakeApiServer::default().without_streamed_lists(),
@@ -87,7 +92,7 @@ async fn run(
     let (server, addr) = server
         .with_list("/apis/watcher.dev/v1alpha1/watchers", "WatcherList", watchers)
         .with_list("/api/v1/configmaps", "ConfigMapList", config_maps)
-        .with_list("/api/v1/pods", "PodList", pods(pod_count))
+        .with_list("/api/v1/pods", "PodList", pods)
         .start()
         .await;
     let started = Instant::now();
@@ -248,7 +253,8 @@ fn reconciled(count: usize) -> (Vec<Value>, Vec<Value>) {
             let name = config_map.metadata.name.clone().unwrap_or_default();
             config_maps.push(serde_json::to_value(&config_map).expect("serialises"));
             value["status"] = json!({
-                "configMapName": name, "observedGeneration": 1, "specHash": watcher.spec.spec_hash(),
+                "configMapName": name, "configGeneration": 1, "observedGeneration": 1,
+                "specHash": watcher.spec.spec_hash(),
                 "conditions": [{"type": "Ready", "status": "True", "reason": "Reconciled",
                                 "message": format!("ConfigMap {name} is up to date"), "observedGeneration": 1,
                                 "lastTransitionTime": "2026-11-21T10:00:00Z"}],
@@ -273,7 +279,7 @@ async fn main() {
     if std::env::var_os("BENCH_WRAP").is_some() && pod_count > 0 {
         // Profiling: the run with pods only.
         let lists = if std::env::var_os("BENCH_PAGED").is_some() { Lists::Paged } else { Lists::Streamed };
-        let loaded = run("watcher,pods", watchers(count), Vec::new(), pod_count, 2 * count as u64, lists).await;
+        let loaded = run("watcher,pods", watchers(count), Vec::new(), pods(pod_count), 2 * count as u64, lists).await;
         println!("profiled run: peak RSS {:.1} MB", mb(loaded.peak));
         return;
     }
@@ -285,9 +291,9 @@ async fn main() {
         [] => println!("the operator runs without the image's environment (BENCH_BARE)\n"),
         env => println!("the operator runs with the image's environment: {env:?} (BENCH_BARE=1: without)\n"),
     }
-    let first = run("watcher", watchers(count), Vec::new(), 0, count as u64, Lists::Streamed).await;
+    let first = run("watcher", watchers(count), Vec::new(), Vec::new(), count as u64, Lists::Streamed).await;
     let (steady_watchers, config_maps) = reconciled(count);
-    let steady = run("watcher", steady_watchers, config_maps, 0, 0, Lists::Streamed).await;
+    let steady = run("watcher", steady_watchers, config_maps, Vec::new(), 0, Lists::Streamed).await;
     println!("Watcher controller, {count} Watchers with config data");
     println!(
         "  first reconcile:            {:.2} API calls per Watcher   (target 2; {} reads, {} writes)",
@@ -309,7 +315,8 @@ async fn main() {
     );
 
     // Both controllers write each Watcher's status once.
-    let baseline = run("watcher,pods", watchers(count), Vec::new(), 0, 2 * count as u64, Lists::Streamed).await;
+    let baseline =
+        run("watcher,pods", watchers(count), Vec::new(), Vec::new(), 2 * count as u64, Lists::Streamed).await;
     let (binary, libraries, anonymous, threads) = baseline.breakdown;
     println!("\nWatcher controller and pod reconciler, no pods (the baseline)");
     println!(
@@ -320,8 +327,15 @@ async fn main() {
         mb(anonymous)
     );
     println!("  peak RSS:                   {:.1} MB", mb(baseline.peak));
+    println!("  RSS once every Watcher is reconciled: {:.1} MB", mb(baseline.rss));
     if pod_count > 0 {
-        with_pods(count, pod_count, baseline.peak).await;
+        if std::env::var_os("BENCH_ENDING_ONLY").is_none() {
+            with_pods(count, pod_count, baseline.peak).await;
+        }
+        ending_pods(count, pod_count, baseline.peak).await;
+        if std::env::var_os("BENCH_ENDING_ONLY").is_some() {
+            return;
+        }
     }
     created_while_running_rows(count).await;
     assert_eq!(first.writes, 2 * count as u64, "one ConfigMap create and one status patch per Watcher");
@@ -337,7 +351,7 @@ async fn with_pods(count: usize, pod_count: usize, baseline_peak: u64) {
         (Lists::Streamed, "the initial list streamed (kube-apiserver 1.32, 1.34 and later)"),
         (Lists::Paged, "streamed lists refused, pages of 500 (kube-apiserver 1.24 to 1.31, 1.33)"),
     ] {
-        let loaded = run("watcher,pods", watchers(count), Vec::new(), pod_count, 2 * count as u64, lists).await;
+        let loaded = run("watcher,pods", watchers(count), Vec::new(), pods(pod_count), 2 * count as u64, lists).await;
         println!("\nwith {pod_count} pods cached, {how}");
         println!(
             "  start → /readyz 200:        {:.0} ms; all counted after {:.0} ms",
@@ -359,6 +373,23 @@ async fn with_pods(count: usize, pod_count: usize, baseline_peak: u64) {
             (loaded.peak.saturating_sub(baseline_peak) * 1024) as f64 / pod_count as f64
         );
     }
+}
+
+/// The ending controller with `pod_count` Job pods it watches (`watcher.dev/end-sidecars=true`,
+/// the app and the agent running), against the baseline (no pods): what each pod costs in the
+/// caches.
+async fn ending_pods(count: usize, pod_count: usize, baseline_peak: u64) {
+    // The ending controller runs with the pod reconciler (`--controllers=pods`).
+    let pods = job_pods(pod_count);
+    let size = pods.first().map_or(0, |pod| pod.to_string().len());
+    let loaded = run("watcher,pods", watchers(count), Vec::new(), pods, 2 * count as u64, Lists::Streamed).await;
+    println!("\nwith {pod_count} Job pods the ending controller watches ({size} bytes each as JSON, whole)");
+    println!("  peak RSS:                   {:.1} MB (the baseline's: {:.1})", mb(loaded.peak), mb(baseline_peak));
+    println!(
+        "  per pod:                    {:.0} bytes   ((peak − baseline peak) / pods, the pod reconciler's \
+         and the ending controller's caches; target ≤ 1 KB)",
+        (loaded.peak.saturating_sub(baseline_peak) * 1024) as f64 / pod_count as f64
+    );
 }
 
 /// `count` Watchers created while the operator runs, watch events 5 and 200 ms behind writes:

@@ -543,6 +543,40 @@ pub(crate) fn pods(count: usize) -> Vec<Value> {
         .collect()
 }
 
+/// `count` pods of Jobs that the ending controller watches, spread over the namespaces of
+/// [`watchers`], as kube-apiserver lists them: a real node's Job pod with README's agent
+/// injected (`controller/fixtures/ending/job-1.36-agent.json`, where the app and the agent run),
+/// with managed fields.
+pub(crate) fn job_pods(count: usize) -> Vec<Value> {
+    let versions: Value =
+        serde_json::from_str(include_str!("../../controller/fixtures/ending/job-1.36-agent.json")).expect("Job pods");
+    let running = versions
+        .as_array()
+        .and_then(|v| {
+            v.iter().find(|pod| {
+                pod["status"]["containerStatuses"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().all(|c| c["state"].get("running").is_some()))
+            })
+        })
+        .expect("a version where the app and the agent run")
+        .clone();
+    (0..count)
+        .map(|i| {
+            let mut pod = running.clone();
+            let meta = &mut pod["metadata"];
+            meta["name"] = json!(format!("job-agent-{i:05}"));
+            meta["namespace"] = json!(format!("team-{}", i % 10));
+            meta["uid"] = json!(format!("40000000-0000-4000-8000-{i:012}"));
+            meta["resourceVersion"] = json!("1");
+            meta["managedFields"] = json!([{"manager": "kube-controller-manager", "operation": "Update",
+                "apiVersion": "v1", "time": "2026-11-21T10:00:00Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:job-name": {}}}}}]);
+            pod
+        })
+        .collect()
+}
+
 /// Where a process's resident memory is, in KiB, from `/proc/<pid>/smaps`: the binary's own
 /// pages, shared libraries, anonymous memory (heap, thread stacks, caches), and thread count.
 pub(crate) fn rss_breakdown(pid: u32) -> Option<(u64, u64, u64, u64)> {
