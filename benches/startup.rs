@@ -385,6 +385,7 @@ async fn ending_pods(count: usize, pod_count: usize, baseline_peak: u64) {
     let loaded = run("watcher,pods", watchers(count), Vec::new(), pods, 2 * count as u64, Lists::Streamed).await;
     println!("\nwith {pod_count} Job pods the ending controller watches ({size} bytes each as JSON, whole)");
     println!("  peak RSS:                   {:.1} MB (the baseline's: {:.1})", mb(loaded.peak), mb(baseline_peak));
+    println!("  RSS once listed:            {:.1} MB", mb(loaded.rss));
     println!(
         "  per pod:                    {:.0} bytes   ((peak − baseline peak) / pods, the pod reconciler's \
          and the ending controller's caches; target ≤ 1 KB)",
