@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, ReplaceOperation, TestOperation};
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -32,6 +32,10 @@ use tracing::{info, instrument, warn};
 use watcher_api::{END_SIDECARS_LABEL, ENDED_VOLUME, SUPERVISOR_NAME, annotation};
 
 use crate::{Context, Error, Result};
+
+pub mod pod;
+use pod::ContainerStatus;
+pub use pod::EndingPod;
 
 const CONTROLLER: &str = "ending";
 /// How long sidecars may take to end once switched, beyond the pod's termination grace period
@@ -48,7 +52,7 @@ const REMIND_AFTER: i64 = 10;
 
 /// Runs the ending controller until shutdown: pods labelled `watcher.dev/end-sidecars=true`.
 pub async fn run(ctx: Arc<Context>, supervisor_image: String) {
-    let api = Api::<Pod>::all(ctx.client.clone());
+    let api = Api::<EndingPod>::all(ctx.client.clone());
     let selector = format!("{END_SIDECARS_LABEL}=true");
     let (store, pods, _) = crate::cached_watch(api, watcher::Config::default().labels(&selector), strip);
     let controller = Controller::for_stream(pods, store);
@@ -56,64 +60,38 @@ pub async fn run(ctx: Arc<Context>, supervisor_image: String) {
     crate::run_controller(CONTROLLER, controller, crate::controller_config(), ctx, image, reconcile).await;
 }
 
-/// Keeps of `pod` what this controller reads (a Job's pod can be tens of KB in the cache, each
-/// kept until the Job is deleted): its name, namespace, uid, resourceVersion and deletion, the
-/// annotations it reads and writes; its restart policy, OS, grace period, each container's name and image
-/// (their order: a patch tests them by index) and its mount of the ended file, the supervisor's
-/// init container; its phase and whether each container ended (its exit code, when). [`next`] decides the same
-/// on what is kept as on the whole pod.
-pub fn strip(pod: &mut Pod) {
-    use k8s_openapi::api::core::v1::{
-        Container, ContainerState, ContainerStateTerminated, ContainerStatus, PodSpec, PodStatus,
-    };
+/// Keeps of `pod` what this controller reads (decoded, it holds only the fields [`next`]
+/// reads: [`pod::EndingPod`]): of its metadata, its name, namespace, uid, resourceVersion and
+/// deletion, the annotations it reads and writes; of each container, the mount of the ended file
+/// only; of the init containers, the supervisor's. [`next`] decides the same on what is kept as
+/// on the whole pod.
+pub fn strip(pod: &mut EndingPod) {
     let meta = &mut pod.metadata;
     meta.labels = None;
     meta.owner_references = None;
     meta.finalizers = None;
     meta.generate_name = None;
+    meta.managed_fields = None;
     let read = [annotation::EndSidecars::KEY, annotation::SidecarsEnded::KEY, annotation::SidecarsCannotEnd::KEY];
     if let Some(annotations) = &mut meta.annotations {
         annotations.retain(|key, _| read.contains(&key.as_str()));
     }
-    let kept_container = |c: &Container| Container {
-        name: c.name.clone(),
-        image: c.image.clone(),
-        volume_mounts: c
-            .volume_mounts
-            .as_ref()
-            .map(|mounts| mounts.iter().filter(|m| m.name == ENDED_VOLUME).cloned().collect::<Vec<_>>())
-            .filter(|mounts| !mounts.is_empty()),
-        ..Container::default()
-    };
-    pod.spec = pod.spec.take().map(|spec| PodSpec {
-        containers: spec.containers.iter().map(kept_container).collect(),
-        init_containers: spec
-            .init_containers
-            .map(|init| init.iter().filter(|c| c.name == SUPERVISOR_NAME).map(kept_container).collect::<Vec<_>>()),
-        os: spec.os,
-        restart_policy: spec.restart_policy,
-        termination_grace_period_seconds: spec.termination_grace_period_seconds,
-        ..PodSpec::default()
-    });
-    pod.status = pod.status.take().map(|status| PodStatus {
-        phase: status.phase,
-        container_statuses: status.container_statuses.map(|statuses| {
-            statuses
-                .into_iter()
-                .map(|s| {
-                    // Only whether it ended, with what code, and when.
-                    let ended = s.state.and_then(|state| state.terminated).map(|t| ContainerStateTerminated {
-                        exit_code: t.exit_code,
-                        finished_at: t.finished_at,
-                        ..ContainerStateTerminated::default()
-                    });
-                    let state = ContainerState { terminated: ended, ..ContainerState::default() };
-                    ContainerStatus { name: s.name, state: Some(state), ..ContainerStatus::default() }
-                })
-                .collect()
-        }),
-        ..PodStatus::default()
-    });
+    if let Some(spec) = &mut pod.spec {
+        for container in &mut spec.containers {
+            if let Some(mounts) = &mut container.volume_mounts {
+                mounts.retain(|m| m.name == ENDED_VOLUME);
+            }
+            if container.volume_mounts.as_ref().is_some_and(Vec::is_empty) {
+                container.volume_mounts = None;
+            }
+        }
+        if let Some(init) = &mut spec.init_containers {
+            init.retain(|c| c.name == SUPERVISOR_NAME);
+            for container in init {
+                container.volume_mounts = None;
+            }
+        }
+    }
 }
 
 /// What to do with a pod, from what it carries.
@@ -142,7 +120,7 @@ pub enum Next {
 
 /// The next step for `pod`, its sidecars to be switched to `image`, at `now` (seconds since
 /// the Unix epoch).
-pub fn next(pod: &Pod, image: &str, now: i64) -> Next {
+pub fn next(pod: &EndingPod, image: &str, now: i64) -> Next {
     let (Some(spec), status) = (pod.spec.as_ref(), pod.status.as_ref()) else { return Next::Nothing };
     let restart = spec.restart_policy.as_deref().unwrap_or("Always");
     let phase = status.and_then(|s| s.phase.as_deref());
@@ -211,7 +189,7 @@ fn finished_at(status: &ContainerStatus) -> Option<i64> {
 /// Whether `sidecar` ends by itself once `watcher.dev/sidecars-ended` is written: it mounts the
 /// downward API volume that holds it (the webhook's, for a command under the supervisor and for
 /// watcher-agent).
-fn ends_by_itself(sidecar: &k8s_openapi::api::core::v1::Container) -> bool {
+fn ends_by_itself(sidecar: &pod::Container) -> bool {
     sidecar.volume_mounts.iter().flatten().any(|m| m.name == ENDED_VOLUME)
 }
 
@@ -268,7 +246,7 @@ pub fn set_restart_condition(
 /// The image the sidecars of `pod` are switched to: the one its own `watcher-supervise` init
 /// container has (an ImagePolicy may have rewritten it to a mirror, the only registry the node
 /// reaches), else `default` (`--supervisor-image`: a pod whose sidecars run their entrypoint).
-pub fn supervisor_image<'p>(pod: &'p Pod, default: &'p str) -> &'p str {
+pub fn supervisor_image<'p>(pod: &'p EndingPod, default: &'p str) -> &'p str {
     let init = pod.spec.as_ref().and_then(|s| s.init_containers.as_ref());
     let own = init.into_iter().flatten().find(|c| c.name == SUPERVISOR_NAME).and_then(|c| c.image.as_deref());
     own.filter(|image| !image.is_empty()).unwrap_or(default)
@@ -277,7 +255,7 @@ pub fn supervisor_image<'p>(pod: &'p Pod, default: &'p str) -> &'p str {
 /// Ends the sidecars of `pod` once its app has ended, switching those that cannot end by
 /// themselves to `default_image` (the supervisor's, `--supervisor-image`) or the pod's own.
 #[instrument(skip(pod, ctx, default_image), fields(namespace = pod.namespace(), pod = pod.name_any()))]
-async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>, default_image: Arc<String>) -> Result<Action> {
+async fn reconcile(pod: Arc<EndingPod>, ctx: Arc<Context>, default_image: Arc<String>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile(CONTROLLER);
     let namespace = pod.namespace().ok_or_else(|| Error::MissingNamespace(pod.name_any()))?;
     let now = jiff::Timestamp::now();

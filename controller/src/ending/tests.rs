@@ -1,7 +1,6 @@
 //! The ending controller's decisions over every version of real Job pods, as a real node
 //! (kubelet and containerd) reported them through a pod's life (`fixtures/ending/`).
 
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 use watcher_api::annotation;
 
@@ -9,13 +8,18 @@ use super::*;
 
 const IMAGE: &str = "watcher-supervise:0.1.0";
 
-fn versions(file: &str) -> Vec<Pod> {
+/// Every version of `file`'s pod as the controller decodes it.
+fn versions(file: &str) -> Vec<EndingPod> {
+    serde_json::from_str(&fixture(file)).expect("pods")
+}
+
+fn fixture(file: &str) -> String {
     let path = format!("{}/fixtures/ending/{file}.json", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("pods")
+    std::fs::read_to_string(&path).expect("fixture")
 }
 
 /// Seconds since the epoch of the pod's `watcher.dev/sidecars-ended`, or of its creation.
-fn ended_at(pod: &Pod) -> i64 {
+fn ended_at(pod: &EndingPod) -> i64 {
     let ended = pod.annotations().get(annotation::SidecarsEnded::KEY).and_then(|t| t.parse::<jiff::Timestamp>().ok());
     ended.or_else(|| pod.metadata.creation_timestamp.as_ref().map(|t| t.0)).expect("a time").as_second()
 }
@@ -42,7 +46,7 @@ fn life(file: &str) -> Vec<&'static str> {
 
 /// The first version of `file` after the mark (and the switch, if any), its sidecar still
 /// running, with the time of the mark.
-fn after_the_mark(file: &str) -> (Pod, i64) {
+fn after_the_mark(file: &str) -> (EndingPod, i64) {
     let pods = versions(file);
     let pod = pods
         .into_iter()
@@ -159,7 +163,7 @@ fn pods_not_meant_to_end_or_naming_no_sidecar_are_left_alone() {
 #[test]
 fn a_pod_being_deleted_is_left_alone() {
     let pods = versions("job-1.36-onfailure-deleted");
-    let deleted: Vec<&Pod> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_some()).collect();
+    let deleted: Vec<&EndingPod> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_some()).collect();
     assert!(!deleted.is_empty(), "the capture has the pod's deletion");
     for pod in deleted {
         assert_eq!(next(pod, IMAGE, 0), Next::Nothing);
@@ -245,7 +249,13 @@ fn sidecars_that_read_the_ended_file_are_marked_not_switched() {
         assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{file}");
         let statuses = status.container_statuses.as_deref().unwrap_or_default();
         let ended = statuses.iter().find(|s| s.name == sidecar).expect("the sidecar's status");
-        assert_eq!(ended.restart_count, 0, "{file}: ended by itself, no restart");
+        let reported: Vec<Value> = serde_json::from_str(&fixture(file)).expect("pods");
+        let restarts = reported.last().and_then(|pod| {
+            let statuses = pod["status"]["containerStatuses"].as_array()?;
+            statuses.iter().find(|s| s["name"] == *sidecar)?["restartCount"].as_i64()
+        });
+        assert_eq!(ended.name, sidecar, "{file}");
+        assert_eq!(restarts, Some(0), "{file}: ended by itself, no restart");
         let image = last.spec.as_ref().and_then(|s| s.containers.iter().find(|c| c.name == sidecar)?.image.clone());
         assert_ne!(image.as_deref(), Some(IMAGE), "{file}: its image was never switched");
     }
@@ -307,9 +317,9 @@ fn a_sidecar_ended_by_a_restart_is_said_on_its_watcher() {
     assert!(conditions.is_empty());
 }
 
-/// Every version of every real Job pod, kept as the cache keeps it ([`strip`]): the same
-/// decision at every moment of its life, the same patch, the same supervisor image; and a
-/// fraction of its size.
+/// Every version of every real Job pod, decoded as the controller decodes it and kept as the
+/// cache keeps it ([`strip`]): the same decision at every moment of its life as decoded whole,
+/// the same supervisor image; and a fraction of the pod's size.
 #[test]
 fn a_stripped_pod_is_decided_as_the_whole_one() {
     let mut whole_bytes = 0;
@@ -321,7 +331,8 @@ fn a_stripped_pod_is_decided_as_the_whole_one() {
             continue;
         }
         let file = path.file_stem().expect("a name").to_string_lossy().into_owned();
-        for pod in versions(&file) {
+        let whole: Vec<Value> = serde_json::from_str(&fixture(&file)).expect("pods");
+        for (pod, whole) in versions(&file).into_iter().zip(whole) {
             let mut kept = pod.clone();
             strip(&mut kept);
             for offset in [0, 1, 11, 61, 3600] {
@@ -329,7 +340,7 @@ fn a_stripped_pod_is_decided_as_the_whole_one() {
                 assert_eq!(next(&kept, IMAGE, now), next(&pod, IMAGE, now), "{file} at +{offset} s");
             }
             assert_eq!(supervisor_image(&kept, IMAGE), supervisor_image(&pod, IMAGE), "{file}");
-            whole_bytes += serde_json::to_vec(&pod).expect("JSON").len();
+            whole_bytes += serde_json::to_vec(&whole).expect("JSON").len();
             kept_bytes += serde_json::to_vec(&kept).expect("JSON").len();
             count += 1;
         }
