@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::exemplars::{Lookup, escape_into};
+use super::exemplars::{Lookup, write_block};
 use super::model::{HistogramValue, Kind, LabelSet, Number, Registry, Value, Visit};
 use super::proto;
 
@@ -107,16 +107,7 @@ fn series_name(out: &mut String, name: &str, tail: &str, le: Option<f64>, labels
             out.push(',');
         }
     }
-    for i in 0..labels.count() {
-        let (name, value) = labels.label(i);
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(name);
-        out.push_str("=\"");
-        escape_into(value, out);
-        out.push('"');
-    }
+    write_block(labels, out);
     out.push_str("} ");
 }
 
