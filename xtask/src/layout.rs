@@ -9,7 +9,7 @@
 //! logged once) through what a sidecar does: follow files, count, a histogram that is also a
 //! native one with exemplars, scrapes in each format, remote write, a configuration read again,
 //! SIGTERM. The release links the agent twice: once, then with the list turned into lld's
-//! `--symbol-ordering-file` for that build's symbols ([`ordering`]); a function whose symbol
+//! `--symbol-ordering-file` for that build's symbols ([`ordering_of`]); a function whose symbol
 //! changed (another toolchain, a dependency updated) is found by its name.
 
 use std::collections::{HashMap, HashSet};
@@ -62,7 +62,7 @@ fn functions(binary: &Path) -> anyhow::Result<Vec<(u64, u64, String, String)>> {
 /// Writes to `out` the symbols of `binary` that `hot` (the list) names, in its order: each by
 /// its symbol where `binary` has it, else every function of its name. Says how many were
 /// found each way, and how many not at all.
-pub(crate) fn ordering(binary: &Path, hot: &Path, out: &Path) -> anyhow::Result<String> {
+pub(crate) fn ordering_of(binary: &Path, hot: &Path, out: &Path) -> anyhow::Result<String> {
     let functions = functions(binary)?;
     let symbols: HashSet<&str> = functions.iter().map(|f| f.2.as_str()).collect();
     let mut by_name: HashMap<&str, Vec<&str>> = HashMap::new();
@@ -96,7 +96,7 @@ pub(crate) fn ordering(binary: &Path, hot: &Path, out: &Path) -> anyhow::Result<
     Ok(format!("{exact} hot functions found by symbol, {named} by name, {missing} not found"))
 }
 
-/// The linker's arguments that lay `binary`'s code out as `ordering` (a file [`ordering`] wrote)
+/// The linker's arguments that lay `binary`'s code out as `ordering` (a file [`ordering_of`] wrote)
 /// says: lld's, rustc's linker on linux/amd64.
 pub(crate) fn link_args(ordering: &Path) -> Vec<String> {
     vec![
@@ -286,6 +286,58 @@ fn drive(listen: u16, logs: &Path, config: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Links the agent `built` by `cargo args` again, its code laid out by use (xtask/src/layout.rs):
+/// lld's ordering made of agent/layout/hot-functions.txt for this build's symbols.
+pub(crate) fn laid_out(
+    root: &Path,
+    args: &[&str],
+    built: &Path,
+    mut cargo: std::process::Command,
+) -> anyhow::Result<()> {
+    let ordering = root.join("target/agent-layout.txt");
+    let found = ordering_of(built, &root.join(HOT_FUNCTIONS), &ordering)?;
+    eprintln!("laying out watcher-agent's code by use: {found}");
+    let mut args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    args.extend(link_args(&ordering));
+    let status = cargo.args(&args).current_dir(root).status().context("cannot run cargo")?;
+    if !status.success() {
+        bail!("linking watcher-agent laid out by use failed ({status})");
+    }
+    Ok(())
+}
+
+/// `cargo xtask agent`: the agent for this machine's platform, as the release builds it.
+pub(crate) fn build_agent() -> anyhow::Result<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace")?.to_owned();
+    let image = crate::release::IMAGES.iter().find(|i| i.name == "watcher-agent").context("the agent's image")?;
+    let cargo = || {
+        let mut cargo = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        cargo.current_dir(&root);
+        cargo
+    };
+    let status = cargo().args(image.build).status().context("cannot run cargo")?;
+    if !status.success() {
+        bail!("building watcher-agent failed ({status})");
+    }
+    let built = root.join("target").join(image.built);
+    // rustc links with lld on linux/amd64 only; elsewhere the code stays as built.
+    if cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        laid_out(&root, image.build, &built, cargo())?;
+    }
+    Ok(built)
+}
+
+/// `cargo xtask agent-layout`: agent/layout/hot-functions.txt made again from what `binary`
+/// (else the agent built as the release builds it) runs.
+pub(crate) fn agent_layout(binary: Option<PathBuf>) -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace")?.to_owned();
+    let binary = match binary {
+        Some(binary) => binary,
+        None => build_agent()?,
+    };
+    profile(&binary, &root.join(HOT_FUNCTIONS))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,7 +362,7 @@ mod tests {
         );
         std::fs::write(&hot, list).expect("the list");
         let out = dir.join("ordering.txt");
-        let said = ordering(&binary, &hot, &out).expect("an ordering");
+        let said = ordering_of(&binary, &hot, &out).expect("an ordering");
         assert_eq!(said, "2 hot functions found by symbol, 1 by name, 1 not found");
         let written = std::fs::read_to_string(&out).expect("the ordering");
         assert_eq!(written, format!("{}\n{}\n", exact.2, renamed.2));

@@ -65,8 +65,8 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Release(args) => release::run(&args),
         Task::Rootfs { binary, out } => rootfs::write_dir(&binary, &out),
-        Task::Agent => release::build_agent().map(|path| println!("{}", path.display())),
-        Task::AgentLayout { binary } => release::agent_layout(binary),
+        Task::Agent => layout::build_agent().map(|path| println!("{}", path.display())),
+        Task::AgentLayout { binary } => layout::agent_layout(binary),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

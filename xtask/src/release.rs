@@ -48,11 +48,11 @@ pub(crate) struct Args {
 }
 
 /// An image of the release: its binary, how it is built, what it runs.
-struct Image {
-    name: &'static str,
+pub(crate) struct Image {
+    pub(crate) name: &'static str,
     /// cargo's arguments for the binary, and where it lands under target/.
-    build: &'static [&'static str],
-    built: &'static str,
+    pub(crate) build: &'static [&'static str],
+    pub(crate) built: &'static str,
     entrypoint: &'static [&'static str],
     cmd: &'static [&'static str],
     env: &'static [&'static str],
@@ -60,7 +60,7 @@ struct Image {
     title: &'static str,
 }
 
-const IMAGES: [Image; 3] = [
+pub(crate) const IMAGES: [Image; 3] = [
     Image {
         name: "watcher-operator",
         build: &["build", "--locked", "--profile", "dist", "-p", "watcher-operator", "--bin", "watcher-operator"],
@@ -251,7 +251,7 @@ impl Plan {
                 bail!("building {} for {} failed ({status})", image.name, platform.name());
             }
             if image.name == "watcher-agent" && platform == AMD64 {
-                laid_out(&self.root, &args, &path, platform.cargo(&target_dir)?)?;
+                layout::laid_out(&self.root, &args, &path, platform.cargo(&target_dir)?)?;
             }
             built.push(path);
         }
@@ -496,53 +496,6 @@ impl Plan {
 
 /// cargo's arguments for `image`'s binary on `platform`, and where it lands: the native one in
 /// `target`, another with `--target` (before rustc's own arguments) in `foreign_target`.
-/// Links the agent `built` by `cargo args` again, its code laid out by use (xtask/src/layout.rs):
-/// lld's ordering made of agent/layout/hot-functions.txt for this build's symbols.
-fn laid_out(root: &Path, args: &[&str], built: &Path, mut cargo: std::process::Command) -> anyhow::Result<()> {
-    let ordering = root.join("target/agent-layout.txt");
-    let found = layout::ordering(built, &root.join(layout::HOT_FUNCTIONS), &ordering)?;
-    eprintln!("laying out watcher-agent's code by use: {found}");
-    let mut args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    args.extend(layout::link_args(&ordering));
-    let status = cargo.args(&args).current_dir(root).status().context("cannot run cargo")?;
-    if !status.success() {
-        bail!("linking watcher-agent laid out by use failed ({status})");
-    }
-    Ok(())
-}
-
-/// `cargo xtask agent`: the agent for this machine's platform, as the release builds it.
-pub(crate) fn build_agent() -> anyhow::Result<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace")?.to_owned();
-    let image = IMAGES.iter().find(|i| i.name == "watcher-agent").context("the agent's image")?;
-    let cargo = || {
-        let mut cargo = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        cargo.current_dir(&root);
-        cargo
-    };
-    let status = cargo().args(image.build).status().context("cannot run cargo")?;
-    if !status.success() {
-        bail!("building watcher-agent failed ({status})");
-    }
-    let built = root.join("target").join(image.built);
-    // rustc links with lld on linux/amd64 only; elsewhere the code stays as built.
-    if cfg!(all(target_arch = "x86_64", target_os = "linux")) {
-        laid_out(&root, image.build, &built, cargo())?;
-    }
-    Ok(built)
-}
-
-/// `cargo xtask agent-layout`: agent/layout/hot-functions.txt made again from what `binary`
-/// (else the agent built as the release builds it) runs.
-pub(crate) fn agent_layout(binary: Option<PathBuf>) -> anyhow::Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace")?.to_owned();
-    let binary = match binary {
-        Some(binary) => binary,
-        None => build_agent()?,
-    };
-    layout::profile(&binary, &root.join(layout::HOT_FUNCTIONS))
-}
-
 fn build_of(image: &Image, platform: Platform, target: &Path, foreign_target: &Path) -> (Vec<&'static str>, PathBuf) {
     let mut args: Vec<&'static str> = image.build.to_vec();
     if platform == AMD64 {
