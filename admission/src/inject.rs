@@ -21,6 +21,7 @@ use json_patch::PatchOperation;
 use options::native_sidecar;
 pub use options::{InjectOptions, SYSTEM_NAMESPACES, server_minor, supports_native_sidecars};
 use patch::PodPatch;
+pub(crate) use patch::pointer;
 pub use resources::{ResourceCompliance, ResourceReport, resource_compliance};
 pub use security::{Compliance, PodSecurityReport, Refusal, RunsAsRoot, compliance};
 use watcher_api::{

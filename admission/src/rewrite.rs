@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
 use serde_json::Value;
 use watcher_api::{CompiledPolicy, annotation, image};
 
+use crate::inject::pointer;
 use crate::{InjectOptions, Injection, PodView};
 
 /// Where the webhook finds the ImagePolicies that apply to a namespace.
@@ -125,7 +125,7 @@ pub fn rewrite_images(
         for (index, container) in containers.iter().enumerate() {
             let Some(image) = container.image.as_deref() else { continue };
             if let Some(rewritten) = rewrite(&container.name, image) {
-                let path = PointerBuf::from_tokens(["spec", list, &(index + shift).to_string(), "image"]);
+                let path = pointer(&["spec", list, &(index + shift).to_string(), "image"]);
                 ops.push(PatchOperation::Replace(ReplaceOperation { path, value: Value::String(rewritten) }));
             }
         }
@@ -151,12 +151,9 @@ pub fn rewrite_images(
     let annotations_exist = pod.metadata.annotations.own.is_some()
         || injection.patch.iter().any(|op| matches!(op, PatchOperation::Add(a) if a.path == "/metadata/annotations"));
     let (path, value) = if annotations_exist {
-        (PointerBuf::from_tokens(["metadata", "annotations", annotation::OriginalImages::KEY]), Value::String(entries))
+        (pointer(&["metadata", "annotations", annotation::OriginalImages::KEY]), Value::String(entries))
     } else {
-        (
-            PointerBuf::from_tokens(["metadata", "annotations"]),
-            serde_json::json!({annotation::OriginalImages::KEY: entries}),
-        )
+        (pointer(&["metadata", "annotations"]), serde_json::json!({annotation::OriginalImages::KEY: entries}))
     };
     injection.patch.extend(ops);
     injection.patch.push(PatchOperation::Add(AddOperation { path, value }));

@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::{AppAccess, Condition};
 
+mod hashes;
+use hashes::SpecHashes;
+use hashes::injection_hash;
+
 /// A sidecar injected into pods of its namespace at creation.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -85,6 +89,11 @@ pub struct WatcherSpec {
     /// annotations, init containers (see [`AppAccess`]).
     #[serde(flatten)]
     pub app: AppAccess,
+
+    /// Its hashes, computed once (see [`SpecHashes`]).
+    #[serde(skip)]
+    #[schemars(skip)]
+    hashes: SpecHashes,
 }
 
 /// What becomes of a pod that asks for a Watcher it cannot get.
@@ -473,34 +482,11 @@ impl WatcherSpec {
         }
     }
 
-    /// [`InjectionSpec::hash_without_image`] of this spec (one copy of the container: the
-    /// webhook computes it for each Watcher it injects).
-    pub fn spec_hash_without_image(&self) -> String {
-        let container = Container { image: None, ..self.container.clone() };
-        injection_hash(
-            &container,
-            &self.volume,
-            &self.image_pull_secrets,
-            self.native_sidecar,
-            self.has_config(),
-            &self.app,
-        )
-    }
-
-    /// The hash of the config data (`configData`, `configBinaryData`: what its ConfigMap holds),
-    /// 8 hex digits; `None` without config data. Injected pods carry it
-    /// ([`crate::annotation::InjectedConfig`]).
-    pub fn config_hash(&self) -> Option<String> {
-        let data = self.config_data.as_ref().filter(|d| !d.is_empty());
-        let binary = self.config_binary_data.as_ref().filter(|d| !d.is_empty());
-        self.has_config().then(|| crate::stable_hash(&(data, binary)))
-    }
-
     /// Whether its sidecar takes a change of its config data while it runs: watcher-agent, which
     /// reads its ConfigMap mounted as files again (the webhook mounts it). Any other sidecar reads
     /// it once, when it starts.
     pub fn reloads_config(&self) -> bool {
-        self.has_config() && self.container.image.as_deref().is_some_and(crate::image::is_agent_image)
+        self.has_config() && self.runs_agent()
     }
 
     /// The hash of the configuration a pod must have been injected with to be up to date: the
@@ -509,38 +495,6 @@ impl WatcherSpec {
     /// while it runs). A pod that carries no hash (injected by 0.2.0) is judged by its spec.
     pub fn pinned_config_hash(&self) -> Option<String> {
         (!self.reloads_config()).then(|| self.config_hash()).flatten()
-    }
-
-    /// Hash of everything injection uses: the container, volume, pull secret, sidecar mode,
-    /// whether the container gets the ConfigMap, and what lets it see the app. Config values are
-    /// not part of it: they reach the sidecar through the ConfigMap, and pods carry their hash
-    /// apart ([`WatcherSpec::config_hash`]).
-    pub fn spec_hash(&self) -> String {
-        injection_hash(
-            &self.container,
-            &self.volume,
-            &self.image_pull_secrets,
-            self.native_sidecar,
-            self.has_config(),
-            &self.app,
-        )
-    }
-}
-
-/// The hash of what injection uses. A Watcher that sets none of [`AppAccess`] hashes as it did
-/// before those fields existed: the pods injected then stay up to date across an upgrade.
-fn injection_hash(
-    container: &Container,
-    volume: &Option<Box<Volume>>,
-    pull_secret: &Option<LocalObjectReference>,
-    native: NativeSidecar,
-    config: bool,
-    app: &AppAccess,
-) -> String {
-    if app.is_empty() {
-        crate::stable_hash(&(container, volume, pull_secret, native, config))
-    } else {
-        crate::stable_hash(&(container, volume, pull_secret, native, config, app))
     }
 }
 
@@ -644,11 +598,12 @@ mod tests {
             assert_eq!(image.spec_hash_without_image(), changed.spec_hash_without_image(), "{change}");
             assert_eq!(changed.injection().hash(), changed.spec_hash(), "{change}: a revision hashes alike");
         }
-        let mut init_image: WatcherSpec = serde_json::from_value(serde_json::json!({
+        let old: WatcherSpec = serde_json::from_value(serde_json::json!({
             "container": {"name": "log-watcher", "image": "busybox:1.36"},
             "initContainers": [{"name": "prepare", "image": "busybox:1.36"}]}))
         .expect("spec");
-        let old = init_image.spec_hash_without_image();
+        let mut init_image = old.clone(); // a clone is hashed anew
+        let old = old.spec_hash_without_image();
         init_image.app.init_containers[0].image = Some("busybox:1.37".into());
         assert_ne!(init_image.spec_hash_without_image(), old, "an init container's image is not the sidecar's");
     }

@@ -96,6 +96,21 @@ fn restricted_pod_review(one: &Value) -> Value {
     review
 }
 
+/// The rows to run: those whose label holds the bench's argument (every row without one), as in
+/// `cargo bench -p watcher-webhook --bench inject -- "1 Watcher"`.
+fn wanted(label: &str) -> bool {
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with("--"));
+    filter.is_none_or(|f| label.contains(&f))
+}
+
+/// Measures `call` and prints its row, where it is wanted.
+fn row(label: impl AsRef<str>, call: impl FnMut()) {
+    let label = label.as_ref();
+    if wanted(label) {
+        println!("{label:<52} {:>8.2}", measure(call));
+    }
+}
+
 /// Median time per call over 15 batches, in microseconds.
 fn measure(mut call: impl FnMut()) -> f64 {
     let batch = 2_000;
@@ -153,7 +168,7 @@ fn cache_of(watchers: &[Arc<Watcher>]) -> watcher_cache::WatcherCache {
 
 fn main() {
     let setup = Setup::new();
-    println!("{:<44} {:>10}", "benchmark (median of 15 batches)", "µs/call");
+    println!("{:<52} {:>8}", "benchmark (median of 15 batches)", "µs/call");
     lookups();
     decode_and_inject(&setup);
     rewrite(&setup);
@@ -198,11 +213,10 @@ fn resource_rules(setup: &Setup) {
         let reviewer = Reviewer::new(cached.clone(), options.clone()).with_policies(Arc::new(policies));
         let (answer, _) = reviewer.review(&body).expect("answered");
         assert_eq!(answer.resources().is_empty(), !with_rules, "{label}: fitted only there");
-        let t = measure(|| {
+        row(format!("review, {label}"), || {
             let answer = reviewer.review(black_box(&body)).expect("answered");
             black_box(answer.0.to_json().expect("encoded"));
         });
-        println!("{:<44} {t:>10.2}", format!("review, {label}"));
     }
 }
 
@@ -216,15 +230,13 @@ fn lookups() {
         w.metadata.namespace = Some(format!("team-{}", i % 10));
         writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(w));
     }
-    let t = measure(|| {
+    row("Watchers of a namespace, 1,000: store filter", || {
         black_box(store.watchers_in(black_box("team-3")));
     });
-    println!("{:<44} {t:>10.2}", "Watchers of a namespace, 1,000: store filter");
     let (cache, _) = watcher_cache::WatcherCache::from_store(store);
-    let t = measure(|| {
+    row("Watchers of a namespace, 1,000: cache index", || {
         black_box(cache.in_namespace(black_box("team-3")));
     });
-    println!("{:<44} {t:>10.2}", "Watchers of a namespace, 1,000: cache index");
 
     // The same, with 10 ClusterWatchers that apply everywhere, over 1,000 namespaces.
     let (clusters, mut cluster_writer) = reflector::store::<watcher_api::ClusterWatcher>();
@@ -247,16 +259,15 @@ fn lookups() {
     let (cache, _) =
         watcher_cache::WatcherCache::from_stores(cache.store.clone(), clusters, namespaces, "watcher-system");
     assert_eq!(cache.in_namespace("team-3").len(), 100 + 10);
-    let t = measure(|| {
+    row("... and 10 ClusterWatchers: cache index", || {
         black_box(cache.in_namespace(black_box("team-3")));
     });
-    println!("{:<44} {t:>10.2}", "... and 10 ClusterWatchers: cache index");
 }
 
 /// Decoding for scale; `inject` alone and the whole review, for 1 and 3 Watchers.
 fn decode_and_inject(setup: &Setup) {
     let body = FIXTURE.as_bytes();
-    let t = measure(|| {
+    row("for scale: decode into kube AdmissionReview<Pod>", || {
         black_box(
             serde_json::from_slice::<kube::core::admission::AdmissionReview<k8s_openapi::api::core::v1::Pod>>(
                 black_box(body),
@@ -264,7 +275,6 @@ fn decode_and_inject(setup: &Setup) {
             .expect("decodes"),
         );
     });
-    println!("{:<44} {t:>10.2}", "for scale: decode into kube AdmissionReview<Pod>");
 
     let Setup { watchers, cached, options, one } = setup;
     let mut three = one.clone();
@@ -280,18 +290,16 @@ fn decode_and_inject(setup: &Setup) {
         let refs: Vec<&Watcher> = watchers.iter().map(Arc::as_ref).collect();
         let injected = inject(&pod, "team-a", &refs, options);
         assert!(!injected.patch.is_empty(), "{label}: the fixture is injected");
-        let t = measure(|| {
+        row(format!("inject, fixture pod, {label}"), || {
             black_box(inject(black_box(&pod), "team-a", black_box(&refs), options));
         });
-        println!("{:<44} {t:>10.2}", format!("inject, fixture pod, {label}"));
 
         let body = serde_json::to_vec(review).expect("body");
         let reviewer = Reviewer::new(cached.clone(), options.clone());
-        let t = measure(|| {
+        row(format!("review: decode + inject + encode, {label}"), || {
             let answer = reviewer.review(black_box(&body)).expect("answered");
             black_box(answer.0.to_json().expect("encoded"));
         });
-        println!("{:<44} {t:>10.2}", format!("review: decode + inject + encode, {label}"));
     }
 }
 
@@ -310,18 +318,16 @@ fn rewrite(setup: &Setup) {
         let mut check = inject(&pod, "team-a", &refs, options);
         rewrite_images(&pod, "team-a", &policies, options, &mut check);
         assert_eq!(check.rewritten.len(), if label.ends_with("last matches") { 2 } else { 0 }, "{label}");
-        let t = measure(|| {
+        row(format!("inject + rewrite, 1 Watcher, {label}"), || {
             let mut injection = inject(black_box(&pod), "team-a", black_box(&refs), options);
             rewrite_images(black_box(&pod), "team-a", black_box(&policies), options, &mut injection);
             black_box(injection);
         });
-        println!("{:<44} {t:>10.2}", format!("inject + rewrite, 1 Watcher, {label}"));
         let reviewer = Reviewer::new(cached.clone(), options.clone()).with_policies(Arc::new(policies));
-        let t = measure(|| {
+        row(format!("review, 1 Watcher, {label}"), || {
             let answer = reviewer.review(black_box(&body)).expect("answered");
             black_box(answer.0.to_json().expect("encoded"));
         });
-        println!("{:<44} {t:>10.2}", format!("review, 1 Watcher, {label}"));
     }
 }
 
@@ -343,11 +349,10 @@ fn pod_security(setup: &Setup) {
         assert!(json["response"]["patch"].is_string(), "{label}: injected");
         let adapted = !answer.pod_security().is_empty();
         assert_eq!(adapted, label == "restricted pod, restricted namespace", "{label}: adapted only there");
-        let t = measure(|| {
+        row(format!("review, {label}"), || {
             let answer = reviewer.review(black_box(&body)).expect("answered");
             black_box(answer.0.to_json().expect("encoded"));
         });
-        println!("{:<44} {t:>10.2}", format!("review, {label}"));
     }
 }
 
@@ -381,11 +386,10 @@ fn ending(setup: &Setup) {
         let patch = String::from_utf8(patch.0).expect("UTF-8");
         assert_eq!(patch.contains("/watcher-supervise/watcher-supervise"), ends, "{label}: supervised: {patch}");
         assert_eq!(patch.contains("end-sidecars"), ends && !native, "{label}: named only as a regular container");
-        let t = measure(|| {
+        row(format!("review, {label}"), || {
             let answer = reviewer.review(black_box(body)).expect("answered");
             black_box(answer.0.to_json().expect("encoded"));
         });
-        println!("{:<44} {t:>10.2}", format!("review, {label}"));
     }
 }
 
@@ -422,10 +426,9 @@ fn held_rollout(setup: &Setup) {
         let patch = String::from_utf8(patch.0).expect("UTF-8");
         let image = if held { "busybox:1.36" } else { "busybox:1.37" };
         assert!(patch.contains(image) && json["response"].get("warnings").is_none(), "{label}: {patch}");
-        let t = measure(|| {
+        row(format!("review, 1 Watcher, {label}"), || {
             let answer = reviewer.review(black_box(&body)).expect("answered");
             black_box(answer.0.to_json().expect("encoded"));
         });
-        println!("{:<44} {t:>10.2}", format!("review, 1 Watcher, {label}"));
     }
 }

@@ -5,7 +5,7 @@
 //! with no restart. The volume is `optional`: a pod is never held for it.
 
 use serde_json::{Value, json};
-use watcher_api::{Watcher, config_map_name, image::is_agent_image};
+use watcher_api::{Watcher, config_map_name};
 
 use super::patch::PodPatch;
 
@@ -25,7 +25,7 @@ pub(super) fn mount_agent_config(
     container: &mut Value,
 ) -> Option<(String, Value)> {
     let spec = &watcher.spec;
-    if !spec.has_config() || !spec.container.image.as_deref().is_some_and(is_agent_image) {
+    if !spec.has_config() || !spec.runs_agent() {
         return None;
     }
     let config_map = config_map_name(&watcher.metadata.name.clone().unwrap_or_default());

@@ -91,9 +91,9 @@ impl<'a> PodPatch<'a> {
     pub(super) fn insert_init_container(&mut self, value: Value) {
         if self.has_init_containers {
             let at = self.inserted_init_containers.to_string();
-            self.ops.push(add(PointerBuf::from_tokens(["spec", "initContainers", &at]), value));
+            self.ops.push(add(pointer(&["spec", "initContainers", &at]), value));
         } else {
-            self.ops.push(add(PointerBuf::from_tokens(["spec", "initContainers"]), Value::Array(vec![value])));
+            self.ops.push(add(pointer(&["spec", "initContainers"]), Value::Array(vec![value])));
             self.has_init_containers = true;
         }
         self.inserted_init_containers += 1;
@@ -161,10 +161,10 @@ impl<'a> PodPatch<'a> {
         mounts.push((app::normal(path).to_owned(), volume.to_owned()));
         let at = index.to_string();
         if *exists {
-            self.ops.push(add(PointerBuf::from_tokens(["spec", "containers", &at, "volumeMounts", "-"]), mount));
+            self.ops.push(add(pointer(&["spec", "containers", &at, "volumeMounts", "-"]), mount));
         } else {
             *exists = true;
-            let path = PointerBuf::from_tokens(["spec", "containers", &at, "volumeMounts"]);
+            let path = pointer(&["spec", "containers", &at, "volumeMounts"]);
             self.ops.push(add(path, Value::Array(vec![mount])));
         }
     }
@@ -172,7 +172,7 @@ impl<'a> PodPatch<'a> {
     pub(super) fn share_process_namespace(&mut self) {
         let set = self.spec.is_some_and(|s| s.share_process_namespace == Some(true));
         if !set && !self.process_shared {
-            self.ops.push(add(PointerBuf::from_tokens(["spec", "shareProcessNamespace"]), Value::Bool(true)));
+            self.ops.push(add(pointer(&["spec", "shareProcessNamespace"]), Value::Bool(true)));
         }
         self.process_shared = true;
     }
@@ -193,11 +193,11 @@ impl<'a> PodPatch<'a> {
         if self.annotations.own.is_some() {
             // `add` on an existing member replaces it.
             for (key, value) in all {
-                self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations", key]), Value::String(value)));
+                self.ops.push(add(pointer(&["metadata", "annotations", key]), Value::String(value)));
             }
         } else {
             let annotations: BTreeMap<&str, String> = all.into_iter().collect();
-            self.ops.push(add(PointerBuf::from_tokens(["metadata", "annotations"]), to_value(&annotations)));
+            self.ops.push(add(pointer(&["metadata", "annotations"]), to_value(&annotations)));
         }
     }
 }
@@ -235,10 +235,10 @@ impl PodPatch<'_> {
     pub(super) fn add_label(&mut self, key: &str, value: &str) {
         let value = Value::String(value.to_owned());
         if self.labels_exist {
-            self.ops.push(add(PointerBuf::from_tokens(["metadata", "labels", key]), value));
+            self.ops.push(add(pointer(&["metadata", "labels", key]), value));
         } else {
             let labels = serde_json::Map::from_iter([(key.to_owned(), value)]);
-            self.ops.push(add(PointerBuf::from_tokens(["metadata", "labels"]), Value::Object(labels)));
+            self.ops.push(add(pointer(&["metadata", "labels"]), Value::Object(labels)));
             self.labels_exist = true;
         }
     }
@@ -247,13 +247,59 @@ impl PodPatch<'_> {
 /// Appends `value` to `/spec/<list>`, creating the list when the pod has none.
 pub(super) fn append(ops: &mut Vec<PatchOperation>, exists: &mut bool, list: &str, value: Value) {
     if *exists {
-        ops.push(add(PointerBuf::from_tokens(["spec", list, "-"]), value));
+        ops.push(add(pointer(&["spec", list, "-"]), value));
     } else {
-        ops.push(add(PointerBuf::from_tokens(["spec", list]), Value::Array(vec![value])));
+        ops.push(add(pointer(&["spec", list]), Value::Array(vec![value])));
         *exists = true;
     }
 }
 
 pub(super) fn add(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Add(AddOperation { path, value })
+}
+
+/// The JSON pointer to `tokens`, each escaped (RFC 6901: `~` as `~0`, `/` as `~1`), written
+/// into one string of the right size: the patch of every admission names a dozen paths.
+pub(crate) fn pointer(tokens: &[&str]) -> PointerBuf {
+    let escapes = |t: &str| t.bytes().filter(|b| matches!(b, b'~' | b'/')).count();
+    let mut path = String::with_capacity(tokens.iter().map(|t| 1 + t.len() + escapes(t)).sum());
+    for token in tokens {
+        path.push('/');
+        let mut rest = *token;
+        while let Some(at) = rest.find(['~', '/']) {
+            path.push_str(&rest[..at]);
+            path.push_str(if rest.as_bytes()[at] == b'~' { "~0" } else { "~1" });
+            rest = &rest[at + 1..];
+        }
+        path.push_str(rest);
+    }
+    // Escaped as above, every path is a valid pointer; the parse only checks it.
+    PointerBuf::parse(path).unwrap_or_else(|_| PointerBuf::from_tokens(tokens.iter().copied()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same pointer as jsonptr's own escaping makes, for every kind of token a patch names.
+    #[test]
+    fn a_pointer_is_escaped_as_jsonptr_escapes_it() {
+        let cases: [&[&str]; 5] = [
+            &["metadata", "annotations", "watcher.dev/injected"],
+            &["spec", "containers", "12", "volumeMounts", "-"],
+            &["metadata", "labels", "a~b/c~/d"],
+            &["metadata", "annotations", "~/~~//"],
+            &[""],
+        ];
+        for tokens in cases {
+            let ours = pointer(tokens);
+            assert_eq!(ours, PointerBuf::from_tokens(tokens.iter().copied()), "{tokens:?}");
+            let back: Vec<String> = ours.tokens().map(|t| t.decoded().into_owned()).collect();
+            assert_eq!(back, tokens, "decoded back");
+        }
+        assert_eq!(
+            pointer(&["metadata", "annotations", "watcher.dev/injected"]).as_str(),
+            "/metadata/annotations/watcher.dev~1injected"
+        );
+    }
 }

@@ -1,0 +1,153 @@
+//! What a Watcher's spec is known by in its pods: its hashes (`watcher.dev/injected`,
+//! `watcher.dev/injected-without-image`, `watcher.dev/injected-config`) and whether its sidecar
+//! is watcher-agent. Each is computed once per spec object: the webhook reads them for every pod
+//! it injects and the pod reconciler for every pod it counts, from the same cached Watchers.
+
+use std::sync::OnceLock;
+
+use k8s_openapi::api::core::v1::{Container, LocalObjectReference, Volume};
+
+use super::{NativeSidecar, WatcherSpec};
+use crate::AppAccess;
+
+/// The hashes of one spec, computed at their first use. Never serialised, and never carried by a
+/// clone, which may then be changed: a spec is not changed once hashed (the caches hold theirs
+/// behind `Arc`; debug builds check it on every read).
+#[derive(Default)]
+pub(crate) struct SpecHashes(OnceLock<Hashes>);
+
+#[derive(Debug, PartialEq)]
+struct Hashes {
+    spec: String,
+    without_image: String,
+    config: Option<String>,
+    agent: bool,
+}
+
+impl Clone for SpecHashes {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+/// Two specs are equal by their fields: what is derived from them adds nothing.
+impl PartialEq for SpecHashes {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for SpecHashes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpecHashes")
+    }
+}
+
+impl Hashes {
+    fn of(spec: &WatcherSpec) -> Self {
+        let config = spec.has_config();
+        let without_image = Container { image: None, ..spec.container.clone() };
+        let (volume, secret, native, app) = (&spec.volume, &spec.image_pull_secrets, spec.native_sidecar, &spec.app);
+        Self {
+            spec: injection_hash(&spec.container, volume, secret, native, config, app),
+            without_image: injection_hash(&without_image, volume, secret, native, config, app),
+            config: config.then(|| {
+                let data = spec.config_data.as_ref().filter(|d| !d.is_empty());
+                let binary = spec.config_binary_data.as_ref().filter(|d| !d.is_empty());
+                crate::stable_hash(&(data, binary))
+            }),
+            agent: spec.container.image.as_deref().is_some_and(crate::image::is_agent_image),
+        }
+    }
+}
+
+impl WatcherSpec {
+    fn hashes(&self) -> &Hashes {
+        let hashes = self.hashes.0.get_or_init(|| Hashes::of(self));
+        debug_assert_eq!(*hashes, Hashes::of(self), "a Watcher spec changed after it was hashed: hash a clone");
+        hashes
+    }
+
+    /// Hash of everything injection uses: the container, volume, pull secret, sidecar mode,
+    /// whether the container gets the ConfigMap, and what lets it see the app. Config values are
+    /// not part of it: they reach the sidecar through the ConfigMap, and pods carry their hash
+    /// apart ([`WatcherSpec::config_hash`]).
+    pub fn spec_hash(&self) -> String {
+        self.hashes().spec.clone()
+    }
+
+    /// [`crate::InjectionSpec::hash_without_image`] of this spec.
+    pub fn spec_hash_without_image(&self) -> String {
+        self.hashes().without_image.clone()
+    }
+
+    /// The hash of the config data (`configData`, `configBinaryData`: what its ConfigMap holds),
+    /// 8 hex digits; `None` without config data. Injected pods carry it
+    /// ([`crate::annotation::InjectedConfig`]).
+    pub fn config_hash(&self) -> Option<String> {
+        self.hashes().config.clone()
+    }
+
+    /// Whether the sidecar's image is watcher-agent's ([`crate::image::is_agent_image`]).
+    pub fn runs_agent(&self) -> bool {
+        self.hashes().agent
+    }
+}
+
+/// The hash of what injection uses. A Watcher that sets none of [`AppAccess`] hashes as it did
+/// before those fields existed: the pods injected then stay up to date across an upgrade.
+pub(super) fn injection_hash(
+    container: &Container,
+    volume: &Option<Box<Volume>>,
+    pull_secret: &Option<LocalObjectReference>,
+    native: NativeSidecar,
+    config: bool,
+    app: &AppAccess,
+) -> String {
+    if app.is_empty() {
+        crate::stable_hash(&(container, volume, pull_secret, native, config))
+    } else {
+        crate::stable_hash(&(container, volume, pull_secret, native, config, app))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> WatcherSpec {
+        serde_json::from_value(serde_json::json!({
+            "container": {"name": "log-watcher", "image": "ghcr.io/watcher-dev/watcher-agent:0.2.0"},
+            "configData": {"rules.yaml": "rules: []"}}))
+        .expect("spec")
+    }
+
+    /// A spec's hashes are those of its fields, once computed as at every call; a clone is
+    /// hashed anew, so it may be changed.
+    #[test]
+    fn a_clone_is_hashed_anew() {
+        let spec = spec();
+        let (hash, config) = (spec.spec_hash(), spec.config_hash());
+        assert_eq!(hash, injection_hash(&spec.container, &None, &None, NativeSidecar::Auto, true, &spec.app));
+        assert!(spec.runs_agent() && spec.reloads_config());
+        let mut changed = spec.clone();
+        changed.container.image = Some("busybox:1.36".into());
+        changed.config_data = Some([("LEVEL".to_owned(), "debug".to_owned())].into());
+        assert_ne!(changed.spec_hash(), hash);
+        assert_eq!(changed.spec_hash_without_image(), spec.spec_hash_without_image(), "the image aside");
+        assert_ne!(changed.config_hash(), config);
+        assert!(!changed.runs_agent());
+        assert_eq!(spec, spec.clone(), "equal by their fields");
+    }
+
+    /// A spec changed after it was hashed is caught in debug builds, where tests run.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "changed after it was hashed")]
+    fn a_spec_changed_after_its_hash_is_caught() {
+        let mut spec = spec();
+        let _ = spec.spec_hash();
+        spec.container.image = Some("busybox:1.36".into());
+        let _ = spec.spec_hash();
+    }
+}
