@@ -94,7 +94,7 @@ pub struct PodSpecView {
     /// `os` (Pod Security reads its name).
     pub os: Option<OsView>,
     /// The pod's `securityContext`.
-    pub security_context: Option<PodSecurityContext>,
+    pub security_context: Option<Box<PodSecurityContext>>,
     /// `runtimeClassName` (Pod Security admission may exempt a RuntimeClass).
     pub runtime_class_name: Option<String>,
     /// `restartPolicy`: `Never` and `OnFailure` pods are meant to end.
@@ -174,7 +174,7 @@ pub struct ContainerView {
     /// Its `env`.
     pub env: Option<Vec<EnvView>>,
     /// Its `securityContext`.
-    pub security_context: Option<SecurityContext>,
+    pub security_context: Option<Box<SecurityContext>>,
     /// Its ports (their `hostPort`).
     pub ports: Option<Vec<PortView>>,
     /// `livenessProbe`.
@@ -296,7 +296,7 @@ impl ContainerView {
         let lifecycle = self.lifecycle.iter().flat_map(|l| [&l.post_start, &l.pre_stop]);
         ContainerFacts {
             name: &self.name,
-            security: self.security_context.as_ref().map(std::borrow::Cow::Borrowed),
+            security: self.security_context.as_deref().map(std::borrow::Cow::Borrowed),
             host_ports: self.ports.iter().flatten().filter_map(|p| p.host_port.filter(|p| *p != 0)).collect(),
             probe_hosts: probes.into_iter().chain(lifecycle).flatten().flat_map(HandlerView::hosts).collect(),
         }
@@ -418,7 +418,7 @@ impl PodView {
         let containers =
             spec.init_containers.iter().flatten().chain(&spec.containers).map(ContainerView::security_facts);
         PodFacts {
-            security_context: spec.security_context.as_ref().map(std::borrow::Cow::Borrowed),
+            security_context: spec.security_context.as_deref().map(std::borrow::Cow::Borrowed),
             host_network: spec.host_network == Some(true),
             host_pid: spec.host_pid == Some(true),
             host_ipc: spec.host_ipc == Some(true),

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use watcher_admission::pod_security::ENFORCE_LABEL;
-use watcher_admission::{InjectOptions, NamespaceAdmission, PodView, PolicySource, inject, rewrite_images};
+use watcher_admission::{InjectOptions, Injection, NamespaceAdmission, PodView, PolicySource, inject, rewrite_images};
 use watcher_api::{CompiledPolicy, ImagePolicy, Watcher};
 use watcher_webhook::Reviewer;
 
@@ -169,6 +169,7 @@ fn cache_of(watchers: &[Arc<Watcher>]) -> watcher_cache::WatcherCache {
 fn main() {
     let setup = Setup::new();
     println!("{:<52} {:>8}", "benchmark (median of 15 batches)", "µs/call");
+    steps(&setup);
     lookups();
     decode_and_inject(&setup);
     rewrite(&setup);
@@ -431,4 +432,82 @@ fn held_rollout(setup: &Setup) {
             black_box(answer.0.to_json().expect("encoded"));
         });
     }
+}
+
+/// Each step of a review of the fixture pod asking for one Watcher, measured apart, in the order
+/// the webhook takes them: the namespace's admission from the operator's caches (opted out,
+/// Pod Security levels), the namespace's Watchers and which the pod gets, the canary, the
+/// resource rules, the injection itself (its patch and annotations), the ImagePolicies, the
+/// answer written. Pod Security and the resource rules cost nothing where the namespace has
+/// none: rows elsewhere in this bench show what they cost where it has.
+fn steps(setup: &Setup) {
+    use kube::runtime::reflector;
+    use watcher_admission::{RevisionSource, canary, decide};
+    let Setup { cached, options, one, .. } = setup;
+    let body = serde_json::to_vec(one).expect("body");
+    row("step: read the review (UTF-8, narrow decode)", || {
+        black_box(watcher_webhook::read(black_box(&body)).expect("read"));
+    });
+    // What the webhook reads in production: the shared caches, 1,000 namespaces.
+    let (namespaces, mut writer) = reflector::store::<watcher_cache::NamespaceMeta>();
+    for i in 0..1000 {
+        let name = if i == 0 { "team-a".to_owned() } else { format!("team-{i}") };
+        let namespace = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}}))
+        .expect("namespace");
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(namespace));
+    }
+    let policies = watcher_cache::PolicyCache::from_stores(reflector::store().0, namespaces);
+    row("step: the namespace's admission (labels, levels)", || {
+        black_box(PolicySource::namespace(&policies, black_box("team-a")));
+        black_box(options.never_mutated(black_box("team-a")));
+    });
+    row("step: the namespace's Watchers (104, cache index)", || {
+        black_box(cached.in_namespace(black_box("team-a")));
+    });
+    let watchers = cached.in_namespace("team-a");
+    let pod: PodView = serde_json::from_value(one["request"]["object"].clone()).expect("pod");
+    let decided = decide(&pod, "team-a", &watchers);
+    assert_eq!(decided.len(), 1, "the fixture asks for log-watcher");
+    row("step: which Watchers the pod gets (decide, 104)", || {
+        black_box(decide(black_box(&pod), "team-a", black_box(&watchers)));
+    });
+    let revisions: Arc<dyn RevisionSource> = Arc::new(());
+    row("step: the canary (no rollout held)", || {
+        black_box(canary::for_pod(black_box(&watchers), pod.labels(), &*revisions));
+    });
+    row("step: the resource rules (none in the namespace)", || {
+        black_box(PolicySource::resource_rules(&policies, black_box("team-a")));
+    });
+    row("step: inject (decide, patch, annotations)", || {
+        black_box(inject(black_box(&pod), "team-a", black_box(&watchers), options));
+    });
+    let injected = inject(&pod, "team-a", &watchers, options);
+    let entries: Vec<(String, String)> = watchers
+        .iter()
+        .filter(|w| w.metadata.name.as_deref() == Some("log-watcher"))
+        .map(|w| ("log-watcher".to_owned(), w.spec.spec_hash()))
+        .collect();
+    row("step: annotations (read the pod's, write injected)", || {
+        let carried = watcher_api::annotation::Injected::read(black_box(pod.annotations()));
+        let all = carried.iter().map(|(n, h)| (*n, *h)).chain(entries.iter().map(|(n, h)| (n.as_str(), h.as_str())));
+        black_box(watcher_api::annotation::Injected::encode(all));
+    });
+    row("step: ImagePolicies (none select the namespace)", || {
+        let mut injection = Injection { patch: injected.patch.clone(), ..Default::default() };
+        rewrite_images(black_box(&pod), "team-a", &PolicySource::policies_for(&policies, "team-a"), options, &mut injection);
+        black_box(injection);
+    });
+    let reviewer = Reviewer::new(cached.clone(), options.clone()).with_policies(Arc::new(policies));
+    let (answer, _) = reviewer.review(&body).expect("answered");
+    row("step: write the answer (patch JSON, base64)", || {
+        black_box(answer.to_json().expect("encoded"));
+    });
+    row("steps together: read + answer (no write)", || {
+        black_box(reviewer.answer(watcher_webhook::read(black_box(&body)).expect("read")));
+    });
+    row("the review as served: read + answer + write", || {
+        let answer = reviewer.review(black_box(&body)).expect("answered");
+        black_box(answer.0.to_json().expect("encoded"));
+    });
 }

@@ -7,5 +7,5 @@ mod review;
 mod server;
 
 pub use metrics::{AdmissionResult, Metrics, PodSecurityOutcome, ResourceOutcome};
-pub use review::{ReviewError, Reviewer};
+pub use review::{Read, ReviewError, Reviewer, read};
 pub use server::{MAX_BODY_BYTES, router, serve_tls};

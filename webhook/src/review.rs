@@ -92,6 +92,35 @@ narrow!(Kind<'de> { group: "group", version: "version", kind: "kind" });
 narrow!(Head<'de> { request: "request" });
 narrow!(RequestHead<'de> { uid: "uid", kind: "kind", namespace: "namespace" });
 
+/// An AdmissionReview as read from its body ([`read`]): a request to answer, or a body that is
+/// answered as it is (its object is no pod, or cannot be read as one).
+pub struct Read<'de>(Reading<'de>);
+
+enum Reading<'de> {
+    Request { uid: String, request: Request<'de> },
+    Answered(Answer, AdmissionResult),
+}
+
+/// Reads one AdmissionReview body: the first step of [`Reviewer::review`], apart for the benches.
+pub fn read(body: &[u8]) -> Result<Read<'_>, ReviewError> {
+    // One pass: the narrow decode checks every field it does not read in full (see
+    // `watcher_admission::json`), so a body it accepts is JSON. UTF-8 is checked first (a vectorised
+    // scan), which lets the parse skip it per string and names the problem exactly.
+    let text = std::str::from_utf8(body).map_err(ReviewError::NotUtf8)?;
+    let mut request = match json::from_str::<Review>(text) {
+        Ok(review) => review.request.ok_or(ReviewError::NoRequest)?,
+        Err(pod_error) => {
+            let (answer, result) = unreadable_object(text, &pod_error)?;
+            return Ok(Read(Reading::Answered(answer, result)));
+        }
+    };
+    let no_uid = request.uid.is_none();
+    let (Some(uid), true) = (request.uid.take(), request.kind.is_some()) else {
+        return Err(missing_uid_or_kind(no_uid));
+    };
+    Ok(Read(Reading::Request { uid, request }))
+}
+
 /// Answers AdmissionReviews from the Watchers in `source`, the ImagePolicies in `policies`
 /// and the Watchers' stable revisions in `revisions`.
 pub struct Reviewer<S> {
@@ -120,18 +149,19 @@ impl<S: WatcherSource> Reviewer<S> {
 
     /// The answer to one AdmissionReview body, and how it ended.
     pub fn review(&self, body: &[u8]) -> Result<(Answer, AdmissionResult), ReviewError> {
-        // One pass: the narrow decode checks every field it does not read in full (see
-        // `watcher_admission::json`), so a body it accepts is JSON. UTF-8 is checked first (a vectorised
-        // scan), which lets the parse skip it per string and names the problem exactly.
-        let text = std::str::from_utf8(body).map_err(ReviewError::NotUtf8)?;
-        let mut request = match json::from_str::<Review>(text) {
-            Ok(review) => review.request.ok_or(ReviewError::NoRequest)?,
-            Err(pod_error) => return unreadable_object(text, &pod_error),
-        };
-        let (Some(uid), Some(kind)) = (request.uid.take(), request.kind.as_ref()) else {
-            return Err(missing_uid_or_kind(request.uid.is_none()));
-        };
-        Ok(self.respond(uid, kind, &request))
+        Ok(self.answer(read(body)?))
+    }
+
+    /// The answer to a review read by [`read`], and how it ended.
+    pub fn answer(&self, read: Read<'_>) -> (Answer, AdmissionResult) {
+        match read.0 {
+            Reading::Request { uid, request } => {
+                // `read` answers a request without a kind.
+                let Some(kind) = request.kind.as_ref() else { return (Answer::allow(uid), AdmissionResult::error) };
+                self.respond(uid, kind, &request)
+            }
+            Reading::Answered(answer, result) => (answer, result),
+        }
     }
 
     /// The answer to `request` (its uid taken out as `uid`).

@@ -266,7 +266,7 @@ pub(crate) fn pointer(tokens: &[&str]) -> PointerBuf {
     for token in tokens {
         path.push('/');
         let mut rest = *token;
-        while let Some(at) = rest.find(['~', '/']) {
+        while let Some(at) = rest.bytes().position(|b| b == b'~' || b == b'/') {
             path.push_str(&rest[..at]);
             path.push_str(if rest.as_bytes()[at] == b'~' { "~0" } else { "~1" });
             rest = &rest[at + 1..];

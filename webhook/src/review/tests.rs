@@ -248,6 +248,17 @@ async fn missing_uid_gets_400() {
     assert!(text.contains("uid"), "{text}");
 }
 
+/// A request with a uid but no kind is named for the field it lacks.
+#[tokio::test]
+async fn missing_kind_gets_400_naming_kind() {
+    let mut request = fixture("pod-create-named-annotated.json");
+    request["request"].as_object_mut().expect("object").remove("kind");
+    let (app, _) = app(vec![log_watcher()]);
+    let (status, _, text) = post(&app, request.to_string()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(text.contains("missing field `kind`"), "{text}");
+}
+
 /// A lone UTF-16 surrogate escape inside a skipped field (found by the fuzz target in the user's
 /// groups) is not JSON either: skipping checks escapes, not their pairing.
 #[tokio::test]
