@@ -54,6 +54,8 @@ struct Run {
     peak: u64,
     /// Binary, libraries, anonymous (KiB), threads, at ready.
     breakdown: (u64, u64, u64, u64),
+    /// The same once every Watcher is reconciled.
+    reconciled_breakdown: (u64, u64, u64, u64),
 }
 
 /// The environment the image gives the binary (the `ENV` lines of `deploy/Dockerfile`), so the
@@ -118,11 +120,16 @@ async fn run(
     let cpu_ticks = cpu_ticks(pid).expect("/proc") - ticks_ready;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (rss, peak) = rss_kib(pid).expect("/proc");
+    let reconciled_breakdown = rss_breakdown(pid).unwrap_or_default();
     if std::env::var("BENCH_WRAP").is_ok_and(|w| !w.trim().is_empty()) {
-        // A profiler writes its report when the process exits: stop it (the wrapper's child)
-        // gracefully.
-        let _ = Command::new("pkill").args(["-TERM", "-P", &pid.to_string()]).status();
-        let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        // A profiler writes its report when the process exits: stop the operator gracefully (the
+        // wrapper's child, or the wrapper itself where it runs the operator in its own process,
+        // as valgrind does), never the profiler's other processes (heaptrack's interpreter).
+        let binary = env!("CARGO_BIN_EXE_watcher-operator");
+        let child = Command::new("pkill").args(["-TERM", "-P", &pid.to_string(), "-f", binary]).status();
+        if !child.is_ok_and(|status| status.success()) {
+            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        }
         let deadline = Instant::now() + Duration::from_secs(60);
         while rss_kib(pid).is_some() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -155,6 +162,7 @@ async fn run(
         rss,
         peak,
         breakdown,
+        reconciled_breakdown,
     }
 }
 
@@ -327,7 +335,14 @@ async fn main() {
         mb(anonymous)
     );
     println!("  peak RSS:                   {:.1} MB", mb(baseline.peak));
-    println!("  RSS once every Watcher is reconciled: {:.1} MB", mb(baseline.rss));
+    let (binary, libraries, anonymous, threads) = baseline.reconciled_breakdown;
+    println!(
+        "  RSS once every Watcher is reconciled: {:.1} MB = binary {:.1} + libraries {:.1} + anonymous {:.1}; {threads} threads",
+        mb(baseline.rss),
+        mb(binary),
+        mb(libraries),
+        mb(anonymous)
+    );
     if pod_count > 0 {
         if std::env::var_os("BENCH_ENDING_ONLY").is_none() {
             with_pods(count, pod_count, baseline.peak).await;

@@ -24,7 +24,9 @@ pub use watcher_api::revision::{CLUSTER_WATCHER_LABEL, WATCHER_LABEL};
 /// What the controller wrote, until its cache holds it: a cache trails a write by milliseconds
 /// to seconds, so an entry older than [`FORGET_AFTER`] (its object deleted meanwhile, say) is
 /// answered no more, and dropped at the next write rather than kept for the life of the process.
-pub(crate) struct Recent<K, V>(Mutex<HashMap<K, (Instant, V)>>);
+/// Each object is boxed, and the table shrinks as its entries are forgotten: a burst of writes
+/// (every Watcher reconciled at start) leaves no table sized for it behind.
+pub(crate) struct Recent<K, V>(Mutex<HashMap<K, (Instant, Box<V>)>>);
 
 /// How long a written object is kept at most, waiting for the cache to hold it.
 const FORGET_AFTER: Duration = Duration::from_secs(5 * 60);
@@ -34,18 +36,21 @@ impl<K: std::hash::Hash + Eq, V: Clone> Recent<K, V> {
         let mut map = lock(&self.0);
         let now = Instant::now();
         map.retain(|_, (at, _)| now.duration_since(*at) < FORGET_AFTER);
-        map.insert(key, (now, value));
+        map.insert(key, (now, Box::new(value)));
+        shrink(&mut map);
     }
 
     /// What was written, unless it was written longer than [`FORGET_AFTER`] ago: the cache
     /// holds it by then, or what happened to it since.
     pub(crate) fn get(&self, key: &K) -> Option<V> {
         let map = lock(&self.0);
-        map.get(key).filter(|(at, _)| at.elapsed() < FORGET_AFTER).map(|(_, value)| value.clone())
+        map.get(key).filter(|(at, _)| at.elapsed() < FORGET_AFTER).map(|(_, value)| V::clone(value))
     }
 
     pub(crate) fn remove(&self, key: &K) {
-        lock(&self.0).remove(key);
+        let mut map = lock(&self.0);
+        map.remove(key);
+        shrink(&mut map);
     }
 
     #[cfg(test)]
@@ -53,16 +58,29 @@ impl<K: std::hash::Hash + Eq, V: Clone> Recent<K, V> {
         lock(&self.0).len()
     }
 
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        lock(&self.0).capacity()
+    }
+
     /// What it holds, taken out (a test moves it to a context over caught-up caches).
     #[cfg(test)]
-    pub(crate) fn take(&self) -> HashMap<K, (Instant, V)> {
+    pub(crate) fn take(&self) -> HashMap<K, (Instant, Box<V>)> {
         std::mem::take(&mut *lock(&self.0))
     }
 
     /// Puts back what [`Recent::take`] took.
     #[cfg(test)]
-    pub(crate) fn restore(&self, held: HashMap<K, (Instant, V)>) {
+    pub(crate) fn restore(&self, held: HashMap<K, (Instant, Box<V>)>) {
         *lock(&self.0) = held;
+    }
+}
+
+/// Gives back what a table no longer needs once three quarters of it is empty: halving as it
+/// drains keeps the cost of each removal constant on average.
+fn shrink<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 16 && map.len() < map.capacity() / 4 {
+        map.shrink_to(map.len() * 2);
     }
 }
 
@@ -169,4 +187,28 @@ pub(crate) fn config_map_matches(existing: &ConfigMap, desired: &ConfigMap) -> b
 /// The ClusterWatchers whose ConfigMap `config_map` may be, by its `watcher.dev/watcher` label.
 pub(crate) fn owner_of(config_map: &ConfigMap) -> Option<ObjectRef<ClusterWatcher>> {
     config_map.labels().get(WATCHER_LABEL).map(|name| ObjectRef::new(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A burst of writes (every Watcher reconciled at start) leaves no table sized for it once
+    /// the cache has caught up with them, and what is held is answered until then.
+    #[test]
+    fn a_drained_burst_leaves_a_small_table() {
+        let recent: Recent<String, String> = Recent::default();
+        for i in 0..1000 {
+            recent.insert(format!("w-{i}"), format!("status {i}"));
+        }
+        assert!(recent.capacity() >= 1000);
+        for i in 0..990 {
+            assert_eq!(recent.get(&format!("w-{i}")), Some(format!("status {i}")));
+            recent.remove(&format!("w-{i}"));
+        }
+        assert_eq!(recent.len(), 10);
+        assert!(recent.capacity() < 64, "a table of {} for 10 entries", recent.capacity());
+        assert_eq!(recent.get(&"w-995".to_owned()), Some("status 995".to_owned()), "the rest still held");
+        assert_eq!(recent.get(&"w-5".to_owned()), None);
+    }
 }

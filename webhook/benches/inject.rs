@@ -495,7 +495,13 @@ fn steps(setup: &Setup) {
     });
     row("step: ImagePolicies (none select the namespace)", || {
         let mut injection = Injection { patch: injected.patch.clone(), ..Default::default() };
-        rewrite_images(black_box(&pod), "team-a", &PolicySource::policies_for(&policies, "team-a"), options, &mut injection);
+        rewrite_images(
+            black_box(&pod),
+            "team-a",
+            &PolicySource::policies_for(&policies, "team-a"),
+            options,
+            &mut injection,
+        );
         black_box(injection);
     });
     let reviewer = Reviewer::new(cached.clone(), options.clone()).with_policies(Arc::new(policies));
