@@ -193,7 +193,7 @@ impl<'a> PodPatch<'a> {
         if self.annotations.own.is_some() {
             // `add` on an existing member replaces it.
             for (key, value) in all {
-                self.ops.push(add(pointer(&["metadata", "annotations", key]), Value::String(value)));
+                self.ops.push(add(annotation_pointer(key), Value::String(value)));
             }
         } else {
             let annotations: BTreeMap<&str, String> = all.into_iter().collect();
@@ -256,6 +256,30 @@ pub(super) fn append(ops: &mut Vec<PatchOperation>, exists: &mut bool, list: &st
 
 pub(super) fn add(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Add(AddOperation { path, value })
+}
+
+/// `/metadata/annotations/<key>`: the operator's own keys (four to seven in every injection)
+/// escaped once per process, any other key as it comes.
+fn annotation_pointer(key: &str) -> PointerBuf {
+    use watcher_api::annotation::{EndSidecars, Injected, InjectedConfig, InjectedWithoutImage, LeftOut, Sidecars};
+    static OWN: std::sync::OnceLock<Vec<(&'static str, PointerBuf)>> = std::sync::OnceLock::new();
+    let own = OWN.get_or_init(|| {
+        let keys = [
+            Injected::KEY,
+            InjectedWithoutImage::KEY,
+            Sidecars::KEY,
+            InjectedConfig::KEY,
+            LeftOut::KEY,
+            EndSidecars::KEY,
+            watcher_api::SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION,
+            watcher_api::DEFAULT_CONTAINER_ANNOTATION,
+        ];
+        keys.into_iter().map(|key| (key, pointer(&["metadata", "annotations", key]))).collect()
+    });
+    match own.iter().find(|(own, _)| *own == key) {
+        Some((_, path)) => path.clone(),
+        None => pointer(&["metadata", "annotations", key]),
+    }
 }
 
 /// The JSON pointer to `tokens`, each escaped (RFC 6901: `~` as `~0`, `/` as `~1`), written

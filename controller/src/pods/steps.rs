@@ -154,6 +154,17 @@ pub(super) fn revisions_namespace(watcher: &Watcher, state: &PodsState) -> Strin
     watcher.namespace().unwrap_or_else(|| state.cache.operator_namespace().to_owned())
 }
 
+/// Patches `pod` with `ops` as `Api::patch` does, the answer (the whole pod) read but never
+/// decoded: a rollout patches pod after pod, and the pod cache brings each back anyway.
+async fn patch_pod(client: &kube::Client, namespace: &str, pod: &str, ops: &Patch<()>) -> kube::Result<()> {
+    let api = Api::<Pod>::namespaced(client.clone(), namespace);
+    let mut request = kube::core::Request::new(api.resource_url())
+        .patch(pod, &PatchParams::default(), ops)
+        .map_err(kube::Error::BuildRequest)?;
+    request.extensions_mut().insert("patch");
+    client.request_text(request).await.map(drop)
+}
+
 /// One step of a rollout (its revisions kept before): the in-place patches, then the evictions, an
 /// Event for what was updated, and the `SidecarsUpdated` condition when it changes. Returns the
 /// pods patched.
@@ -166,9 +177,8 @@ pub(super) async fn roll(
     let mut patched = Vec::new();
     let mut conflict = false;
     for patch in &rollout.patches {
-        let api = Api::<Pod>::namespaced(ctx.client.clone(), &patch.namespace);
         let ops = Patch::Json::<()>(json_patch::Patch(patch.ops.clone()));
-        match api.patch(&patch.pod, &PatchParams::default(), &ops).await {
+        match patch_pod(&ctx.client, &patch.namespace, &patch.pod, &ops).await {
             Ok(_) => {
                 info!(pod = patch.pod, image = patch.image, "sidecar image updated in place");
                 ctx.metrics.in_place_update();
