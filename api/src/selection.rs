@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use kube::core::{Selector, SelectorExt};
+use kube::core::SelectorExt;
 
 use crate::Watcher;
 
@@ -12,8 +12,9 @@ impl Watcher {
     /// selects nothing; an empty selector (`{}`) selects every pod, as everywhere in Kubernetes.
     /// A selector the API would reject (an unknown operator) selects nothing.
     pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
-        let Some(selector) = &self.spec.selector else { return false };
-        Selector::try_from(selector.clone()).is_ok_and(|selector| selector.matches(labels))
+        // Compiled once per spec: the webhook asks for every pod, the pod reconciler for every
+        // pod it counts.
+        self.spec.compiled_selector().is_some_and(|selector| selector.matches(labels))
     }
 }
 

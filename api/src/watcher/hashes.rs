@@ -1,7 +1,8 @@
 //! What a Watcher's spec is known by in its pods: its hashes (`watcher.dev/injected`,
-//! `watcher.dev/injected-without-image`, `watcher.dev/injected-config`) and whether its sidecar
-//! is watcher-agent. Each is computed once per spec object: the webhook reads them for every pod
-//! it injects and the pod reconciler for every pod it counts, from the same cached Watchers.
+//! `watcher.dev/injected-without-image`, `watcher.dev/injected-config`), whether its sidecar is
+//! watcher-agent, and its selector compiled. Each is computed once per spec object: the webhook
+//! reads them for every pod it injects and the pod reconciler for every pod it counts, from the
+//! same cached Watchers.
 
 use std::sync::OnceLock;
 
@@ -22,6 +23,8 @@ struct Hashes {
     without_image: String,
     config: Option<String>,
     agent: bool,
+    /// `spec.selector` compiled; `None` without one, or for one the API would reject.
+    selector: Option<kube::core::Selector>,
 }
 
 impl Clone for SpecHashes {
@@ -57,6 +60,7 @@ impl Hashes {
                 crate::stable_hash(&(data, binary))
             }),
             agent: spec.container.image.as_deref().is_some_and(crate::image::is_agent_image),
+            selector: spec.selector.clone().and_then(|selector| kube::core::Selector::try_from(selector).ok()),
         }
     }
 }
@@ -86,6 +90,11 @@ impl WatcherSpec {
     /// ([`crate::annotation::InjectedConfig`]).
     pub fn config_hash(&self) -> Option<String> {
         self.hashes().config.clone()
+    }
+
+    /// `spec.selector`, compiled; `None` without one, or for one the API would reject.
+    pub(crate) fn compiled_selector(&self) -> Option<&kube::core::Selector> {
+        self.hashes().selector.as_ref()
     }
 
     /// Whether the sidecar's image is watcher-agent's ([`crate::image::is_agent_image`]).
