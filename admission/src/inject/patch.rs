@@ -309,7 +309,7 @@ mod tests {
     #[test]
     fn a_pointer_is_escaped_as_jsonptr_escapes_it() {
         let cases: [&[&str]; 5] = [
-            &["metadata", "annotations", "watcher.dev/injected"],
+            &["metadata", "annotations", watcher_api::annotation::Injected::KEY],
             &["spec", "containers", "12", "volumeMounts", "-"],
             &["metadata", "labels", "a~b/c~/d"],
             &["metadata", "annotations", "~/~~//"],
@@ -322,7 +322,7 @@ mod tests {
             assert_eq!(back, tokens, "decoded back");
         }
         assert_eq!(
-            pointer(&["metadata", "annotations", "watcher.dev/injected"]).as_str(),
+            pointer(&["metadata", "annotations", watcher_api::annotation::Injected::KEY]).as_str(),
             "/metadata/annotations/watcher.dev~1injected"
         );
     }
