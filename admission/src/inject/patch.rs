@@ -326,4 +326,15 @@ mod tests {
             "/metadata/annotations/watcher.dev~1injected"
         );
     }
+
+    /// The operator's own annotation paths, escaped once per process, are those escaped as they
+    /// come; any other key is escaped as it comes.
+    #[test]
+    fn an_annotation_path_is_the_same_escaped_once() {
+        use watcher_api::annotation::{Injected, LeftOut};
+        for key in [Injected::KEY, LeftOut::KEY, watcher_api::SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, "example.com/a~b"]
+        {
+            assert_eq!(annotation_pointer(key), pointer(&["metadata", "annotations", key]), "{key}");
+        }
+    }
 }
