@@ -72,7 +72,7 @@ pub fn choose(watcher: &Watcher, labels: &BTreeMap<String, String>, revisions: &
         // Not cached, and the current spec's (complete, or undone back to it): nothing is lost.
         // The hash is computed only here, off the common path.
         None if stable.strip_prefix(watcher.name_any().as_str()).and_then(|h| h.strip_prefix('-'))
-            == Some(watcher.spec.spec_hash().as_str()) =>
+            == Some(watcher.spec.spec_hash()) =>
         {
             Chosen::Current
         }

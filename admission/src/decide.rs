@@ -137,7 +137,7 @@ pub fn decide<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, watchers: 
 /// What would make a pod with `volumes` invalid once `watcher` is injected: the Watcher's own
 /// problems, and volumeMounts of volumes neither the pod nor the Watcher has.
 fn problems_in(watcher: &Watcher, volumes: &[&str]) -> Vec<String> {
-    let mut problems = watcher.spec.problems();
+    let mut problems = watcher.spec.known_problems();
     let own = watcher.spec.volume.as_deref().map(|v| v.name.as_str());
     // The sidecar (`None`), then each init container by index: a field named only for a problem
     // (the webhook checks every Watcher it injects).

@@ -1,7 +1,7 @@
 //! The mutation itself: a pod and the Watchers of its namespace in, JSON-patch operations out.
 //! Pure and synchronous; the admission handler and `watcher-operator inject` both call it.
 
-use k8s_openapi::api::core::v1::{ConfigMapEnvSource, EnvFromSource, ResourceRequirements};
+use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::ResourceExt;
 use serde_json::Value;
 use std::borrow::Borrow;
@@ -158,7 +158,7 @@ pub fn inject_guarded<W: Borrow<Watcher>>(
         admission.patch.add_supervisor(&options.supervisor_image, &resources);
     }
     if admission.ended_file {
-        admission.patch.add_volume(watcher_api::ENDED_VOLUME, ending::ended_volume());
+        admission.patch.add_volume(watcher_api::ENDED_VOLUME, &ending::ended_volume());
     }
     let mut annotations = injected_annotations(&admission, left_out);
     if admission.regular_sidecar && !pod.metadata.annotations.has(DEFAULT_CONTAINER_ANNOTATION) {
@@ -195,7 +195,7 @@ fn admit<'a, W: Borrow<Watcher>>(
     watchers: &'a [W],
     options: &'a InjectOptions,
     guards: &Guards<'a>,
-    decisions: &[crate::decide::Decision<'a>],
+    decisions: &'a [crate::decide::Decision<'a>],
     injection: Injection,
 ) -> Admission<'a, W> {
     let injects = decisions.iter().any(|d| d.verdict == Verdict::Inject);
@@ -250,15 +250,16 @@ struct Admission<'a, W> {
     patch: PodPatch<'a>,
     /// The pod's containers that Watchers injected (never app containers), found when needed.
     injected_names: Option<Vec<&'a str>>,
-    /// `watcher.dev/injected`: the Watchers and their specHash.
-    entries: Vec<(String, String)>,
+    /// `watcher.dev/injected`: the Watchers and their specHash (borrowed from the pod, or from
+    /// the Watchers and their hashes: nothing is copied per pod).
+    entries: Vec<(&'a str, &'a str)>,
     /// `watcher.dev/sidecars`: the sidecar containers Watchers put into the pod (on a
     /// reinvocation, those an earlier call named first).
-    sidecars: Vec<String>,
+    sidecars: Vec<&'a str>,
     /// The same, by the specHash without the image.
-    without_image: Vec<(String, String)>,
+    without_image: Vec<(&'a str, &'a str)>,
     /// `watcher.dev/injected-config`: the Watchers with config data and its hash.
-    configs: Vec<(String, String)>,
+    configs: Vec<(&'a str, &'a str)>,
     /// A pod meant to end: the regular sidecars it gets are named, to be ended with its app.
     ends: bool,
     to_end: Vec<String>,
@@ -282,18 +283,10 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
         (guard, ledger): (Option<security::Guard<'a>>, Option<resources::Ledger<'a>>),
         injection: Injection,
     ) -> Self {
-        let entries = annotation::Injected::read(pod.annotations())
-            .iter()
-            .map(|(n, h)| ((*n).to_owned(), (*h).to_owned()))
-            .collect();
-        let without_image = annotation::InjectedWithoutImage::read(pod.annotations())
-            .into_iter()
-            .map(|(n, h)| (n.to_owned(), h.to_owned()));
-        let configs = annotation::InjectedConfig::read(pod.annotations())
-            .into_iter()
-            .map(|(n, h)| (n.to_owned(), h.to_owned()))
-            .collect();
-        let named = annotation::Sidecars::read(pod.annotations()).into_iter();
+        let entries = annotation::Injected::read(pod.annotations());
+        let without_image = annotation::InjectedWithoutImage::read(pod.annotations());
+        let configs = annotation::InjectedConfig::read(pod.annotations());
+        let sidecars = annotation::Sidecars::read(pod.annotations());
         let ends = ending::meant_to_end(pod);
         let to_end = if ends { ending::already_named(pod) } else { Vec::new() };
         Self {
@@ -310,8 +303,8 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
             injected_names: None,
             entries,
             configs,
-            sidecars: named.map(str::to_owned).collect(),
-            without_image: without_image.collect(),
+            sidecars,
+            without_image,
             ends,
             ended_before: to_end.len(),
             to_end,
@@ -324,7 +317,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
 
     /// Injects the Watcher of `decision` where it is to be and can be; says why not where it
     /// cannot.
-    fn decide(&mut self, decision: &crate::decide::Decision<'a>) {
+    fn decide(&mut self, decision: &'a crate::decide::Decision<'a>) {
         let name = &decision.name;
         let watcher = match (&decision.verdict, decision.watcher) {
             (Verdict::Inject, Some(watcher)) => watcher,
@@ -377,21 +370,22 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
         }
         self.patch.add_container(container, native);
         self.regular_sidecar |= !native;
-        if let Some(volume) = &watcher.spec.volume {
-            self.patch.add_volume(&volume.name, to_value(volume.as_ref()));
+        if let (Some(volume), Some(json)) = (&watcher.spec.volume, watcher.spec.volume_json()) {
+            self.patch.add_volume(&volume.name, json);
         }
         if let Some(config_volume) = config_volume {
             config::add_config_volume(&mut self.patch, config_volume);
         }
         if let Some(secret) = &watcher.spec.image_pull_secrets {
-            self.patch.add_pull_secret(&secret.name, to_value(secret));
+            // A `LocalObjectReference` as it serialises.
+            self.patch.add_pull_secret(&secret.name, serde_json::json!({"name": secret.name}));
         }
-        self.entries.push((name.clone(), watcher.spec.spec_hash()));
+        self.entries.push((name, watcher.spec.spec_hash()));
         if let Some(config) = watcher.spec.config_hash() {
-            self.configs.push((name.clone(), config));
+            self.configs.push((name, config));
         }
-        self.sidecars.push(watcher.spec.container.name.clone());
-        self.without_image.push((name.clone(), watcher.spec.spec_hash_without_image()));
+        self.sidecars.push(&watcher.spec.container.name);
+        self.without_image.push((name, watcher.spec.spec_hash_without_image()));
         self.injection.injected.push(name.clone());
     }
 
@@ -492,20 +486,19 @@ fn injected_containers<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, w
         .collect()
 }
 
-/// The Watcher's container as it goes into the pod, as JSON: serialised from the Watcher
-/// as it is, then given the ConfigMap and the restart policy of a native sidecar.
+/// The Watcher's container as it goes into the pod, as JSON: the spec's container as JSON
+/// (serialised once per spec), then given the ConfigMap and the restart policy of a native sidecar.
 fn sidecar(watcher: &Watcher, native: bool, adaptation: &Adaptation) -> Value {
-    let mut container = adaptation.written(&watcher.spec.container);
+    let spec = &watcher.spec;
+    let mut container = adaptation.written_from(&spec.container, spec.container_json().clone());
     if let Value::Object(fields) = &mut container {
         if watcher.spec.has_config() {
-            let source = EnvFromSource {
-                config_map_ref: Some(ConfigMapEnvSource { name: config_map_name(&watcher.name_any()), optional: None }),
-                ..EnvFromSource::default()
-            };
+            // An `EnvFromSource` with only its `configMapRef`, as it serialises.
+            let source = serde_json::json!({"configMapRef": {"name": config_map_name(&watcher.name_any())}});
             match fields.get_mut("envFrom") {
-                Some(Value::Array(sources)) => sources.push(to_value(&source)),
+                Some(Value::Array(sources)) => sources.push(source),
                 _ => {
-                    fields.insert("envFrom".to_owned(), Value::Array(vec![to_value(&source)]));
+                    fields.insert("envFrom".to_owned(), Value::Array(vec![source]));
                 }
             }
         }

@@ -177,16 +177,18 @@ pub struct ContainerView {
     pub security_context: Option<Box<SecurityContext>>,
     /// Its ports (their `hostPort`).
     pub ports: Option<Vec<PortView>>,
+    // The probes, the lifecycle and the resources are boxed: a container is 224 bytes, not
+    // 504, so a pod's list of them stays under glibc's large requests (1 KiB).
     /// `livenessProbe`.
-    pub liveness_probe: Option<HandlerView>,
+    pub liveness_probe: Option<Box<HandlerView>>,
     /// `readinessProbe`.
-    pub readiness_probe: Option<HandlerView>,
+    pub readiness_probe: Option<Box<HandlerView>>,
     /// `startupProbe`.
-    pub startup_probe: Option<HandlerView>,
+    pub startup_probe: Option<Box<HandlerView>>,
     /// `lifecycle`.
-    pub lifecycle: Option<LifecycleView>,
+    pub lifecycle: Option<Box<LifecycleView>>,
     /// `resources` (the namespace's LimitRanges and ResourceQuotas read them).
-    pub resources: Option<ResourceRequirements>,
+    pub resources: Option<Box<ResourceRequirements>>,
     /// `restartPolicy` (an init container with `Always` is a native sidecar).
     pub restart_policy: Option<String>,
 }
@@ -292,8 +294,8 @@ narrow!(EnvView { name: "name", value: "value", value_from: "valueFrom" });
 impl ContainerView {
     /// The container as Pod Security reads it.
     pub fn security_facts(&self) -> ContainerFacts<'_> {
-        let probes = [&self.liveness_probe, &self.readiness_probe, &self.startup_probe];
-        let lifecycle = self.lifecycle.iter().flat_map(|l| [&l.post_start, &l.pre_stop]);
+        let probes = [self.liveness_probe.as_deref(), self.readiness_probe.as_deref(), self.startup_probe.as_deref()];
+        let lifecycle = self.lifecycle.iter().flat_map(|l| [l.post_start.as_ref(), l.pre_stop.as_ref()]);
         ContainerFacts {
             name: &self.name,
             security: self.security_context.as_deref().map(std::borrow::Cow::Borrowed),

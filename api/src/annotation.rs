@@ -14,6 +14,19 @@ fn entries(text: &str) -> impl Iterator<Item = &str> {
     text.split(',').map(str::trim).filter(|entry| !entry.is_empty())
 }
 
+/// `items` joined by `separator` into one string, each written by `write` (the webhook writes
+/// these for every pod it injects: one allocation, not one per entry).
+fn joined<T>(items: impl IntoIterator<Item = T>, separator: char, mut write: impl FnMut(&mut String, T)) -> String {
+    let mut text = String::new();
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            text.push(separator);
+        }
+        write(&mut text, item);
+    }
+    text
+}
+
 /// `read` and `get` of a list annotation: its value in a pod's annotations, empty where the key
 /// is absent.
 macro_rules! list_annotation {
@@ -48,7 +61,7 @@ macro_rules! names_annotation {
         impl $type {
             /// The annotation's text for `names`.
             pub fn encode<S: AsRef<str>>(names: &[S]) -> String {
-                names.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(",")
+                joined(names, ',', |text, name| text.push_str(name.as_ref()))
             }
 
             /// The names `text` holds: trimmed, empty entries dropped.
@@ -70,8 +83,11 @@ macro_rules! pairs_annotation {
         impl $type {
             /// The annotation's text for `pairs`.
             pub fn encode<A: AsRef<str>, B: AsRef<str>>(pairs: impl IntoIterator<Item = (A, B)>) -> String {
-                let pairs = pairs.into_iter().map(|(a, b)| format!("{}{}{}", a.as_ref(), $separator, b.as_ref()));
-                pairs.collect::<Vec<_>>().join(",")
+                joined(pairs, ',', |text, (a, b)| {
+                    text.push_str(a.as_ref());
+                    text.push($separator);
+                    text.push_str(b.as_ref());
+                })
             }
 
             /// The pairs `text` holds, trimmed; an entry without the separator as the type says.
@@ -207,8 +223,11 @@ annotation_type! {
 impl LeftOut {
     /// The annotation's text for `watchers`, each with why.
     pub fn encode<A: AsRef<str>, B: AsRef<str>>(watchers: impl IntoIterator<Item = (A, B)>) -> String {
-        let lines = watchers.into_iter().map(|(name, why)| format!("{}: {}", name.as_ref(), why.as_ref()));
-        lines.collect::<Vec<_>>().join("\n")
+        joined(watchers, '\n', |text, (name, why)| {
+            text.push_str(name.as_ref());
+            text.push_str(": ");
+            text.push_str(why.as_ref());
+        })
     }
 
     /// The Watchers `text` names, each with why.
@@ -268,6 +287,15 @@ mod tests {
         let images = vec![("app", "registry.example/app:1"), ("db", "postgres@sha256:00")];
         assert_eq!(OriginalImages::decode(&OriginalImages::encode(images.clone())), images);
         assert_eq!(RewrittenImages::decode("app, db=x"), [("db", "x")]);
+    }
+
+    /// Written as a join is: a separator between every two entries, an empty one included.
+    #[test]
+    fn lists_are_written_as_joined() {
+        assert_eq!(Sidecars::encode(&["", "a", "b"]), ",a,b");
+        assert_eq!(Sidecars::encode::<&str>(&[]), "");
+        assert_eq!(OriginalImages::encode([("app", "x:1"), ("", "")]), "app=x:1,=");
+        assert_eq!(LeftOut::encode([("a", "why"), ("b", "")]), "a: why\nb: ");
     }
 
     #[test]

@@ -14,7 +14,8 @@ impl Watcher {
     pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
         // Compiled once per spec: the webhook asks for every pod, the pod reconciler for every
         // pod it counts.
-        self.spec.compiled_selector().is_some_and(|selector| selector.matches(labels))
+        // The field first: most Watchers have none, and it is read without the memo.
+        self.spec.selector.is_some() && self.spec.compiled_selector().is_some_and(|selector| selector.matches(labels))
     }
 }
 

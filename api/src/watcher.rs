@@ -494,7 +494,7 @@ impl WatcherSpec {
     /// starts; `None` where any will do (no config data, or watcher-agent, which takes a new one
     /// while it runs). A pod that carries no hash (injected by 0.2.0) is judged by its spec.
     pub fn pinned_config_hash(&self) -> Option<String> {
-        (!self.reloads_config()).then(|| self.config_hash()).flatten()
+        (!self.reloads_config()).then(|| self.config_hash()).flatten().map(str::to_owned)
     }
 }
 

@@ -164,7 +164,7 @@ fn held_on(watcher: &Watcher) -> Option<&str> {
         return None;
     }
     let stable = watcher.status.as_ref()?.stable_revision.as_deref()?;
-    (stable != revision_name(&watcher.name_any(), &watcher.spec.spec_hash())).then_some(stable)
+    (stable != revision_name(&watcher.name_any(), watcher.spec.spec_hash())).then_some(stable)
 }
 
 /// `rollout status`: prints progress lines until the rollout ends or `timeout` passes.

@@ -390,7 +390,7 @@ pub fn desired_status(
     let mut status = cluster.status.clone().unwrap_or_default();
     let generation = cluster.meta().generation;
     status.observed_generation = generation;
-    status.spec_hash = Some(cluster.spec.watcher.spec_hash());
+    status.spec_hash = Some(cluster.spec.watcher.spec_hash().to_owned());
     status.namespaces = Some(i32::try_from(namespaces).unwrap_or(i32::MAX));
     let problems = cluster.problems();
     let ready = if !problems.is_empty() {

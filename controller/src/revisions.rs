@@ -100,7 +100,7 @@ pub fn stable_revision(
     complete: bool,
 ) -> String {
     let name = watcher.name_any();
-    let current = revision_name(&name, &watcher.spec.spec_hash());
+    let current = revision_name(&name, watcher.spec.spec_hash());
     if complete {
         return current;
     }
@@ -142,7 +142,7 @@ pub fn plan_revisions(
     stable: &str,
 ) -> RevisionPlan {
     let hash = watcher.spec.spec_hash();
-    let current = revision_name(&watcher.name_any(), &hash);
+    let current = revision_name(&watcher.name_any(), hash);
     let exists = mine.iter().any(|r| r.metadata.name.as_deref() == Some(current.as_str()));
     let next = mine.iter().map(|r| r.revision).max().unwrap_or(0) + 1;
     let create = if exists { None } else { desired_revision(watcher, namespace, next) };

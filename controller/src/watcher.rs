@@ -374,7 +374,7 @@ fn desired_status(
     let mut status = current.unwrap_or_default();
     let generation = watcher.meta().generation;
     status.observed_generation = generation;
-    status.spec_hash = Some(watcher.spec.spec_hash());
+    status.spec_hash = Some(watcher.spec.spec_hash().to_owned());
     let ready = match outcome {
         ConfigOutcome::None => {
             status.config_map_name = None;

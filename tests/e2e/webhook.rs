@@ -88,7 +88,7 @@ async fn webhook_injects_pods() {
     let spec = created.spec.as_ref().expect("spec");
     assert!(spec.volumes.iter().flatten().any(|v| v.name == "logs"));
     assert!(spec.image_pull_secrets.iter().flatten().any(|s| s.name == "regcred"));
-    let hash = watchers.get("log-watcher").await.expect("Watcher").spec.spec_hash();
+    let hash = watchers.get("log-watcher").await.expect("Watcher").spec.spec_hash().to_owned();
     assert_eq!(injected(&created), Some(&format!("log-watcher@{hash}")));
 
     // Selector opt-in, no annotation: once the Watcher is Ready, kube-apiserver sends such pods

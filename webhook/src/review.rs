@@ -99,7 +99,7 @@ pub struct Read<'de>(Reading<'de>);
 // Every review but a rare bad one is a request: boxing it would cost an allocation each.
 #[expect(clippy::large_enum_variant, reason = "the request is the common case, read in place")]
 enum Reading<'de> {
-    Request { uid: String, request: Request<'de> },
+    Request { uid: String, kind: Kind<'de>, request: Request<'de> },
     Answered(Answer, AdmissionResult),
 }
 
@@ -117,10 +117,10 @@ pub fn read(body: &[u8]) -> Result<Read<'_>, ReviewError> {
         }
     };
     let no_uid = request.uid.is_none();
-    let (Some(uid), true) = (request.uid.take(), request.kind.is_some()) else {
+    let (Some(uid), Some(kind)) = (request.uid.take(), request.kind.take()) else {
         return Err(missing_uid_or_kind(no_uid));
     };
-    Ok(Read(Reading::Request { uid, request }))
+    Ok(Read(Reading::Request { uid, kind, request }))
 }
 
 /// Answers AdmissionReviews from the Watchers in `source`, the ImagePolicies in `policies`
@@ -157,16 +157,12 @@ impl<S: WatcherSource> Reviewer<S> {
     /// The answer to a review read by [`read`], and how it ended.
     pub fn answer(&self, read: Read<'_>) -> (Answer, AdmissionResult) {
         match read.0 {
-            Reading::Request { uid, request } => {
-                // `read` answers a request without a kind.
-                let Some(kind) = request.kind.as_ref() else { return (Answer::allow(uid), AdmissionResult::error) };
-                self.respond(uid, kind, &request)
-            }
+            Reading::Request { uid, kind, request } => self.respond(uid, &kind, &request),
             Reading::Answered(answer, result) => (answer, result),
         }
     }
 
-    /// The answer to `request` (its uid taken out as `uid`).
+    /// The answer to `request` (its uid and kind taken out as `uid` and `kind`).
     fn respond(&self, uid: String, kind: &Kind<'_>, request: &Request<'_>) -> (Answer, AdmissionResult) {
         if !is_pod(&kind.group, &kind.kind) {
             return not_a_pod(uid, request.namespace.as_deref(), kind);

@@ -328,7 +328,7 @@ impl<'a> Step<'_, 'a> {
     /// admission plugin then mounts no token. Without a change left for that plugin to make,
     /// kube-apiserver has no reason to call the webhook again.
     fn no_token(&mut self, sidecar: &mut Value) {
-        self.patch.add_volume(NO_TOKEN_VOLUME, json!({"name": NO_TOKEN_VOLUME, "emptyDir": {}}));
+        self.patch.add_volume(NO_TOKEN_VOLUME, &json!({"name": NO_TOKEN_VOLUME, "emptyDir": {}}));
         if mount_no_token(sidecar, &self.watcher.spec.container) {
             self.lines.push(format!("gets no API token: an empty read-only volume at {SERVICE_ACCOUNT_PATH}"));
         } else {

@@ -57,7 +57,8 @@ impl<'a> PodPatch<'a> {
         let secrets = spec.and_then(|s| s.image_pull_secrets.as_deref());
         let volume_names: Vec<&str> = volumes.unwrap_or_default().iter().map(|v| v.name.as_str()).collect();
         Self {
-            ops: Vec::new(),
+            // A Watcher's patch is a handful of operations: the first growths skipped.
+            ops: Vec::with_capacity(8),
             spec,
             annotations: &pod.metadata.annotations,
             containers,
@@ -104,13 +105,15 @@ impl<'a> PodPatch<'a> {
         self.volume_names.iter().take(self.pod_volumes).any(|v| *v == name)
     }
 
-    pub(super) fn add_volume(&mut self, name: &'a str, volume: Value) {
+    /// Adds `volume` (copied only where it goes in), unless the pod or the patch has one of
+    /// that name.
+    pub(super) fn add_volume(&mut self, name: &'a str, volume: &Value) {
         if !self.has_volume(name) {
             self.volume_names.push(name);
             if volume.get("emptyDir").is_some() {
                 self.added_empty_dirs.push(name);
             }
-            append(&mut self.ops, &mut self.has_volumes, "volumes", volume);
+            append(&mut self.ops, &mut self.has_volumes, "volumes", volume.clone());
         }
     }
 
@@ -211,8 +214,8 @@ impl PodPatch<'_> {
         if !containers.into_iter().any(|c| c.name == SUPERVISOR_NAME) {
             self.insert_init_container(ending::init_container(image, resources));
         }
-        self.add_volume(SUPERVISOR_NAME, ending::volume());
-        self.add_volume(watcher_api::NO_TOKEN_VOLUME, ending::no_token_volume());
+        self.add_volume(SUPERVISOR_NAME, &ending::volume());
+        self.add_volume(watcher_api::NO_TOKEN_VOLUME, &ending::no_token_volume());
     }
 
     /// cluster-autoscaler's `safe-to-evict-local-volumes` with the emptyDirs added merged into

@@ -688,7 +688,7 @@ mod app {
             .collect();
         assert_eq!(volumes, [&json!({"name": "watcher-dev-no-token", "emptyDir": {}})], "one volume for both");
         assert!(lines(&injection).contains(&format!("gets no API token: an empty read-only volume at {token}")));
-        let hashes = |w: &Watcher| (w.spec.spec_hash(), w.spec.spec_hash_without_image());
+        let hashes = |w: &Watcher| (w.spec.spec_hash().to_owned(), w.spec.spec_hash_without_image().to_owned());
         assert_ne!(
             hashes(&log_watcher(json!({}))),
             hashes(&log_watcher(json!({"automountServiceAccountToken": false})))
@@ -1001,7 +1001,7 @@ mod agent_config {
     #[test]
     fn the_configuration_injected_is_carried_by_the_pod() {
         let plain = agent(json!({"container": {"name": "log-watcher", "image": "busybox:1.36"}}));
-        let hash = plain.spec.config_hash().expect("config data");
+        let hash = plain.spec.config_hash().expect("config data").to_owned();
         let (_, patched) = run(&captured(), &[plain], &options(true));
         let key = watcher_api::annotation::InjectedConfig::KEY;
         assert_eq!(patched["metadata"]["annotations"][key], format!("log-watcher@{hash}"));

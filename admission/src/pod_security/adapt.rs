@@ -106,7 +106,11 @@ impl Adaptation {
     /// `container` as the webhook writes it, as JSON: its securityContext is [`Self::apply`]'s.
     pub fn written(&self, container: &Container) -> serde_json::Value {
         // Serialising k8s-openapi types to a Value cannot fail: they are plain data with string keys.
-        let mut value = serde_json::to_value(container).unwrap_or_default();
+        self.written_from(container, serde_json::to_value(container).unwrap_or_default())
+    }
+
+    /// [`Self::written`] from `value`, `container` as JSON already.
+    pub fn written_from(&self, container: &Container, mut value: serde_json::Value) -> serde_json::Value {
         if let (false, Some(fields)) = (self.is_empty(), value.as_object_mut()) {
             let context = self.apply(container.security_context.as_ref());
             fields.insert("securityContext".to_owned(), serde_json::to_value(context).unwrap_or_default());

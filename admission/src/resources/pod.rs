@@ -52,12 +52,12 @@ impl PodResourceView {
             } else {
                 ContainerKind::Init
             };
-            ContainerResources::new(&c.name, kind, c.resources.as_ref())
+            ContainerResources::new(&c.name, kind, c.resources.as_deref())
         });
         let regular = spec
             .containers
             .iter()
-            .map(|c| ContainerResources::new(&c.name, ContainerKind::Regular, c.resources.as_ref()));
+            .map(|c| ContainerResources::new(&c.name, ContainerKind::Regular, c.resources.as_deref()));
         Self {
             containers: init.chain(regular).collect(),
             terminating: spec.active_deadline_seconds.is_some(),

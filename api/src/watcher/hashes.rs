@@ -15,7 +15,24 @@ use crate::AppAccess;
 /// clone, which may then be changed: a spec is not changed once hashed (the caches hold theirs
 /// behind `Arc`; debug builds check it on every read).
 #[derive(Default)]
-pub(crate) struct SpecHashes(OnceLock<Hashes>);
+pub(crate) struct SpecHashes(OnceLock<Hashes>, OnceLock<Written>);
+
+/// The spec's container and volume as JSON, as the webhook writes them into pods.
+#[derive(Debug, PartialEq)]
+struct Written {
+    container: serde_json::Value,
+    volume: Option<serde_json::Value>,
+}
+
+impl Written {
+    fn of(spec: &WatcherSpec) -> Self {
+        // Serialising k8s-openapi types to a Value cannot fail: plain data with string keys.
+        Self {
+            container: serde_json::to_value(&spec.container).unwrap_or_default(),
+            volume: spec.volume.as_deref().map(|volume| serde_json::to_value(volume).unwrap_or_default()),
+        }
+    }
+}
 
 #[derive(Debug, PartialEq)]
 struct Hashes {
@@ -25,6 +42,8 @@ struct Hashes {
     agent: bool,
     /// `spec.selector` compiled; `None` without one, or for one the API would reject.
     selector: Option<kube::core::Selector>,
+    /// Whether [`WatcherSpec::problems`] finds none.
+    valid: bool,
 }
 
 impl Clone for SpecHashes {
@@ -61,6 +80,7 @@ impl Hashes {
             }),
             agent: spec.container.image.as_deref().is_some_and(crate::image::is_agent_image),
             selector: spec.selector.clone().and_then(|selector| kube::core::Selector::try_from(selector).ok()),
+            valid: spec.problems().is_empty(),
         }
     }
 }
@@ -76,25 +96,48 @@ impl WatcherSpec {
     /// whether the container gets the ConfigMap, and what lets it see the app. Config values are
     /// not part of it: they reach the sidecar through the ConfigMap, and pods carry their hash
     /// apart ([`WatcherSpec::config_hash`]).
-    pub fn spec_hash(&self) -> String {
-        self.hashes().spec.clone()
+    pub fn spec_hash(&self) -> &str {
+        &self.hashes().spec
     }
 
     /// [`crate::InjectionSpec::hash_without_image`] of this spec.
-    pub fn spec_hash_without_image(&self) -> String {
-        self.hashes().without_image.clone()
+    pub fn spec_hash_without_image(&self) -> &str {
+        &self.hashes().without_image
     }
 
     /// The hash of the config data (`configData`, `configBinaryData`: what its ConfigMap holds),
     /// 8 hex digits; `None` without config data. Injected pods carry it
     /// ([`crate::annotation::InjectedConfig`]).
-    pub fn config_hash(&self) -> Option<String> {
-        self.hashes().config.clone()
+    pub fn config_hash(&self) -> Option<&str> {
+        self.hashes().config.as_deref()
     }
 
     /// `spec.selector`, compiled; `None` without one, or for one the API would reject.
     pub(crate) fn compiled_selector(&self) -> Option<&kube::core::Selector> {
         self.hashes().selector.as_ref()
+    }
+
+    fn written(&self) -> &Written {
+        let written = self.hashes.1.get_or_init(|| Written::of(self));
+        debug_assert_eq!(*written, Written::of(self), "a Watcher spec changed after it was hashed: hash a clone");
+        written
+    }
+
+    /// `spec.container` as JSON, serialised at the first call (by the webhook, for the first pod
+    /// it injects with this spec), with `spec.volume`: only the specs that reach pods hold them.
+    pub fn container_json(&self) -> &serde_json::Value {
+        &self.written().container
+    }
+
+    /// `spec.volume` as JSON (see [`WatcherSpec::container_json`]).
+    pub fn volume_json(&self) -> Option<&serde_json::Value> {
+        self.written().volume.as_ref()
+    }
+
+    /// What [`WatcherSpec::problems`] says, found once per spec where there is none (the webhook
+    /// asks for every pod it injects).
+    pub fn known_problems(&self) -> Vec<String> {
+        if self.hashes().valid { Vec::new() } else { self.problems() }
     }
 
     /// Whether the sidecar's image is watcher-agent's ([`crate::image::is_agent_image`]).
@@ -146,7 +189,22 @@ mod tests {
         assert_eq!(changed.spec_hash_without_image(), spec.spec_hash_without_image(), "the image aside");
         assert_ne!(changed.config_hash(), config);
         assert!(!changed.runs_agent());
+        assert_eq!(spec.container_json()["image"], "ghcr.io/watcher-dev/watcher-agent:0.2.0");
+        assert_eq!(changed.container_json()["image"], "busybox:1.36", "its own JSON");
         assert_eq!(spec, spec.clone(), "equal by their fields");
+    }
+
+    /// The problems found once are those found at every call: none for a valid spec, all of
+    /// them (not a memo of "some") for one that is not.
+    #[test]
+    fn problems_are_known_as_found() {
+        let spec = spec();
+        assert_eq!(spec.known_problems(), Vec::<String>::new());
+        let mut invalid = spec.clone();
+        invalid.container.name = "Not_A_Label".into();
+        invalid.container.image = None;
+        assert_eq!(invalid.known_problems(), invalid.problems());
+        assert_eq!(invalid.known_problems().len(), 2, "{:?}", invalid.known_problems());
     }
 
     /// A spec changed after it was hashed is caught in debug builds, where tests run.
@@ -158,5 +216,16 @@ mod tests {
         let _ = spec.spec_hash();
         spec.container.image = Some("busybox:1.36".into());
         let _ = spec.spec_hash();
+    }
+
+    /// The same for the container's JSON, kept apart from the hashes.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "changed after it was hashed")]
+    fn a_container_changed_after_its_json_is_caught() {
+        let mut spec = spec();
+        let _ = spec.container_json();
+        spec.container.image = Some("busybox:1.36".into());
+        let _ = spec.container_json();
     }
 }

@@ -219,7 +219,7 @@ impl Carried<'_> {
 
     /// The specHash of Watcher `name` now.
     fn current(&self, name: &str) -> Option<String> {
-        self.watchers.iter().find(|w| w.name_any() == name).map(|w| w.spec.spec_hash())
+        self.watchers.iter().find(|w| w.name_any() == name).map(|w| w.spec.spec_hash().to_owned())
     }
 
     /// Whether the pod carries Watcher `name` as it is now, its configuration included where its

@@ -345,7 +345,7 @@ async fn new_config_data_patches_each_namespace_with_its_cached_version() {
 }
 
 fn before_hash() -> String {
-    cluster_watcher(payments(), None).spec.watcher.spec_hash()
+    cluster_watcher(payments(), None).spec.watcher.spec_hash().to_owned()
 }
 
 /// The plan alone: without config data nothing is created, and what it owns is deleted.

@@ -189,13 +189,13 @@ fn patch_ops(
     let hash = watcher.spec.spec_hash();
     let entries: Vec<(&str, &str)> = annotation::Injected::read(pod.annotations())
         .into_iter()
-        .map(|(n, h)| if n == name { (n, hash.as_str()) } else { (n, h) })
+        .map(|(n, h)| if n == name { (n, hash) } else { (n, h) })
         .collect();
     // The hash without image stays the same; a pod injected before it carried one gets it.
     let imageless = watcher.spec.spec_hash_without_image();
     let mut without_image: Vec<(&str, &str)> =
         annotation::InjectedWithoutImage::read(pod.annotations()).into_iter().filter(|(n, _)| *n != name).collect();
-    without_image.push((name.as_str(), imageless.as_str()));
+    without_image.push((name.as_str(), imageless));
     let path_of = |key: &str| format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"));
     let mut ops = json!([
         // The resourceVersion the plan was made from: a pod changed since is a conflict.

@@ -40,7 +40,7 @@ pub(super) struct Current {
 
 impl Current {
     pub(super) fn of(watcher: &Watcher) -> Self {
-        Self { spec: watcher.spec.spec_hash(), config: ConfigJudge::of(watcher) }
+        Self { spec: watcher.spec.spec_hash().to_owned(), config: ConfigJudge::of(watcher) }
     }
 }
 

@@ -63,7 +63,7 @@ pub(super) fn plan_step(
     let carried: BTreeSet<String> = carried_by.keys().cloned().collect();
     let complete = counts.injected == counts.up_to_date;
     let stable = revisions::stable_revision(watcher, &mine, &carried_by, complete);
-    let current = revisions::revision_name(&name, &watcher.spec.spec_hash());
+    let current = revisions::revision_name(&name, watcher.spec.spec_hash());
     let policies: Vec<(&str, Vec<Arc<watcher_api::CompiledPolicy>>)> = namespaces
         .iter()
         .map(|ns| (ns.as_str(), state.policies.as_ref().map(|p| p.policies_for(ns)).unwrap_or_default()))

@@ -316,7 +316,7 @@ async fn recreate_evicts_through_the_eviction_api_and_waits_on_a_budget() {
     ];
     let (ctx, mut api) = Context::test();
     let shared = reconciler_for_tests(ctx, store(&pods), Vec::new());
-    let hash = w.spec.spec_hash();
+    let hash = w.spec.spec_hash().to_owned();
     let server = tokio::spawn(async move {
         // The current spec is kept as a revision first.
         let revision = api.expect(Method::POST, REVISIONS_PATH).await;
@@ -382,7 +382,7 @@ async fn in_place_patches_one_container_image_within_the_cap() {
     let (ctx, mut api) = Context::test();
     let metrics = ctx.metrics.clone();
     let shared = reconciler_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1)]);
-    let hash = new.spec.spec_hash();
+    let hash = new.spec.spec_hash().to_owned();
     let server = tokio::spawn(async move {
         let revision = api.expect(Method::POST, &format!("{FX_REVISIONS}?fieldManager=watcher-operator")).await;
         assert_eq!(revision.body["metadata"]["name"], format!("log-watcher-{hash}"));
@@ -440,7 +440,7 @@ async fn in_place_needs_no_revision_of_the_old_spec() {
     let (ctx, mut api) = Context::test();
     let metrics = ctx.metrics.clone();
     let shared = reconciler_for_tests(ctx, stored_index(&pods, &new), vec![]);
-    let hash = new.spec.spec_hash();
+    let hash = new.spec.spec_hash().to_owned();
     let stored = pods[0].clone();
     let server = tokio::spawn(async move {
         api.expect(Method::GET, "/api/v1/namespaces/fx-limits/pods/web-1").await.ok(&stored);
@@ -491,7 +491,7 @@ async fn a_change_of_share_volumes_is_a_recreate_not_in_place() {
     let (ctx, mut api) = Context::test();
     let metrics = ctx.metrics.clone();
     let shared = reconciler_for_tests(ctx, stored_index(&pods, &new), vec![old_revision(1)]);
-    let hash = new.spec.spec_hash();
+    let hash = new.spec.spec_hash().to_owned();
     let server = tokio::spawn(async move {
         let revision = api.expect(Method::POST, &format!("{FX_REVISIONS}?fieldManager=watcher-operator")).await;
         assert_eq!(revision.body["metadata"]["name"], format!("log-watcher-{hash}"));
@@ -580,7 +580,7 @@ async fn the_revision_of_a_spec_only_pods_carry_is_rebuilt_from_a_pod() {
     let old = fixture_watcher("fx-limits", "busybox:1.36");
     let mut new = fixture_watcher("fx-limits", "busybox:1.37");
     new.spec.update_policy = serde_json::from_value(json!({"type": "Report", "newPods": "Stable"})).expect("policy");
-    let (old_hash, new_hash) = (old.spec.spec_hash(), new.spec.spec_hash());
+    let (old_hash, new_hash) = (old.spec.spec_hash().to_owned(), new.spec.spec_hash().to_owned());
     let pods = [stored_replica(1), stored_replica(2)];
     let (ctx, mut api) = Context::test();
     let shared = reconciler_for_tests(ctx, stored_index(&pods, &new), vec![]);
@@ -867,7 +867,7 @@ async fn a_cluster_watcher_rolls_out_across_namespaces_oldest_first_with_a_parti
     let shared = super::reconciler_with_cache(ctx, PodIndex::with_pods(pods), Vec::new(), cache);
     let status_path = "/apis/watcher.dev/v1alpha1/clusterwatchers/log-watcher/status";
     let echo = serde_json::to_value(&cluster).expect("JSON");
-    let hash = cluster.spec.watcher.spec_hash();
+    let hash = cluster.spec.watcher.spec_hash().to_owned();
     let server = tokio::spawn(async move {
         // The spec the pods carry has no revision: the oldest pod is read to rebuild it (gone).
         let gone =
@@ -1182,7 +1182,7 @@ fn a_pod_with_an_older_configuration_is_out_of_date_unless_its_sidecar_reloads()
         };
         let hash = w.spec.config_hash().expect("config data");
         [
-            pod("current", "team-a", json!({"app": "web"}), injected(Some(&hash)), Some("ReplicaSet"), 1, false),
+            pod("current", "team-a", json!({"app": "web"}), injected(Some(hash)), Some("ReplicaSet"), 1, false),
             pod("older", "team-a", json!({"app": "web"}), injected(Some("0ld0ld00")), Some("ReplicaSet"), 2, false),
             pod("from-0.2.0", "team-a", json!({"app": "web"}), injected(None), Some("ReplicaSet"), 3, false),
         ]

@@ -15,7 +15,7 @@ fn a_revision_keeps_what_injection_uses_owned_by_the_watcher() {
     let watcher = fixture_watcher("team-a", "busybox:1.36");
     let revision = revision("busybox:1.36", 3);
     let hash = watcher.spec.spec_hash();
-    assert_eq!(revision.metadata.name.as_deref(), Some(revision_name("log-watcher", &hash).as_str()));
+    assert_eq!(revision.metadata.name.as_deref(), Some(revision_name("log-watcher", hash).as_str()));
     assert_eq!(revision.metadata.namespace.as_deref(), Some("team-a"));
     assert_eq!(revision.revision, 3);
     let owner = &revision.metadata.owner_references.as_ref().expect("owner")[0];
@@ -80,7 +80,7 @@ fn the_stable_revision_is_what_pods_carried_when_the_rollout_began() {
     let name = |r: &ControllerRevision| r.metadata.name.clone().expect("name");
     let hash = |r: &ControllerRevision| name(r).strip_prefix("log-watcher-").expect("hash").to_owned();
     let mut watcher = fixture_watcher("team-a", "busybox:1.37");
-    let current = revision_name("log-watcher", &watcher.spec.spec_hash());
+    let current = revision_name("log-watcher", watcher.spec.spec_hash());
     let kept = [&old, &older];
     let none = BTreeMap::new();
     assert_eq!(stable_revision(&watcher, &kept, &none, true), current, "complete");

@@ -115,7 +115,7 @@ fn watcher_echo(spec: Value) -> Value {
 #[tokio::test]
 async fn first_reconcile_creates_the_config_map_then_writes_status() {
     let watcher = watcher(spec_with_config(), None);
-    let hash = watcher.spec.spec_hash();
+    let hash = watcher.spec.spec_hash().to_owned();
     let (result, _) = run_scenario(watcher, vec![], |mut api| async move {
         let create = api.expect(Method::POST, CREATE_PATH).await;
         assert_eq!(
@@ -137,7 +137,7 @@ async fn first_reconcile_creates_the_config_map_then_writes_status() {
         assert_eq!(patch["configMapName"], "log-watcher-config");
         assert_eq!(patch["configGeneration"], 4);
         assert_eq!(patch["observedGeneration"], 4);
-        assert_eq!(patch["specHash"], hash.as_str());
+        assert_eq!(patch["specHash"], hash);
         assert_eq!(patch["conditions"][0]["type"], "Ready");
         assert_eq!(patch["conditions"][0]["status"], "True");
         assert_eq!(patch["conditions"][0]["reason"], "Reconciled");
@@ -461,7 +461,7 @@ async fn the_revision_of_a_new_spec_is_written_before_ready() {
     let spec = json!({"container": {"name": "log-watcher", "image": "busybox:1.36", "command": ["tail", "-F", "/var/log/app/app.log"]},
                       "updatePolicy": {"type": "InPlace", "newPods": "Stable"}});
     let new = watcher(spec.clone(), None);
-    let hash = new.spec.spec_hash();
+    let hash = new.spec.spec_hash().to_owned();
     let kept = crate::revisions::desired_revision(&new, "team-a", 1).expect("revision");
     let (ctx, mut api) = Context::test();
     let echo = watcher_echo(spec.clone());

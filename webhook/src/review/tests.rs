@@ -141,7 +141,7 @@ async fn named_annotated_pod_is_injected() {
 #[tokio::test]
 async fn selected_pods_are_injected(#[case] file: &str, #[case] selector: Value, #[case] uid: &str) {
     let selecting = watcher("metrics", json!({"container": {"name": "metrics", "image": "m:1"}, "selector": selector}));
-    let hash = selecting.spec.spec_hash();
+    let hash = selecting.spec.spec_hash().to_owned();
     let (app, _) = app(vec![selecting]);
     let request = fixture(file);
     let (status, review, _) = post(&app, request.to_string()).await;

@@ -199,7 +199,7 @@ fn a_manifest_gets_a_reason_for_every_watcher() {
 #[test]
 fn an_existing_pod_is_judged_by_what_it_carries() {
     let log = watcher("log", "log", "busybox:1.36", None);
-    let hash = log.spec.spec_hash();
+    let hash = log.spec.spec_hash().to_owned();
     let watchers = [log, watcher("late", "late", "busybox", None), watcher("old", "old", "busybox:1.37", None)];
     let pod = json!({"metadata": {"name": "app", "annotations": {
             "watcher.dev/inject": "log,late,old",

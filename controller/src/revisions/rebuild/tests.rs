@@ -40,7 +40,7 @@ fn the_stored_pods_give_back_the_spec_they_were_injected_with() {
 fn only_a_spec_with_that_hash_is_rebuilt() {
     let watcher = fixture_watcher("watcher.yaml");
     let pod = stored("pod-1.36-plain.json");
-    let hash = watcher.spec.spec_hash();
+    let hash = watcher.spec.spec_hash().to_owned();
     assert_eq!(rebuild(&pod, "log-watcher", "renamed", &hash).map(|s| s.hash()), Some(hash.clone()));
     assert_eq!(rebuild(&pod, "log-watcher", "log-watcher", "00000000"), None);
     assert_eq!(rebuild(&pod, "other", "log-watcher", &hash), None, "the envFrom is log-watcher's ConfigMap");
