@@ -62,7 +62,7 @@ pub async fn run(ctx: Arc<Context>, supervisor_image: String) {
 
 /// Keeps of `pod` what this controller reads (decoded, it holds only the fields [`next`]
 /// reads: [`pod::EndingPod`]): of its metadata, its name, namespace, uid, resourceVersion and
-/// deletion, the annotations it reads and writes; of each container, the mount of the ended file
+/// deletion, the annotations it reads (kept apart: [`pod::Marks`]); of each container, the mount of the ended file
 /// only; of the init containers, the supervisor's. [`next`] decides the same on what is kept as
 /// on the whole pod.
 pub fn strip(pod: &mut EndingPod) {
@@ -72,9 +72,9 @@ pub fn strip(pod: &mut EndingPod) {
     meta.finalizers = None;
     meta.generate_name = None;
     meta.managed_fields = None;
-    let read = [annotation::EndSidecars::KEY, annotation::SidecarsEnded::KEY, annotation::SidecarsCannotEnd::KEY];
-    if let Some(annotations) = &mut meta.annotations {
-        annotations.retain(|key, _| read.contains(&key.as_str()));
+    // The three it reads, kept apart ([`pod::Marks`]); the rest dropped.
+    if let Some(mut annotations) = meta.annotations.take() {
+        pod.marks = pod::Marks::take(&mut annotations);
     }
     if let Some(spec) = &mut pod.spec {
         for container in &mut spec.containers {
@@ -125,14 +125,14 @@ pub fn next(pod: &EndingPod, image: &str, now: i64) -> Next {
     let restart = spec.restart_policy.as_deref().unwrap_or("Always");
     let phase = status.and_then(|s| s.phase.as_deref());
     let over = pod.metadata.deletion_timestamp.is_some() || matches!(phase, Some("Succeeded" | "Failed"));
-    if over && pod.annotations().contains_key(annotation::SidecarsCannotEnd::KEY) {
+    if over && pod.mark(annotation::SidecarsCannotEnd::KEY).is_some() {
         return Next::Unmark;
     }
     let os = spec.os.as_ref().map(|os| os.name.as_str());
     if over || !watcher_api::meant_to_end(spec.restart_policy.as_deref(), os) {
         return Next::Nothing;
     }
-    let named = annotation::EndSidecars::read(pod.annotations());
+    let named = pod.mark(annotation::EndSidecars::KEY).map(annotation::EndSidecars::decode).unwrap_or_default();
     let (sidecars, apps): (Vec<_>, Vec<_>) =
         spec.containers.iter().enumerate().partition(|(_, c)| named.contains(&c.name.as_str()));
     if sidecars.is_empty() || apps.is_empty() {
@@ -149,7 +149,7 @@ pub fn next(pod: &EndingPod, image: &str, now: i64) -> Next {
         .filter(|(_, c)| c.image.as_deref() != Some(image))
         .map(|(index, c)| (*index, c.name.clone()))
         .collect();
-    if !switch.is_empty() || !pod.annotations().contains_key(annotation::SidecarsEnded::KEY) {
+    if !switch.is_empty() || pod.mark(annotation::SidecarsEnded::KEY).is_none() {
         let own = own.iter().map(|(_, c)| c.name.clone()).collect();
         return Next::End { own, switch };
     }
@@ -161,7 +161,8 @@ pub fn next(pod: &EndingPod, image: &str, now: i64) -> Next {
     if running.is_empty() {
         return Next::Nothing; // the kubelet has yet to write the phase
     }
-    let since = annotation::SidecarsEnded::get(pod.annotations()).and_then(Result::ok).map(|t| t.as_second());
+    let ended = pod.mark(annotation::SidecarsEnded::KEY).map(annotation::SidecarsEnded::decode);
+    let since = ended.and_then(Result::ok).map(|t| t.as_second());
     let grace = spec.termination_grace_period_seconds.unwrap_or(DEFAULT_GRACE).max(0);
     let deadline = since.unwrap_or(now) + grace + ENDING_MARGIN.as_secs() as i64;
     let overdue = now >= deadline;
@@ -294,7 +295,10 @@ async fn reconcile(pod: Arc<EndingPod>, ctx: Arc<Context>, default_image: Arc<St
             }
         }
         Next::Ending { running, overdue, recheck } => {
-            let marked = annotation::SidecarsCannotEnd::read(pod.annotations());
+            let marked = pod
+                .mark(annotation::SidecarsCannotEnd::KEY)
+                .map(annotation::SidecarsCannotEnd::decode)
+                .unwrap_or_default();
             let names = annotation::SidecarsCannotEnd::encode(&running);
             if overdue && marked != running.iter().map(String::as_str).collect::<Vec<_>>() {
                 // Counted on the Watcher (`status.pods.cannotEnd`) from what the pod carries.

@@ -350,3 +350,25 @@ fn a_stripped_pod_is_decided_as_the_whole_one() {
     eprintln!("a Job's pod: {whole} bytes as JSON, {kept} kept ({count} versions)");
     assert!(kept * 4 < whole && kept < 1024, "{kept} of {whole} bytes kept");
 }
+
+/// What the cache keeps of a pod's annotations: the three the controller reads, apart from the
+/// metadata (no map node per pod), each read as on the pod decoded whole.
+#[test]
+fn the_marks_are_kept_apart_and_read_alike() {
+    let keys = [annotation::EndSidecars::KEY, annotation::SidecarsEnded::KEY, annotation::SidecarsCannotEnd::KEY];
+    let mut found = [0; 3];
+    for file in ["job-1.36-agent", "job-1.36-cannot-end", "job-1.24-agent"] {
+        for pod in versions(file) {
+            let mut kept = pod.clone();
+            strip(&mut kept);
+            assert_eq!(kept.metadata.annotations, None, "{file}");
+            for (key, found) in keys.iter().zip(&mut found) {
+                let whole = pod.annotations().get(*key).map(String::as_str);
+                assert_eq!(kept.mark(key), whole, "{file}: {key}");
+                assert_eq!(pod.mark(key), whole, "{file}: {key}, decoded whole");
+                *found += usize::from(whole.is_some());
+            }
+        }
+    }
+    assert!(found.iter().all(|n| *n > 0), "each annotation is on some version: {found:?}");
+}
