@@ -15,9 +15,10 @@ use crate::AppAccess;
 /// clone, which may then be changed: a spec is not changed once hashed (the caches hold theirs
 /// behind `Arc`; debug builds check it on every read).
 #[derive(Default)]
-pub(crate) struct SpecHashes(OnceLock<Hashes>, OnceLock<Written>);
+pub(crate) struct SpecHashes(OnceLock<Hashes>, OnceLock<Box<Written>>);
 
-/// The spec's container and volume as JSON, as the webhook writes them into pods.
+/// The spec's container and volume as JSON, as the webhook writes them into pods (boxed: most
+/// cached specs never reach a pod, and hold a pointer for it).
 #[derive(Debug, PartialEq)]
 struct Written {
     container: serde_json::Value,
@@ -118,8 +119,8 @@ impl WatcherSpec {
     }
 
     fn written(&self) -> &Written {
-        let written = self.hashes.1.get_or_init(|| Written::of(self));
-        debug_assert_eq!(*written, Written::of(self), "a Watcher spec changed after it was hashed: hash a clone");
+        let written = self.hashes.1.get_or_init(|| Box::new(Written::of(self)));
+        debug_assert_eq!(**written, Written::of(self), "a Watcher spec changed after it was hashed: hash a clone");
         written
     }
 
