@@ -177,7 +177,7 @@ pub struct ContainerView {
     pub security_context: Option<Box<SecurityContext>>,
     /// Its ports (their `hostPort`).
     pub ports: Option<Vec<PortView>>,
-    // The probes, the lifecycle and the resources are boxed: a container is 224 bytes, not
+    // The probes, the lifecycle and the resources are boxed: a container is 216 bytes, not
     // 504, so a pod's list of them stays under glibc's large requests (1 KiB).
     /// `livenessProbe`.
     pub liveness_probe: Option<Box<HandlerView>>,

@@ -1,8 +1,9 @@
 //! What a Watcher's spec is known by in its pods: its hashes (`watcher.dev/injected`,
 //! `watcher.dev/injected-without-image`, `watcher.dev/injected-config`), whether its sidecar is
-//! watcher-agent, and its selector compiled. Each is computed once per spec object: the webhook
-//! reads them for every pod it injects and the pod reconciler for every pod it counts, from the
-//! same cached Watchers.
+//! watcher-agent, its selector compiled, whether it has problems, and its container and volume
+//! as JSON (made at the first pod injected with it). Each is computed once per spec object: the
+//! webhook reads them for every pod it injects and the pod reconciler for every pod it counts,
+//! from the same cached Watchers.
 
 use std::sync::OnceLock;
 
