@@ -11,16 +11,19 @@ use crate::PodView;
 mod app;
 mod config;
 mod ending;
+mod ops;
 mod options;
 mod patch;
 mod resources;
 mod security;
 pub use app::AppReport;
+pub use ops::Patch;
+pub(crate) use ops::{Fields, Op, Sidecar};
 
-use json_patch::PatchOperation;
 use options::native_sidecar;
 pub use options::{InjectOptions, SYSTEM_NAMESPACES, server_minor, supports_native_sidecars};
 use patch::PodPatch;
+pub use patch::annotation_pointer;
 pub(crate) use patch::pointer;
 pub use resources::{ResourceCompliance, ResourceReport, resource_compliance};
 pub use security::{Compliance, PodSecurityReport, Refusal, RunsAsRoot, compliance};
@@ -37,7 +40,7 @@ use crate::resources::ResourceRules;
 #[derive(Debug, Default, PartialEq)]
 pub struct Injection {
     /// JSON-patch operations, in order; empty when the pod is left as it is.
-    pub patch: Vec<PatchOperation>,
+    pub patch: Patch,
     /// Names of the Watchers injected by this patch.
     pub injected: Vec<String>,
     /// Names of the containers whose image an ImagePolicy rewrote in this patch.
@@ -370,8 +373,8 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
         }
         self.patch.add_container(container, native);
         self.regular_sidecar |= !native;
-        if let (Some(volume), Some(json)) = (&watcher.spec.volume, watcher.spec.volume_json()) {
-            self.patch.add_volume(&volume.name, json);
+        if let Some(volume) = &watcher.spec.volume {
+            self.patch.add_spec_volume(&volume.name, watcher.spec.written());
         }
         if let Some(config_volume) = config_volume {
             config::add_config_volume(&mut self.patch, config_volume);
@@ -442,7 +445,7 @@ impl<'a, W: Borrow<Watcher>> Admission<'a, W> {
     /// In a pod meant to end: a native sidecar is stopped by the kubelet once the app has ended
     /// (SIGTERM, then SIGKILL after the pod's grace period): under the supervisor it stops
     /// within seconds. A regular one is also named, for the operator to end.
-    fn supervise(&mut self, name: &str, watcher: &Watcher, container: &mut Value, native: bool) {
+    fn supervise(&mut self, name: &str, watcher: &Watcher, container: &mut Sidecar, native: bool) {
         match ending::supervise(container) {
             Ok(how) => {
                 self.supervised |= how == ending::Supervised::Wrapped;
@@ -486,25 +489,25 @@ fn injected_containers<'a, W: Borrow<Watcher>>(pod: &PodView, namespace: &str, w
         .collect()
 }
 
-/// The Watcher's container as it goes into the pod, as JSON: the spec's container as JSON
-/// (serialised once per spec), then given the ConfigMap and the restart policy of a native sidecar.
-fn sidecar(watcher: &Watcher, native: bool, adaptation: &Adaptation) -> Value {
+/// The Watcher's container as it goes into the pod: the spec's container (its JSON made once per
+/// spec, shared), with this pod's securityContext, the ConfigMap and the restart policy of a
+/// native sidecar set over it.
+fn sidecar(watcher: &Watcher, native: bool, adaptation: &Adaptation) -> Sidecar {
     let spec = &watcher.spec;
-    let mut container = adaptation.written_from(&spec.container, spec.container_json().clone());
-    if let Value::Object(fields) = &mut container {
-        if watcher.spec.has_config() {
-            // An `EnvFromSource` with only its `configMapRef`, as it serialises.
-            let source = serde_json::json!({"configMapRef": {"name": config_map_name(&watcher.name_any())}});
-            match fields.get_mut("envFrom") {
-                Some(Value::Array(sources)) => sources.push(source),
-                _ => {
-                    fields.insert("envFrom".to_owned(), Value::Array(vec![source]));
-                }
-            }
+    let mut container = Sidecar::of(spec.written().clone());
+    if let Some(context) = adaptation.security_context(&spec.container) {
+        container.set("securityContext", context);
+    }
+    if spec.has_config() {
+        // An `EnvFromSource` with only its `configMapRef`, as it serialises.
+        let source = serde_json::json!({"configMapRef": {"name": config_map_name(&watcher.name_any())}});
+        match container.field_mut("envFrom") {
+            Some(Value::Array(sources)) => sources.push(source),
+            _ => container.set("envFrom", Value::Array(vec![source])),
         }
-        if native {
-            fields.insert("restartPolicy".to_owned(), Value::String("Always".to_owned()));
-        }
+    }
+    if native {
+        container.set("restartPolicy", Value::String("Always".to_owned()));
     }
     container
 }

@@ -7,12 +7,15 @@
 //! checks syntax only, which the fuzz target showed three ways. The narrow types implement
 //! `Deserialize` with [`narrow!`]: the fields they read are decoded, every other field is
 //! skipped as [`Valid`]. A body [`from_str`] accepts is a body serde_json parses into a `Value`
-//! (the tests below compare the two on generated texts).
+//! (the tests below compare the two on generated texts). The answer goes back through
+//! [`write`], with the same scan of strings.
 
 use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Visitor};
+
+pub mod write;
 
 /// The nesting serde_json allows: 127 arrays or objects inside each other.
 const MAX_DEPTH: usize = 127;
@@ -844,7 +847,7 @@ mod tests {
     }
 
     /// Any JSON value, a few levels deep.
-    fn generated_json() -> impl Strategy<Value = serde_json::Value> {
+    pub(super) fn generated_json() -> impl Strategy<Value = serde_json::Value> {
         use serde_json::Value;
         let leaf = prop_oneof![
             Just(Value::Null),

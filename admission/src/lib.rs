@@ -22,9 +22,9 @@ pub use canary::RevisionSource;
 pub use cluster::WatcherSource;
 pub use decide::{Asked, Decision, Exclusion, Verdict, WebhookSelectors, decide, exclusion};
 pub use inject::{
-    AppReport, Compliance, Guards, InjectOptions, Injection, PodSecurityReport, Refusal, ResourceCompliance,
-    ResourceReport, RunsAsRoot, SYSTEM_NAMESPACES, app_report, compliance, inject, inject_at_level, inject_guarded,
-    resource_compliance, server_minor, supports_native_sidecars,
+    AppReport, Compliance, Guards, InjectOptions, Injection, Patch, PodSecurityReport, Refusal, ResourceCompliance,
+    ResourceReport, RunsAsRoot, SYSTEM_NAMESPACES, annotation_pointer, app_report, compliance, inject, inject_at_level,
+    inject_guarded, resource_compliance, server_minor, supports_native_sidecars,
 };
 pub use pod::{
     Annotations, ContainerView, DeviceView, EnvView, HandlerView, HostView, LifecycleView, MAX_ANNOTATION_BYTES,

@@ -8,7 +8,7 @@ use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
 use serde_json::Value;
 use watcher_api::{CompiledPolicy, annotation, image};
 
-use crate::inject::pointer;
+use crate::inject::{Fields, Op, pointer};
 use crate::{InjectOptions, Injection, PodView};
 
 /// Where the webhook finds the ImagePolicies that apply to a namespace.
@@ -113,8 +113,9 @@ pub fn rewrite_images(
     // The init containers that injection inserts before the pod's own move those along.
     let inserted = injection
         .patch
+        .ops()
         .iter()
-        .filter(|op| matches!(op, PatchOperation::Add(a) if inserted_init_container(&a.path.to_string())))
+        .filter(|op| op.added_at().is_some_and(|p| inserted_init_container(p.as_str())))
         .count();
     let lists = [
         ("containers", spec.containers.as_slice(), 0),
@@ -131,13 +132,20 @@ pub fn rewrite_images(
         }
     }
     // The containers this pass adds: their values are rewritten in place.
-    for op in &mut injection.patch {
-        let PatchOperation::Add(add) = op else { continue };
-        for container in added_containers(&add.path.to_string(), &mut add.value) {
-            let name = container["name"].as_str().unwrap_or_default().to_owned();
-            let Some(image) = container["image"].as_str().map(str::to_owned) else { continue };
+    for op in injection.patch.ops_mut() {
+        let containers: Vec<&mut dyn Fields> = match op {
+            Op::Json(PatchOperation::Add(add)) => {
+                let added = added_containers(add.path.as_str(), &mut add.value).into_iter();
+                added.map(|container| container as &mut dyn Fields).collect()
+            }
+            Op::Sidecar { sidecar, .. } => vec![sidecar],
+            Op::Json(_) | Op::Volume { .. } => Vec::new(),
+        };
+        for container in containers {
+            let name = container.field("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let Some(image) = container.field("image").and_then(Value::as_str).map(str::to_owned) else { continue };
             if let Some(rewritten) = rewrite(&name, &image) {
-                container["image"] = Value::String(rewritten);
+                container.set("image", Value::String(rewritten));
             }
         }
     }
@@ -149,7 +157,7 @@ pub fn rewrite_images(
     let added = originals.iter().map(|(name, image)| (name.as_str(), image.as_str()));
     let entries = annotation::OriginalImages::encode(recorded.into_iter().chain(added));
     let annotations_exist = pod.metadata.annotations.own.is_some()
-        || injection.patch.iter().any(|op| matches!(op, PatchOperation::Add(a) if a.path == "/metadata/annotations"));
+        || injection.patch.ops().iter().any(|op| op.added_at().is_some_and(|p| p == "/metadata/annotations"));
     let (path, value) = if annotations_exist {
         (pointer(&["metadata", "annotations", annotation::OriginalImages::KEY]), Value::String(entries))
     } else {

@@ -54,8 +54,12 @@ fn options(native: bool) -> InjectOptions {
     InjectOptions { native_sidecars: native, server_minor: Some(if native { 36 } else { 24 }), ..Default::default() }
 }
 
-/// `pod` patched by `injection`.
+/// `pod` patched by `injection` (whose patch, as the webhook writes it, is its operations
+/// serialised).
 fn patched(pod: &Value, injection: &Injection) -> Value {
+    let mut written = Vec::new();
+    injection.patch.write(&mut written);
+    assert_eq!(written, serde_json::to_vec(&*injection.patch).expect("serialises"), "as the webhook writes it");
     let mut pod = pod.clone();
     json_patch::patch(&mut pod, &injection.patch).expect("the patch applies");
     pod

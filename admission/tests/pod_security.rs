@@ -146,6 +146,9 @@ proptest! {
         let injection = inject_at_level(&view, "team-a", &watchers, &options, &levels(level));
         let mut patched = pod.clone();
         json_patch::patch(&mut patched, &injection.patch).expect("the patch applies");
+        let mut written = Vec::new();
+        injection.patch.write(&mut written);
+        prop_assert_eq!(written, serde_json::to_vec(&*injection.patch).expect("serialises"), "as the webhook writes it");
         let after: PodView = serde_json::from_value(patched.clone()).expect("a pod");
         let verdict = evaluate(&after.security_facts(), policy, server);
         let injected = injection.injected.iter().any(|w| w == "viewer");

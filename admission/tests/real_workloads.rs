@@ -276,6 +276,10 @@ proptest! {
         let mut patched = pod.clone();
         json_patch::patch(&mut patched, &first.patch).expect("the patch applies");
         prop_assert_eq!(refusals(&patched), Vec::<String>::new(), "{} patched: {:?}", file, first.patch);
+        // As the webhook writes it: the operations applied, serialised.
+        let mut written = Vec::new();
+        first.patch.write(&mut written);
+        prop_assert_eq!(written, serde_json::to_vec(&*first.patch).expect("serialises"), "{} written", file);
 
         if first.injected.iter().any(|w| w == "viewer") {
             let sidecar = items(&patched["spec"]["containers"]).chain(items(&patched["spec"]["initContainers"]))

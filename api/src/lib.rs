@@ -36,7 +36,7 @@ pub use pod_resources::{PodResources, QUANTITY_PATTERN, QuantityText};
 pub use podset::{DEFAULT_PODSET_IMAGE, PodSet, PodSetSpec, PodSetStatus};
 pub use watcher::{
     FailurePolicy, InjectionSpec, NativeSidecar, NewPods, PodCounts, UpdatePolicy, UpdatePolicyType, Watcher,
-    WatcherSpec, WatcherStatus, config_map_name,
+    WatcherSpec, WatcherStatus, Written, config_map_name,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

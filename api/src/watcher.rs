@@ -14,6 +14,7 @@ use crate::{AppAccess, Condition};
 
 mod hashes;
 use hashes::SpecHashes;
+pub use hashes::Written;
 use hashes::injection_hash;
 
 /// A sidecar injected into pods of its namespace at creation.

@@ -318,14 +318,14 @@ struct AnswerResponse {
 
 /// JSON-patch operations, serialised base64-encoded as the API wants them.
 #[derive(Debug)]
-struct Patch(Vec<json_patch::PatchOperation>);
+struct Patch(watcher_admission::Patch);
 
 impl Patch {
     /// Appends the patch, base64-encoded, to `out`: its JSON is written at the end of `out`, moved
     /// up, and encoded into the room left before it, so the answer is built in one buffer.
     fn write_base64(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
         let start = out.len();
-        serde_json::to_writer(&mut *out, &self.0)?;
+        self.0.write(out);
         let json_len = out.len() - start;
         let encoded_len = base64::encoded_len(json_len, true).unwrap_or_default();
         out.resize(start + encoded_len + json_len, 0);
@@ -357,13 +357,14 @@ impl Answer {
     /// The answer as the JSON body of the response. Written here rather than by serde's derive
     /// (which gives the same JSON, see the tests): the patch is base64-encoded straight into the
     /// body, where serde would write it to a buffer, encode that into a string, and then scan
-    /// the string for characters to escape.
+    /// the string for characters to escape. The JSON is serde_json's, byte for byte, written by
+    /// [`json::write`], which scans strings eight bytes at a time.
     pub fn to_json(&self) -> serde_json::Result<Vec<u8>> {
         let response = &self.response;
         // Room for a patch of a sidecar or two: growing the buffer on the way costs more.
         let mut out = Vec::with_capacity(if response.patch.is_some() { 8192 } else { 256 });
         out.extend_from_slice(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#);
-        serde_json::to_writer(&mut out, &response.uid)?;
+        json::write::string(&mut out, &response.uid);
         out.extend_from_slice(if response.allowed { b",\"allowed\":true" } else { b",\"allowed\":false" });
         if let Some(status) = &response.status {
             out.extend_from_slice(b",\"status\":");
@@ -376,11 +377,17 @@ impl Answer {
         }
         if let Some(patch_type) = response.patch_type {
             out.extend_from_slice(b",\"patchType\":");
-            serde_json::to_writer(&mut out, patch_type)?;
+            json::write::string(&mut out, patch_type);
         }
         if !response.warnings.is_empty() {
-            out.extend_from_slice(b",\"warnings\":");
-            serde_json::to_writer(&mut out, &response.warnings)?;
+            out.extend_from_slice(b",\"warnings\":[");
+            for (i, warning) in response.warnings.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                json::write::string(&mut out, warning);
+            }
+            out.push(b']');
         }
         out.extend_from_slice(b"}}");
         Ok(out)

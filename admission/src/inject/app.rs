@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::Container;
 use serde_json::{Value, json};
 use watcher_api::{AppAccess, NO_TOKEN_VOLUME, SERVICE_ACCOUNT_PATH, ShareVolumes, Watcher};
 
-use super::PodPatch;
+use super::ops::Sidecar;
+use super::{Fields, PodPatch};
 use crate::pod::{ContainerView, MAX_ANNOTATION_BYTES};
 use crate::pod_security::Adaptation;
 
@@ -63,7 +64,7 @@ pub(super) struct Seeing<'a, 'b> {
 pub(super) fn see_the_app<'a>(
     patch: &mut PodPatch<'a>,
     seeing: Seeing<'a, '_>,
-    sidecar: &mut Value,
+    sidecar: &mut Sidecar,
     warnings: &mut Vec<String>,
 ) -> AppReport {
     let Seeing { watcher, injected, init_adaptations, init_resources, moment } = seeing;
@@ -137,7 +138,7 @@ impl<'a> Step<'_, 'a> {
 
     /// `shareVolumes`: the app containers' mounts into the sidecar, pod order, first at a path
     /// wins; never at a path the sidecar has, nor the ServiceAccount token's.
-    fn share_volumes(&mut self, apps: &[(usize, &ContainerView)], sidecar: &mut Value) {
+    fn share_volumes(&mut self, apps: &[(usize, &ContainerView)], sidecar: &mut Sidecar) {
         let own = &self.watcher.spec.container;
         let mut taken: Vec<&str> = own.volume_mounts.iter().flatten().map(|m| normal(&m.mount_path)).collect();
         let own_paths = taken.len();
@@ -255,7 +256,7 @@ impl<'a> Step<'_, 'a> {
 
     /// `transferEnv`: variables of an app container into the sidecar, as the app has them,
     /// unless the sidecar defines them.
-    fn transfer_env(&mut self, apps: &[(usize, &ContainerView)], sidecar: &mut Value) {
+    fn transfer_env(&mut self, apps: &[(usize, &ContainerView)], sidecar: &mut Sidecar) {
         let own: Vec<&str> = self.watcher.spec.container.env.iter().flatten().map(|e| e.name.as_str()).collect();
         let mut carried: Vec<&str> = Vec::new();
         let mut values = Vec::new();
@@ -327,7 +328,7 @@ impl<'a> Step<'_, 'a> {
     /// the sidecar (and of each init container, as they are inserted), where the ServiceAccount
     /// admission plugin then mounts no token. Without a change left for that plugin to make,
     /// kube-apiserver has no reason to call the webhook again.
-    fn no_token(&mut self, sidecar: &mut Value) {
+    fn no_token(&mut self, sidecar: &mut Sidecar) {
         self.patch.add_volume(NO_TOKEN_VOLUME, &json!({"name": NO_TOKEN_VOLUME, "emptyDir": {}}));
         if mount_no_token(sidecar, &self.watcher.spec.container) {
             self.lines.push(format!("gets no API token: an empty read-only volume at {SERVICE_ACCOUNT_PATH}"));
@@ -359,7 +360,7 @@ impl<'a> Step<'_, 'a> {
 
 /// Mounts [`NO_TOKEN_VOLUME`] read-only at the ServiceAccount token's path of `value` (the JSON
 /// of `container`), unless the container mounts something there itself; whether it did.
-fn mount_no_token(value: &mut Value, container: &Container) -> bool {
+fn mount_no_token(value: &mut impl Fields, container: &Container) -> bool {
     let own = container.volume_mounts.iter().flatten().any(|m| normal(&m.mount_path) == SERVICE_ACCOUNT_PATH);
     if !own {
         let mount = json!({"name": NO_TOKEN_VOLUME, "mountPath": SERVICE_ACCOUNT_PATH, "readOnly": true});
@@ -369,16 +370,13 @@ fn mount_no_token(value: &mut Value, container: &Container) -> bool {
 }
 
 /// Appends `values` to the list `key` of the JSON object `container`, creating it.
-fn append(container: &mut Value, key: &str, values: Vec<Value>) {
+fn append(container: &mut impl Fields, key: &str, values: Vec<Value>) {
     if values.is_empty() {
         return;
     }
-    let Value::Object(fields) = container else { return };
-    match fields.get_mut(key) {
+    match container.field_mut(key) {
         Some(Value::Array(list)) => list.extend(values),
-        _ => {
-            fields.insert(key.to_owned(), Value::Array(values));
-        }
+        _ => container.set(key, Value::Array(values)),
     }
 }
 

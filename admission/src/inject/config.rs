@@ -7,6 +7,8 @@
 use serde_json::{Value, json};
 use watcher_api::{Watcher, config_map_name};
 
+use super::Fields;
+use super::ops::Sidecar;
 use super::patch::PodPatch;
 
 /// Where the agent reads its configuration as files, unless its container says otherwise
@@ -22,7 +24,7 @@ const CONFIG_DIR_VARIABLE: &str = "AGENT_CONFIG_DIR";
 pub(super) fn mount_agent_config(
     patch: &PodPatch<'_>,
     watcher: &Watcher,
-    container: &mut Value,
+    container: &mut Sidecar,
 ) -> Option<(String, Value)> {
     let spec = &watcher.spec;
     if !spec.has_config() || !spec.runs_agent() {
@@ -31,20 +33,16 @@ pub(super) fn mount_agent_config(
     let config_map = config_map_name(&watcher.metadata.name.clone().unwrap_or_default());
     let name = volume_name(&config_map);
     let path = config_dir(watcher);
-    let mounts = container.get("volumeMounts").and_then(Value::as_array);
+    let mounts = container.field("volumeMounts").and_then(Value::as_array);
     let taken =
         mounts.is_some_and(|m| m.iter().any(|m| m["mountPath"].as_str().map(normalised) == Some(normalised(&path))));
     if taken || patch.has_volume(&name) {
         return None;
     }
     let mount = json!({"name": name, "mountPath": path, "readOnly": true});
-    match container.get_mut("volumeMounts").and_then(Value::as_array_mut) {
+    match container.field_mut("volumeMounts").and_then(Value::as_array_mut) {
         Some(mounts) => mounts.push(mount),
-        None => {
-            if let Value::Object(fields) = container {
-                fields.insert("volumeMounts".to_owned(), Value::Array(vec![mount]));
-            }
-        }
+        None => container.set("volumeMounts", Value::Array(vec![mount])),
     }
     let volume = json!({"name": name, "configMap": {"name": config_map, "optional": true}});
     Some((name, volume))

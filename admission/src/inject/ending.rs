@@ -27,6 +27,8 @@ use watcher_api::{
     SUPERVISOR_NAME, SidecarEnding, annotation,
 };
 
+use super::Fields;
+use super::ops::Sidecar;
 use crate::PodView;
 
 /// Whether `pod` is meant to end: its `restartPolicy` is `Never` or `OnFailure`.
@@ -66,8 +68,6 @@ impl Supervised {
 /// Why a sidecar cannot run under the supervisor.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum NotSupervised {
-    /// The container is not a JSON object.
-    NotAnObject,
     /// The supervisor's path or volume name is taken.
     Taken,
 }
@@ -75,7 +75,6 @@ pub(super) enum NotSupervised {
 impl std::fmt::Display for NotSupervised {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::NotAnObject => f.write_str("the container is not an object"),
             Self::Taken => write!(
                 f,
                 "its container already mounts {SUPERVISOR_DIR} or {ENDED_DIR}, or a volume named {SUPERVISOR_NAME} or \
@@ -95,17 +94,16 @@ pub(super) fn has_command(container: &k8s_openapi::api::core::v1::Container) -> 
 /// runs under the supervisor, told of the ended file; watcher-agent, run by its entrypoint, gets
 /// the file in `WATCHER_ENDED_FILE`; another entrypoint is left as it is. `Err` says why it
 /// cannot be prepared (a path or volume name of ours taken).
-pub(super) fn supervise(sidecar: &mut Value) -> Result<Supervised, NotSupervised> {
-    let Value::Object(fields) = sidecar else { return Err(NotSupervised::NotAnObject) };
-    let command = match fields.get("command") {
+pub(super) fn supervise(fields: &mut Sidecar) -> Result<Supervised, NotSupervised> {
+    let command = match fields.field("command") {
         Some(Value::Array(command)) if !command.is_empty() => Some(command.clone()),
         _ => None,
     };
-    let image = fields.get("image").and_then(Value::as_str).unwrap_or_default();
+    let image = fields.field("image").and_then(Value::as_str).unwrap_or_default();
     if !SidecarEnding::of(command.is_some(), image).ends_by_itself() {
         return Ok(Supervised::Entrypoint);
     }
-    let mounts = fields.get("volumeMounts").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let mounts = fields.field("volumeMounts").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let taken = mounts.iter().any(|m| {
         let name = m.get("name").and_then(Value::as_str);
         let path = m.get("mountPath").and_then(Value::as_str).map(|p| p.trim_end_matches('/'));
@@ -119,7 +117,7 @@ pub(super) fn supervise(sidecar: &mut Value) -> Result<Supervised, NotSupervised
         Some(command) => {
             let program = format!("{SUPERVISOR_DIR}/{SUPERVISOR_NAME}");
             let head = [json!(program), json!("run"), json!("--ended-file"), json!(ENDED_FILE), json!("--")];
-            fields.insert("command".to_owned(), Value::Array(head.into_iter().chain(command).collect()));
+            fields.set("command", Value::Array(head.into_iter().chain(command).collect()));
             push(
                 fields,
                 "volumeMounts",
@@ -128,7 +126,7 @@ pub(super) fn supervise(sidecar: &mut Value) -> Result<Supervised, NotSupervised
             Supervised::Wrapped
         }
         None => {
-            let env = fields.get("env").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+            let env = fields.field("env").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
             if !env.iter().any(|e| e.get("name").and_then(Value::as_str) == Some(ENDED_FILE_ENV)) {
                 push(fields, "env", json!({"name": ENDED_FILE_ENV, "value": ENDED_FILE}));
             }
@@ -140,12 +138,10 @@ pub(super) fn supervise(sidecar: &mut Value) -> Result<Supervised, NotSupervised
 }
 
 /// Appends `value` to the list `key` of `fields`, which it creates where missing.
-fn push(fields: &mut serde_json::Map<String, Value>, key: &str, value: Value) {
-    match fields.get_mut(key) {
+fn push(fields: &mut Sidecar, key: &str, value: Value) {
+    match fields.field_mut(key) {
         Some(Value::Array(list)) => list.push(value),
-        _ => {
-            fields.insert(key.to_owned(), Value::Array(vec![value]));
-        }
+        _ => fields.set(key, Value::Array(vec![value])),
     }
 }
 

@@ -2,14 +2,16 @@
 //! the pod as the operations before it leave it (a list created before its first entry is
 //! appended, a name taken once).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use serde_json::Value;
-use watcher_api::SUPERVISOR_NAME;
+use watcher_api::{SUPERVISOR_NAME, Written};
 
-use std::collections::BTreeMap;
-
+use super::ops::{Op, Patch, Sidecar};
 use super::{app, ending, to_value};
 use crate::PodView;
 use crate::pod::{Annotations, ContainerView, PodSpecView};
@@ -17,7 +19,7 @@ use crate::pod::{Annotations, ContainerView, PodSpecView};
 /// Patch operations against one pod, tracking which lists exist and which names are taken so
 /// every path is valid for the pod as the earlier operations leave it.
 pub(super) struct PodPatch<'a> {
-    pub(super) ops: Vec<PatchOperation>,
+    pub(super) ops: Patch,
     pub(super) spec: Option<&'a PodSpecView>,
     pub(super) annotations: &'a Annotations,
     pub(super) containers: &'a [ContainerView],
@@ -58,7 +60,7 @@ impl<'a> PodPatch<'a> {
         let volume_names: Vec<&str> = volumes.unwrap_or_default().iter().map(|v| v.name.as_str()).collect();
         Self {
             // A Watcher's patch is a handful of operations: the first growths skipped.
-            ops: Vec::with_capacity(8),
+            ops: Patch::with_capacity(8),
             spec,
             annotations: &pod.metadata.annotations,
             containers,
@@ -80,12 +82,13 @@ impl<'a> PodPatch<'a> {
         }
     }
 
-    pub(super) fn add_container(&mut self, value: Value, native: bool) {
-        if native {
-            append(&mut self.ops, &mut self.has_init_containers, "initContainers", value);
+    pub(super) fn add_container(&mut self, sidecar: Sidecar, native: bool) {
+        let (path, listed) = if native {
+            list_end(&mut self.has_init_containers, "initContainers")
         } else {
-            append(&mut self.ops, &mut self.has_containers, "containers", value);
-        }
+            list_end(&mut self.has_containers, "containers")
+        };
+        self.ops.push_op(Op::Sidecar { path, listed, sidecar });
     }
 
     /// Inserts an init container before the pod's own (after those inserted before it).
@@ -114,6 +117,20 @@ impl<'a> PodPatch<'a> {
                 self.added_empty_dirs.push(name);
             }
             append(&mut self.ops, &mut self.has_volumes, "volumes", volume.clone());
+        }
+    }
+
+    /// Adds the volume of the Watcher spec `spec` (shared, not copied), unless the pod or the
+    /// patch has one of that name.
+    pub(super) fn add_spec_volume(&mut self, name: &'a str, spec: &Arc<Written>) {
+        let Some(volume) = spec.volume() else { return };
+        if !self.has_volume(name) {
+            self.volume_names.push(name);
+            if volume.get("emptyDir").is_some() {
+                self.added_empty_dirs.push(name);
+            }
+            let (path, listed) = list_end(&mut self.has_volumes, "volumes");
+            self.ops.push_op(Op::Volume { path, listed, spec: Arc::clone(spec) });
         }
     }
 
@@ -248,12 +265,19 @@ impl PodPatch<'_> {
 }
 
 /// Appends `value` to `/spec/<list>`, creating the list when the pod has none.
-pub(super) fn append(ops: &mut Vec<PatchOperation>, exists: &mut bool, list: &str, value: Value) {
+pub(super) fn append(ops: &mut Patch, exists: &mut bool, list: &str, value: Value) {
+    let (path, listed) = list_end(exists, list);
+    ops.push(add(path, if listed { Value::Array(vec![value]) } else { value }));
+}
+
+/// Where an entry is appended to `/spec/<list>`: its end (`-`), or the list itself, created
+/// with the entry as its one member (`true`) when the pod has none.
+fn list_end(exists: &mut bool, list: &str) -> (PointerBuf, bool) {
     if *exists {
-        ops.push(add(pointer(&["spec", list, "-"]), value));
+        (pointer(&["spec", list, "-"]), false)
     } else {
-        ops.push(add(pointer(&["spec", list]), Value::Array(vec![value])));
         *exists = true;
+        (pointer(&["spec", list]), true)
     }
 }
 
@@ -261,9 +285,10 @@ pub(super) fn add(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Add(AddOperation { path, value })
 }
 
-/// `/metadata/annotations/<key>`: the operator's own keys (four to seven in every injection)
-/// escaped once per process, any other key as it comes.
-fn annotation_pointer(key: &str) -> PointerBuf {
+/// `/metadata/annotations/<key>`, the JSON pointer to a pod's annotation: the operator's own
+/// keys (four to seven in every injection) escaped once per process, any other key as it comes.
+/// Admission's patch and the in-place rollout's name annotations by it.
+pub fn annotation_pointer(key: &str) -> PointerBuf {
     use watcher_api::annotation::{EndSidecars, Injected, InjectedConfig, InjectedWithoutImage, LeftOut, Sidecars};
     static OWN: std::sync::OnceLock<Vec<(&'static str, PointerBuf)>> = std::sync::OnceLock::new();
     let own = OWN.get_or_init(|| {
@@ -276,6 +301,8 @@ fn annotation_pointer(key: &str) -> PointerBuf {
             EndSidecars::KEY,
             watcher_api::SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION,
             watcher_api::DEFAULT_CONTAINER_ANNOTATION,
+            watcher_api::annotation::SidecarUpdated::KEY,
+            watcher_api::annotation::OriginalImages::KEY,
         ];
         keys.into_iter().map(|key| (key, pointer(&["metadata", "annotations", key]))).collect()
     });
@@ -335,8 +362,9 @@ mod tests {
     #[test]
     fn an_annotation_path_is_the_same_escaped_once() {
         use watcher_api::annotation::{Injected, LeftOut};
-        for key in [Injected::KEY, LeftOut::KEY, watcher_api::SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, "example.com/a~b"]
-        {
+        let keys =
+            [Injected::KEY, LeftOut::KEY, watcher_api::SAFE_TO_EVICT_LOCAL_VOLUMES_ANNOTATION, "example.com/a~b"];
+        for key in keys {
             assert_eq!(annotation_pointer(key), pointer(&["metadata", "annotations", key]), "{key}");
         }
     }

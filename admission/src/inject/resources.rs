@@ -5,9 +5,9 @@
 //! quota's remaining room). As for Pod Security, nothing of this is in the spec hashes.
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
-use serde_json::Value;
 use watcher_api::Watcher;
 
+use super::Fields;
 use crate::resources::{ContainerKind, ContainerResources, PodResourceView, ResourceRules, Violation, describe};
 
 /// What the namespace's resource rules did to one Watcher of one pod.
@@ -114,10 +114,10 @@ impl<'a> Ledger<'a> {
 }
 
 /// Writes `resources` into `container` (JSON, as it goes into the pod).
-pub(super) fn write(container: &mut Value, resources: Option<&ResourceRequirements>) {
-    if let (Some(resources), Value::Object(fields)) = (resources, container) {
+pub(super) fn write(container: &mut impl Fields, resources: Option<&ResourceRequirements>) {
+    if let Some(resources) = resources {
         // Serialising k8s-openapi types to a Value cannot fail: they are plain data with string keys.
-        fields.insert("resources".to_owned(), serde_json::to_value(resources).unwrap_or_default());
+        container.set("resources", serde_json::to_value(resources).unwrap_or_default());
     }
 }
 

@@ -106,15 +106,17 @@ impl Adaptation {
     /// `container` as the webhook writes it, as JSON: its securityContext is [`Self::apply`]'s.
     pub fn written(&self, container: &Container) -> serde_json::Value {
         // Serialising k8s-openapi types to a Value cannot fail: they are plain data with string keys.
-        self.written_from(container, serde_json::to_value(container).unwrap_or_default())
-    }
-
-    /// [`Self::written`] from `value`, `container` as JSON already.
-    pub fn written_from(&self, container: &Container, mut value: serde_json::Value) -> serde_json::Value {
-        if let (false, Some(fields)) = (self.is_empty(), value.as_object_mut()) {
-            let context = self.apply(container.security_context.as_ref());
-            fields.insert("securityContext".to_owned(), serde_json::to_value(context).unwrap_or_default());
+        let mut value = serde_json::to_value(container).unwrap_or_default();
+        if let (Some(context), Some(fields)) = (self.security_context(container), value.as_object_mut()) {
+            fields.insert("securityContext".to_owned(), context);
         }
         value
+    }
+
+    /// The securityContext the webhook writes into `container` (as JSON): [`Self::apply`]'s;
+    /// `None` where the adaptation changes nothing.
+    pub fn security_context(&self, container: &Container) -> Option<serde_json::Value> {
+        let context = (!self.is_empty()).then(|| self.apply(container.security_context.as_ref()))?;
+        Some(serde_json::to_value(context).unwrap_or_default())
     }
 }

@@ -5,9 +5,10 @@
 //! webhook reads them for every pod it injects and the pod reconciler for every pod it counts,
 //! from the same cached Watchers.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::core::v1::{Container, LocalObjectReference, Volume};
+use serde_json::{Map, Value};
 
 use super::{NativeSidecar, WatcherSpec};
 use crate::AppAccess;
@@ -16,23 +17,56 @@ use crate::AppAccess;
 /// clone, which may then be changed: a spec is not changed once hashed (the caches hold theirs
 /// behind `Arc`; debug builds check it on every read).
 #[derive(Default)]
-pub(crate) struct SpecHashes(OnceLock<Hashes>, OnceLock<Box<Written>>);
+pub(crate) struct SpecHashes(OnceLock<Hashes>, OnceLock<Arc<Written>>);
 
-/// The spec's container and volume as JSON, as the webhook writes them into pods (boxed: most
-/// cached specs never reach a pod, and hold a pointer for it).
+/// A spec's container and volume as the webhook writes them into pods, as JSON values and as
+/// JSON text: made at the first pod injected with the spec (most cached specs never reach a pod,
+/// and hold a pointer for it), then shared by the patch of every pod it goes into, which writes
+/// the text as it is and sets only the fields it changes ([`WatcherSpec::written`]).
 #[derive(Debug, PartialEq)]
-struct Written {
-    container: serde_json::Value,
-    volume: Option<serde_json::Value>,
+pub struct Written {
+    container: Map<String, Value>,
+    /// Each field of `container`, in its order, as JSON text.
+    container_text: Vec<Box<str>>,
+    volume: Option<(Value, Box<str>)>,
 }
 
 impl Written {
     fn of(spec: &WatcherSpec) -> Self {
-        // Serialising k8s-openapi types to a Value cannot fail: plain data with string keys.
-        Self {
-            container: serde_json::to_value(&spec.container).unwrap_or_default(),
-            volume: spec.volume.as_deref().map(|volume| serde_json::to_value(volume).unwrap_or_default()),
-        }
+        // Serialising k8s-openapi types cannot fail: plain data with string keys; a container is
+        // an object.
+        let container = match serde_json::to_value(&spec.container) {
+            Ok(Value::Object(fields)) => fields,
+            _ => Map::new(),
+        };
+        let text = |value: &Value| serde_json::to_string(value).unwrap_or_default().into_boxed_str();
+        let container_text = container.values().map(text).collect();
+        let volume = spec.volume.as_deref().map(|volume| {
+            let value = serde_json::to_value(volume).unwrap_or_default();
+            let written = text(&value);
+            (value, written)
+        });
+        Self { container, container_text, volume }
+    }
+
+    /// `spec.container`'s fields.
+    pub fn container(&self) -> &Map<String, Value> {
+        &self.container
+    }
+
+    /// `spec.container`'s fields with each value's JSON text, in the map's order (by key).
+    pub fn container_fields(&self) -> impl Iterator<Item = (&str, &Value, &str)> {
+        self.container.iter().zip(&self.container_text).map(|((key, value), text)| (key.as_str(), value, &**text))
+    }
+
+    /// `spec.volume`, where it has one.
+    pub fn volume(&self) -> Option<&Value> {
+        self.volume.as_ref().map(|(value, _)| value)
+    }
+
+    /// `spec.volume` as JSON text.
+    pub fn volume_text(&self) -> Option<&str> {
+        self.volume.as_ref().map(|(_, text)| &**text)
     }
 }
 
@@ -119,21 +153,12 @@ impl WatcherSpec {
         self.hashes().selector.as_ref()
     }
 
-    fn written(&self) -> &Written {
-        let written = self.hashes.1.get_or_init(|| Box::new(Written::of(self)));
+    /// `spec.container` and `spec.volume` as JSON, made at the first call (by the webhook, for
+    /// the first pod it injects with this spec): only the specs that reach pods hold them.
+    pub fn written(&self) -> &Arc<Written> {
+        let written = self.hashes.1.get_or_init(|| Arc::new(Written::of(self)));
         debug_assert_eq!(**written, Written::of(self), "a Watcher spec changed after it was hashed: hash a clone");
         written
-    }
-
-    /// `spec.container` as JSON, serialised at the first call (by the webhook, for the first pod
-    /// it injects with this spec), with `spec.volume`: only the specs that reach pods hold them.
-    pub fn container_json(&self) -> &serde_json::Value {
-        &self.written().container
-    }
-
-    /// `spec.volume` as JSON (see [`WatcherSpec::container_json`]).
-    pub fn volume_json(&self) -> Option<&serde_json::Value> {
-        self.written().volume.as_ref()
     }
 
     /// What [`WatcherSpec::problems`] says, found once per spec where there is none (the webhook
@@ -191,8 +216,8 @@ mod tests {
         assert_eq!(changed.spec_hash_without_image(), spec.spec_hash_without_image(), "the image aside");
         assert_ne!(changed.config_hash(), config);
         assert!(!changed.runs_agent());
-        assert_eq!(spec.container_json()["image"], "ghcr.io/watcher-dev/watcher-agent:0.2.0");
-        assert_eq!(changed.container_json()["image"], "busybox:1.36", "its own JSON");
+        assert_eq!(spec.written().container()["image"], "ghcr.io/watcher-dev/watcher-agent:0.2.0");
+        assert_eq!(changed.written().container()["image"], "busybox:1.36", "its own JSON");
         assert_eq!(spec, spec.clone(), "equal by their fields");
     }
 
@@ -226,8 +251,8 @@ mod tests {
     #[should_panic(expected = "changed after it was hashed")]
     fn a_container_changed_after_its_json_is_caught() {
         let mut spec = spec();
-        let _ = spec.container_json();
+        let _ = spec.written();
         spec.container.image = Some("busybox:1.36".into());
-        let _ = spec.container_json();
+        let _ = spec.written();
     }
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use json_patch::PatchOperation;
 use kube::ResourceExt;
 use serde_json::json;
+use watcher_admission::annotation_pointer;
 use watcher_api::image::{self, Rule};
 use watcher_api::{InjectionSpec, Watcher, annotation};
 
@@ -196,16 +197,15 @@ fn patch_ops(
     let mut without_image: Vec<(&str, &str)> =
         annotation::InjectedWithoutImage::read(pod.annotations()).into_iter().filter(|(n, _)| *n != name).collect();
     without_image.push((name.as_str(), imageless));
-    let path_of = |key: &str| format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"));
     let mut ops = json!([
         // The resourceVersion the plan was made from: a pod changed since is a conflict.
         {"op": "replace", "path": "/metadata/resourceVersion", "value": &*spec.resource_version},
         {"op": "test", "path": format!("/spec/{list}/{index}/name"), "value": &*sidecar.name},
         {"op": "replace", "path": format!("/spec/{list}/{index}/image"), "value": target},
-        {"op": "replace", "path": path_of(annotation::Injected::KEY), "value": annotation::Injected::encode(entries)},
-        {"op": "add", "path": path_of(annotation::InjectedWithoutImage::KEY),
+        {"op": "replace", "path": annotation_pointer(annotation::Injected::KEY), "value": annotation::Injected::encode(entries)},
+        {"op": "add", "path": annotation_pointer(annotation::InjectedWithoutImage::KEY),
          "value": annotation::InjectedWithoutImage::encode(without_image)},
-        {"op": "add", "path": path_of(annotation::SidecarUpdated::KEY), "value": now},
+        {"op": "add", "path": annotation_pointer(annotation::SidecarUpdated::KEY), "value": now},
     ]);
     // An image an ImagePolicy rewrote keeps its original on record, as admission does.
     if pod.annotations().contains_key(annotation::OriginalImages::KEY) {
@@ -218,7 +218,9 @@ fn patch_ops(
         }
         let value = annotation::OriginalImages::encode(originals.iter().map(|(c, i)| (*c, *i)));
         if let Some(list) = ops.as_array_mut() {
-            list.push(json!({"op": "replace", "path": path_of(annotation::OriginalImages::KEY), "value": value}));
+            list.push(
+                json!({"op": "replace", "path": annotation_pointer(annotation::OriginalImages::KEY), "value": value}),
+            );
         }
     }
     serde_json::from_value(ops).unwrap_or_default()
