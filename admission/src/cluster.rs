@@ -14,26 +14,26 @@ use std::sync::Arc;
 use kube::runtime::reflector::Store;
 use watcher_api::{ClusterWatcher, INJECTION_DISABLED, INJECTION_LABEL, Watcher};
 
-use crate::{Exclusion, InjectOptions, SYSTEM_NAMESPACES};
+use crate::{Exclusion, InjectOptions, NamespaceWatchers, SYSTEM_NAMESPACES};
 
 /// Where the webhook finds the Watchers of a namespace.
 pub trait WatcherSource: Send + Sync {
     /// The Watchers of `namespace`.
-    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]>;
+    fn watchers_in(&self, namespace: &str) -> Arc<NamespaceWatchers>;
 }
 
 /// Filters the whole store on every call: fine for tests and small clusters. The operator reads
 /// the shared cache's namespace index instead.
 impl WatcherSource for Store<Watcher> {
-    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
-        self.state().into_iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).collect()
+    fn watchers_in(&self, namespace: &str) -> Arc<NamespaceWatchers> {
+        Arc::new(self.state().into_iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).collect())
     }
 }
 
 /// A fixed set of Watchers (tests, fuzzing, the offline preview).
 impl WatcherSource for Vec<Arc<Watcher>> {
-    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
-        self.iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).cloned().collect()
+    fn watchers_in(&self, namespace: &str) -> Arc<NamespaceWatchers> {
+        Arc::new(self.iter().filter(|w| w.metadata.namespace.as_deref() == Some(namespace)).cloned().collect())
     }
 }
 

@@ -11,6 +11,7 @@ pub mod cluster;
 mod decide;
 mod inject;
 pub mod json;
+mod namespace;
 mod pod;
 pub mod pod_security;
 pub mod resources;
@@ -26,6 +27,7 @@ pub use inject::{
     ResourceReport, RunsAsRoot, SYSTEM_NAMESPACES, annotation_pointer, app_report, compliance, inject, inject_at_level,
     inject_guarded, resource_compliance, server_minor, supports_native_sidecars,
 };
+pub use namespace::NamespaceWatchers;
 pub use pod::{
     Annotations, ContainerView, DeviceView, EnvView, HandlerView, HostView, LifecycleView, MAX_ANNOTATION_BYTES,
     MountView, Named, OsView, PodMetaView, PodSpecView, PodView, PortView, VolumeView,

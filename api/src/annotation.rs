@@ -137,6 +137,12 @@ impl Inject {
         names.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(",")
     }
 
+    /// Each name `annotations` asks for, trimmed, as written (a name written twice comes
+    /// twice): [`Inject::read`] without its list.
+    pub fn each(annotations: &BTreeMap<String, String>) -> impl Iterator<Item = &str> {
+        annotations.get(Self::KEY).into_iter().flat_map(|text| entries(text))
+    }
+
     /// The names `text` holds: trimmed, each once, in the order written.
     pub fn decode(text: &str) -> Vec<&str> {
         let mut names: Vec<&str> = Vec::new();
@@ -155,6 +161,17 @@ pairs_annotation! {
     /// Written by the webhook: `name@specHash` of every Watcher injected. An entry without `@`
     /// has an empty hash (never up to date).
     Injected = "watcher.dev/injected", '@', |entry| Some((entry, ""))
+}
+
+impl Injected {
+    /// The name of each Watcher `annotations` says is injected, as [`Injected::read`] reads
+    /// them, without its list.
+    pub fn names(annotations: &BTreeMap<String, String>) -> impl Iterator<Item = &str> {
+        fn name(entry: &str) -> &str {
+            entry.split_once('@').map_or(entry, |(name, _)| name)
+        }
+        annotations.get(Self::KEY).into_iter().flat_map(|text| entries(text).map(name))
+    }
 }
 
 pairs_annotation! {
@@ -263,6 +280,7 @@ mod tests {
     fn requested_names_are_trimmed_and_unique() {
         let a = annotations(&[(Inject::KEY, " log-watcher, ,metrics-watcher,log-watcher,")]);
         assert_eq!(Inject::read(&a), ["log-watcher", "metrics-watcher"]);
+        assert_eq!(Inject::each(&a).collect::<Vec<_>>(), ["log-watcher", "metrics-watcher", "log-watcher"]);
         assert!(Inject::read(&annotations(&[])).is_empty());
         assert!(Inject::read(&annotations(&[(Inject::KEY, "")])).is_empty());
     }
@@ -271,6 +289,8 @@ mod tests {
     fn injected_entries_round_trip() {
         let a = annotations(&[(Injected::KEY, "log-watcher@5f2c9a1e, odd ,m@1")]);
         assert_eq!(Injected::read(&a), [("log-watcher", "5f2c9a1e"), ("odd", ""), ("m", "1")]);
+        assert_eq!(Injected::names(&a).collect::<Vec<_>>(), ["log-watcher", "odd", "m"]);
+        assert_eq!(Injected::names(&annotations(&[])).count(), 0);
         assert_eq!(Injected::encode([("a", "1"), ("b", "2")]), "a@1,b@2");
         let a = annotations(&[(InjectedWithoutImage::KEY, "log-watcher@5f2c9a1e, odd ,m@1")]);
         assert_eq!(InjectedWithoutImage::read(&a), [("log-watcher", "5f2c9a1e"), ("m", "1")], "no hash, no entry");

@@ -11,7 +11,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::broadcast;
-use watcher_admission::InjectOptions;
+use watcher_admission::{InjectOptions, NamespaceWatchers};
 use watcher_api::{ClusterWatcher, Watcher};
 
 use crate::NamespaceMeta;
@@ -154,7 +154,7 @@ impl WatcherCache {
     /// The Watchers that apply in `namespace`: its own, then the ClusterWatchers that apply
     /// there (see [`watcher_admission::cluster`]), each as its one shared Watcher of no namespace
     /// ([`ClusterWatcher::unplaced`]), by name.
-    pub fn in_namespace(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
+    pub fn in_namespace(&self, namespace: &str) -> Arc<NamespaceWatchers> {
         let index = self.index();
         // Read before the index: what is computed from it is kept only if no rebuild came since.
         let epoch = index.epoch.load(Ordering::Acquire);
@@ -177,8 +177,8 @@ impl WatcherCache {
             return watchers;
         }
         let applying = watcher_admission::cluster::applying(namespace, labels, &own, &clusters, &self.options);
-        let watchers: Arc<[Arc<Watcher>]> =
-            own.iter().cloned().chain(applying.into_iter().map(|shared| shared.watcher.clone())).collect();
+        let watchers: Arc<NamespaceWatchers> =
+            Arc::new(own.iter().cloned().chain(applying.into_iter().map(|shared| shared.watcher.clone())).collect());
         index.remember(epoch, namespace, labels.clone(), watchers.clone());
         watchers
     }
@@ -242,7 +242,7 @@ impl WatcherCache {
     }
 
     /// The namespace's own Watchers (no ClusterWatcher).
-    pub fn own_watchers(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
+    pub fn own_watchers(&self, namespace: &str) -> Arc<NamespaceWatchers> {
         self.index().own(namespace)
     }
 }
@@ -305,7 +305,7 @@ fn options_for(operator_namespace: &str) -> InjectOptions {
 
 /// The webhook reads Watchers from the namespace index.
 impl watcher_admission::WatcherSource for WatcherCache {
-    fn watchers_in(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
+    fn watchers_in(&self, namespace: &str) -> Arc<NamespaceWatchers> {
         self.in_namespace(namespace)
     }
 }

@@ -3,7 +3,8 @@
 //! `inject` on the captured
 //! kube-apiserver pod, and of the whole review (decode, inject, rewrite, encode), for a pod
 //! asking for one Watcher and for one asking for three, and for one Watcher with every field that
-//! lets the sidecar see the app; then the image rewrite step with 0 and 50 ImagePolicy rules;
+//! lets the sidecar see the app, each review also as a ratio to kube's typed decode of it, their
+//! batches taken in turn (`ratio:` rows); then the image rewrite step with 0 and 50 ImagePolicy rules;
 //! then Pod Security: a real pod that passes `restricted` by itself (argo-cd's redis, as
 //! kube-apiserver 1.36 stores it), reviewed in an unlabelled namespace and in a `restricted` one
 //! (the sidecar adapted), and the captured pod, which fails `restricted` by itself; then a pod
@@ -134,6 +135,29 @@ fn measure(mut call: impl FnMut()) -> f64 {
         .collect();
     per_call.sort_by(f64::total_cmp);
     per_call[per_call.len() / 2]
+}
+
+/// The ratio of `a`'s time per call to `b`'s, their batches taken in turn (31 pairs of the
+/// batch `measure` takes): the median of each pair's ratio, which a machine that slows down or
+/// speeds up for seconds at a time moves far less than two rows measured apart.
+fn ratio_row(label: impl AsRef<str>, mut a: impl FnMut(), mut b: impl FnMut()) {
+    let label = label.as_ref();
+    if !wanted(label) {
+        return;
+    }
+    let batch: u32 = std::env::var("BENCH_BATCH").ok().and_then(|b| b.parse().ok()).unwrap_or(2_000);
+    let time = |call: &mut dyn FnMut()| {
+        let start = Instant::now();
+        for _ in 0..batch {
+            call();
+        }
+        start.elapsed().as_secs_f64()
+    };
+    time(&mut a); // warm-up
+    time(&mut b);
+    let mut ratios: Vec<f64> = (0..31).map(|_| time(&mut a) / time(&mut b)).collect();
+    ratios.sort_by(f64::total_cmp);
+    println!("{label:<52} {:>8.3}", ratios[ratios.len() / 2]);
 }
 
 /// What every part of the bench reads: the Watchers of the namespace (100 besides the ones
@@ -271,16 +295,17 @@ fn lookups() {
     });
 }
 
-/// Decoding for scale; `inject` alone and the whole review, for 1 and 3 Watchers.
+/// A review as kube decodes it: the scale a review is measured against.
+fn kube_decode(body: &[u8]) -> kube::core::admission::AdmissionReview<k8s_openapi::api::core::v1::Pod> {
+    serde_json::from_slice(body).expect("decodes")
+}
+
+/// Decoding for scale; `inject` alone and the whole review, for 1 and 3 Watchers, and the
+/// review against kube's decode of it.
 fn decode_and_inject(setup: &Setup) {
     let body = FIXTURE.as_bytes();
     row("for scale: decode into kube AdmissionReview<Pod>", || {
-        black_box(
-            serde_json::from_slice::<kube::core::admission::AdmissionReview<k8s_openapi::api::core::v1::Pod>>(
-                black_box(body),
-            )
-            .expect("decodes"),
-        );
+        black_box(kube_decode(black_box(body)));
     });
 
     let Setup { watchers, cached, options, one } = setup;
@@ -307,6 +332,16 @@ fn decode_and_inject(setup: &Setup) {
             let answer = reviewer.review(black_box(&body)).expect("answered");
             black_box(answer.0.to_json().expect("encoded"));
         });
+        ratio_row(
+            format!("ratio: review / kube decode, {label}"),
+            || {
+                let answer = reviewer.review(black_box(&body)).expect("answered");
+                black_box(answer.0.to_json().expect("encoded"));
+            },
+            || {
+                black_box(kube_decode(black_box(&body)));
+            },
+        );
     }
 }
 
@@ -442,7 +477,8 @@ fn held_rollout(setup: &Setup) {
 
 /// Each step of a review of the fixture pod asking for one Watcher, measured apart, in the order
 /// the webhook takes them: the namespace's admission from the operator's caches (opted out,
-/// Pod Security levels), the namespace's Watchers and which the pod gets, the canary, the
+/// Pod Security levels), the namespace's Watchers, those the pod concerns and which it gets,
+/// the canary (over those the pod concerns, as the webhook runs it), the
 /// resource rules, the injection itself (its patch and annotations), the ImagePolicies, the
 /// answer written. Pod Security and the resource rules cost nothing where the namespace has
 /// none: rows elsewhere in this bench show what they cost where it has.
@@ -471,11 +507,16 @@ fn steps(setup: &Setup) {
     row("step: the namespace's Watchers (104, cache index)", || {
         black_box(cached.in_namespace(black_box("team-a")));
     });
-    let watchers = cached.in_namespace("team-a");
+    let namespace = cached.in_namespace("team-a");
     let pod: PodView = serde_json::from_value(one["request"]["object"].clone()).expect("pod");
+    row("step: the Watchers the pod concerns (of 104)", || {
+        black_box(namespace.concerning(black_box(&pod)));
+    });
+    let watchers = namespace.concerning(&pod);
+    assert_eq!(watchers.len(), 1, "the fixture asks for log-watcher");
     let decided = decide(&pod, "team-a", &watchers);
     assert_eq!(decided.len(), 1, "the fixture asks for log-watcher");
-    row("step: which Watchers the pod gets (decide, 104)", || {
+    row("step: which Watchers the pod gets (decide)", || {
         black_box(decide(black_box(&pod), "team-a", black_box(&watchers)));
     });
     let revisions: Arc<dyn RevisionSource> = Arc::new(());

@@ -184,7 +184,8 @@ impl<S: WatcherSource> Reviewer<S> {
             let why = format!("namespace {namespace} is labelled {INJECTION_LABEL}={INJECTION_DISABLED}");
             Injection { skipped: Some(why), ..Injection::default() }
         } else {
-            let watchers = self.source.watchers_in(namespace);
+            // The few the pod can concern, not every Watcher of the namespace: the same admission.
+            let watchers = self.source.watchers_in(namespace).concerning(pod);
             let held = watcher_admission::canary::for_pod(&watchers, pod.labels(), &*self.revisions);
             // A user or RuntimeClass the cluster's Pod Security admission exempts: no level.
             let username = request.user_info.as_ref().and_then(|u| u.username.as_deref());

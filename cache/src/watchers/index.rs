@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use kube::ResourceExt;
+use watcher_admission::NamespaceWatchers;
 use watcher_api::{ClusterWatcher, Watcher};
 
 use crate::freshness::Freshness;
@@ -27,7 +28,7 @@ pub(super) struct NamespaceIndex {
     /// rebuild is not kept after it (a reader that raced a change would otherwise leave its
     /// namespace on the old ClusterWatchers until the next change).
     pub(super) epoch: AtomicU64,
-    watchers: RwLock<HashMap<String, Arc<[Arc<Watcher>]>>>,
+    watchers: RwLock<HashMap<String, Arc<NamespaceWatchers>>>,
     /// Every ClusterWatcher, with the Watcher that stands for it wherever it applies.
     clusters: RwLock<Arc<[Shared]>>,
     /// Per namespace: the labels its entry was computed with, and its own and cluster Watchers.
@@ -35,7 +36,7 @@ pub(super) struct NamespaceIndex {
 }
 
 /// A namespace's labels, and the Watchers that apply there given them.
-type Effective = (BTreeMap<String, String>, Arc<[Arc<Watcher>]>);
+type Effective = (BTreeMap<String, String>, Arc<NamespaceWatchers>);
 
 /// A ClusterWatcher and the one Watcher that stands for it in every namespace where it applies.
 pub(super) struct Shared {
@@ -57,7 +58,7 @@ impl NamespaceIndex {
         for watcher in watchers {
             rebuilt.entry(watcher.namespace().unwrap_or_default()).or_default().push(watcher);
         }
-        let rebuilt = rebuilt.into_iter().map(|(namespace, watchers)| (namespace, watchers.into())).collect();
+        let rebuilt = rebuilt.into_iter().map(|(namespace, watchers)| (namespace, Arc::new(watchers.into()))).collect();
         let shared = clusters.into_iter().map(|cluster| Shared { watcher: Arc::new(cluster.unplaced()), cluster });
         *self.watchers.write().unwrap_or_else(|p| p.into_inner()) = rebuilt;
         *self.clusters.write().unwrap_or_else(|p| p.into_inner()) = shared.collect();
@@ -67,9 +68,9 @@ impl NamespaceIndex {
     }
 
     /// The namespace's own Watchers.
-    pub(super) fn own(&self, namespace: &str) -> Arc<[Arc<Watcher>]> {
+    pub(super) fn own(&self, namespace: &str) -> Arc<NamespaceWatchers> {
         let watchers = self.watchers.read().unwrap_or_else(|p| p.into_inner());
-        watchers.get(namespace).cloned().unwrap_or_else(|| Arc::new([]))
+        watchers.get(namespace).cloned().unwrap_or_default()
     }
 
     /// Every ClusterWatcher, shared.
@@ -78,7 +79,11 @@ impl NamespaceIndex {
     }
 
     /// The effective Watchers of `namespace`, when computed with these labels.
-    pub(super) fn remembered(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Option<Arc<[Arc<Watcher>]>> {
+    pub(super) fn remembered(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<Arc<NamespaceWatchers>> {
         let effective = self.effective.read().unwrap_or_else(|p| p.into_inner());
         effective.get(namespace).filter(|(seen, _)| seen == labels).map(|(_, watchers)| watchers.clone())
     }
@@ -90,7 +95,7 @@ impl NamespaceIndex {
         epoch: u64,
         namespace: &str,
         labels: BTreeMap<String, String>,
-        watchers: Arc<[Arc<Watcher>]>,
+        watchers: Arc<NamespaceWatchers>,
     ) {
         let mut effective = self.effective.write().unwrap_or_else(|p| p.into_inner());
         if self.epoch.load(Ordering::Acquire) == epoch {

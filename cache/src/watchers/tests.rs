@@ -160,7 +160,7 @@ fn a_namespace_sees_the_cluster_watchers_that_apply_there() {
 fn what_was_computed_before_a_rebuild_is_not_kept() {
     let index = NamespaceIndex::default();
     let labels = BTreeMap::from([("team".to_owned(), "payments".to_owned())]);
-    let old: Arc<[Arc<Watcher>]> = Arc::new([Arc::new(watcher("old"))]);
+    let old = Arc::new(watcher_admission::NamespaceWatchers::from(vec![Arc::new(watcher("old"))]));
     let before = index.epoch.load(Ordering::Acquire);
     index.rebuild(vec![Arc::new(watcher("new"))], Vec::new());
     index.remember(before, "team-a", labels.clone(), old.clone());
