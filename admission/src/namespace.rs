@@ -99,6 +99,9 @@ mod tests {
 
     use super::*;
 
+    const INJECT: &str = annotation::Inject::KEY;
+    const INJECTED: &str = annotation::Injected::KEY;
+
     fn watcher(name: &str, namespace: Option<&str>, selector: Option<serde_json::Value>) -> Arc<Watcher> {
         let mut spec = json!({"container": {"name": name, "image": "busybox"}});
         if let Some(selector) = selector {
@@ -135,10 +138,10 @@ mod tests {
         let listed = NamespaceWatchers::from(list.clone());
         assert_eq!(listed.len(), 102, "reads as its Watchers");
 
-        let named = pod(json!({"watcher.dev/inject": "cluster-wide, w007,ghost,w007"}), json!({}));
+        let named = pod(json!({INJECT: "cluster-wide, w007,ghost,w007"}), json!({}));
         // The selector is matched by decide: a Watcher with one is always looked at.
         assert_eq!(names(&listed.concerning(&named)), ["w007", "web", "cluster-wide"]);
-        let carried = pod(json!({"watcher.dev/injected": "w099@abc"}), json!({}));
+        let carried = pod(json!({INJECTED: "w099@abc"}), json!({}));
         assert_eq!(names(&listed.concerning(&carried)), ["web", "w099"]);
 
         let plain = NamespaceWatchers::from(list[..3].to_vec());
@@ -156,8 +159,8 @@ mod tests {
         list.push(watcher("w10", Some("team-b"), None));
         let listed = NamespaceWatchers::from(list.clone());
         let pods = [
-            pod(json!({"watcher.dev/inject": "w03,w10,w49,ghost"}), json!({"app": "web"})),
-            pod(json!({"watcher.dev/injected": "w03@abc", "watcher.dev/inject": "w04"}), json!({"app": "db"})),
+            pod(json!({INJECT: "w03,w10,w49,ghost"}), json!({"app": "web"})),
+            pod(json!({INJECTED: "w03@abc", INJECT: "w04"}), json!({"app": "db"})),
             pod(json!({}), json!({"app": "web"})),
             pod(json!({}), json!({})),
         ];
